@@ -1,0 +1,42 @@
+//! Stream compaction: the indices of the set entries of a `u32` mask, in order.
+
+use cubecl::prelude::*;
+
+use crate::scan::exclusive_scan;
+use crate::{BLOCK, Gpu, GpuBuffer, GpuError};
+
+#[cube(launch)]
+fn scatter_set_indices(mask: &[u32], positions: &[u32], out: &mut [u32], n: u32) {
+    let i = crate::block_id() * 256 + UNIT_POS as usize;
+    if i < n as usize && mask[i] != 0u32 {
+        out[positions[i] as usize] = i as u32;
+    }
+}
+
+/// Indices `i` with `mask[i] != 0`, in increasing order, and their count.
+/// Any non-zero mask value counts as set (masks are `u32` because WGSL has no
+/// `bool` storage buffers).
+pub fn compact_indices(gpu: &Gpu, mask: &GpuBuffer<u32>) -> Result<GpuBuffer<u32>, GpuError> {
+    let n = mask.len();
+    if n == 0 {
+        return Ok(gpu.alloc::<u32>(0));
+    }
+    let normalized = crate::reduce::to_unit_mask(gpu, mask);
+    let positions = exclusive_scan(gpu, &normalized);
+    let last_pos = gpu.read_at(&positions, n - 1)?;
+    let last_flag = gpu.read_at(&normalized, n - 1)?;
+    let count = (last_pos + last_flag) as usize;
+    let out = gpu.alloc::<u32>(count);
+    if count > 0 {
+        scatter_set_indices::launch(
+            gpu.client(),
+            gpu.grid(n.div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            mask.arg(),
+            positions.arg(),
+            out.arg(),
+            n as u32,
+        );
+    }
+    Ok(out)
+}

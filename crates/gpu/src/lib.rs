@@ -1,0 +1,40 @@
+//! GPU runtime and shared compute primitives for rust3r.
+//!
+//! Everything here is written once as CubeCL `#[cube]` kernels and runs on every
+//! backend CubeCL's wgpu runtime reaches (Vulkan, Metal, DX12, lavapipe).
+//! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction
+//! and reductions. Each kernel lives next to the host code that launches it.
+
+pub mod compact;
+pub mod gather;
+pub mod reduce;
+pub mod runtime;
+pub mod scan;
+pub mod sort;
+
+pub use cubecl;
+pub use runtime::{AdapterInfo, BackendKind, Gpu, GpuBuffer, GpuOptions, list_adapters};
+
+use cubecl::prelude::*;
+
+/// Errors from device selection and device work.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no usable GPU adapter: {0}. On Linux without a GPU install Mesa's software Vulkan (apt-get install mesa-vulkan-drivers)")]
+    NoAdapter(String),
+    #[error("invalid GPU configuration: {0}")]
+    Config(String),
+    #[error("device error: {0}")]
+    Device(String),
+    #[error("{what} needs {needed} bytes in one buffer but the adapter allows at most {limit}")]
+    BufferTooLarge { what: String, needed: u64, limit: u64 },
+}
+
+/// Threads per cube used by the 1D primitives.
+pub const BLOCK: u32 = 256;
+
+/// Linear cube index for grids folded into two dimensions by [`Gpu::grid`].
+#[cube]
+pub fn block_id() -> usize {
+    (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize
+}

@@ -1,0 +1,342 @@
+//! Backend selection, adapter listing and typed device buffers.
+
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+use cubecl::client::Client;
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use cubecl::wgpu::{WgpuBackend, WgpuDevice, WgpuDeviceKind};
+
+use crate::GpuError;
+
+/// Which compute backend to run kernels on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// wgpu on WGSL: Vulkan, Metal, DX12, or Mesa's software Vulkan (lavapipe).
+    #[default]
+    Wgpu,
+    /// NVIDIA CUDA. Not compiled into this build (see README: CUDA status).
+    Cuda,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = GpuError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "wgpu" | "vulkan" | "metal" | "dx12" => Ok(Self::Wgpu),
+            "cuda" => Ok(Self::Cuda),
+            other => Err(GpuError::Config(format!(
+                "unknown backend '{other}' (expected wgpu or cuda)"
+            ))),
+        }
+    }
+}
+
+/// How to pick the device.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    pub backend: BackendKind,
+    /// Index into [`list_adapters`]; `None` picks the best adapter automatically
+    /// (a discrete GPU over an integrated one over a software rasterizer).
+    pub adapter: Option<usize>,
+    /// Fill every buffer allocated through [`Gpu::alloc`] with NaN bit patterns, so a
+    /// kernel that forgets to write an element is caught by tests.
+    pub poison: bool,
+}
+
+/// One adapter as reported by the graphics API.
+#[derive(Clone, Debug)]
+pub struct AdapterInfo {
+    pub index: usize,
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    pub driver: String,
+    pub max_buffer_size: u64,
+    pub max_storage_binding_size: u64,
+    pub max_workgroup_storage_size: u32,
+    pub subgroups: bool,
+    pub shader_f16: bool,
+}
+
+/// Enumerate every adapter of every graphics API wgpu can reach on this machine.
+pub fn list_adapters() -> Vec<AdapterInfo> {
+    use cubecl::wgpu::wgpu;
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::all(),
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapters = futures_lite::future::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    adapters
+        .iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let info = a.get_info();
+            let limits = a.limits();
+            let features = a.features();
+            AdapterInfo {
+                index,
+                name: info.name.clone(),
+                backend: format!("{:?}", info.backend),
+                device_type: format!("{:?}", info.device_type),
+                driver: format!("{} {}", info.driver, info.driver_info),
+                max_buffer_size: limits.max_buffer_size,
+                max_storage_binding_size: limits.max_storage_buffer_binding_size as u64,
+                max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+                subgroups: features.contains(wgpu::Features::SUBGROUP),
+                shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            }
+        })
+        .collect()
+}
+
+fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
+    let Some(index) = adapter else {
+        return Ok(WgpuDevice::new(WgpuDeviceKind::DefaultDevice));
+    };
+    let adapters = list_adapters();
+    let info = adapters.get(index).ok_or_else(|| {
+        GpuError::Config(format!(
+            "adapter {index} does not exist ({} adapters found; run `rust3r info`)",
+            adapters.len()
+        ))
+    })?;
+    // cubecl numbers adapters per device type, per graphics API.
+    let same_kind_before = adapters[..index]
+        .iter()
+        .filter(|a| a.device_type == info.device_type && a.backend == info.backend)
+        .count();
+    let kind = match info.device_type.as_str() {
+        "DiscreteGpu" => WgpuDeviceKind::DiscreteGpu(same_kind_before),
+        "IntegratedGpu" => WgpuDeviceKind::IntegratedGpu(same_kind_before),
+        "VirtualGpu" => WgpuDeviceKind::VirtualGpu(same_kind_before),
+        "Cpu" => WgpuDeviceKind::Cpu,
+        _ => WgpuDeviceKind::Other(same_kind_before),
+    };
+    let backend = match info.backend.as_str() {
+        "Vulkan" => WgpuBackend::Vulkan,
+        "Metal" => WgpuBackend::Metal,
+        "Dx12" => WgpuBackend::Dx12,
+        "Gl" => WgpuBackend::Gl,
+        _ => WgpuBackend::Auto,
+    };
+    Ok(WgpuDevice::new(kind).on(backend))
+}
+
+/// A compute device with its client. Cheap to clone.
+#[derive(Clone)]
+pub struct Gpu {
+    client: Client,
+    device: cubecl::Device,
+    poison: bool,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("device", &self.device).field("name", &self.name()).finish()
+    }
+}
+
+impl Gpu {
+    /// Open a device. Never panics: a missing driver or adapter is an error.
+    pub fn new(opts: &GpuOptions) -> Result<Self, GpuError> {
+        let device = match opts.backend {
+            BackendKind::Wgpu => cubecl::Device::Wgpu(wgpu_device_for(opts.adapter)?),
+            BackendKind::Cuda => {
+                return Err(GpuError::Config(
+                    "the CUDA backend is not available in this build; use --backend wgpu \
+                     (Vulkan runs on NVIDIA GPUs)"
+                        .into(),
+                ));
+            }
+        };
+        let dev = device.clone();
+        let client = std::panic::catch_unwind(move || dev.client()).map_err(|e| {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown error".into());
+            GpuError::NoAdapter(msg)
+        })?;
+        Ok(Self { client, device, poison: opts.poison })
+    }
+
+    /// The default device with default options.
+    pub fn default_device() -> Result<Self, GpuError> {
+        Self::new(&GpuOptions::default())
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+    pub fn device(&self) -> &cubecl::Device {
+        &self.device
+    }
+    /// Adapter name as the driver reports it.
+    pub fn name(&self) -> String {
+        self.client.properties().identity.name.clone()
+    }
+    /// Largest shared (workgroup) memory a kernel may use, in bytes.
+    pub fn max_shared_memory(&self) -> usize {
+        self.client.properties().hardware.max_shared_memory_size
+    }
+    /// Largest single buffer (page) the memory manager hands out, in bytes.
+    pub fn max_buffer_bytes(&self) -> u64 {
+        self.client.properties().memory.max_page_size
+    }
+    pub fn max_cube_count_x(&self) -> u32 {
+        self.client.properties().hardware.max_cube_count.0
+    }
+
+    /// Upload host data.
+    pub fn upload<T: Pod>(&self, data: &[T]) -> GpuBuffer<T> {
+        let len = data.len();
+        let handle = if len == 0 {
+            self.client.create_from_slice(&[0u8; 4])
+        } else {
+            self.client.create_from_slice(bytemuck::cast_slice(data))
+        };
+        GpuBuffer { handle, len, _t: PhantomData }
+    }
+
+    /// Allocate an output buffer. Its contents are unspecified (NaN-filled when
+    /// the device was opened with `poison`).
+    pub fn alloc<T: Pod>(&self, len: usize) -> GpuBuffer<T> {
+        let bytes = (len * std::mem::size_of::<T>()).max(4);
+        let handle = if self.poison {
+            self.client.create_from_slice(&vec![0xFFu8; bytes])
+        } else {
+            self.client.empty(bytes)
+        };
+        GpuBuffer { handle, len, _t: PhantomData }
+    }
+
+    /// Allocate a zero-filled buffer.
+    pub fn zeros<T: Pod>(&self, len: usize) -> GpuBuffer<T> {
+        let bytes = (len * std::mem::size_of::<T>()).max(4);
+        GpuBuffer { handle: self.client.create_from_slice(&vec![0u8; bytes]), len, _t: PhantomData }
+    }
+
+    /// Read a buffer back to the host (blocks until all queued work is done).
+    pub fn read<T: Pod>(&self, buf: &GpuBuffer<T>) -> Result<Vec<T>, GpuError> {
+        if buf.len == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = self
+            .client
+            .read_one(buf.handle.clone())
+            .map_err(|e| GpuError::Device(format!("{e:?}")))?;
+        let n = buf.len * std::mem::size_of::<T>();
+        let mut out = vec![T::zeroed(); buf.len];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes[..n]);
+        Ok(out)
+    }
+
+    /// Read a single 32-bit element without reading the whole buffer.
+    pub fn read_at<T: Pod>(&self, buf: &GpuBuffer<T>, index: usize) -> Result<T, GpuError> {
+        assert_eq!(std::mem::size_of::<T>(), 4, "read_at reads 32-bit elements");
+        if index >= buf.len() {
+            return Err(GpuError::Device(format!("index {index} out of range {}", buf.len())));
+        }
+        let one = self.alloc::<u32>(1);
+        copy_element::launch(
+            &self.client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            buf.clone().cast::<u32>().arg(),
+            one.arg(),
+            index as u32,
+        );
+        let v = self.read(&one)?;
+        Ok(bytemuck::cast::<u32, T>(v[0]))
+    }
+
+    /// Wait for all queued work.
+    pub fn sync(&self) -> Result<(), GpuError> {
+        futures_lite::future::block_on(self.client.sync()).map_err(|e| GpuError::Device(format!("{e:?}")))
+    }
+
+    /// Bytes currently reserved by the device memory pools.
+    pub fn memory_reserved(&self) -> u64 {
+        self.memory_usage().bytes_reserved
+    }
+    /// Bytes currently in use by live buffers.
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory_usage().bytes_in_use
+    }
+    fn memory_usage(&self) -> cubecl::MemoryUsage {
+        self.client.memory_report(cubecl::MemoryScope::Device).usage()
+    }
+    /// Return unused pooled memory to the driver.
+    pub fn memory_cleanup(&self) {
+        let _ = self.client.memory_cleanup();
+    }
+
+    /// A launch grid of `blocks` cubes, folded into two dimensions when it exceeds the
+    /// per-dimension limit. Kernels recover the linear block id with [`crate::block_id`].
+    pub fn grid(&self, blocks: usize) -> CubeCount {
+        grid_for(blocks, self.max_cube_count_x())
+    }
+}
+
+pub(crate) fn grid_for(blocks: usize, max_x: u32) -> CubeCount {
+    let blocks = blocks.max(1);
+    let max_x = max_x.clamp(1, 65535) as usize;
+    if blocks <= max_x {
+        CubeCount::Static(blocks as u32, 1, 1)
+    } else {
+        let y = blocks.div_ceil(max_x);
+        let x = blocks.div_ceil(y);
+        CubeCount::Static(x as u32, y as u32, 1)
+    }
+}
+
+#[cube(launch)]
+fn copy_element(src: &[u32], dst: &mut [u32], index: u32) {
+    dst[0] = src[index as usize];
+}
+
+/// A typed device buffer. `len` is the logical element count (it may be zero;
+/// the allocation is never empty because graphics APIs cannot bind empty buffers).
+pub struct GpuBuffer<T> {
+    pub handle: Handle,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T> Clone for GpuBuffer<T> {
+    fn clone(&self) -> Self {
+        Self { handle: self.handle.clone(), len: self.len, _t: PhantomData }
+    }
+}
+
+impl<T> std::fmt::Debug for GpuBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuBuffer<{}>[{}]", std::any::type_name::<T>(), self.len)
+    }
+}
+
+impl<T> GpuBuffer<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Kernel argument for this buffer.
+    pub fn arg(&self) -> BufferArg {
+        // SAFETY: the allocation holds at least max(len, 1) elements of T.
+        unsafe { BufferArg::from_raw_parts(self.handle.clone(), self.len.max(1)) }
+    }
+    /// Reinterpret the element type (same size only).
+    pub fn cast<U>(self) -> GpuBuffer<U> {
+        assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
+        GpuBuffer { handle: self.handle, len: self.len, _t: PhantomData }
+    }
+    /// View with a shorter logical length.
+    pub fn truncated(&self, len: usize) -> GpuBuffer<T> {
+        GpuBuffer { handle: self.handle.clone(), len: len.min(self.len), _t: PhantomData }
+    }
+}

@@ -1,0 +1,157 @@
+//! The pinhole camera the rasterizer renders from.
+
+use serde::{Deserialize, Serialize};
+
+use crate::SplatError;
+
+/// Floats in the device-side camera block (see `kernels::project`).
+pub const CAM_LEN: usize = 24;
+
+/// Pinhole camera, OpenCV convention (x right, y down, z forward), with a
+/// world-to-camera rigid transform.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Camera {
+    pub fx: f64,
+    pub fy: f64,
+    pub cx: f64,
+    pub cy: f64,
+    pub width: u32,
+    pub height: u32,
+    /// 4x4 world-to-camera matrix, row-major.
+    #[serde(with = "mat4")]
+    pub world_to_camera: [[f64; 4]; 4],
+}
+
+mod mat4 {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Mat {
+        Nested([[f64; 4]; 4]),
+        Flat([f64; 16]),
+    }
+
+    pub fn serialize<S: Serializer>(m: &[[f64; 4]; 4], s: S) -> Result<S::Ok, S::Error> {
+        m.serialize(s)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[[f64; 4]; 4], D::Error> {
+        Ok(match Mat::deserialize(d)? {
+            Mat::Nested(m) => m,
+            Mat::Flat(f) => {
+                let mut m = [[0.0; 4]; 4];
+                for (i, v) in f.iter().enumerate() {
+                    m[i / 4][i % 4] = *v;
+                }
+                m
+            }
+        })
+    }
+}
+
+impl Camera {
+    /// Check that the camera can be rendered from.
+    pub fn validate(&self) -> Result<(), SplatError> {
+        let finite = [self.fx, self.fy, self.cx, self.cy].iter().all(|v| v.is_finite())
+            && self.world_to_camera.iter().flatten().all(|v| v.is_finite());
+        if !finite {
+            return Err(SplatError::InvalidCamera("non-finite intrinsics or pose".into()));
+        }
+        if self.fx <= 0.0 || self.fy <= 0.0 {
+            return Err(SplatError::InvalidCamera(format!(
+                "focal lengths must be positive (fx {}, fy {})",
+                self.fx, self.fy
+            )));
+        }
+        if self.width == 0 || self.height == 0 {
+            return Err(SplatError::InvalidCamera(format!(
+                "image size must be non-zero ({}x{})",
+                self.width, self.height
+            )));
+        }
+        if self.width > 65535 * 16 || self.height > 65535 * 16 {
+            return Err(SplatError::InvalidCamera("image larger than 1M pixels per side".into()));
+        }
+        Ok(())
+    }
+
+    /// Camera centre in world coordinates: `-R^T t`.
+    pub fn center(&self) -> [f64; 3] {
+        let m = &self.world_to_camera;
+        let mut c = [0.0; 3];
+        for (i, ci) in c.iter_mut().enumerate() {
+            *ci = -(m[0][i] * m[0][3] + m[1][i] * m[1][3] + m[2][i] * m[2][3]);
+        }
+        c
+    }
+
+    pub fn tiles(&self) -> (u32, u32) {
+        (self.width.div_ceil(16), self.height.div_ceil(16))
+    }
+
+    /// The device-side camera block.
+    pub fn gpu_block(&self, background: [f32; 3], near: f32, far: f32) -> [f32; CAM_LEN] {
+        let m = &self.world_to_camera;
+        let c = self.center();
+        let mut b = [0.0f32; CAM_LEN];
+        for r in 0..3 {
+            for k in 0..3 {
+                b[r * 3 + k] = m[r][k] as f32;
+            }
+            b[9 + r] = m[r][3] as f32;
+            b[16 + r] = c[r] as f32;
+            b[19 + r] = background[r];
+        }
+        b[12] = self.fx as f32;
+        b[13] = self.fy as f32;
+        b[14] = self.cx as f32;
+        b[15] = self.cy as f32;
+        b[22] = near;
+        b[23] = far;
+        b
+    }
+
+    /// A camera at `eye` looking at `target` (OpenCV axes, `up` is world up),
+    /// with a horizontal field of view of `fov_x` radians.
+    pub fn look_at(eye: [f64; 3], target: [f64; 3], up: [f64; 3], fov_x: f64, width: u32, height: u32) -> Self {
+        let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+        let cross = |a: [f64; 3], b: [f64; 3]| {
+            [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+        };
+        let norm = |a: [f64; 3]| {
+            let l = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt().max(1e-300);
+            [a[0] / l, a[1] / l, a[2] / l]
+        };
+        let z = norm(sub(target, eye));
+        let mut x = cross(z, up);
+        if (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]) < 1e-18 {
+            // Looking along `up`: any perpendicular will do.
+            x = cross(z, [1.0, 0.0, 0.0]);
+            if (x[0] * x[0] + x[1] * x[1] + x[2] * x[2]) < 1e-18 {
+                x = cross(z, [0.0, 1.0, 0.0]);
+            }
+        }
+        // Right = forward x up; down = forward x right (OpenCV: x right, y down, z forward).
+        let x = norm(x);
+        let y = cross(z, x);
+        let rows = [x, y, z];
+        let mut m = [[0.0; 4]; 4];
+        for r in 0..3 {
+            for k in 0..3 {
+                m[r][k] = rows[r][k];
+            }
+            m[r][3] = -(rows[r][0] * eye[0] + rows[r][1] * eye[1] + rows[r][2] * eye[2]);
+        }
+        m[3][3] = 1.0;
+        let fx = 0.5 * width as f64 / (0.5 * fov_x).tan();
+        Camera {
+            fx,
+            fy: fx,
+            cx: width as f64 / 2.0,
+            cy: height as f64 / 2.0,
+            width,
+            height,
+            world_to_camera: m,
+        }
+    }
+}

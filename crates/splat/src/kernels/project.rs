@@ -1,0 +1,644 @@
+//! Per-Gaussian projection (EWA splatting) and its backward pass.
+//!
+//! Forward: world mean -> camera -> pixel mean, 3D covariance from scale and
+//! rotation -> 2D covariance through the local affine approximation (with the
+//! gsplat/3DGS frustum clamp of the Jacobian), 0.3 px dilation (and opacity
+//! compensation in antialiased mode), conic, colour from SH, opacity, exact
+//! screen-space extent and the number of 16x16 tiles touched.
+//!
+//! Camera buffer layout (f32): 0..9 world-to-camera rotation (row-major),
+//! 9..12 translation, 12 fx, 13 fy, 14 cx, 15 cy, 16..19 camera centre,
+//! 19..22 background, 22 near, 23 far. See [`crate::camera::CAM_LEN`].
+
+use cubecl::prelude::*;
+
+use super::sh::{sh_basis, sh_basis_grad};
+
+/// Floats per projected Gaussian: mean2d (2), conic (3), depth, opacity, rgb (3).
+pub const PROJ: usize = 10;
+/// Floats per projected-Gaussian gradient: same layout as [`PROJ`].
+pub const VPROJ: usize = 10;
+/// Floats per Gaussian of camera-pose gradient: rotation (9, row-major), translation (3).
+pub const VCAM: usize = 12;
+pub const TILE_SIZE: u32 = 16;
+pub const ALPHA_MIN: f32 = 1.0 / 255.0;
+
+#[cube]
+fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+    (
+        1.0 - 2.0 * (y * y + z * z),
+        2.0 * (x * y - w * z),
+        2.0 * (x * z + w * y),
+        2.0 * (x * y + w * z),
+        1.0 - 2.0 * (x * x + z * z),
+        2.0 * (y * z - w * x),
+        2.0 * (x * z - w * y),
+        2.0 * (y * z + w * x),
+        1.0 - 2.0 * (x * x + y * y),
+    )
+}
+
+#[cube(launch)]
+pub fn project_forward(
+    means: &[f32],
+    log_scales: &[f32],
+    quats: &[f32],
+    opacity_logits: &[f32],
+    sh: &[f32],
+    cam: &[f32],
+    proj: &mut [f32],
+    radii: &mut [u32],
+    rects: &mut [u32],
+    tiles_touched: &mut [u32],
+    depth_keys: &mut [u32],
+    n: u32,
+    width: u32,
+    height: u32,
+    num_coeffs: u32,
+    active_coeffs: u32,
+    #[comptime] antialiased: bool,
+) {
+    let g = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    if g >= n as usize {
+        terminate!();
+    }
+    // Defaults: culled.
+    radii[g * 2] = 0u32;
+    radii[g * 2 + 1] = 0u32;
+    rects[g * 2] = 0u32;
+    rects[g * 2 + 1] = 0u32;
+    tiles_touched[g] = 0u32;
+    depth_keys[g] = 0u32;
+    #[unroll]
+    for k in 0..10usize {
+        proj[g * 10 + k] = 0.0f32;
+    }
+
+    let mx = means[g * 3];
+    let my = means[g * 3 + 1];
+    let mz = means[g * 3 + 2];
+    let r00 = cam[0];
+    let r01 = cam[1];
+    let r02 = cam[2];
+    let r10 = cam[3];
+    let r11 = cam[4];
+    let r12 = cam[5];
+    let r20 = cam[6];
+    let r21 = cam[7];
+    let r22 = cam[8];
+    let px = r00 * mx + r01 * my + r02 * mz + cam[9];
+    let py = r10 * mx + r11 * my + r12 * mz + cam[10];
+    let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
+    let fx = cam[12];
+    let fy = cam[13];
+    let cx = cam[14];
+    let cy = cam[15];
+    if pz < cam[22] || pz > cam[23] {
+        terminate!();
+    }
+
+    // 3D covariance: M = R S, Sigma = M M^T.
+    let qw0 = quats[g * 4];
+    let qx0 = quats[g * 4 + 1];
+    let qy0 = quats[g * 4 + 2];
+    let qz0 = quats[g * 4 + 3];
+    let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
+    if !(qn > 0.0) {
+        terminate!();
+    }
+    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
+    let sx = log_scales[g * 3].exp();
+    let sy = log_scales[g * 3 + 1].exp();
+    let sz = log_scales[g * 3 + 2].exp();
+    let m00 = a00 * sx;
+    let m01 = a01 * sy;
+    let m02 = a02 * sz;
+    let m10 = a10 * sx;
+    let m11 = a11 * sy;
+    let m12 = a12 * sz;
+    let m20 = a20 * sx;
+    let m21 = a21 * sy;
+    let m22 = a22 * sz;
+    let s00 = m00 * m00 + m01 * m01 + m02 * m02;
+    let s01 = m00 * m10 + m01 * m11 + m02 * m12;
+    let s02 = m00 * m20 + m01 * m21 + m02 * m22;
+    let s11 = m10 * m10 + m11 * m11 + m12 * m12;
+    let s12 = m10 * m20 + m11 * m21 + m12 * m22;
+    let s22 = m20 * m20 + m21 * m21 + m22 * m22;
+    // Camera-space covariance C = W Sigma W^T; first B = W Sigma.
+    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
+    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
+    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
+    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
+    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
+    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
+    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
+    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
+    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
+    let c00 = b00 * r00 + b01 * r01 + b02 * r02;
+    let c01 = b00 * r10 + b01 * r11 + b02 * r12;
+    let c02 = b00 * r20 + b01 * r21 + b02 * r22;
+    let c11 = b10 * r10 + b11 * r11 + b12 * r12;
+    let c12 = b10 * r20 + b11 * r21 + b12 * r22;
+    let c22 = b20 * r20 + b21 * r21 + b22 * r22;
+
+    // Jacobian of the perspective projection, with the frustum clamp.
+    let tan_fovx = 0.5 * f32::cast_from(width) / fx;
+    let tan_fovy = 0.5 * f32::cast_from(height) / fy;
+    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3 * tan_fovx;
+    let lim_x_neg = cx / fx + 0.3 * tan_fovx;
+    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3 * tan_fovy;
+    let lim_y_neg = cy / fy + 0.3 * tan_fovy;
+    let rz = 1.0 / pz;
+    let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
+    let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
+    let j00 = fx * rz;
+    let j02 = -fx * tx * rz * rz;
+    let j11 = fy * rz;
+    let j12 = -fy * ty * rz * rz;
+    // cov2d = J C J^T with J = [[j00, 0, j02], [0, j11, j12]].
+    let u00 = j00 * c00 + j02 * c02;
+    let u01 = j00 * c01 + j02 * c12;
+    let u02 = j00 * c02 + j02 * c22;
+    let u10 = j11 * c01 + j12 * c02;
+    let u11 = j11 * c11 + j12 * c12;
+    let u12 = j11 * c12 + j12 * c22;
+    let v00 = u00 * j00 + u02 * j02;
+    let v01 = u01 * j11 + u02 * j12;
+    let v11 = u11 * j11 + u12 * j12;
+    let _ = u10;
+    let det_orig = v00 * v11 - v01 * v01;
+    let w00 = v00 + 0.3;
+    let w11 = v11 + 0.3;
+    let det = w00 * w11 - v01 * v01;
+    if !(det > 0.0) {
+        terminate!();
+    }
+    let mut opacity = 1.0 / (1.0 + (-opacity_logits[g]).exp());
+    if comptime![antialiased] {
+        opacity *= max(det_orig / det, 0.0).sqrt();
+    }
+    if opacity < 1.0 / 255.0 {
+        terminate!();
+    }
+    let inv_det = 1.0 / det;
+    let conic_a = w11 * inv_det;
+    let conic_b = -v01 * inv_det;
+    let conic_c = w00 * inv_det;
+    let mean_x = fx * px * rz + cx;
+    let mean_y = fy * py * rz + cy;
+    // Exact extent of the ellipse where alpha can reach 1/255.
+    let extent = min((2.0 * (255.0 * opacity).ln()).sqrt(), 3.33f32);
+    let rx = extent * w00.sqrt();
+    let ry = extent * w11.sqrt();
+    let tiles_x = (width + 15u32) / 16u32;
+    let tiles_y = (height + 15u32) / 16u32;
+    let tx0 = clamp((mean_x - rx) / 16.0, 0.0, f32::cast_from(tiles_x)).floor();
+    let tx1 = clamp((mean_x + rx) / 16.0 + 1.0, 0.0, f32::cast_from(tiles_x)).floor();
+    let ty0 = clamp((mean_y - ry) / 16.0, 0.0, f32::cast_from(tiles_y)).floor();
+    let ty1 = clamp((mean_y + ry) / 16.0 + 1.0, 0.0, f32::cast_from(tiles_y)).floor();
+    let count = (tx1 - tx0) * (ty1 - ty0);
+    if !(count > 0.0) {
+        terminate!();
+    }
+
+    // Colour from spherical harmonics, view direction from the camera centre.
+    let dx = mx - cam[16];
+    let dy = my - cam[17];
+    let dz = mz - cam[18];
+    let dn = (dx * dx + dy * dy + dz * dz).sqrt();
+    let inv_dn = select(dn > 0.0, 1.0 / dn, 0.0);
+    let ux = dx * inv_dn;
+    let uy = dy * inv_dn;
+    let uz = dz * inv_dn;
+    let mut cr = 0.5f32;
+    let mut cg = 0.5f32;
+    let mut cb = 0.5f32;
+    let base = g * (num_coeffs as usize) * 3;
+    for k in 0..active_coeffs {
+        let bk = sh_basis(k, ux, uy, uz);
+        let o = base + (k as usize) * 3;
+        cr += bk * sh[o];
+        cg += bk * sh[o + 1];
+        cb += bk * sh[o + 2];
+    }
+
+    proj[g * 10] = mean_x;
+    proj[g * 10 + 1] = mean_y;
+    proj[g * 10 + 2] = conic_a;
+    proj[g * 10 + 3] = conic_b;
+    proj[g * 10 + 4] = conic_c;
+    proj[g * 10 + 5] = pz;
+    proj[g * 10 + 6] = opacity;
+    proj[g * 10 + 7] = max(cr, 0.0);
+    proj[g * 10 + 8] = max(cg, 0.0);
+    proj[g * 10 + 9] = max(cb, 0.0);
+    radii[g * 2] = u32::cast_from(rx.ceil());
+    radii[g * 2 + 1] = u32::cast_from(ry.ceil());
+    rects[g * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
+    rects[g * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
+    tiles_touched[g] = u32::cast_from(count);
+    depth_keys[g] = pz.to_bits();
+}
+
+/// Backward of [`project_forward`]: from per-Gaussian gradients of the
+/// projected quantities (`v_proj`, layout [`VPROJ`]) to the parameters, and a
+/// per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
+/// [`VCAM`], summed on the host side of the caller).
+#[cube(launch)]
+pub fn project_backward(
+    means: &[f32],
+    log_scales: &[f32],
+    quats: &[f32],
+    opacity_logits: &[f32],
+    sh: &[f32],
+    cam: &[f32],
+    tiles_touched: &[u32],
+    v_proj: &[f32],
+    v_means: &mut [f32],
+    v_log_scales: &mut [f32],
+    v_quats: &mut [f32],
+    v_opacity_logits: &mut [f32],
+    v_sh: &mut [f32],
+    v_cam: &mut [f32],
+    n: u32,
+    width: u32,
+    height: u32,
+    num_coeffs: u32,
+    active_coeffs: u32,
+    #[comptime] antialiased: bool,
+) {
+    let g = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    if g >= n as usize {
+        terminate!();
+    }
+    let kc = num_coeffs as usize;
+    if tiles_touched[g] == 0u32 {
+        #[unroll]
+        for k in 0..3usize {
+            v_means[g * 3 + k] = 0.0;
+            v_log_scales[g * 3 + k] = 0.0;
+        }
+        #[unroll]
+        for k in 0..4usize {
+            v_quats[g * 4 + k] = 0.0;
+        }
+        v_opacity_logits[g] = 0.0;
+        for k in 0..kc * 3 {
+            v_sh[g * kc * 3 + k] = 0.0;
+        }
+        #[unroll]
+        for k in 0..12usize {
+            v_cam[g * 12 + k] = 0.0;
+        }
+        terminate!();
+    }
+    let v_mean_x = v_proj[g * 10];
+    let v_mean_y = v_proj[g * 10 + 1];
+    let v_ca = v_proj[g * 10 + 2];
+    let v_cb = v_proj[g * 10 + 3];
+    let v_cc = v_proj[g * 10 + 4];
+    let v_depth = v_proj[g * 10 + 5];
+    let v_opacity = v_proj[g * 10 + 6];
+    let v_r = v_proj[g * 10 + 7];
+    let v_g = v_proj[g * 10 + 8];
+    let v_b = v_proj[g * 10 + 9];
+
+    // ---- recompute forward ----
+    let mx = means[g * 3];
+    let my = means[g * 3 + 1];
+    let mz = means[g * 3 + 2];
+    let r00 = cam[0];
+    let r01 = cam[1];
+    let r02 = cam[2];
+    let r10 = cam[3];
+    let r11 = cam[4];
+    let r12 = cam[5];
+    let r20 = cam[6];
+    let r21 = cam[7];
+    let r22 = cam[8];
+    let px = r00 * mx + r01 * my + r02 * mz + cam[9];
+    let py = r10 * mx + r11 * my + r12 * mz + cam[10];
+    let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
+    let fx = cam[12];
+    let fy = cam[13];
+    let cx = cam[14];
+    let cy = cam[15];
+    let qw0 = quats[g * 4];
+    let qx0 = quats[g * 4 + 1];
+    let qy0 = quats[g * 4 + 2];
+    let qz0 = quats[g * 4 + 3];
+    let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
+    let qw = qw0 / qn;
+    let qx = qx0 / qn;
+    let qy = qy0 / qn;
+    let qz = qz0 / qn;
+    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw, qx, qy, qz);
+    let sx = log_scales[g * 3].exp();
+    let sy = log_scales[g * 3 + 1].exp();
+    let sz = log_scales[g * 3 + 2].exp();
+    let m00 = a00 * sx;
+    let m01 = a01 * sy;
+    let m02 = a02 * sz;
+    let m10 = a10 * sx;
+    let m11 = a11 * sy;
+    let m12 = a12 * sz;
+    let m20 = a20 * sx;
+    let m21 = a21 * sy;
+    let m22 = a22 * sz;
+    let s00 = m00 * m00 + m01 * m01 + m02 * m02;
+    let s01 = m00 * m10 + m01 * m11 + m02 * m12;
+    let s02 = m00 * m20 + m01 * m21 + m02 * m22;
+    let s11 = m10 * m10 + m11 * m11 + m12 * m12;
+    let s12 = m10 * m20 + m11 * m21 + m12 * m22;
+    let s22 = m20 * m20 + m21 * m21 + m22 * m22;
+    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
+    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
+    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
+    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
+    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
+    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
+    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
+    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
+    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
+    let c00 = b00 * r00 + b01 * r01 + b02 * r02;
+    let c01 = b00 * r10 + b01 * r11 + b02 * r12;
+    let c02 = b00 * r20 + b01 * r21 + b02 * r22;
+    let c11 = b10 * r10 + b11 * r11 + b12 * r12;
+    let c12 = b10 * r20 + b11 * r21 + b12 * r22;
+    let c22 = b20 * r20 + b21 * r21 + b22 * r22;
+    let tan_fovx = 0.5 * f32::cast_from(width) / fx;
+    let tan_fovy = 0.5 * f32::cast_from(height) / fy;
+    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3 * tan_fovx;
+    let lim_x_neg = cx / fx + 0.3 * tan_fovx;
+    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3 * tan_fovy;
+    let lim_y_neg = cy / fy + 0.3 * tan_fovy;
+    let rz = 1.0 / pz;
+    let ux_raw = px * rz;
+    let uy_raw = py * rz;
+    let x_clamped = ux_raw < -lim_x_neg || ux_raw > lim_x_pos;
+    let y_clamped = uy_raw < -lim_y_neg || uy_raw > lim_y_pos;
+    let ucx = clamp(ux_raw, -lim_x_neg, lim_x_pos);
+    let ucy = clamp(uy_raw, -lim_y_neg, lim_y_pos);
+    let j00 = fx * rz;
+    let j02 = -fx * ucx * rz;
+    let j11 = fy * rz;
+    let j12 = -fy * ucy * rz;
+    let u00 = j00 * c00 + j02 * c02;
+    let u01 = j00 * c01 + j02 * c12;
+    let u02 = j00 * c02 + j02 * c22;
+    let u11 = j11 * c11 + j12 * c12;
+    let u12 = j11 * c12 + j12 * c22;
+    let v00 = u00 * j00 + u02 * j02;
+    let v01 = u01 * j11 + u02 * j12;
+    let v11 = u11 * j11 + u12 * j12;
+    let w00 = v00 + 0.3;
+    let w11 = v11 + 0.3;
+    let det = w00 * w11 - v01 * v01;
+    let det_orig = v00 * v11 - v01 * v01;
+    let inv_det = 1.0 / det;
+    let qa = w11 * inv_det;
+    let qb = -v01 * inv_det;
+    let qc = w00 * inv_det;
+    let sig = 1.0 / (1.0 + (-opacity_logits[g]).exp());
+
+    // ---- opacity ----
+    let mut comp = 1.0f32;
+    if comptime![antialiased] {
+        comp = max(det_orig / det, 0.0).sqrt();
+    }
+    v_opacity_logits[g] = v_opacity * comp * sig * (1.0 - sig);
+    let v_comp = v_opacity * sig;
+
+    // ---- conic -> dilated 2D covariance: dL/dW = -Q G Q, G = [[va, vb/2],[vb/2, vc]] ----
+    let g00 = v_ca;
+    let g01 = 0.5 * v_cb;
+    let g11 = v_cc;
+    let t00 = g00 * qa + g01 * qb;
+    let t01 = g00 * qb + g01 * qc;
+    let t10 = g01 * qa + g11 * qb;
+    let t11 = g01 * qb + g11 * qc;
+    let mut vw00 = -(qa * t00 + qb * t10);
+    let mut vw01 = -(qa * t01 + qb * t11);
+    let mut vw11 = -(qb * t01 + qc * t11);
+    if comptime![antialiased] {
+        if det_orig > 0.0 && comp > 0.0 {
+            // comp = sqrt(det_o / det_b): dcomp/dA = comp/2 (A_o^-1 - A_b^-1) (symmetric form).
+            let io00 = v11 / det_orig;
+            let io01 = -v01 / det_orig;
+            let io11 = v00 / det_orig;
+            let h = 0.5 * comp * v_comp;
+            vw00 += h * (io00 - qa);
+            vw01 += h * (io01 - qb);
+            vw11 += h * (io11 - qc);
+        }
+    }
+    // V (symmetric, full-matrix convention): off-diagonal entries each carry vw01.
+    // dL/dC = J^T V J ; dL/dJ = 2 V J C.
+    // J^T V J with J rows (j00, 0, j02), (0, j11, j12):
+    let vj00 = vw00 * j00;
+    let vj02 = vw00 * j02 + vw01 * j12;
+    let vj10 = vw01 * j00;
+    let vj11 = vw11 * j11;
+    let vj12 = vw01 * j02 + vw11 * j12;
+    let vj01 = vw01 * j11;
+    // VJ (2x3) = [[vj00, vj01, vj02], [vj10, vj11, vj12]]
+    let vc00 = j00 * vj00;
+    let vc01 = j00 * vj01;
+    let vc02 = j00 * vj02;
+    let vc11 = j11 * vj11;
+    let vc12 = j11 * vj12;
+    let vc22 = j02 * vj02 + j12 * vj12;
+    // dL/dJ = 2 (VJ) C ; only entries (0,0), (0,2), (1,1), (1,2) of J are live.
+    let vJ00 = 2.0 * (vj00 * c00 + vj01 * c01 + vj02 * c02);
+    let vJ02 = 2.0 * (vj00 * c02 + vj01 * c12 + vj02 * c22);
+    let vJ11 = 2.0 * (vj10 * c01 + vj11 * c11 + vj12 * c12);
+    let vJ12 = 2.0 * (vj10 * c02 + vj11 * c12 + vj12 * c22);
+
+    // ---- camera-space mean ----
+    let mut vpx = fx * rz * v_mean_x;
+    let mut vpy = fy * rz * v_mean_y;
+    let mut vpz = -(fx * px * v_mean_x + fy * py * v_mean_y) * rz * rz + v_depth;
+    // J00 = fx/z, J11 = fy/z
+    vpz += -fx * rz * rz * vJ00 - fy * rz * rz * vJ11;
+    // J02 = -fx * u / z with u = clamp(x/z)
+    if x_clamped {
+        vpz += fx * ucx * rz * rz * vJ02;
+    } else {
+        vpx += -fx * rz * rz * vJ02;
+        vpz += 2.0 * fx * px * rz * rz * rz * vJ02;
+    }
+    if y_clamped {
+        vpz += fy * ucy * rz * rz * vJ12;
+    } else {
+        vpy += -fy * rz * rz * vJ12;
+        vpz += 2.0 * fy * py * rz * rz * rz * vJ12;
+    }
+
+    // ---- C = W Sigma W^T: dL/dSigma = W^T VC W, dL/dW += 2 VC W Sigma ----
+    // VC symmetric (full-matrix convention)
+    let e00 = vc00 * r00 + vc01 * r10 + vc02 * r20;
+    let e01 = vc00 * r01 + vc01 * r11 + vc02 * r21;
+    let e02 = vc00 * r02 + vc01 * r12 + vc02 * r22;
+    let e10 = vc01 * r00 + vc11 * r10 + vc12 * r20;
+    let e11 = vc01 * r01 + vc11 * r11 + vc12 * r21;
+    let e12 = vc01 * r02 + vc11 * r12 + vc12 * r22;
+    let e20 = vc02 * r00 + vc12 * r10 + vc22 * r20;
+    let e21 = vc02 * r01 + vc12 * r11 + vc22 * r21;
+    let e22 = vc02 * r02 + vc12 * r12 + vc22 * r22;
+    // E = VC W ; dSigma = W^T E
+    let vs00 = r00 * e00 + r10 * e10 + r20 * e20;
+    let vs01 = r00 * e01 + r10 * e11 + r20 * e21;
+    let vs02 = r00 * e02 + r10 * e12 + r20 * e22;
+    let vs11 = r01 * e01 + r11 * e11 + r21 * e21;
+    let vs12 = r01 * e02 + r11 * e12 + r21 * e22;
+    let vs22 = r02 * e02 + r12 * e12 + r22 * e22;
+    // dL/dW = 2 E Sigma
+    let mut vr00 = 2.0 * (e00 * s00 + e01 * s01 + e02 * s02);
+    let mut vr01 = 2.0 * (e00 * s01 + e01 * s11 + e02 * s12);
+    let mut vr02 = 2.0 * (e00 * s02 + e01 * s12 + e02 * s22);
+    let mut vr10 = 2.0 * (e10 * s00 + e11 * s01 + e12 * s02);
+    let mut vr11 = 2.0 * (e10 * s01 + e11 * s11 + e12 * s12);
+    let mut vr12 = 2.0 * (e10 * s02 + e11 * s12 + e12 * s22);
+    let mut vr20 = 2.0 * (e20 * s00 + e21 * s01 + e22 * s02);
+    let mut vr21 = 2.0 * (e20 * s01 + e21 * s11 + e22 * s12);
+    let mut vr22 = 2.0 * (e20 * s02 + e21 * s12 + e22 * s22);
+    // mean_c = W m + t
+    vr00 += vpx * mx;
+    vr01 += vpx * my;
+    vr02 += vpx * mz;
+    vr10 += vpy * mx;
+    vr11 += vpy * my;
+    vr12 += vpy * mz;
+    vr20 += vpz * mx;
+    vr21 += vpz * my;
+    vr22 += vpz * mz;
+    let mut vtx = vpx;
+    let mut vty = vpy;
+    let mut vtz = vpz;
+    let mut vmx = r00 * vpx + r10 * vpy + r20 * vpz;
+    let mut vmy = r01 * vpx + r11 * vpy + r21 * vpz;
+    let mut vmz = r02 * vpx + r12 * vpy + r22 * vpz;
+
+    // ---- Sigma = M M^T: dL/dM = 2 VS M ----
+    let vm00 = 2.0 * (vs00 * m00 + vs01 * m10 + vs02 * m20);
+    let vm01 = 2.0 * (vs00 * m01 + vs01 * m11 + vs02 * m21);
+    let vm02 = 2.0 * (vs00 * m02 + vs01 * m12 + vs02 * m22);
+    let vm10 = 2.0 * (vs01 * m00 + vs11 * m10 + vs12 * m20);
+    let vm11 = 2.0 * (vs01 * m01 + vs11 * m11 + vs12 * m21);
+    let vm12 = 2.0 * (vs01 * m02 + vs11 * m12 + vs12 * m22);
+    let vm20 = 2.0 * (vs02 * m00 + vs12 * m10 + vs22 * m20);
+    let vm21 = 2.0 * (vs02 * m01 + vs12 * m11 + vs22 * m21);
+    let vm22 = 2.0 * (vs02 * m02 + vs12 * m12 + vs22 * m22);
+    // M = A S: dA = dM S ; ds_j = sum_i dM_ij A_ij
+    v_log_scales[g * 3] = (vm00 * a00 + vm10 * a10 + vm20 * a20) * sx;
+    v_log_scales[g * 3 + 1] = (vm01 * a01 + vm11 * a11 + vm21 * a21) * sy;
+    v_log_scales[g * 3 + 2] = (vm02 * a02 + vm12 * a12 + vm22 * a22) * sz;
+    let va00 = vm00 * sx;
+    let va01 = vm01 * sy;
+    let va02 = vm02 * sz;
+    let va10 = vm10 * sx;
+    let va11 = vm11 * sy;
+    let va12 = vm12 * sz;
+    let va20 = vm20 * sx;
+    let va21 = vm21 * sy;
+    let va22 = vm22 * sz;
+    // rotation from the unit quaternion
+    let gw = 2.0 * (qx * (va21 - va12) + qy * (va02 - va20) + qz * (va10 - va01));
+    let gx = 2.0 * (-2.0 * qx * (va11 + va22) + qy * (va10 + va01) + qz * (va20 + va02) + qw * (va21 - va12));
+    let gy = 2.0 * (qx * (va10 + va01) - 2.0 * qy * (va00 + va22) + qz * (va21 + va12) + qw * (va02 - va20));
+    let gz = 2.0 * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0 * qz * (va00 + va11) + qw * (va10 - va01));
+    let dotq = gw * qw + gx * qx + gy * qy + gz * qz;
+    v_quats[g * 4] = (gw - qw * dotq) / qn;
+    v_quats[g * 4 + 1] = (gx - qx * dotq) / qn;
+    v_quats[g * 4 + 2] = (gy - qy * dotq) / qn;
+    v_quats[g * 4 + 3] = (gz - qz * dotq) / qn;
+
+    // ---- colour: rgb = max(sum_k b_k(dir) sh_k + 0.5, 0) ----
+    let dx = mx - cam[16];
+    let dy = my - cam[17];
+    let dz = mz - cam[18];
+    let dn = (dx * dx + dy * dy + dz * dz).sqrt();
+    let inv_dn = select(dn > 0.0, 1.0 / dn, 0.0);
+    let ux = dx * inv_dn;
+    let uy = dy * inv_dn;
+    let uz = dz * inv_dn;
+    let base = g * kc * 3;
+    let mut cr = 0.5f32;
+    let mut cg = 0.5f32;
+    let mut cb = 0.5f32;
+    for k in 0..active_coeffs {
+        let bk = sh_basis(k, ux, uy, uz);
+        let o = base + (k as usize) * 3;
+        cr += bk * sh[o];
+        cg += bk * sh[o + 1];
+        cb += bk * sh[o + 2];
+    }
+    let vsr = select(cr > 0.0, v_r, 0.0);
+    let vsg = select(cg > 0.0, v_g, 0.0);
+    let vsb = select(cb > 0.0, v_b, 0.0);
+    let mut vux = 0.0f32;
+    let mut vuy = 0.0f32;
+    let mut vuz = 0.0f32;
+    for k in 0..num_coeffs {
+        let o = base + (k as usize) * 3;
+        if k < active_coeffs {
+            let bk = sh_basis(k, ux, uy, uz);
+            v_sh[o] = bk * vsr;
+            v_sh[o + 1] = bk * vsg;
+            v_sh[o + 2] = bk * vsb;
+            let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
+            let w = vsr * sh[o] + vsg * sh[o + 1] + vsb * sh[o + 2];
+            vux += bx * w;
+            vuy += by * w;
+            vuz += bz * w;
+        } else {
+            v_sh[o] = 0.0;
+            v_sh[o + 1] = 0.0;
+            v_sh[o + 2] = 0.0;
+        }
+    }
+    // normalisation: u = d / |d|
+    let dotu = vux * ux + vuy * uy + vuz * uz;
+    let vdx = (vux - ux * dotu) * inv_dn;
+    let vdy = (vuy - uy * dotu) * inv_dn;
+    let vdz = (vuz - uz * dotu) * inv_dn;
+    vmx += vdx;
+    vmy += vdy;
+    vmz += vdz;
+    // camera centre c = -W^T t: dL/dc = -v_d; dc_i/dW_ji = -t_j, dc_i/dt_j = -W_ji
+    let vcx = -vdx;
+    let vcy = -vdy;
+    let vcz = -vdz;
+    let t0 = cam[9];
+    let t1 = cam[10];
+    let t2 = cam[11];
+    vr00 += -vcx * t0;
+    vr10 += -vcx * t1;
+    vr20 += -vcx * t2;
+    vr01 += -vcy * t0;
+    vr11 += -vcy * t1;
+    vr21 += -vcy * t2;
+    vr02 += -vcz * t0;
+    vr12 += -vcz * t1;
+    vr22 += -vcz * t2;
+    vtx += -(r00 * vcx + r01 * vcy + r02 * vcz);
+    vty += -(r10 * vcx + r11 * vcy + r12 * vcz);
+    vtz += -(r20 * vcx + r21 * vcy + r22 * vcz);
+
+    v_means[g * 3] = vmx;
+    v_means[g * 3 + 1] = vmy;
+    v_means[g * 3 + 2] = vmz;
+    v_cam[g * 12] = vr00;
+    v_cam[g * 12 + 1] = vr01;
+    v_cam[g * 12 + 2] = vr02;
+    v_cam[g * 12 + 3] = vr10;
+    v_cam[g * 12 + 4] = vr11;
+    v_cam[g * 12 + 5] = vr12;
+    v_cam[g * 12 + 6] = vr20;
+    v_cam[g * 12 + 7] = vr21;
+    v_cam[g * 12 + 8] = vr22;
+    v_cam[g * 12 + 9] = vtx;
+    v_cam[g * 12 + 10] = vty;
+    v_cam[g * 12 + 11] = vtz;
+}

@@ -1,0 +1,292 @@
+//! Tile rasterizer: front-to-back alpha blending per 16x16 tile, and its
+//! backward pass. One cube per tile, one unit per pixel.
+//!
+//! The backward pass walks each tile's Gaussians back to front in batches of
+//! `B`. Phase A (unit = pixel) computes dL/dalpha and the blend weight of every
+//! (Gaussian, pixel) pair of the batch into shared memory; phase B (units =
+//! Gaussian x pixel group) turns them into per-Gaussian gradients and reduces
+//! them in shared memory. Each tile writes one gradient row per intersection,
+//! so no float atomics are needed (WGSL has none) and results are
+//! deterministic run to run.
+
+use cubecl::prelude::*;
+
+pub const ALPHA_MAX: f32 = 0.99;
+pub const T_MIN: f32 = 1e-4;
+
+#[cube(launch)]
+pub fn rasterize_forward(
+    ranges: &[u32],
+    sorted_gids: &[u32],
+    proj: &[f32],
+    cam: &[f32],
+    out_rgb: &mut [f32],
+    out_alpha: &mut [f32],
+    out_depth: &mut [f32],
+    out_last: &mut [u32],
+    width: u32,
+    height: u32,
+    tiles_x: u32,
+) {
+    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let t = UNIT_POS as usize;
+    let x = CUBE_POS_X * 16 + UNIT_POS % 16;
+    let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
+    let inside = x < width && y < height;
+    let pxf = f32::cast_from(x) + 0.5;
+    let pyf = f32::cast_from(y) + 0.5;
+    let start = ranges[tile * 2] as usize;
+    let end = ranges[tile * 2 + 1] as usize;
+    let mut sm = Shared::<[f32]>::new_slice(2560usize);
+    let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
+    if t == 0 {
+        done_count[0].store(0u32);
+    }
+    sync_cube();
+    let mut done = !inside;
+    if done {
+        done_count[0].fetch_add(1u32);
+    }
+    let mut tr = 1.0f32;
+    let mut cr = 0.0f32;
+    let mut cg = 0.0f32;
+    let mut cb = 0.0f32;
+    let mut cd = 0.0f32;
+    let mut last = 0u32;
+    let total = end - start;
+    let num_batches = total.div_ceil(256usize);
+    for b in 0..num_batches {
+        sync_cube();
+        let finished = workgroup_uniform_load_atomic(&done_count[0]);
+        if finished >= 256u32 {
+            break;
+        }
+        let idx = start + b * 256 + t;
+        if idx < end {
+            let gid = sorted_gids[idx] as usize;
+            #[unroll]
+            for k in 0..10usize {
+                sm[k * 256 + t] = proj[gid * 10 + k];
+            }
+        }
+        sync_cube();
+        let batch_len = min(256usize, total - b * 256);
+        if !done {
+            for j in 0..batch_len {
+                let dx = sm[j] - pxf;
+                let dy = sm[256 + j] - pyf;
+                let sigma = 0.5 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy) + sm[768 + j] * dx * dy;
+                let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
+                if sigma >= 0.0 && alpha >= 1.0 / 255.0 {
+                    let next_t = tr * (1.0 - alpha);
+                    if next_t <= 1e-4 {
+                        done = true;
+                        break;
+                    }
+                    let vis = alpha * tr;
+                    cr += sm[1792 + j] * vis;
+                    cg += sm[2048 + j] * vis;
+                    cb += sm[2304 + j] * vis;
+                    cd += sm[1280 + j] * vis;
+                    tr = next_t;
+                    last = (b * 256 + j + 1) as u32;
+                }
+            }
+            if done {
+                done_count[0].fetch_add(1u32);
+            }
+        }
+    }
+    if inside {
+        let p = (y * width + x) as usize;
+        out_rgb[p * 3] = cr + tr * cam[19];
+        out_rgb[p * 3 + 1] = cg + tr * cam[20];
+        out_rgb[p * 3 + 2] = cb + tr * cam[21];
+        out_alpha[p] = 1.0 - tr;
+        out_depth[p] = cd;
+        out_last[p] = last;
+    }
+}
+
+/// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
+#[cube(launch)]
+pub fn rasterize_backward(
+    ranges: &[u32],
+    sorted_gids: &[u32],
+    isect_orig: &[u32],
+    proj: &[f32],
+    cam: &[f32],
+    out_alpha: &[f32],
+    out_last: &[u32],
+    v_rgb: &[f32],
+    v_alpha: &[f32],
+    v_depth: &[f32],
+    isect_grads: &mut [f32],
+    width: u32,
+    height: u32,
+    tiles_x: u32,
+    #[comptime] batch: usize,
+) {
+    let group = comptime![256 / batch];
+    let pair_len = comptime![if 2 * batch * 256 > 2560 { 2 * batch * 256 } else { 2560 }];
+    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let t = UNIT_POS as usize;
+    let x = CUBE_POS_X * 16 + UNIT_POS % 16;
+    let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
+    let inside = x < width && y < height;
+    let pxf = f32::cast_from(x) + 0.5;
+    let pyf = f32::cast_from(y) + 0.5;
+    let start = ranges[tile * 2] as usize;
+    let end = ranges[tile * 2 + 1] as usize;
+    let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut pair = Shared::<[f32]>::new_slice(pair_len);
+    let mut pix = Shared::<[f32]>::new_slice(1024usize);
+
+    let bgr = cam[19];
+    let bgg = cam[20];
+    let bgb = cam[21];
+    let mut t_final = 1.0f32;
+    let mut last = 0usize;
+    let mut vcr = 0.0f32;
+    let mut vcg = 0.0f32;
+    let mut vcb = 0.0f32;
+    let mut vd = 0.0f32;
+    let mut va_out = 0.0f32;
+    if inside {
+        let p = (y * width + x) as usize;
+        t_final = 1.0 - out_alpha[p];
+        last = out_last[p] as usize;
+        vcr = v_rgb[p * 3];
+        vcg = v_rgb[p * 3 + 1];
+        vcb = v_rgb[p * 3 + 2];
+        vd = v_depth[p];
+        va_out = v_alpha[p];
+    }
+    pix[t] = vcr;
+    pix[256 + t] = vcg;
+    pix[512 + t] = vcb;
+    pix[768 + t] = vd;
+    let final_term = va_out - (bgr * vcr + bgg * vcg + bgb * vcb);
+    let mut tr = t_final;
+    let mut sr = 0.0f32;
+    let mut sg = 0.0f32;
+    let mut sb = 0.0f32;
+    let mut sd = 0.0f32;
+
+    let total = end - start;
+    let num_batches = total.div_ceil(batch);
+    let jb = t / group;
+    let lane = t % group;
+    let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5;
+    let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5;
+    for bi in 0..num_batches {
+        let batch_end = end - bi * batch;
+        let batch_start = max(start, batch_end - min(batch_end, batch));
+        let len = batch_end - batch_start;
+        sync_cube();
+        if t < len {
+            let gid = sorted_gids[batch_start + t] as usize;
+            #[unroll]
+            for k in 0..10usize {
+                sm[t * 10 + k] = proj[gid * 10 + k];
+            }
+        }
+        sync_cube();
+        // Phase A: unit = pixel, back to front.
+        for jj in 0..len {
+            let j = len - 1 - jj;
+            let pos = batch_start + j;
+            let mut va = 0.0f32;
+            let mut vw = 0.0f32;
+            if inside && pos < start + last {
+                let dx = sm[j * 10] - pxf;
+                let dy = sm[j * 10 + 1] - pyf;
+                let sigma = 0.5 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
+                let alpha = min(0.99f32, sm[j * 10 + 6] * (-sigma).exp());
+                if sigma >= 0.0 && alpha >= 1.0 / 255.0 {
+                    let ra = 1.0 / (1.0 - alpha);
+                    tr = tr * ra;
+                    let vis = alpha * tr;
+                    let z = sm[j * 10 + 5];
+                    let r = sm[j * 10 + 7];
+                    let g = sm[j * 10 + 8];
+                    let b = sm[j * 10 + 9];
+                    va = (r * vcr + g * vcg + b * vcb) * tr - (sr * vcr + sg * vcg + sb * vcb) * ra
+                        + (z * tr - sd * ra) * vd
+                        + t_final * ra * final_term;
+                    vw = vis;
+                    sr += r * vis;
+                    sg += g * vis;
+                    sb += b * vis;
+                    sd += z * vis;
+                }
+            }
+            pair[j * 256 + t] = va;
+            pair[comptime![batch * 256] + j * 256 + t] = vw;
+        }
+        sync_cube();
+        // Phase B: unit = (Gaussian jb, pixel group lane).
+        let mut acc = Array::<f32>::new(10usize);
+        #[unroll]
+        for k in 0..10usize {
+            acc[k] = 0.0;
+        }
+        if jb < len {
+            let mx = sm[jb * 10];
+            let my = sm[jb * 10 + 1];
+            let ca = sm[jb * 10 + 2];
+            let cb2 = sm[jb * 10 + 3];
+            let cc = sm[jb * 10 + 4];
+            let op = sm[jb * 10 + 6];
+            #[unroll]
+            for q in 0..batch {
+                let pp = lane * batch + q;
+                let va = pair[jb * 256 + pp];
+                let vw = pair[comptime![batch * 256] + jb * 256 + pp];
+                if vw != 0.0 || va != 0.0 {
+                    let dx = mx - (tile_x0 + f32::cast_from(pp % 16));
+                    let dy = my - (tile_y0 + f32::cast_from(pp / 16));
+                    let sigma = 0.5 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
+                    let gk = (-sigma).exp();
+                    let raw = op * gk;
+                    acc[5] += vw * pix[768 + pp];
+                    acc[7] += vw * pix[pp];
+                    acc[8] += vw * pix[256 + pp];
+                    acc[9] += vw * pix[512 + pp];
+                    if raw < 0.99 {
+                        acc[6] += gk * va;
+                        let vs = -raw * va;
+                        acc[2] += 0.5 * dx * dx * vs;
+                        acc[3] += dx * dy * vs;
+                        acc[4] += 0.5 * dy * dy * vs;
+                        acc[0] += vs * (ca * dx + cb2 * dy);
+                        acc[1] += vs * (cb2 * dx + cc * dy);
+                    }
+                }
+            }
+        }
+        sync_cube();
+        #[unroll]
+        for k in 0..10usize {
+            pair[t * 10 + k] = acc[k];
+        }
+        sync_cube();
+        let mut stride = group / 2;
+        while stride > 0 {
+            if lane < stride {
+                #[unroll]
+                for k in 0..10usize {
+                    pair[t * 10 + k] += pair[(t + stride) * 10 + k];
+                }
+            }
+            sync_cube();
+            stride /= 2;
+        }
+        if t < len * 10 {
+            let jw = t / 10;
+            let k = t % 10;
+            let row = isect_orig[batch_start + jw] as usize;
+            isect_grads[row * 10 + k] = pair[jw * group * 10 + k];
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Tile binning: one intersection per (Gaussian, touched tile), then the
+//! per-tile ranges of the tile-sorted intersection list.
+
+use cubecl::prelude::*;
+
+/// For every depth-sorted visible Gaussian `i`, write its intersections at
+/// `offsets[i]..`: the tile id (row-major over 16x16 tiles) and the Gaussian id.
+#[cube(launch)]
+pub fn emit_intersections(
+    sorted_ids: &[u32],
+    offsets: &[u32],
+    rects: &[u32],
+    isect_tiles: &mut [u32],
+    isect_gids: &mut [u32],
+    num_visible: u32,
+    tiles_x: u32,
+) {
+    let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    if i >= num_visible as usize {
+        terminate!();
+    }
+    let g = sorted_ids[i];
+    let gu = g as usize;
+    let rx = rects[gu * 2];
+    let ry = rects[gu * 2 + 1];
+    let x0 = rx & 65535u32;
+    let x1 = rx >> 16u32;
+    let y0 = ry & 65535u32;
+    let y1 = ry >> 16u32;
+    let mut at = offsets[i] as usize;
+    for ty in y0..y1 {
+        for tx in x0..x1 {
+            isect_tiles[at] = ty * tiles_x + tx;
+            isect_gids[at] = g;
+            at += 1;
+        }
+    }
+}
+
+/// `ranges[2t], ranges[2t+1]` = first and one-past-last position of tile `t`
+/// in the sorted list. `ranges` must be zero-initialised (empty tiles stay 0..0).
+#[cube(launch)]
+pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32) {
+    let s = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let n = n as usize;
+    if s >= n {
+        terminate!();
+    }
+    let tile = sorted_tiles[s] as usize;
+    if s == 0 {
+        ranges[tile * 2] = 0u32;
+    } else {
+        let prev = sorted_tiles[s - 1] as usize;
+        if prev != tile {
+            ranges[prev * 2 + 1] = s as u32;
+            ranges[tile * 2] = s as u32;
+        }
+    }
+    if s == n - 1 {
+        ranges[tile * 2 + 1] = n as u32;
+    }
+}
+
+/// Per-Gaussian sum of its intersections' gradient rows (10 floats each).
+/// Rows of depth-sorted visible Gaussian `i` are `offsets[i]..offsets[i]+count`.
+#[cube(launch)]
+pub fn sum_isect_grads(
+    sorted_ids: &[u32],
+    offsets: &[u32],
+    tiles_touched: &[u32],
+    isect_grads: &[f32],
+    v_proj: &mut [f32],
+    num_visible: u32,
+) {
+    let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    if i >= num_visible as usize {
+        terminate!();
+    }
+    let g = sorted_ids[i] as usize;
+    let start = offsets[i] as usize;
+    let count = tiles_touched[g] as usize;
+    let mut acc = Array::<f32>::new(10usize);
+    #[unroll]
+    for k in 0..10usize {
+        acc[k] = 0.0;
+    }
+    for r in start..start + count {
+        #[unroll]
+        for k in 0..10usize {
+            acc[k] += isect_grads[r * 10 + k];
+        }
+    }
+    #[unroll]
+    for k in 0..10usize {
+        v_proj[g * 10 + k] = acc[k];
+    }
+}

@@ -1,0 +1,20 @@
+//! Differentiable Gaussian-splatting rasterizer (project, sort, bin,
+//! rasterize, backward) on portable CubeCL kernels.
+
+pub mod camera;
+pub mod kernels;
+pub mod render;
+
+pub use camera::Camera;
+pub use render::{GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward};
+
+/// Errors of the splat crate.
+#[derive(Debug, thiserror::Error)]
+pub enum SplatError {
+    #[error("invalid camera: {0}")]
+    InvalidCamera(String),
+    #[error("invalid splats: {0}")]
+    InvalidSplats(String),
+    #[error(transparent)]
+    Gpu(#[from] rust3r_gpu::GpuError),
+}

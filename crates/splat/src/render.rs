@@ -1,0 +1,405 @@
+//! Host side of the rasterizer: project, cull, depth-sort, bin into tiles,
+//! tile-sort, blend; and the backward pass through the same stages.
+
+use cubecl::prelude::*;
+use rust3r_gpu::{
+    Gpu, GpuBuffer, compact::compact_indices, gather::gather, gather::iota, reduce::ReduceOp,
+    reduce::reduce_columns, scan::exclusive_scan, sort::bits_for, sort::sort_pairs,
+};
+
+use crate::kernels::{project, rasterize, tiles};
+use crate::{Camera, SplatError};
+
+/// Gaussians resident on the device, pre-activation (the 3DGS PLY convention).
+#[derive(Clone, Debug)]
+pub struct GpuSplats {
+    pub means: GpuBuffer<f32>,
+    pub log_scales: GpuBuffer<f32>,
+    /// Quaternions (w, x, y, z), not necessarily normalised.
+    pub quats: GpuBuffer<f32>,
+    pub opacity_logits: GpuBuffer<f32>,
+    /// `[n][coeff][rgb]`, `(sh_degree + 1)^2` coefficients per Gaussian.
+    pub sh: GpuBuffer<f32>,
+    pub sh_degree: u32,
+}
+
+impl GpuSplats {
+    pub fn len(&self) -> usize {
+        self.opacity_logits.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn num_coeffs(&self) -> usize {
+        ((self.sh_degree + 1) * (self.sh_degree + 1)) as usize
+    }
+
+    /// Upload host arrays (flattened, same layouts as the fields).
+    pub fn from_slices(
+        gpu: &Gpu,
+        means: &[f32],
+        log_scales: &[f32],
+        quats: &[f32],
+        opacity_logits: &[f32],
+        sh: &[f32],
+        sh_degree: u32,
+    ) -> Result<Self, SplatError> {
+        let n = opacity_logits.len();
+        let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
+        if sh_degree > 3 {
+            return Err(SplatError::InvalidSplats(format!("SH degree {sh_degree} > 3")));
+        }
+        if means.len() != n * 3 || log_scales.len() != n * 3 || quats.len() != n * 4 || sh.len() != n * k * 3 {
+            return Err(SplatError::InvalidSplats(format!(
+                "inconsistent lengths: {n} opacities, {} means, {} scales, {} quats, {} SH values (degree {sh_degree})",
+                means.len(),
+                log_scales.len(),
+                quats.len(),
+                sh.len()
+            )));
+        }
+        Ok(Self {
+            means: gpu.upload(means),
+            log_scales: gpu.upload(log_scales),
+            quats: gpu.upload(quats),
+            opacity_logits: gpu.upload(opacity_logits),
+            sh: gpu.upload(sh),
+            sh_degree,
+        })
+    }
+}
+
+/// Rendering options.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    pub background: [f32; 3],
+    /// Mip-Splatting style antialiasing: opacity compensated for the 0.3 px dilation.
+    pub antialiased: bool,
+    /// SH degree to evaluate (`None`: all the splats have).
+    pub sh_degree: Option<u32>,
+    pub near: f32,
+    pub far: f32,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self { background: [0.0; 3], antialiased: false, sh_degree: None, near: 0.01, far: 1e10 }
+    }
+}
+
+/// Images produced by [`render`], row-major, `height x width`.
+#[derive(Clone, Debug)]
+pub struct RenderOutput {
+    pub width: u32,
+    pub height: u32,
+    /// RGB with the background composited, `[h][w][3]`.
+    pub rgb: GpuBuffer<f32>,
+    /// Accumulated opacity `1 - T`.
+    pub alpha: GpuBuffer<f32>,
+    /// Alpha-weighted depth `sum(w_i z_i)`; expected depth is `depth / alpha`.
+    pub depth: GpuBuffer<f32>,
+    /// Per-Gaussian screen-space radii `(rx, ry)` in pixels, 0 when culled.
+    pub radii: GpuBuffer<u32>,
+    /// Gaussians that touched at least one tile, and tile intersections.
+    pub num_visible: usize,
+    pub num_intersections: usize,
+}
+
+/// What the backward pass needs from the forward pass.
+#[derive(Clone, Debug)]
+pub struct RenderState {
+    cam: GpuBuffer<f32>,
+    camera: Camera,
+    antialiased: bool,
+    active_coeffs: u32,
+    proj: GpuBuffer<f32>,
+    tiles_touched: GpuBuffer<u32>,
+    sorted_ids: GpuBuffer<u32>,
+    offsets: GpuBuffer<u32>,
+    ranges: GpuBuffer<u32>,
+    sorted_gids: GpuBuffer<u32>,
+    isect_orig: GpuBuffer<u32>,
+    last: GpuBuffer<u32>,
+}
+
+/// Gradients of a scalar loss with respect to the splats and the camera.
+#[derive(Clone, Debug)]
+pub struct SplatGrads {
+    pub means: GpuBuffer<f32>,
+    pub log_scales: GpuBuffer<f32>,
+    pub quats: GpuBuffer<f32>,
+    pub opacity_logits: GpuBuffer<f32>,
+    pub sh: GpuBuffer<f32>,
+    /// Per-Gaussian gradient of the projected quantities, 10 floats each:
+    /// mean2d (2), conic (3), depth, opacity, rgb (3). `mean2d` drives densification.
+    pub projected: GpuBuffer<f32>,
+    /// d loss / d world_to_camera, top three rows (row-major 3x4).
+    pub world_to_camera: [[f32; 4]; 3],
+}
+
+fn blocks(n: usize) -> usize {
+    n.div_ceil(256)
+}
+
+/// Render `splats` from `camera`.
+pub fn render(
+    gpu: &Gpu,
+    splats: &GpuSplats,
+    camera: &Camera,
+    opts: &RenderOptions,
+) -> Result<(RenderOutput, RenderState), SplatError> {
+    camera.validate()?;
+    let n = splats.len();
+    let (w, h) = (camera.width, camera.height);
+    let (tiles_x, tiles_y) = camera.tiles();
+    let num_tiles = (tiles_x * tiles_y) as usize;
+    let num_coeffs = splats.num_coeffs() as u32;
+    let active_degree = opts.sh_degree.unwrap_or(splats.sh_degree).min(splats.sh_degree);
+    let active_coeffs = (active_degree + 1) * (active_degree + 1);
+    let cam = gpu.upload(&camera.gpu_block(opts.background, opts.near, opts.far));
+    let client = gpu.client();
+
+    let proj = gpu.alloc::<f32>(n * project::PROJ);
+    let radii = gpu.alloc::<u32>(n * 2);
+    let rects = gpu.alloc::<u32>(n * 2);
+    let tiles_touched = gpu.alloc::<u32>(n);
+    let depth_keys = gpu.alloc::<u32>(n);
+    if n > 0 {
+        project::project_forward::launch(
+            client,
+            gpu.grid(blocks(n)),
+            CubeDim::new_1d(256),
+            splats.means.arg(),
+            splats.log_scales.arg(),
+            splats.quats.arg(),
+            splats.opacity_logits.arg(),
+            splats.sh.arg(),
+            cam.arg(),
+            proj.arg(),
+            radii.arg(),
+            rects.arg(),
+            tiles_touched.arg(),
+            depth_keys.arg(),
+            n as u32,
+            w,
+            h,
+            num_coeffs,
+            active_coeffs,
+            opts.antialiased,
+        );
+    }
+
+    // Visible Gaussians, sorted front to back.
+    let visible = compact_indices(gpu, &tiles_touched)?;
+    let num_visible = visible.len();
+    let keys = gather(gpu, &depth_keys, &visible);
+    let (_, sorted_ids) = sort_pairs(gpu, &keys, &visible, 32);
+    let counts = gather(gpu, &tiles_touched, &sorted_ids);
+    let offsets = exclusive_scan(gpu, &counts);
+    let num_isects = if num_visible == 0 {
+        0
+    } else {
+        gpu.read_at(&offsets, num_visible - 1)? as usize + gpu.read_at(&counts, num_visible - 1)? as usize
+    };
+    let isect_tiles = gpu.alloc::<u32>(num_isects);
+    let isect_gids = gpu.alloc::<u32>(num_isects);
+    if num_isects > 0 {
+        tiles::emit_intersections::launch(
+            client,
+            gpu.grid(blocks(num_visible)),
+            CubeDim::new_1d(256),
+            sorted_ids.arg(),
+            offsets.arg(),
+            rects.arg(),
+            isect_tiles.arg(),
+            isect_gids.arg(),
+            num_visible as u32,
+            tiles_x,
+        );
+    }
+    // Stable sort by tile keeps the depth order inside each tile.
+    let order = iota(gpu, num_isects);
+    let (sorted_tiles, isect_orig) = sort_pairs(gpu, &isect_tiles, &order, bits_for(num_tiles as u32 - 1));
+    let sorted_gids = gather(gpu, &isect_gids, &isect_orig);
+    let ranges = gpu.zeros::<u32>(num_tiles * 2);
+    if num_isects > 0 {
+        tiles::tile_ranges::launch(
+            client,
+            gpu.grid(blocks(num_isects)),
+            CubeDim::new_1d(256),
+            sorted_tiles.arg(),
+            ranges.arg(),
+            num_isects as u32,
+        );
+    }
+
+    let npix = (w as usize) * (h as usize);
+    let rgb = gpu.alloc::<f32>(npix * 3);
+    let alpha = gpu.alloc::<f32>(npix);
+    let depth = gpu.alloc::<f32>(npix);
+    let last = gpu.alloc::<u32>(npix);
+    rasterize::rasterize_forward::launch(
+        client,
+        CubeCount::Static(tiles_x, tiles_y, 1),
+        CubeDim::new_1d(256),
+        ranges.arg(),
+        sorted_gids.arg(),
+        proj.arg(),
+        cam.arg(),
+        rgb.arg(),
+        alpha.arg(),
+        depth.arg(),
+        last.arg(),
+        w,
+        h,
+        tiles_x,
+    );
+
+    let out = RenderOutput {
+        width: w,
+        height: h,
+        rgb,
+        alpha,
+        depth,
+        radii,
+        num_visible,
+        num_intersections: num_isects,
+    };
+    let state = RenderState {
+        cam,
+        camera: camera.clone(),
+        antialiased: opts.antialiased,
+        active_coeffs,
+        proj,
+        tiles_touched,
+        sorted_ids,
+        offsets,
+        ranges,
+        sorted_gids,
+        isect_orig,
+        last,
+    };
+    Ok((out, state))
+}
+
+/// Gaussians per backward batch that fit the device's shared memory.
+fn backward_batch(gpu: &Gpu) -> usize {
+    let bytes = gpu.max_shared_memory();
+    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads)
+    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024);
+    [16usize, 8, 4].into_iter().find(|&b| need(b) <= bytes).unwrap_or(4)
+}
+
+/// Backward pass: gradients of `L` given `dL/d rgb`, `dL/d alpha` and
+/// `dL/d depth` (the accumulated depth of [`RenderOutput::depth`]).
+pub fn render_backward(
+    gpu: &Gpu,
+    splats: &GpuSplats,
+    out: &RenderOutput,
+    state: &RenderState,
+    v_rgb: &GpuBuffer<f32>,
+    v_alpha: &GpuBuffer<f32>,
+    v_depth: &GpuBuffer<f32>,
+) -> Result<SplatGrads, SplatError> {
+    let n = splats.len();
+    let npix = (out.width as usize) * (out.height as usize);
+    if v_rgb.len() != npix * 3 || v_alpha.len() != npix || v_depth.len() != npix {
+        return Err(SplatError::InvalidSplats(format!(
+            "output gradients have {} / {} / {} values for a {}x{} image",
+            v_rgb.len(),
+            v_alpha.len(),
+            v_depth.len(),
+            out.width,
+            out.height
+        )));
+    }
+    let client = gpu.client();
+    let (tiles_x, tiles_y) = state.camera.tiles();
+    let isect_grads = gpu.alloc::<f32>(out.num_intersections * project::VPROJ);
+    rasterize::rasterize_backward::launch(
+        client,
+        CubeCount::Static(tiles_x, tiles_y, 1),
+        CubeDim::new_1d(256),
+        state.ranges.arg(),
+        state.sorted_gids.arg(),
+        state.isect_orig.arg(),
+        state.proj.arg(),
+        state.cam.arg(),
+        out.alpha.arg(),
+        state.last.arg(),
+        v_rgb.arg(),
+        v_alpha.arg(),
+        v_depth.arg(),
+        isect_grads.arg(),
+        out.width,
+        out.height,
+        tiles_x,
+        backward_batch(gpu),
+    );
+    let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
+    if out.num_visible > 0 {
+        tiles::sum_isect_grads::launch(
+            client,
+            gpu.grid(blocks(out.num_visible)),
+            CubeDim::new_1d(256),
+            state.sorted_ids.arg(),
+            state.offsets.arg(),
+            state.tiles_touched.arg(),
+            isect_grads.arg(),
+            v_proj.arg(),
+            out.num_visible as u32,
+        );
+    }
+    let k = splats.num_coeffs();
+    let grads_means = gpu.alloc::<f32>(n * 3);
+    let grads_scales = gpu.alloc::<f32>(n * 3);
+    let grads_quats = gpu.alloc::<f32>(n * 4);
+    let grads_opac = gpu.alloc::<f32>(n);
+    let grads_sh = gpu.alloc::<f32>(n * k * 3);
+    let v_cam = gpu.alloc::<f32>(n * project::VCAM);
+    if n > 0 {
+        project::project_backward::launch(
+            client,
+            gpu.grid(blocks(n)),
+            CubeDim::new_1d(256),
+            splats.means.arg(),
+            splats.log_scales.arg(),
+            splats.quats.arg(),
+            splats.opacity_logits.arg(),
+            splats.sh.arg(),
+            state.cam.arg(),
+            state.tiles_touched.arg(),
+            v_proj.arg(),
+            grads_means.arg(),
+            grads_scales.arg(),
+            grads_quats.arg(),
+            grads_opac.arg(),
+            grads_sh.arg(),
+            v_cam.arg(),
+            n as u32,
+            out.width,
+            out.height,
+            k as u32,
+            state.active_coeffs,
+            state.antialiased,
+        );
+    }
+    let cam_sum = gpu.read(&reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum))?;
+    let mut world_to_camera = [[0.0f32; 4]; 3];
+    for r in 0..3 {
+        for c in 0..3 {
+            world_to_camera[r][c] = cam_sum[r * 3 + c];
+        }
+        world_to_camera[r][3] = cam_sum[9 + r];
+    }
+    let _ = tiles_y;
+    Ok(SplatGrads {
+        means: grads_means,
+        log_scales: grads_scales,
+        quats: grads_quats,
+        opacity_logits: grads_opac,
+        sh: grads_sh,
+        projected: v_proj,
+        world_to_camera,
+    })
+}

@@ -1,0 +1,233 @@
+//! Rasterizer forward and backward against the CPU float64 reference.
+
+mod common;
+
+use common::{RefOpts, Scene, random_scene, test_camera};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rust3r_gpu::{Gpu, GpuOptions};
+use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward};
+
+fn gpu() -> Gpu {
+    Gpu::new(&GpuOptions { poison: true, ..Default::default() })
+        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)")
+}
+
+fn upload(gpu: &Gpu, s: &Scene) -> GpuSplats {
+    GpuSplats::from_slices(
+        gpu,
+        &Scene::f32(&s.means),
+        &Scene::f32(&s.log_scales),
+        &Scene::f32(&s.quats),
+        &Scene::f32(&s.opacity_logits),
+        &Scene::f32(&s.sh),
+        s.sh_degree,
+    )
+    .unwrap()
+}
+
+fn round_camera(mut c: Camera) -> Camera {
+    for row in c.world_to_camera.iter_mut() {
+        for v in row.iter_mut() {
+            *v = *v as f32 as f64;
+        }
+    }
+    c.fx = c.fx as f32 as f64;
+    c.fy = c.fy as f32 as f64;
+    c.cx = c.cx as f32 as f64;
+    c.cy = c.cy as f32 as f64;
+    c
+}
+
+fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) {
+    let opts = RenderOptions { background: bg.map(|v| v as f32), antialiased: aa, ..Default::default() };
+    let (out, _) = render(gpu, &upload(gpu, s), cam, &opts).unwrap();
+    let reference = common::render(s, cam, &RefOpts { background: bg, antialiased: aa, ..Default::default() });
+    let rgb = gpu.read(&out.rgb).unwrap();
+    let alpha = gpu.read(&out.alpha).unwrap();
+    let depth = gpu.read(&out.depth).unwrap();
+    let max_err = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max);
+    let e_rgb = max_err(&rgb, &reference.rgb);
+    let e_alpha = max_err(&alpha, &reference.alpha);
+    let max_depth = reference.depth.iter().copied().fold(1.0, f64::max);
+    let e_depth = max_err(&depth, &reference.depth) / max_depth;
+    assert!(rgb.iter().all(|v| v.is_finite()), "non-finite pixels");
+    assert!(e_rgb <= 1e-3, "rgb max abs error {e_rgb}");
+    assert!(e_alpha <= 1e-3, "alpha max abs error {e_alpha}");
+    assert!(e_depth <= 1e-3, "depth max relative error {e_depth}");
+    // The image is not trivially empty.
+    assert!(reference.alpha.iter().any(|&a| a > 0.5));
+}
+
+#[test]
+fn forward_matches_reference_random_scenes() {
+    let gpu = gpu();
+    for (seed, degree, aa) in [(1u64, 0u32, false), (2, 1, true), (3, 2, false), (4, 3, true), (5, 3, false)] {
+        let s = random_scene(seed, 1500, degree);
+        // Odd sizes exercise partial edge tiles.
+        let cam = round_camera(test_camera(67, 45));
+        compare_forward(&gpu, &s, &cam, aa, [0.1, 0.5, 0.9]);
+    }
+}
+
+#[test]
+fn forward_many_gaussians_in_one_tile() {
+    // Thousands of Gaussians overlapping one 16x16 tile: many batches, early termination.
+    let gpu = gpu();
+    let mut s = random_scene(11, 5000, 1);
+    for i in 0..s.len() {
+        let z = s.means[i * 3 + 2];
+        s.means[i * 3] = (0.01 * (i % 7) as f64) * z / 10.0;
+        s.means[i * 3 + 1] = (0.01 * (i % 5) as f64) * z / 10.0;
+        s.opacity_logits[i] = -3.0;
+    }
+    let s = s.rounded();
+    let cam = round_camera(test_camera(16, 16));
+    compare_forward(&gpu, &s, &cam, false, [0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn empty_and_fully_culled_scenes_render_background() {
+    let gpu = gpu();
+    let cam = round_camera(test_camera(33, 17));
+    let mut s = random_scene(12, 100, 0);
+    for i in 0..s.len() {
+        s.means[i * 3 + 2] = -s.means[i * 3 + 2]; // all behind the camera
+    }
+    for scene in [random_scene(13, 0, 0), s] {
+        let opts = RenderOptions { background: [0.25, 0.5, 0.75], ..Default::default() };
+        let (out, _) = render(&gpu, &upload(&gpu, &scene), &cam, &opts).unwrap();
+        let rgb = gpu.read(&out.rgb).unwrap();
+        for p in rgb.chunks(3) {
+            assert_eq!(p, &[0.25, 0.5, 0.75]);
+        }
+        assert!(gpu.read(&out.alpha).unwrap().iter().all(|&a| a == 0.0));
+    }
+}
+
+#[test]
+fn invalid_camera_is_an_error_not_a_panic() {
+    let gpu = gpu();
+    let s = random_scene(14, 10, 0);
+    let mut cam = test_camera(0, 10);
+    assert!(render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).is_err());
+    cam.width = 10;
+    cam.fx = f64::NAN;
+    assert!(render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).is_err());
+}
+
+/// Loss L = sum(w_rgb * rgb) + sum(w_a * alpha) + sum(w_d * depth).
+struct Weights {
+    rgb: Vec<f64>,
+    alpha: Vec<f64>,
+    depth: Vec<f64>,
+}
+
+fn loss(s: &Scene, cam: &Camera, w: &Weights, aa: bool, bg: [f64; 3]) -> f64 {
+    let img = common::render(s, cam, &RefOpts { background: bg, antialiased: aa, ..Default::default() });
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    dot(&img.rgb, &w.rgb) + dot(&img.alpha, &w.alpha) + dot(&img.depth, &w.depth)
+}
+
+fn check(name: &str, analytic: f64, fd: f64, scale: f64) {
+    let tol = 2e-2 * fd.abs() + 2e-3 * scale + 1e-6;
+    assert!((analytic - fd).abs() <= tol, "{name}: analytic {analytic} vs finite difference {fd} (scale {scale})");
+}
+
+fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usize>) {
+    let gpu = gpu();
+    let s = random_scene(seed, n, degree);
+    let cam = round_camera(test_camera(40, 30));
+    let bg = [0.2, 0.3, 0.4];
+    let npix = 40 * 30;
+    let mut rng = StdRng::seed_from_u64(seed + 100);
+    let w = Weights {
+        rgb: (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        alpha: (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        depth: (0..npix).map(|_| rng.random_range(-0.1..0.1)).collect(),
+    };
+    let splats = upload(&gpu, &s);
+    let opts = RenderOptions { background: bg.map(|v| v as f32), antialiased: aa, ..Default::default() };
+    let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+    let grads = render_backward(
+        &gpu,
+        &splats,
+        &out,
+        &state,
+        &gpu.upload(&Scene::f32(&w.rgb)),
+        &gpu.upload(&Scene::f32(&w.alpha)),
+        &gpu.upload(&Scene::f32(&w.depth)),
+    )
+    .unwrap();
+    let eps = 1e-5;
+    let arrays: [(&str, Vec<f32>); 5] = [
+        ("means", gpu.read(&grads.means).unwrap()),
+        ("log_scales", gpu.read(&grads.log_scales).unwrap()),
+        ("quats", gpu.read(&grads.quats).unwrap()),
+        ("opacity_logits", gpu.read(&grads.opacity_logits).unwrap()),
+        ("sh", gpu.read(&grads.sh).unwrap()),
+    ];
+    let mut checked = 0;
+    for (name, g) in &arrays {
+        let len = g.len();
+        let indices: Vec<usize> = match sample {
+            None => (0..len).collect(),
+            Some(k) => (0..k).map(|_| rng.random_range(0..len)).collect(),
+        };
+        let fd_of = |i: usize| {
+            let mut plus = s.clone();
+            let mut minus = s.clone();
+            let field = |sc: &mut Scene| -> *mut f64 {
+                match *name {
+                    "means" => &mut sc.means[i],
+                    "log_scales" => &mut sc.log_scales[i],
+                    "quats" => &mut sc.quats[i],
+                    "opacity_logits" => &mut sc.opacity_logits[i],
+                    _ => &mut sc.sh[i],
+                }
+            };
+            unsafe {
+                *field(&mut plus) += eps;
+                *field(&mut minus) -= eps;
+            }
+            (loss(&plus, &cam, &w, aa, bg) - loss(&minus, &cam, &w, aa, bg)) / (2.0 * eps)
+        };
+        let fds: Vec<(usize, f64)> = indices.iter().map(|&i| (i, fd_of(i))).collect();
+        let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
+        for (i, fd) in fds {
+            check(&format!("{name}[{i}]"), g[i] as f64, fd, scale);
+            checked += 1;
+        }
+    }
+    // Camera pose.
+    let mut fds = vec![];
+    for r in 0..3 {
+        for c in 0..4 {
+            let mut plus = cam.clone();
+            let mut minus = cam.clone();
+            plus.world_to_camera[r][c] += eps;
+            minus.world_to_camera[r][c] -= eps;
+            fds.push(((r, c), (loss(&s, &plus, &w, aa, bg) - loss(&s, &minus, &w, aa, bg)) / (2.0 * eps)));
+        }
+    }
+    let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
+    for ((r, c), fd) in fds {
+        check(&format!("world_to_camera[{r}][{c}]"), grads.world_to_camera[r][c] as f64, fd, scale);
+    }
+    assert!(checked > 0);
+}
+
+#[test]
+fn backward_matches_finite_differences_sh3() {
+    gradient_check(21, 6, 3, false, None);
+}
+
+#[test]
+fn backward_matches_finite_differences_antialiased_sh1() {
+    gradient_check(22, 8, 1, true, None);
+}
+
+#[test]
+fn backward_matches_finite_differences_dense_scene() {
+    // Many Gaussians per tile: several backward batches per tile.
+    gradient_check(23, 300, 2, false, Some(40));
+}
