@@ -26,7 +26,14 @@ pub struct PinholeCamera {
 impl PinholeCamera {
     /// Creates a camera from intrinsics and image size.
     pub fn new(fx: f64, fy: f64, cx: f64, cy: f64, width: u32, height: u32) -> Self {
-        Self { fx, fy, cx, cy, width, height }
+        Self {
+            fx,
+            fy,
+            cx,
+            cy,
+            width,
+            height,
+        }
     }
 
     /// Creates a camera from a 3x3 intrinsic matrix `K` (skew is ignored).
@@ -64,7 +71,11 @@ impl PinholeCamera {
     /// Like [`PinholeCamera::project`], but returns `None` when the point is
     /// not in front of the camera (`z <= 0`) or not finite.
     pub fn project_checked(&self, p: &Vector3<f64>) -> Option<Vector2<f64>> {
-        if p.z > 0.0 && p.iter().all(|v| v.is_finite()) { Some(self.project(p)) } else { None }
+        if p.z > 0.0 && p.iter().all(|v| v.is_finite()) {
+            Some(self.project(p))
+        } else {
+            None
+        }
     }
 
     /// Jacobian of [`PinholeCamera::project`] w.r.t. the camera-frame point (2x3).

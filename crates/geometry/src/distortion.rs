@@ -39,14 +39,23 @@ pub struct UndistortCriteria {
 impl Default for UndistortCriteria {
     /// OpenCV's default for `undistortPoints`: 5 iterations, no epsilon test.
     fn default() -> Self {
-        Self { max_iter: 5, epsilon: None }
+        Self {
+            max_iter: 5,
+            epsilon: None,
+        }
     }
 }
 
 impl RadTanDistortion {
     /// Four-parameter model `(k1, k2, p1, p2)`.
     pub fn new(k1: f64, k2: f64, p1: f64, p2: f64) -> Self {
-        Self { k1, k2, p1, p2, k3: 0.0 }
+        Self {
+            k1,
+            k2,
+            p1,
+            p2,
+            k3: 0.0,
+        }
     }
 
     /// Five-parameter model `(k1, k2, p1, p2, k3)`.
@@ -122,10 +131,8 @@ impl RadTanDistortion {
             if j >= criteria.max_iter {
                 break;
             }
-            if let Some(eps) = criteria.epsilon {
-                if error < eps {
-                    break;
-                }
+            if criteria.epsilon.is_some_and(|eps| error < eps) {
+                break;
             }
             j += 1;
             let r2 = x * x + y * y;
@@ -194,10 +201,18 @@ pub fn undistort_rectangles(
     const N: usize = 9;
     let w = camera.width as f64;
     let h = camera.height as f64;
-    let (mut ix0, mut ix1, mut iy0, mut iy1) =
-        (-(f32::MAX as f64), f32::MAX as f64, -(f32::MAX as f64), f32::MAX as f64);
-    let (mut ox0, mut ox1, mut oy0, mut oy1) =
-        (f32::MAX as f64, -(f32::MAX as f64), f32::MAX as f64, -(f32::MAX as f64));
+    let (mut ix0, mut ix1, mut iy0, mut iy1) = (
+        -(f32::MAX as f64),
+        f32::MAX as f64,
+        -(f32::MAX as f64),
+        f32::MAX as f64,
+    );
+    let (mut ox0, mut ox1, mut oy0, mut oy1) = (
+        f32::MAX as f64,
+        -(f32::MAX as f64),
+        f32::MAX as f64,
+        -(f32::MAX as f64),
+    );
     for y in 0..N {
         for x in 0..N {
             let uv = Vector2::new(
@@ -223,7 +238,10 @@ pub fn undistort_rectangles(
             }
         }
     }
-    ([ix0, iy0, ix1 - ix0, iy1 - iy0], [ox0, oy0, ox1 - ox0, oy1 - oy0])
+    (
+        [ix0, iy0, ix1 - ix0, iy1 - iy0],
+        [ox0, oy0, ox1 - ox0, oy1 - oy0],
+    )
 }
 
 /// Equivalent of `cv::getOptimalNewCameraMatrix(K, dist, size, alpha)` for a
@@ -340,7 +358,9 @@ pub fn init_undistort_rectify_map_with_rotation(
     new_camera: &PinholeCamera,
 ) -> UndistortMap {
     let (width, height) = (new_camera.width, new_camera.height);
-    let ir = (new_camera.matrix() * r).try_inverse().unwrap_or_else(|| Matrix3::repeat(f64::NAN));
+    let ir = (new_camera.matrix() * r)
+        .try_inverse()
+        .unwrap_or_else(|| Matrix3::repeat(f64::NAN));
     let (u0, v0, fx, fy) = (camera.cx, camera.cy, camera.fx, camera.fy);
     let RadTanDistortion { k1, k2, p1, p2, k3 } = *dist;
     let n = width as usize * height as usize;
@@ -369,5 +389,10 @@ pub fn init_undistort_rectify_map_with_rotation(
             wh += ir[(2, 0)];
         }
     }
-    UndistortMap { width, height, map_x, map_y }
+    UndistortMap {
+        width,
+        height,
+        map_x,
+        map_y,
+    }
 }

@@ -10,6 +10,8 @@
 //!   undistortion, `getOptimalNewCameraMatrix` and `initUndistortRectifyMap`
 //!   equivalents.
 
+#![warn(missing_docs)]
+
 pub mod camera;
 pub mod distortion;
 pub mod se3;

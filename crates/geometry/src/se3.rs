@@ -48,23 +48,35 @@ impl SE3 {
 
     /// Identity transform.
     pub fn identity() -> Self {
-        Self { rotation: UnitQuaternion::identity(), translation: Vector3::zeros() }
+        Self {
+            rotation: UnitQuaternion::identity(),
+            translation: Vector3::zeros(),
+        }
     }
 
     /// Builds a transform from a rotation and translation.
     pub fn new(rotation: UnitQuaternion<f64>, translation: Vector3<f64>) -> Self {
-        Self { rotation, translation }
+        Self {
+            rotation,
+            translation,
+        }
     }
 
     /// Builds a transform from a 3x3 rotation matrix (assumed orthonormal,
     /// `det = +1`) and a translation.
     pub fn from_rotation_translation(r: &Matrix3<f64>, t: &Vector3<f64>) -> Self {
-        Self { rotation: so3::quat_from_rotation_matrix(r), translation: *t }
+        Self {
+            rotation: so3::quat_from_rotation_matrix(r),
+            translation: *t,
+        }
     }
 
     /// Builds a pure translation.
     pub fn from_translation(t: Vector3<f64>) -> Self {
-        Self { rotation: UnitQuaternion::identity(), translation: t }
+        Self {
+            rotation: UnitQuaternion::identity(),
+            translation: t,
+        }
     }
 
     /// Builds a transform from lietorch data `[tx ty tz qx qy qz qw]`; the
@@ -94,7 +106,8 @@ impl SE3 {
     /// Homogeneous 4x4 matrix `[[R, t], [0, 1]]`.
     pub fn matrix(&self) -> Matrix4<f64> {
         let mut m = Matrix4::identity();
-        m.fixed_view_mut::<3, 3>(0, 0).copy_from(&self.rotation_matrix());
+        m.fixed_view_mut::<3, 3>(0, 0)
+            .copy_from(&self.rotation_matrix());
         m.fixed_view_mut::<3, 1>(0, 3).copy_from(&self.translation);
         m
     }
@@ -107,7 +120,10 @@ impl SE3 {
     /// Inverse transform `x -> R^T (x - t)`.
     pub fn inverse(&self) -> Self {
         let rinv = self.rotation.conjugate();
-        Self { rotation: rinv, translation: -so3::rotate(&rinv, &self.translation) }
+        Self {
+            rotation: rinv,
+            translation: -so3::rotate(&rinv, &self.translation),
+        }
     }
 
     /// Group composition `self * other` (apply `other` first).
@@ -133,7 +149,10 @@ impl SE3 {
     pub fn exp(xi: &Vector6<f64>) -> Self {
         let tau = xi.fixed_rows::<3>(0).into_owned();
         let phi = xi.fixed_rows::<3>(3).into_owned();
-        Self { rotation: so3::exp(&phi), translation: so3::left_jacobian(&phi) * tau }
+        Self {
+            rotation: so3::exp(&phi),
+            translation: so3::left_jacobian(&phi) * tau,
+        }
     }
 
     /// Logarithm map to the tangent `[tau phi]` (lietorch `SE3::Log`).
@@ -179,7 +198,8 @@ impl SE3 {
         let mut m = Matrix4::zeros();
         m.fixed_view_mut::<3, 3>(0, 0)
             .copy_from(&so3::hat(&xi.fixed_rows::<3>(3).into_owned()));
-        m.fixed_view_mut::<3, 1>(0, 3).copy_from(&xi.fixed_rows::<3>(0));
+        m.fixed_view_mut::<3, 1>(0, 3)
+            .copy_from(&xi.fixed_rows::<3>(0));
         m
     }
 
@@ -214,7 +234,8 @@ impl SE3 {
         let q = calc_q(xi);
         let mut out = Matrix6::zeros();
         out.fixed_view_mut::<3, 3>(0, 0).copy_from(&jinv);
-        out.fixed_view_mut::<3, 3>(0, 3).copy_from(&(-jinv * q * jinv));
+        out.fixed_view_mut::<3, 3>(0, 3)
+            .copy_from(&(-jinv * q * jinv));
         out.fixed_view_mut::<3, 3>(3, 3).copy_from(&jinv);
         out
     }
@@ -224,7 +245,8 @@ impl SE3 {
     /// (lietorch `SE3::act_jacobian`): `[I, -[p]x]`.
     pub fn act_jacobian(p: &Vector3<f64>) -> Matrix3x6<f64> {
         let mut j = Matrix3x6::zeros();
-        j.fixed_view_mut::<3, 3>(0, 0).copy_from(&Matrix3::identity());
+        j.fixed_view_mut::<3, 3>(0, 0)
+            .copy_from(&Matrix3::identity());
         j.fixed_view_mut::<3, 3>(0, 3).copy_from(&so3::hat(&(-p)));
         j
     }

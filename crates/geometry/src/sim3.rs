@@ -63,23 +63,39 @@ impl Sim3 {
 
     /// Identity transform.
     pub fn identity() -> Self {
-        Self { rotation: UnitQuaternion::identity(), translation: Vector3::zeros(), scale: 1.0 }
+        Self {
+            rotation: UnitQuaternion::identity(),
+            translation: Vector3::zeros(),
+            scale: 1.0,
+        }
     }
 
     /// Builds a transform from rotation, translation and scale.
     pub fn new(rotation: UnitQuaternion<f64>, translation: Vector3<f64>, scale: f64) -> Self {
-        Self { rotation, translation, scale }
+        Self {
+            rotation,
+            translation,
+            scale,
+        }
     }
 
     /// Builds a transform from a rotation matrix (assumed orthonormal,
     /// `det = +1`), a translation and a scale.
     pub fn from_rotation_translation_scale(r: &Matrix3<f64>, t: &Vector3<f64>, s: f64) -> Self {
-        Self { rotation: so3::quat_from_rotation_matrix(r), translation: *t, scale: s }
+        Self {
+            rotation: so3::quat_from_rotation_matrix(r),
+            translation: *t,
+            scale: s,
+        }
     }
 
     /// Embeds a rigid transform (scale 1).
     pub fn from_se3(t: &SE3) -> Self {
-        Self { rotation: t.rotation, translation: t.translation, scale: 1.0 }
+        Self {
+            rotation: t.rotation,
+            translation: t.translation,
+            scale: 1.0,
+        }
     }
 
     /// Drops the scale, keeping rotation and translation.
@@ -116,7 +132,8 @@ impl Sim3 {
     /// Homogeneous 4x4 matrix `[[sR, t], [0, 1]]`.
     pub fn matrix(&self) -> Matrix4<f64> {
         let mut m = Matrix4::identity();
-        m.fixed_view_mut::<3, 3>(0, 0).copy_from(&(self.rotation_matrix() * self.scale));
+        m.fixed_view_mut::<3, 3>(0, 0)
+            .copy_from(&(self.rotation_matrix() * self.scale));
         m.fixed_view_mut::<3, 1>(0, 3).copy_from(&self.translation);
         m
     }
@@ -203,7 +220,11 @@ impl Sim3 {
         let phi = xi.fixed_rows::<3>(3).into_owned();
         let sigma = xi[6];
         let w = Self::calc_w(&phi, sigma);
-        Self { rotation: so3::exp(&phi), translation: w * tau, scale: sigma.exp() }
+        Self {
+            rotation: so3::exp(&phi),
+            translation: w * tau,
+            scale: sigma.exp(),
+        }
     }
 
     /// Logarithm map to the tangent `[tau phi sigma]` (lietorch `Sim3::Log`,
@@ -232,7 +253,8 @@ impl Sim3 {
         let mut ad = Matrix7::identity();
         ad.fixed_view_mut::<3, 3>(0, 0).copy_from(&(r * self.scale));
         ad.fixed_view_mut::<3, 3>(0, 3).copy_from(&(tx * r));
-        ad.fixed_view_mut::<3, 1>(0, 6).copy_from(&(-self.translation));
+        ad.fixed_view_mut::<3, 1>(0, 6)
+            .copy_from(&(-self.translation));
         ad.fixed_view_mut::<3, 3>(3, 3).copy_from(&r);
         ad
     }
@@ -257,7 +279,8 @@ impl Sim3 {
         let mut m = Matrix4::zeros();
         let block = so3::hat(&xi.fixed_rows::<3>(3).into_owned()) + Matrix3::identity() * xi[6];
         m.fixed_view_mut::<3, 3>(0, 0).copy_from(&block);
-        m.fixed_view_mut::<3, 1>(0, 3).copy_from(&xi.fixed_rows::<3>(0));
+        m.fixed_view_mut::<3, 1>(0, 3)
+            .copy_from(&xi.fixed_rows::<3>(0));
         m
     }
 
@@ -268,7 +291,8 @@ impl Sim3 {
         let phi = so3::hat(&xi.fixed_rows::<3>(3).into_owned());
         let sigma = xi[6];
         let mut ad = Matrix7::zeros();
-        ad.fixed_view_mut::<3, 3>(0, 0).copy_from(&(phi + Matrix3::identity() * sigma));
+        ad.fixed_view_mut::<3, 3>(0, 0)
+            .copy_from(&(phi + Matrix3::identity() * sigma));
         ad.fixed_view_mut::<3, 3>(0, 3).copy_from(&tau);
         ad.fixed_view_mut::<3, 1>(0, 6).copy_from(&(-tau_v));
         ad.fixed_view_mut::<3, 3>(3, 3).copy_from(&phi);
@@ -280,7 +304,8 @@ impl Sim3 {
     /// (lietorch `Sim3::act_jacobian`): `[I, -[p]x, p]`.
     pub fn act_jacobian(p: &Vector3<f64>) -> Matrix3x7 {
         let mut j = Matrix3x7::zeros();
-        j.fixed_view_mut::<3, 3>(0, 0).copy_from(&Matrix3::identity());
+        j.fixed_view_mut::<3, 3>(0, 0)
+            .copy_from(&Matrix3::identity());
         j.fixed_view_mut::<3, 3>(0, 3).copy_from(&so3::hat(&(-p)));
         j.fixed_view_mut::<3, 1>(0, 6).copy_from(p);
         j

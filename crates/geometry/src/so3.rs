@@ -195,7 +195,7 @@ mod tests {
             Vector3::new(0.1, -0.2, 0.3),
             Vector3::new(3.0, 0.1, -0.05),
             Vector3::new(0.0, 3.1, 0.0),
-            Vector3::new(-0.01, 0.0, 3.14),
+            Vector3::new(-0.01, 0.0, 3.1),
         ] {
             let q = exp(&phi);
             let r = rotation_matrix(&q);
@@ -209,7 +209,11 @@ mod tests {
 
     #[test]
     fn jacobian_inverse_is_inverse() {
-        for phi in [Vector3::new(0.1, -0.2, 0.3), Vector3::new(1e-8, 0.0, 0.0), Vector3::zeros()] {
+        for phi in [
+            Vector3::new(0.1, -0.2, 0.3),
+            Vector3::new(1e-8, 0.0, 0.0),
+            Vector3::zeros(),
+        ] {
             let j = left_jacobian(&phi);
             let ji = left_jacobian_inverse(&phi);
             assert!((j * ji - Matrix3::identity()).norm() < 1e-12);

@@ -71,10 +71,18 @@ fn look_at_opencv_convention() {
     let right = fwd.cross(&up).normalize();
     assert!((t.act(&(eye + right)) - Vector3::new(1.0, 0.0, 0.0)).norm() < 1e-12);
     // looking down +z with up = -y gives the identity rotation
-    let t = look_at(&Vector3::zeros(), &Vector3::new(0.0, 0.0, 5.0), &Vector3::new(0.0, -1.0, 0.0));
+    let t = look_at(
+        &Vector3::zeros(),
+        &Vector3::new(0.0, 0.0, 5.0),
+        &Vector3::new(0.0, -1.0, 0.0),
+    );
     assert!((t.rotation_matrix() - Matrix3::identity()).norm() < 1e-12);
     // degenerate up (parallel to the viewing direction) still gives a valid pose
-    let t = look_at(&Vector3::zeros(), &Vector3::new(0.0, 0.0, 5.0), &Vector3::new(0.0, 0.0, 1.0));
+    let t = look_at(
+        &Vector3::zeros(),
+        &Vector3::new(0.0, 0.0, 5.0),
+        &Vector3::new(0.0, 0.0, 1.0),
+    );
     assert!((t.rotation_matrix().determinant() - 1.0).abs() < 1e-12);
     let p = t.act(&Vector3::new(0.0, 0.0, 5.0));
     assert!((p - Vector3::new(0.0, 0.0, 5.0)).norm() < 1e-12);

@@ -20,6 +20,8 @@
 //! m1, m2 = cv2.initUndistortRectifyMap(K, D, None, newK, (w,h), cv2.CV_32FC1)  # m1[v,u], m2[v,u]
 //! ```
 
+#![allow(clippy::excessive_precision)]
+
 use rust3r_geometry::nalgebra::{Vector2, Vector3};
 use rust3r_geometry::{
     PinholeCamera, RadTanDistortion, UndistortCriteria, init_undistort_rectify_map,
@@ -37,7 +39,12 @@ struct Case {
     map: [(u32, u32, f32, f32); 6],
 }
 
-const POINTS: [[f64; 3]; 4] = [[0.1, -0.2, 1.0], [-0.5, 0.3, 1.0], [0.7, 0.45, 1.0], [0.0, 0.0, 1.0]];
+const POINTS: [[f64; 3]; 4] = [
+    [0.1, -0.2, 1.0],
+    [-0.5, 0.3, 1.0],
+    [0.7, 0.45, 1.0],
+    [0.0, 0.0, 1.0],
+];
 const PIXELS: [[f64; 2]; 4] = [[10.0, 20.0], [700.0, 450.0], [300.0, 200.0], [0.0, 0.0]];
 
 fn cases() -> Vec<Case> {
@@ -63,7 +70,12 @@ fn cases() -> Vec<Case> {
                 [-0.14793954056085573, -0.10679515331306312],
                 [-1.096745824233864, -0.7444513920192226],
             ],
-            new_k: [356.3484714963602, 418.1912226072655, 363.004276584249, 250.27129706076096],
+            new_k: [
+                356.3484714963602,
+                418.1912226072655,
+                363.004276584249,
+                250.27129706076096,
+            ],
             map: [
                 (0, 0, 17.6340274810791, 43.725284576416016),
                 (751, 0, 736.0531005859375, 46.38787078857422),
@@ -94,7 +106,12 @@ fn cases() -> Vec<Case> {
                 [-0.03592381568931593, -0.10659298442850505],
                 [-0.585637447075747, -0.4660375870184594],
             ],
-            new_k: [546.7498550972869, 543.054587108014, 320.13582066891126, 251.88600291265143],
+            new_k: [
+                546.7498550972869,
+                543.054587108014,
+                320.13582066891126,
+                251.88600291265143,
+            ],
             map: [
                 (0, 0, 0.2552875876426697, 1.362938404083252),
                 (639, 0, 638.8980102539062, 0.08295655250549316),
@@ -112,7 +129,10 @@ fn distort_matches_opencv_project_points() {
     for c in cases() {
         for (p, e) in POINTS.iter().zip(c.distorted.iter()) {
             let uv = c.dist.project(&c.camera, &Vector3::new(p[0], p[1], p[2]));
-            assert!((uv.x - e[0]).abs() < 1e-9 && (uv.y - e[1]).abs() < 1e-9, "{uv:?} vs {e:?}");
+            assert!(
+                (uv.x - e[0]).abs() < 1e-9 && (uv.y - e[1]).abs() < 1e-9,
+                "{uv:?} vs {e:?}"
+            );
         }
     }
 }
@@ -123,12 +143,21 @@ fn undistort_matches_opencv_undistort_points() {
         let px: Vec<Vector2<f64>> = PIXELS.iter().map(|p| Vector2::new(p[0], p[1])).collect();
         let out = undistort_points(&c.camera, &c.dist, &px, None, UndistortCriteria::default());
         for (o, e) in out.iter().zip(c.undistorted5.iter()) {
-            assert!((o.x - e[0]).abs() < 1e-12 && (o.y - e[1]).abs() < 1e-12, "{o:?} vs {e:?}");
+            assert!(
+                (o.x - e[0]).abs() < 1e-12 && (o.y - e[1]).abs() < 1e-12,
+                "{o:?} vs {e:?}"
+            );
         }
-        let crit = UndistortCriteria { max_iter: 100, epsilon: Some(1e-12) };
+        let crit = UndistortCriteria {
+            max_iter: 100,
+            epsilon: Some(1e-12),
+        };
         let out = undistort_points(&c.camera, &c.dist, &px, None, crit);
         for (o, e) in out.iter().zip(c.undistorted100.iter()) {
-            assert!((o.x - e[0]).abs() < 1e-12 && (o.y - e[1]).abs() < 1e-12, "{o:?} vs {e:?}");
+            assert!(
+                (o.x - e[0]).abs() < 1e-12 && (o.y - e[1]).abs() < 1e-12,
+                "{o:?} vs {e:?}"
+            );
         }
         // with a new camera matrix the output is in pixels
         let out_px = undistort_points(&c.camera, &c.dist, &px, Some(&c.camera), crit);
@@ -144,7 +173,13 @@ fn undistort_inverts_distort() {
         for p in [[0.05, -0.1], [0.2, 0.15], [-0.3, 0.25], [0.0, 0.0]] {
             let xn = Vector2::new(p[0], p[1]);
             let xd = c.dist.distort(&xn);
-            let back = c.dist.undistort(&xd, UndistortCriteria { max_iter: 200, epsilon: None });
+            let back = c.dist.undistort(
+                &xd,
+                UndistortCriteria {
+                    max_iter: 200,
+                    epsilon: None,
+                },
+            );
             assert!((back - xn).norm() < 1e-10, "{back:?} vs {xn:?}");
         }
     }
@@ -165,17 +200,34 @@ fn optimal_new_camera_matrix_matches_opencv() {
 #[test]
 fn undistort_rectify_map_matches_opencv() {
     for c in cases() {
-        let new_cam = PinholeCamera::new(c.new_k[0], c.new_k[1], c.new_k[2], c.new_k[3], c.camera.width, c.camera.height);
+        let new_cam = PinholeCamera::new(
+            c.new_k[0],
+            c.new_k[1],
+            c.new_k[2],
+            c.new_k[3],
+            c.camera.width,
+            c.camera.height,
+        );
         let map = init_undistort_rectify_map(&c.camera, &c.dist, &new_cam);
         assert_eq!(map.map_x.len(), (c.camera.width * c.camera.height) as usize);
         for &(u, v, ex, ey) in c.map.iter() {
             let (mx, my) = map.get(u, v);
-            assert!((mx - ex).abs() < 1e-3 && (my - ey).abs() < 1e-3, "({u},{v}): ({mx},{my}) vs ({ex},{ey})");
+            assert!(
+                (mx - ex).abs() < 1e-3 && (my - ey).abs() < 1e-3,
+                "({u},{v}): ({mx},{my}) vs ({ex},{ey})"
+            );
         }
         // the map inverts undistortion: distorting the undistorted ray of a map
         // entry lands back on the destination pixel
         let (mx, my) = map.get(100, 37);
-        let n = c.dist.undistort_pixel(&c.camera, &Vector2::new(mx as f64, my as f64), UndistortCriteria { max_iter: 200, epsilon: None });
+        let n = c.dist.undistort_pixel(
+            &c.camera,
+            &Vector2::new(mx as f64, my as f64),
+            UndistortCriteria {
+                max_iter: 200,
+                epsilon: None,
+            },
+        );
         let back = new_cam.project(&n.push(1.0));
         assert!((back - Vector2::new(100.0, 37.0)).norm() < 1e-3);
     }

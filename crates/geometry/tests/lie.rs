@@ -20,7 +20,21 @@ fn sim3_close(a: &Sim3, b: &Sim3, tol: f64) -> bool {
 /// Tangents exercising the small-angle branch (theta < EPS), its boundary and
 /// ordinary angles.
 fn small_angles() -> Vec<f64> {
-    vec![0.0, 1e-12, 1e-9, 1e-7, 0.5 * EPS, 0.999 * EPS, EPS, 1.001 * EPS, 1e-5, 1e-3, 0.3, 1.5, 3.0]
+    vec![
+        0.0,
+        1e-12,
+        1e-9,
+        1e-7,
+        0.5 * EPS,
+        0.999 * EPS,
+        EPS,
+        1.001 * EPS,
+        1e-5,
+        1e-3,
+        0.3,
+        1.5,
+        3.0,
+    ]
 }
 
 #[test]
@@ -96,7 +110,20 @@ fn sim3_exp_log_round_trip() {
         let back = Sim3::exp(&xi).log();
         assert!((back - xi).norm() < 1e-9, "xi {xi:?} back {back:?}");
     }
-    let sigmas = [0.0, 1e-12, 1e-9, 1e-7, 0.999 * EPS, EPS, 1.001 * EPS, 1e-5, 1e-3, 0.5, -0.7, -1e-7];
+    let sigmas = [
+        0.0,
+        1e-12,
+        1e-9,
+        1e-7,
+        0.999 * EPS,
+        EPS,
+        1.001 * EPS,
+        1e-5,
+        1e-3,
+        0.5,
+        -0.7,
+        -1e-7,
+    ];
     for &sigma in &sigmas {
         for theta in small_angles() {
             let phi = rng.unit3() * theta;
@@ -108,8 +135,16 @@ fn sim3_exp_log_round_trip() {
             // fall on the other side of lietorch's branch switch, where W jumps by
             // ~EPS/2 (C = 1 vs (e^sigma - 1)/sigma), so the error is O(EPS |tau|)
             // there and ~1e-10 elsewhere near the switches.
-            let tol = if (sigma.abs() - EPS).abs() < 1e-9 { EPS * tau.norm() } else { 1e-9 };
-            assert!((back - xi).norm() < tol, "sigma {sigma} theta {theta}: {:?}", back - xi);
+            let tol = if (sigma.abs() - EPS).abs() < 1e-9 {
+                EPS * tau.norm()
+            } else {
+                1e-9
+            };
+            assert!(
+                (back - xi).norm() < tol,
+                "sigma {sigma} theta {theta}: {:?}",
+                back - xi
+            );
             assert!(sim3_close(&Sim3::exp(&back), &t, 1e-12));
         }
     }
@@ -129,7 +164,18 @@ fn sim3_exp_matches_matrix_exponential() {
     }
     // Branches. For |sigma| < EPS lietorch sets C = 1 exactly (the true value is
     // (e^sigma - 1)/sigma = 1 + sigma/2 + ...), so the error there is O(sigma).
-    let sigmas = [0.0, 1e-12, 1e-9, 1e-7, 0.999 * EPS, 1.001 * EPS, 1e-5, 1e-3, 0.5, -0.7];
+    let sigmas = [
+        0.0,
+        1e-12,
+        1e-9,
+        1e-7,
+        0.999 * EPS,
+        1.001 * EPS,
+        1e-5,
+        1e-3,
+        0.5,
+        -0.7,
+    ];
     for &sigma in &sigmas {
         for theta in small_angles() {
             let phi = rng.unit3() * theta;
@@ -137,7 +183,12 @@ fn sim3_exp_matches_matrix_exponential() {
             let xi = Vector7::from_column_slice(&[tau.x, tau.y, tau.z, phi.x, phi.y, phi.z, sigma]);
             let err = max_abs4(&Sim3::exp(&xi).matrix(), &expm(&Sim3::hat(&xi)));
             // (plus ~1e-10 from cancellation just above the switches, see above)
-            let tol = 1e-9 + if sigma.abs() < EPS { sigma.abs() * 2.0 } else { 0.0 };
+            let tol = 1e-9
+                + if sigma.abs() < EPS {
+                    sigma.abs() * 2.0
+                } else {
+                    0.0
+                };
             assert!(err < tol, "sigma {sigma} theta {theta} err {err}");
         }
     }
@@ -184,7 +235,11 @@ fn se3_adjoint_identity() {
         let d = rng.se3_tangent(2.0) * 0.5;
         let lhs = SE3::exp(&(t.adjoint() * d));
         let rhs = t * SE3::exp(&d) * t.inverse();
-        assert!(se3_close(&lhs, &rhs, 1e-11), "{:?}", lhs.matrix() - rhs.matrix());
+        assert!(
+            se3_close(&lhs, &rhs, 1e-11),
+            "{:?}",
+            lhs.matrix() - rhs.matrix()
+        );
         // Lie-algebra form: hat(Ad d) = T hat(d) T^-1
         let m = t.matrix() * SE3::hat(&d) * t.inverse().matrix();
         assert!(max_abs4(&SE3::hat(&t.adjoint_apply(&d)), &m) < 1e-11);
@@ -193,7 +248,12 @@ fn se3_adjoint_identity() {
     let a = rng.se3();
     let b = rng.se3();
     assert!(((a * b).adjoint() - a.adjoint() * b.adjoint()).abs().max() < 1e-12);
-    assert!((a.inverse().adjoint() * a.adjoint() - rust3r_geometry::nalgebra::Matrix6::identity()).abs().max() < 1e-12);
+    assert!(
+        (a.inverse().adjoint() * a.adjoint() - rust3r_geometry::nalgebra::Matrix6::identity())
+            .abs()
+            .max()
+            < 1e-12
+    );
 }
 
 #[test]
@@ -204,7 +264,11 @@ fn sim3_adjoint_identity() {
         let d = rng.sim3_tangent(2.0, 1.0) * 0.5;
         let lhs = Sim3::exp(&(t.adjoint() * d));
         let rhs = t * Sim3::exp(&d) * t.inverse();
-        assert!(sim3_close(&lhs, &rhs, 1e-10), "{:?}", lhs.matrix() - rhs.matrix());
+        assert!(
+            sim3_close(&lhs, &rhs, 1e-10),
+            "{:?}",
+            lhs.matrix() - rhs.matrix()
+        );
         let m = t.matrix() * Sim3::hat(&d) * t.inverse().matrix();
         assert!(max_abs4(&Sim3::hat(&t.adjoint_apply(&d)), &m) < 1e-11);
     }
@@ -240,11 +304,18 @@ fn se3_group_identities() {
         assert!(se3_close(&(a * a.inverse()), &id, 1e-13));
         assert!(se3_close(&(a.inverse() * a), &id, 1e-13));
         assert!(se3_close(&(a * id), &a, 1e-14));
-        assert!(se3_close(&((a * b).inverse()), &(b.inverse() * a.inverse()), 1e-12));
+        assert!(se3_close(
+            &((a * b).inverse()),
+            &(b.inverse() * a.inverse()),
+            1e-12
+        ));
         assert!(se3_close(&((a * b) * c), &(a * (b * c)), 1e-12));
         assert!(((a * b).act(&p) - a.act(&b.act(&p))).norm() < 1e-12);
         assert!((a.inverse().act(&a.act(&p)) - p).norm() < 1e-12);
-        assert!((&a * &p - a.act(&p)).norm() == 0.0);
+        assert!((a * p - a.act(&p)).norm() == 0.0);
+        #[allow(clippy::op_ref)]
+        let by_ref = &a * &p;
+        assert_eq!(by_ref, a.act(&p));
         // matrix consistency
         assert!(max_abs4(&(a * b).matrix(), &(a.matrix() * b.matrix())) < 1e-12);
         assert!(max_abs4(&a.inverse().matrix(), &a.matrix().try_inverse().unwrap()) < 1e-12);
@@ -252,7 +323,11 @@ fn se3_group_identities() {
         assert!((ph.xyz() - a.act(&p)).norm() < 1e-12);
         assert!((a.act4(&p.push(2.0)).xyz() - (a.matrix() * p.push(2.0)).xyz()).norm() < 1e-12);
         assert!(se3_close(&SE3::from_matrix(&a.matrix()), &a, 1e-14));
-        assert!(se3_close(&SE3::from_rotation_translation(&a.rotation_matrix(), &a.translation), &a, 1e-14));
+        assert!(se3_close(
+            &SE3::from_rotation_translation(&a.rotation_matrix(), &a.translation),
+            &a,
+            1e-14
+        ));
         let r = a.rotation_matrix();
         assert!((r.transpose() * r - Matrix3::identity()).abs().max() < 1e-14);
         assert!((r.determinant() - 1.0).abs() < 1e-14);
@@ -272,7 +347,11 @@ fn sim3_group_identities() {
         let p = rng.vec3(5.0);
         assert!(sim3_close(&(a * a.inverse()), &id, 1e-12));
         assert!(sim3_close(&(a.inverse() * a), &id, 1e-12));
-        assert!(sim3_close(&((a * b).inverse()), &(b.inverse() * a.inverse()), 1e-11));
+        assert!(sim3_close(
+            &((a * b).inverse()),
+            &(b.inverse() * a.inverse()),
+            1e-11
+        ));
         assert!(sim3_close(&((a * b) * c), &(a * (b * c)), 1e-11));
         assert!(((a * b).act(&p) - a.act(&b.act(&p))).norm() < 1e-11);
         assert!((a.inverse().act(&a.act(&p)) - p).norm() < 1e-11);
@@ -283,7 +362,8 @@ fn sim3_group_identities() {
         assert!(sim3_close(&back, &a, 1e-13));
         assert!((back.scale - a.scale).abs() < 1e-13);
         assert!(sim3_close(&Sim3::from_data(&a.data()), &a, 1e-14));
-        let r = Sim3::from_rotation_translation_scale(&a.rotation_matrix(), &a.translation, a.scale);
+        let r =
+            Sim3::from_rotation_translation_scale(&a.rotation_matrix(), &a.translation, a.scale);
         assert!(sim3_close(&r, &a, 1e-14));
     }
     // SE3 embedding
@@ -321,7 +401,11 @@ fn se3_act_jacobian_finite_difference() {
             let mut d = Vector6::zeros();
             d[k] = h;
             let fd = (t.retr(&d).act(&p) - t.retr(&(-d)).act(&p)) / (2.0 * h);
-            assert!((fd - j.column(k)).norm() < 1e-7, "col {k}: fd {fd:?} j {:?}", j.column(k));
+            assert!(
+                (fd - j.column(k)).norm() < 1e-7,
+                "col {k}: fd {fd:?} j {:?}",
+                j.column(k)
+            );
         }
         // Jacobian w.r.t. the point
         let jp = t.act_point_jacobian();
@@ -348,7 +432,11 @@ fn sim3_act_jacobian_finite_difference() {
             let fd = (t.retr(&d).act(&p) - t.retr(&(-d)).act(&p)) / (2.0 * h);
             // central differences of the sigma column cross the |sigma| < EPS
             // branch of W (C = 1), which only affects the translation part at O(h)
-            assert!((fd - j.column(k)).norm() < 1e-6, "col {k}: fd {fd:?} j {:?}", j.column(k));
+            assert!(
+                (fd - j.column(k)).norm() < 1e-6,
+                "col {k}: fd {fd:?} j {:?}",
+                j.column(k)
+            );
         }
         let jp = t.act_point_jacobian();
         for k in 0..3 {
@@ -369,7 +457,12 @@ fn se3_left_jacobian_finite_difference() {
         let xi = rng.se3_tangent(2.5);
         let jl = SE3::left_jacobian(&xi);
         let jli = SE3::left_jacobian_inverse(&xi);
-        assert!((jl * jli - rust3r_geometry::nalgebra::Matrix6::identity()).abs().max() < 1e-10);
+        assert!(
+            (jl * jli - rust3r_geometry::nalgebra::Matrix6::identity())
+                .abs()
+                .max()
+                < 1e-10
+        );
         let base_inv = SE3::exp(&xi).inverse();
         for k in 0..6 {
             let mut d = Vector6::zeros();
@@ -383,7 +476,12 @@ fn se3_left_jacobian_finite_difference() {
     // small-angle branch
     let xi = Vector6::new(0.3, -0.1, 0.2, 1e-8, 0.0, 0.0);
     let jl = SE3::left_jacobian(&xi);
-    assert!((jl * SE3::left_jacobian_inverse(&xi) - rust3r_geometry::nalgebra::Matrix6::identity()).abs().max() < 1e-12);
+    assert!(
+        (jl * SE3::left_jacobian_inverse(&xi) - rust3r_geometry::nalgebra::Matrix6::identity())
+            .abs()
+            .max()
+            < 1e-12
+    );
 }
 
 #[test]
@@ -395,7 +493,11 @@ fn quaternion_normalisation_and_serde() {
     let json = serde_json::to_string(&t).unwrap();
     let back: SE3 = serde_json::from_str(&json).unwrap();
     assert!(se3_close(&back, &t, 1e-15));
-    let s = Sim3::new(UnitQuaternion::from_scaled_axis(Vector3::new(0.1, 0.2, 0.3)), Vector3::new(1.0, 2.0, 3.0), 2.5);
+    let s = Sim3::new(
+        UnitQuaternion::from_scaled_axis(Vector3::new(0.1, 0.2, 0.3)),
+        Vector3::new(1.0, 2.0, 3.0),
+        2.5,
+    );
     let json = serde_json::to_string(&s).unwrap();
     assert!(json.starts_with('['));
     let back: Sim3 = serde_json::from_str(&json).unwrap();

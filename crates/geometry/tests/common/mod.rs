@@ -27,7 +27,11 @@ impl Rng {
         lo + (hi - lo) * self.uniform()
     }
     pub fn vec3(&mut self, scale: f64) -> Vector3<f64> {
-        Vector3::new(self.range(-scale, scale), self.range(-scale, scale), self.range(-scale, scale))
+        Vector3::new(
+            self.range(-scale, scale),
+            self.range(-scale, scale),
+            self.range(-scale, scale),
+        )
     }
     pub fn unit3(&mut self) -> Vector3<f64> {
         loop {
@@ -59,7 +63,11 @@ impl Rng {
     }
     pub fn sim3(&mut self) -> Sim3 {
         let phi = self.rotvec(3.1);
-        Sim3::new(UnitQuaternion::from_scaled_axis(phi), self.vec3(3.0), self.range(-1.0, 1.0).exp())
+        Sim3::new(
+            UnitQuaternion::from_scaled_axis(phi),
+            self.vec3(3.0),
+            self.range(-1.0, 1.0).exp(),
+        )
     }
 }
 
