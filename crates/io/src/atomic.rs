@@ -11,7 +11,10 @@ use crate::error::IoError;
 /// complete new one, never a partial write.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     let Some(file_name) = path.file_name() else {
-        return Err(IoError::io(path, std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path")));
+        return Err(IoError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
+        ));
     };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -31,9 +34,17 @@ fn create_temp(dir: &Path, file_name: &std::ffi::OsStr) -> std::io::Result<(Path
     loop {
         let mut name = std::ffi::OsString::from(".");
         name.push(file_name);
-        name.push(format!(".{}.{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+        name.push(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
         let tmp_path = dir.join(name);
-        match OpenOptions::new().write(true).create_new(true).open(&tmp_path) {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp_path)
+        {
             Ok(file) => return Ok((tmp_path, file)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),

@@ -39,7 +39,12 @@ const CHUNK_PROPERTIES: [&str; 12] = [
     "max_scale_z",
 ];
 const COLOR_PROPERTIES: [&str; 6] = ["min_r", "min_g", "min_b", "max_r", "max_g", "max_b"];
-const PACKED_PROPERTIES: [&str; 4] = ["packed_position", "packed_rotation", "packed_scale", "packed_color"];
+const PACKED_PROPERTIES: [&str; 4] = [
+    "packed_position",
+    "packed_rotation",
+    "packed_scale",
+    "packed_color",
+];
 
 /// Whether the header describes a compressed PLY (rather than a standard one).
 pub(crate) fn is_compressed(header: &Header) -> bool {
@@ -62,7 +67,8 @@ struct Chunk {
 }
 
 pub(crate) fn decode_with_header(bytes: &[u8], header: &Header) -> Result<Splats> {
-    let (Some(chunk_index), Some(vertex_index)) = (header.find("chunk"), header.find("vertex")) else {
+    let (Some(chunk_index), Some(vertex_index)) = (header.find("chunk"), header.find("vertex"))
+    else {
         return malformed!("compressed PLY needs 'chunk' and 'vertex' elements");
     };
     let chunk_el = &header.elements[chunk_index];
@@ -78,7 +84,12 @@ pub(crate) fn decode_with_header(bytes: &[u8], header: &Header) -> Result<Splats
     let chunk_props = CHUNK_PROPERTIES.map(|p| chunk_el.require_scalar(p));
     let chunk_props = chunk_props.into_iter().collect::<Result<Vec<_>>>()?;
     let color_props = match chunk_el.find("min_r") {
-        Some(_) => Some(COLOR_PROPERTIES.map(|p| chunk_el.require_scalar(p)).into_iter().collect::<Result<Vec<_>>>()?),
+        Some(_) => Some(
+            COLOR_PROPERTIES
+                .map(|p| chunk_el.require_scalar(p))
+                .into_iter()
+                .collect::<Result<Vec<_>>>()?,
+        ),
         None => None,
     };
     let mut packed = [0usize; 4];
@@ -96,10 +107,14 @@ pub(crate) fn decode_with_header(bytes: &[u8], header: &Header) -> Result<Splats
         Some(sh_index) => {
             let sh_el = &header.elements[sh_index];
             if sh_el.count != n {
-                return malformed!("element 'sh' has {} rows but there are {n} splats", sh_el.count);
+                return malformed!(
+                    "element 'sh' has {} rows but there are {n} splats",
+                    sh_el.count
+                );
             }
             let count = sh_el.properties.len();
-            let Some(degree) = (1..=3).find(|&d| 3 * (num_coeffs_for_degree(d) - 1) == count) else {
+            let Some(degree) = (1..=3).find(|&d| 3 * (num_coeffs_for_degree(d) - 1) == count)
+            else {
                 return malformed!("element 'sh' has {count} properties, expected 9, 24 or 45");
             };
             let props = (0..count)
@@ -140,14 +155,18 @@ pub(crate) fn decode_with_header(bytes: &[u8], header: &Header) -> Result<Splats
         let pos = unpack_111011(word(0));
         let scale = unpack_111011(word(2));
         let color = unpack_8888(word(3));
-        splats.means.push(std::array::from_fn(|k| lerp(chunk.min_pos[k], chunk.max_pos[k], pos[k])));
-        splats.log_scales.push(std::array::from_fn(|k| lerp(chunk.min_scale[k], chunk.max_scale[k], scale[k])));
+        splats.means.push(std::array::from_fn(|k| {
+            lerp(chunk.min_pos[k], chunk.max_pos[k], pos[k])
+        }));
+        splats.log_scales.push(std::array::from_fn(|k| {
+            lerp(chunk.min_scale[k], chunk.max_scale[k], scale[k])
+        }));
         splats.rotations.push(unpack_rotation(word(1)));
         splats.opacity_logits.push(logit_clamped(color[3]));
-        for k in 0..3 {
-            let rgb = lerp(chunk.min_color[k], chunk.max_color[k], color[k]);
-            splats.sh.push((rgb - 0.5) / SH_C0);
-        }
+        let rgb = std::array::from_fn::<f32, 3, _>(|k| {
+            lerp(chunk.min_color[k], chunk.max_color[k], color[k])
+        });
+        splats.sh.extend(rgb.map(|c| (c - 0.5) / SH_C0));
         // Room for the higher-order coefficients, filled from the 'sh' element.
         let rest = splats.num_coeffs() * 3 - 3;
         splats.sh.extend(std::iter::repeat_n(0.0, rest));
@@ -187,7 +206,12 @@ fn unpack_111011(v: u32) -> [f32; 3] {
 }
 
 fn unpack_8888(v: u32) -> [f32; 4] {
-    [unorm(v >> 24, 8), unorm(v >> 16, 8), unorm(v >> 8, 8), unorm(v, 8)]
+    [
+        unorm(v >> 24, 8),
+        unorm(v >> 16, 8),
+        unorm(v >> 8, 8),
+        unorm(v, 8),
+    ]
 }
 
 /// Smallest-three quaternion in `(rot_0, rot_1, rot_2, rot_3)` = `(w, x, y, z)` order.

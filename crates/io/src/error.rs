@@ -86,7 +86,10 @@ impl IoError {
     }
 
     pub(crate) fn io(path: &Path, error: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), error }
+        Self::Io {
+            path: path.to_path_buf(),
+            error,
+        }
     }
 }
 

@@ -23,6 +23,8 @@
 //! # Ok::<(), rust3r_io::IoError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod atomic;
 mod compressed_ply;
 mod error;
@@ -142,7 +144,11 @@ pub fn save_splats(path: &Path, splats: &Splats) -> Result<(), IoError> {
 ///
 /// The file is written to a temporary file in the same directory and renamed
 /// over `path`, so an existing file is never left half-written.
-pub fn save_splats_with(path: &Path, splats: &Splats, options: &SaveOptions) -> Result<(), IoError> {
+pub fn save_splats_with(
+    path: &Path,
+    splats: &Splats,
+    options: &SaveOptions,
+) -> Result<(), IoError> {
     let Some(format) = SplatFormat::from_path(path) else {
         return Err(IoError::Unsupported {
             path: path.to_path_buf(),
@@ -163,9 +169,9 @@ pub fn encode_splats(
 ) -> Result<Vec<u8>, IoError> {
     match format {
         SplatFormat::Ply => ply::encode(splats),
-        SplatFormat::CompressedPly => {
-            Err(error::Problem::Unsupported("writing PlayCanvas compressed PLY files".into()))
-        }
+        SplatFormat::CompressedPly => Err(error::Problem::Unsupported(
+            "writing PlayCanvas compressed PLY files".into(),
+        )),
         SplatFormat::Splat => splat_format::encode(splats),
         SplatFormat::Spz => spz::encode(splats, options.spz_version),
     }

@@ -37,21 +37,34 @@ fn decode_standard(bytes: &[u8], header: &Header) -> Result<Splats> {
     let vertex = &header.elements[vertex_index];
     let req = |name: &str| vertex.require_scalar(name);
     let req3 = |prefix: &str| -> Result<[usize; 3]> {
-        Ok([req(&format!("{prefix}0"))?, req(&format!("{prefix}1"))?, req(&format!("{prefix}2"))?])
+        Ok([
+            req(&format!("{prefix}0"))?,
+            req(&format!("{prefix}1"))?,
+            req(&format!("{prefix}2"))?,
+        ])
     };
-    let rest_count = vertex.properties.iter().filter(|p| p.name.starts_with("f_rest_")).count();
-    let Some(sh_degree) = (0..=MAX_SH_DEGREE).find(|&d| 3 * (num_coeffs_for_degree(d) - 1) == rest_count)
+    let rest_count = vertex
+        .properties
+        .iter()
+        .filter(|p| p.name.starts_with("f_rest_"))
+        .count();
+    let Some(sh_degree) =
+        (0..=MAX_SH_DEGREE).find(|&d| 3 * (num_coeffs_for_degree(d) - 1) == rest_count)
     else {
         return if rest_count == 3 * (num_coeffs_for_degree(MAX_SH_DEGREE + 1) - 1) {
             unsupported!("SH degree 4 ({rest_count} f_rest properties)")
         } else {
-            malformed!("{rest_count} f_rest properties is not 3 * ((degree + 1)^2 - 1) for a degree in 0..=3")
+            malformed!(
+                "{rest_count} f_rest properties is not 3 * ((degree + 1)^2 - 1) for a degree in 0..=3"
+            )
         };
     };
     let layout = Layout {
         mean: [req("x")?, req("y")?, req("z")?],
         dc: req3("f_dc_")?,
-        rest: (0..rest_count).map(|k| req(&format!("f_rest_{k}"))).collect::<Result<_>>()?,
+        rest: (0..rest_count)
+            .map(|k| req(&format!("f_rest_{k}")))
+            .collect::<Result<_>>()?,
         opacity: req("opacity")?,
         scale: req3("scale_")?,
         rot: [req("rot_0")?, req("rot_1")?, req("rot_2")?, req("rot_3")?],
@@ -85,12 +98,17 @@ pub(crate) fn encode(splats: &Splats) -> Result<Vec<u8>> {
     splats.validate()?;
     let n = splats.len();
     let rest_per_channel = splats.num_coeffs() - 1;
-    let mut names: Vec<String> = ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
-        .map(String::from)
-        .into();
+    let mut names: Vec<String> = [
+        "x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2",
+    ]
+    .map(String::from)
+    .into();
     names.extend((0..3 * rest_per_channel).map(|k| format!("f_rest_{k}")));
     names.extend(
-        ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"].map(String::from),
+        [
+            "opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3",
+        ]
+        .map(String::from),
     );
 
     let mut header = format!("ply\nformat binary_little_endian 1.0\nelement vertex {n}\n");

@@ -88,7 +88,10 @@ impl Element {
             return malformed!("element '{}' has no property '{name}'", self.name);
         };
         if self.properties[index].list_count.is_some() {
-            return malformed!("property '{name}' of element '{}' is a list, expected a scalar", self.name);
+            return malformed!(
+                "property '{name}' of element '{}' is a list, expected a scalar",
+                self.name
+            );
         }
         Ok(index)
     }
@@ -133,7 +136,11 @@ impl Header {
 
 /// Parses the header of a PLY file.
 pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
-    let mut lines = HeaderLines { bytes, pos: 0, number: 0 };
+    let mut lines = HeaderLines {
+        bytes,
+        pos: 0,
+        number: 0,
+    };
     if lines.next().map(<[u8]>::trim_ascii) != Some(b"ply") {
         return malformed!("not a PLY file (missing 'ply' magic line)");
     }
@@ -148,7 +155,9 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
         let line = String::from_utf8_lossy(raw);
         let line = line.trim();
         let mut words = line.split_ascii_whitespace();
-        let Some(keyword) = words.next() else { continue };
+        let Some(keyword) = words.next() else {
+            continue;
+        };
         let words: Vec<&str> = words.collect();
         match keyword {
             "end_header" => break,
@@ -166,15 +175,23 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
             }
             "element" => {
                 let [name, count] = words.as_slice() else {
-                    return malformed!("PLY header line {line_no}: expected 'element <name> <count>', got '{line}'");
+                    return malformed!(
+                        "PLY header line {line_no}: expected 'element <name> <count>', got '{line}'"
+                    );
                 };
                 let Ok(count) = count.parse::<usize>() else {
-                    return malformed!("PLY header line {line_no}: invalid count '{count}' for element '{name}'");
+                    return malformed!(
+                        "PLY header line {line_no}: invalid count '{count}' for element '{name}'"
+                    );
                 };
                 if elements.iter().any(|e| e.name == *name) {
                     return malformed!("PLY header line {line_no}: duplicate element '{name}'");
                 }
-                elements.push(Element { name: (*name).to_owned(), count, properties: Vec::new() });
+                elements.push(Element {
+                    name: (*name).to_owned(),
+                    count,
+                    properties: Vec::new(),
+                });
             }
             "property" => {
                 let Some(element) = elements.last_mut() else {
@@ -188,12 +205,26 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
                     ["list", count, item, name] => {
                         let count = type_of(count)?;
                         if !count.is_integer() {
-                            return malformed!("PLY header line {line_no}: list count type must be an integer");
+                            return malformed!(
+                                "PLY header line {line_no}: list count type must be an integer"
+                            );
                         }
-                        Property { name: (*name).to_owned(), scalar: type_of(item)?, list_count: Some(count) }
+                        Property {
+                            name: (*name).to_owned(),
+                            scalar: type_of(item)?,
+                            list_count: Some(count),
+                        }
                     }
-                    [ty, name] => Property { name: (*name).to_owned(), scalar: type_of(ty)?, list_count: None },
-                    _ => return malformed!("PLY header line {line_no}: malformed property line '{line}'"),
+                    [ty, name] => Property {
+                        name: (*name).to_owned(),
+                        scalar: type_of(ty)?,
+                        list_count: None,
+                    },
+                    _ => {
+                        return malformed!(
+                            "PLY header line {line_no}: malformed property line '{line}'"
+                        );
+                    }
                 };
                 if element.find(&property.name).is_some() {
                     return malformed!(
@@ -210,7 +241,11 @@ pub(crate) fn parse_header(bytes: &[u8]) -> Result<Header> {
     let Some(encoding) = encoding else {
         return malformed!("PLY header has no 'format' line");
     };
-    Ok(Header { encoding, elements, body_start: lines.pos })
+    Ok(Header {
+        encoding,
+        elements,
+        body_start: lines.pos,
+    })
 }
 
 /// Iterates over the raw header lines (accepting `\n` and `\r\n` endings).
@@ -257,6 +292,13 @@ impl<'a> Body<'a> {
             let left = available.saturating_sub(needed);
             match element.count.checked_mul(row) {
                 Some(size) if size <= left => needed += size,
+                _ if header.encoding == Encoding::Ascii => {
+                    return malformed!(
+                        "element '{}' has count {}, more than the remaining {left} bytes of ASCII data can hold",
+                        element.name,
+                        element.count,
+                    );
+                }
                 _ => {
                     let fit = left.checked_div(row).unwrap_or(0);
                     return malformed!(
@@ -268,7 +310,12 @@ impl<'a> Body<'a> {
                 }
             }
         }
-        Ok(Self { header, bytes, pos: header.body_start, next_element: 0 })
+        Ok(Self {
+            header,
+            bytes,
+            pos: header.body_start,
+            next_element: 0,
+        })
     }
 
     /// Reads the rows of element `index`, skipping (reading) any elements before it.
@@ -281,7 +328,12 @@ impl<'a> Body<'a> {
         mut visit: impl FnMut(usize, &[f64]) -> Result<()>,
     ) -> Result<()> {
         if index < self.next_element {
-            return Err(Problem::Malformed("PLY elements read out of order".into()));
+            let elements = &self.header.elements;
+            return malformed!(
+                "element '{}' must come before element '{}'",
+                elements[index].name,
+                elements[self.next_element - 1].name
+            );
         }
         while self.next_element < index {
             self.read_rows(self.next_element, &mut |_, _| Ok(()))?;
@@ -292,7 +344,11 @@ impl<'a> Body<'a> {
         Ok(())
     }
 
-    fn read_rows(&mut self, index: usize, visit: &mut dyn FnMut(usize, &[f64]) -> Result<()>) -> Result<()> {
+    fn read_rows(
+        &mut self,
+        index: usize,
+        visit: &mut dyn FnMut(usize, &[f64]) -> Result<()>,
+    ) -> Result<()> {
         let element = &self.header.elements[index];
         if element.count == 0 {
             return Ok(());
@@ -309,7 +365,10 @@ impl<'a> Body<'a> {
                 let little = self.header.encoding == Encoding::BinaryLe;
                 if let Some(stride) = element.fixed_row_size() {
                     // Fast path: fixed-size rows.
-                    let total = element.count.checked_mul(stride).ok_or_else(|| truncated(0))?;
+                    let total = element
+                        .count
+                        .checked_mul(stride)
+                        .ok_or_else(|| truncated(0))?;
                     let Some(data) = self.bytes.get(self.pos..).and_then(|b| b.get(..total)) else {
                         let left = self.bytes.len().saturating_sub(self.pos);
                         return Err(truncated(left.checked_div(stride).unwrap_or(0)));
@@ -318,7 +377,11 @@ impl<'a> Body<'a> {
                         let mut offset = 0;
                         for (slot, property) in row.iter_mut().zip(&element.properties) {
                             let size = property.scalar.size();
-                            *slot = decode_binary(property.scalar, &chunk[offset..offset + size], little);
+                            *slot = decode_binary(
+                                property.scalar,
+                                &chunk[offset..offset + size],
+                                little,
+                            );
                             offset += size;
                         }
                         visit(r, &row)?;
@@ -328,9 +391,15 @@ impl<'a> Body<'a> {
                     for r in 0..element.count {
                         for (slot, property) in row.iter_mut().zip(&element.properties) {
                             match property.list_count {
-                                None => *slot = self.take_binary(property.scalar, little).ok_or_else(|| truncated(r))?,
+                                None => {
+                                    *slot = self
+                                        .take_binary(property.scalar, little)
+                                        .ok_or_else(|| truncated(r))?
+                                }
                                 Some(count_type) => {
-                                    let count = self.take_binary(count_type, little).ok_or_else(|| truncated(r))?;
+                                    let count = self
+                                        .take_binary(count_type, little)
+                                        .ok_or_else(|| truncated(r))?;
                                     let skip = list_len(count, &element.name, &property.name)?
                                         .checked_mul(property.scalar.size())
                                         .ok_or_else(|| truncated(r))?;
@@ -348,7 +417,10 @@ impl<'a> Body<'a> {
                     for (slot, property) in row.iter_mut().zip(&element.properties) {
                         let mut token = || -> Result<f64> {
                             let token = self.take_token().ok_or_else(|| truncated(r))?;
-                            match std::str::from_utf8(token).ok().and_then(|t| t.parse::<f64>().ok()) {
+                            match std::str::from_utf8(token)
+                                .ok()
+                                .and_then(|t| t.parse::<f64>().ok())
+                            {
                                 Some(v) => Ok(v),
                                 None => malformed!(
                                     "element '{}' row {r}: invalid number '{}' for property '{}'",
@@ -383,14 +455,18 @@ impl<'a> Body<'a> {
     }
 
     fn take_binary(&mut self, scalar: Scalar, little: bool) -> Option<f64> {
-        self.take_bytes(scalar.size()).map(|b| decode_binary(scalar, b, little))
+        self.take_bytes(scalar.size())
+            .map(|b| decode_binary(scalar, b, little))
     }
 
     /// Next whitespace-separated token of an ASCII body.
     fn take_token(&mut self) -> Option<&'a [u8]> {
         let rest = self.bytes.get(self.pos..)?;
         let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-        let len = rest[start..].iter().position(u8::is_ascii_whitespace).unwrap_or(rest.len() - start);
+        let len = rest[start..]
+            .iter()
+            .position(u8::is_ascii_whitespace)
+            .unwrap_or(rest.len() - start);
         self.pos += start + len;
         Some(&rest[start..start + len])
     }
@@ -410,7 +486,11 @@ fn decode_binary(scalar: Scalar, b: &[u8], little: bool) -> f64 {
         ($t:ty) => {{
             let mut raw = [0u8; size_of::<$t>()];
             raw.copy_from_slice(b);
-            f64::from(if little { <$t>::from_le_bytes(raw) } else { <$t>::from_be_bytes(raw) })
+            f64::from(if little {
+                <$t>::from_le_bytes(raw)
+            } else {
+                <$t>::from_be_bytes(raw)
+            })
         }};
     }
     match scalar {

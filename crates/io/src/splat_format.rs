@@ -17,7 +17,7 @@ use crate::splats::{SH_C0, Splats, logit_clamped, normalized_quat, sigmoid, to_u
 pub(crate) const RECORD_SIZE: usize = 32;
 
 pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
-    if bytes.len() % RECORD_SIZE != 0 {
+    if !bytes.len().is_multiple_of(RECORD_SIZE) {
         return malformed!(
             "file size {} is not a multiple of the {RECORD_SIZE}-byte .splat record ({} complete records, {} bytes left over)",
             bytes.len(),
@@ -28,7 +28,14 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
     let n = bytes.len() / RECORD_SIZE;
     let mut splats = Splats::with_capacity(0, n);
     for (i, record) in bytes.chunks_exact(RECORD_SIZE).enumerate() {
-        let f = |k: usize| f32::from_le_bytes([record[4 * k], record[4 * k + 1], record[4 * k + 2], record[4 * k + 3]]);
+        let f = |k: usize| {
+            f32::from_le_bytes([
+                record[4 * k],
+                record[4 * k + 1],
+                record[4 * k + 2],
+                record[4 * k + 3],
+            ])
+        };
         splats.means.push([f(0), f(1), f(2)]);
         let mut log_scale = [0.0; 3];
         for (k, slot) in log_scale.iter_mut().enumerate() {
@@ -41,10 +48,18 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
         }
         splats.log_scales.push(log_scale);
         let rgba = &record[24..28];
-        splats.sh.extend((0..3).map(|k| (f32::from(rgba[k]) / 255.0 - 0.5) / SH_C0));
-        splats.opacity_logits.push(logit_clamped(f32::from(rgba[3]) / 255.0));
+        splats
+            .sh
+            .extend((0..3).map(|k| (f32::from(rgba[k]) / 255.0 - 0.5) / SH_C0));
+        splats
+            .opacity_logits
+            .push(logit_clamped(f32::from(rgba[3]) / 255.0));
         let q = std::array::from_fn(|k| (f32::from(record[28 + k]) - 128.0) / 128.0);
-        splats.rotations.push(if q == [0.0; 4] { [1.0, 0.0, 0.0, 0.0] } else { q });
+        splats.rotations.push(if q == [0.0; 4] {
+            [1.0, 0.0, 0.0, 0.0]
+        } else {
+            q
+        });
     }
     splats.validate()?;
     Ok(splats)

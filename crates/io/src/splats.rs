@@ -59,7 +59,10 @@ pub struct Splats {
 impl Splats {
     /// An empty set with the given SH degree.
     pub fn new(sh_degree: u32) -> Self {
-        Self { sh_degree, ..Self::default() }
+        Self {
+            sh_degree,
+            ..Self::default()
+        }
     }
 
     /// An empty set with room for `capacity` splats.
@@ -109,7 +112,11 @@ impl Splats {
             if actual == n {
                 Ok(())
             } else {
-                Err(ValidationError::Length { field, expected: n, actual })
+                Err(ValidationError::Length {
+                    field,
+                    expected: n,
+                    actual,
+                })
             }
         };
         check_len("log_scales", self.log_scales.len())?;
@@ -137,10 +144,16 @@ impl Splats {
         all_finite("log_scales", &self.log_scales)?;
         all_finite("rotations", &self.rotations)?;
         if let Some(index) = self.opacity_logits.iter().position(|x| !x.is_finite()) {
-            return Err(ValidationError::NonFinite { field: "opacity_logits", index });
+            return Err(ValidationError::NonFinite {
+                field: "opacity_logits",
+                index,
+            });
         }
         if let Some(i) = self.sh.iter().position(|x| !x.is_finite()) {
-            return Err(ValidationError::NonFinite { field: "sh", index: i / sh_stride });
+            return Err(ValidationError::NonFinite {
+                field: "sh",
+                index: i / sh_stride,
+            });
         }
         Ok(())
     }

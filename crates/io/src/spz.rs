@@ -12,8 +12,7 @@
 //!
 //! Attribute arrays, in this order:
 //! * positions: 3 x 24-bit signed fixed point with `fractional bits` (v1: 3 x f16);
-//! * alphas: u8, `sigmoid(opacity) * 255` (decoded clamped to `[1, 254] / 255`, as
-//!   the reference decoder does);
+//! * alphas: u8, `sigmoid(opacity) * 255`;
 //! * colours: 3 x u8, `f_dc * 0.15 * 255 + 127.5`;
 //! * scales: 3 x u8, `(log_scale + 10) * 16`;
 //! * rotations: v1-2: 3 x u8 `(x, y, z) * 127.5 + 127.5` of the normalised
@@ -32,8 +31,8 @@ use std::io::{Read, Write};
 
 use crate::error::{Problem, Result, malformed, unsupported};
 use crate::splats::{
-    MAX_SH_DEGREE, SH_FLIP_YZ, Splats, logit, normalized_quat, num_coeffs_for_degree, sigmoid,
-    to_u8,
+    MAX_SH_DEGREE, SH_FLIP_YZ, Splats, logit_clamped, normalized_quat, num_coeffs_for_degree,
+    sigmoid, to_u8,
 };
 
 /// The SPZ container version written by [`save_splats_with`](crate::save_splats_with).
@@ -92,7 +91,10 @@ impl Header {
     fn parse(b: &[u8; LEGACY_HEADER_SIZE]) -> Result<Self> {
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         if u32_at(0) != MAGIC {
-            return malformed!("bad SPZ magic {:#010x} (expected {MAGIC:#010x}, \"NGSP\")", u32_at(0));
+            return malformed!(
+                "bad SPZ magic {:#010x} (expected {MAGIC:#010x}, \"NGSP\")",
+                u32_at(0)
+            );
         }
         let header = Self {
             version: u32_at(4),
@@ -110,7 +112,10 @@ impl Header {
             };
         }
         if header.fractional_bits > MAX_FRACTIONAL_BITS {
-            return malformed!("invalid fractional bits {} in SPZ header (maximum 23)", header.fractional_bits);
+            return malformed!(
+                "invalid fractional bits {} in SPZ header (maximum 23)",
+                header.fractional_bits
+            );
         }
         Ok(header)
     }
@@ -129,7 +134,9 @@ impl Header {
         for (size, per) in sizes.iter_mut().zip(per_point) {
             *size = match self.num_points.checked_mul(per) {
                 Some(s) => s,
-                None => return malformed!("SPZ header declares too many points ({})", self.num_points),
+                None => {
+                    return malformed!("SPZ header declares too many points ({})", self.num_points);
+                }
             };
         }
         Ok(sizes)
@@ -163,7 +170,10 @@ fn read_legacy(bytes: &[u8]) -> Result<Packed> {
     }
     let header = Header::parse(&raw_header)?;
     if header.version >= 4 {
-        return malformed!("SPZ version {} data must not be gzip-compressed", header.version);
+        return malformed!(
+            "SPZ version {} data must not be gzip-compressed",
+            header.version
+        );
     }
     let sizes = header.stream_sizes()?;
     let payload: usize = sizes.iter().sum();
@@ -174,37 +184,42 @@ fn read_legacy(bytes: &[u8]) -> Result<Packed> {
             bytes.len()
         );
     }
-    // The vector only grows as data actually decompresses.
-    let mut data = Vec::new();
-    if let Err(e) = decoder.take(payload as u64).read_to_end(&mut data) {
-        return malformed!("corrupt gzip data: {e}");
-    }
-    if data.len() < payload {
-        return malformed!(
-            "SPZ data ends after {} of {payload} bytes ({} points declared)",
-            data.len(),
-            header.num_points
-        );
-    }
-    // Anything after the attributes (extension records) is ignored.
+    // The vectors only grow as data actually decompresses. Anything after the
+    // attributes (extension records) is ignored.
     let mut streams: [Vec<u8>; 6] = Default::default();
-    let mut rest = data.as_slice();
+    let mut read = 0;
     for (stream, size) in streams.iter_mut().zip(sizes) {
-        let (head, tail) = rest.split_at(size);
-        *stream = head.to_vec();
-        rest = tail;
+        if let Err(e) = (&mut decoder).take(size as u64).read_to_end(stream) {
+            return malformed!("corrupt gzip data: {e}");
+        }
+        read += stream.len();
+        if stream.len() < size {
+            return malformed!(
+                "SPZ data ends after {read} of {payload} bytes ({} points declared)",
+                header.num_points
+            );
+        }
     }
     Ok(Packed { header, streams })
 }
 
 /// Reads a version 4 (zstd, multi-stream) container.
 fn read_v4(bytes: &[u8]) -> Result<Packed> {
-    let Some(raw) = bytes.first_chunk::<V4_HEADER_SIZE>() else {
-        return malformed!("file is {} bytes, shorter than the 32-byte SPZ header", bytes.len());
+    let (Some(prefix), Some(raw)) = (
+        bytes.first_chunk::<LEGACY_HEADER_SIZE>(),
+        bytes.first_chunk::<V4_HEADER_SIZE>(),
+    ) else {
+        return malformed!(
+            "file is {} bytes, shorter than the 32-byte SPZ header",
+            bytes.len()
+        );
     };
-    let header = Header::parse(raw.first_chunk().expect("32 >= 16"))?;
+    let header = Header::parse(prefix)?;
     if header.version < 4 {
-        return malformed!("SPZ version {} data must be gzip-compressed", header.version);
+        return malformed!(
+            "SPZ version {} data must be gzip-compressed",
+            header.version
+        );
     }
     let num_streams = usize::from(raw[15]);
     let toc_offset = u32::from_le_bytes([raw[16], raw[17], raw[18], raw[19]]) as usize;
@@ -221,16 +236,25 @@ fn read_v4(bytes: &[u8]) -> Result<Packed> {
     // Empty streams (no SH, or no points) are omitted.
     let present: Vec<usize> = (0..6).filter(|&k| sizes[k] > 0).collect();
     if num_streams != present.len() {
-        return malformed!("SPZ header declares {num_streams} streams, expected {}", present.len());
+        return malformed!(
+            "SPZ header declares {num_streams} streams, expected {}",
+            present.len()
+        );
     }
     let toc_end = toc_offset.saturating_add(num_streams * TOC_ENTRY_SIZE);
     if toc_offset < V4_HEADER_SIZE || toc_end > bytes.len() {
-        return malformed!("invalid SPZ table of contents offset {toc_offset} (file is {} bytes)", bytes.len());
+        return malformed!(
+            "invalid SPZ table of contents offset {toc_offset} (file is {} bytes)",
+            bytes.len()
+        );
     }
 
     let mut streams: [Vec<u8>; 6] = Default::default();
     let mut offset = toc_end;
-    for (entry, &k) in bytes[toc_offset..toc_end].chunks_exact(TOC_ENTRY_SIZE).zip(&present) {
+    for (entry, &k) in bytes[toc_offset..toc_end]
+        .chunks_exact(TOC_ENTRY_SIZE)
+        .zip(&present)
+    {
         let u64_at = |o: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&entry[o..o + 8]);
@@ -239,7 +263,10 @@ fn read_v4(bytes: &[u8]) -> Result<Packed> {
         let (compressed, uncompressed) = (u64_at(0), u64_at(8));
         let name = STREAM_NAMES[k];
         if uncompressed != sizes[k] as u64 {
-            return malformed!("SPZ stream '{name}' is {uncompressed} bytes, expected {}", sizes[k]);
+            return malformed!(
+                "SPZ stream '{name}' is {uncompressed} bytes, expected {}",
+                sizes[k]
+            );
         }
         let remaining = (bytes.len() - offset) as u64;
         if compressed > remaining {
@@ -254,7 +281,10 @@ fn read_v4(bytes: &[u8]) -> Result<Packed> {
         })?;
     }
     if offset != bytes.len() {
-        return malformed!("{} unexpected bytes after the last SPZ stream", bytes.len() - offset);
+        return malformed!(
+            "{} unexpected bytes after the last SPZ stream",
+            bytes.len() - offset
+        );
     }
     Ok(Packed { header, streams })
 }
@@ -263,16 +293,27 @@ fn read_v4(bytes: &[u8]) -> Result<Packed> {
 fn zstd_decompress(frame: &[u8], size: usize) -> std::result::Result<Vec<u8>, String> {
     let decoder = zstd::stream::read::Decoder::with_buffer(frame).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
-    decoder.take(size as u64 + 1).read_to_end(&mut out).map_err(|e| e.to_string())?;
+    decoder
+        .take(size as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| e.to_string())?;
     if out.len() != size {
-        return Err(format!("decompressed to {} bytes, expected {size}", out.len()));
+        return Err(format!(
+            "decompressed to {} bytes, expected {size}",
+            out.len()
+        ));
     }
     Ok(out)
 }
 
 /// Dequantises the attribute arrays and converts RUB to RDF.
 fn unpack(packed: &Packed) -> Result<Splats> {
-    let Header { version, num_points: n, sh_degree, fractional_bits } = packed.header;
+    let Header {
+        version,
+        num_points: n,
+        sh_degree,
+        fractional_bits,
+    } = packed.header;
     let [positions, alphas, colors, scales, rotations, sh] = &packed.streams;
     let mut splats = Splats::with_capacity(sh_degree, n);
 
@@ -291,14 +332,19 @@ fn unpack(packed: &Packed) -> Result<Splats> {
             splats.means.push(flip_yz([fixed(0), fixed(3), fixed(6)]));
         }
     }
-    // Like the reference decoder, keep alphas one step away from 0 and 1.
     splats
         .opacity_logits
-        .extend(alphas.iter().map(|&a| logit((f32::from(a) / 255.0).clamp(1.0 / 255.0, 254.0 / 255.0))));
-    splats.log_scales.extend(scales.chunks_exact(3).map(|s| [0, 1, 2].map(|k| f32::from(s[k]) / 16.0 - 10.0)));
+        .extend(alphas.iter().map(|&a| logit_clamped(f32::from(a) / 255.0)));
+    splats.log_scales.extend(
+        scales
+            .chunks_exact(3)
+            .map(|s| [0, 1, 2].map(|k| f32::from(s[k]) / 16.0 - 10.0)),
+    );
     if version >= 3 {
         splats.rotations.extend(rotations.chunks_exact(4).map(|r| {
-            rub_xyzw_to_rdf_wxyz(unpack_smallest_three(u32::from_le_bytes([r[0], r[1], r[2], r[3]])))
+            rub_xyzw_to_rdf_wxyz(unpack_smallest_three(u32::from_le_bytes([
+                r[0], r[1], r[2], r[3],
+            ])))
         }));
     } else {
         splats.rotations.extend(rotations.chunks_exact(3).map(|r| {
@@ -310,12 +356,17 @@ fn unpack(packed: &Packed) -> Result<Splats> {
 
     let rest_len = (num_coeffs_for_degree(sh_degree) - 1) * 3;
     for (i, c) in colors.chunks_exact(3).enumerate() {
-        splats.sh.extend((0..3).map(|k| (f32::from(c[k]) / 255.0 - 0.5) / COLOR_SCALE));
+        splats
+            .sh
+            .extend((0..3).map(|k| (f32::from(c[k]) / 255.0 - 0.5) / COLOR_SCALE));
         // The stream sizes were checked against the header; a short slice would
         // be caught by `validate` below.
         let values = sh.get(i * rest_len..(i + 1) * rest_len).unwrap_or_default();
         for (j, rgb) in values.chunks_exact(3).enumerate() {
-            splats.sh.extend(rgb.iter().map(|&b| (f32::from(b) - 128.0) / 128.0 * SH_FLIP_YZ[j]));
+            splats.sh.extend(
+                rgb.iter()
+                    .map(|&b| (f32::from(b) - 128.0) / 128.0 * SH_FLIP_YZ[j]),
+            );
         }
     }
     splats.validate()?;
@@ -347,7 +398,11 @@ fn unpack_smallest_three(mut bits: u32) -> [f32; 4] {
     let mut sum_squares = 0.0;
     for i in (0..4).rev().filter(|&i| i != largest) {
         let magnitude = SQRT1_2 * (bits & ROTATION_MASK) as f32 / ROTATION_MASK as f32;
-        q[i] = if bits & (1 << 9) != 0 { -magnitude } else { magnitude };
+        q[i] = if bits & (1 << 9) != 0 {
+            -magnitude
+        } else {
+            magnitude
+        };
         sum_squares += q[i] * q[i];
         bits >>= 10;
     }
@@ -357,12 +412,16 @@ fn unpack_smallest_three(mut bits: u32) -> [f32; 4] {
 
 /// Encodes a normalised quaternion `(x, y, z, w)` as "smallest three".
 fn pack_smallest_three(q: [f32; 4]) -> u32 {
-    let largest = (0..4).fold(0, |best, i| if q[i].abs() > q[best].abs() { i } else { best });
+    let largest = (0..4).fold(
+        0,
+        |best, i| if q[i].abs() > q[best].abs() { i } else { best },
+    );
     let negate = q[largest] < 0.0;
     let mut bits = largest as u32;
     for i in (0..4).filter(|&i| i != largest) {
         let sign = u32::from((q[i] < 0.0) != negate);
-        let magnitude = ((ROTATION_MASK as f32 * q[i].abs() / SQRT1_2 + 0.5) as u32).min(ROTATION_MASK);
+        let magnitude =
+            ((ROTATION_MASK as f32 * q[i].abs() / SQRT1_2 + 0.5) as u32).min(ROTATION_MASK);
         bits = (bits << 10) | (sign << 9) | magnitude;
     }
     bits
@@ -379,14 +438,25 @@ fn pack(splats: &Splats, version: SpzVersion) -> Result<Packed> {
 
     // 24-bit fixed point: use 12 fractional bits unless the scene is too large.
     const FIXED_MAX: f32 = ((1 << 23) - 1) as f32;
-    let max_abs = splats.means.iter().flatten().fold(0.0f32, |m, v| m.max(v.abs()));
+    let max_abs = splats
+        .means
+        .iter()
+        .flatten()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
     let Some(fractional_bits) = (0..=DEFAULT_FRACTIONAL_BITS)
         .rev()
         .find(|&bits| (max_abs * (1u32 << bits) as f32).round() <= FIXED_MAX)
     else {
-        return unsupported!("coordinate {max_abs} exceeds the SPZ 24-bit fixed-point range (|x| < 2^23)");
+        return unsupported!(
+            "coordinate {max_abs} exceeds the SPZ 24-bit fixed-point range (|x| < 2^23)"
+        );
     };
-    let header = Header { version, num_points: n, sh_degree: splats.sh_degree, fractional_bits };
+    let header = Header {
+        version,
+        num_points: n,
+        sh_degree: splats.sh_degree,
+        fractional_bits,
+    };
     let sizes = header.stream_sizes()?;
     let mut streams: [Vec<u8>; 6] = sizes.map(Vec::with_capacity);
     let [positions, alphas, colors, scales, rotations, sh] = &mut streams;
@@ -398,7 +468,12 @@ fn pack(splats: &Splats, version: SpzVersion) -> Result<Packed> {
             positions.extend_from_slice(&fixed.to_le_bytes()[..3]);
         }
     }
-    alphas.extend(splats.opacity_logits.iter().map(|&o| to_u8(sigmoid(o) * 255.0)));
+    alphas.extend(
+        splats
+            .opacity_logits
+            .iter()
+            .map(|&o| to_u8(sigmoid(o) * 255.0)),
+    );
     for ls in &splats.log_scales {
         scales.extend(ls.map(|s| to_u8((s + 10.0) * 16.0)));
     }
@@ -413,7 +488,11 @@ fn pack(splats: &Splats, version: SpzVersion) -> Result<Packed> {
     }
     let stride = splats.num_coeffs() * 3;
     for coeffs in splats.sh.chunks_exact(stride) {
-        colors.extend(coeffs[..3].iter().map(|c| to_u8(c * COLOR_SCALE * 255.0 + 127.5)));
+        colors.extend(
+            coeffs[..3]
+                .iter()
+                .map(|c| to_u8(c * COLOR_SCALE * 255.0 + 127.5)),
+        );
         for (j, rgb) in coeffs[3..].chunks_exact(3).enumerate() {
             sh.extend(rgb.iter().map(|c| to_u8(c * SH_FLIP_YZ[j] * 128.0 + 128.0)));
         }
@@ -440,7 +519,9 @@ pub(crate) fn encode(splats: &Splats, version: SpzVersion) -> Result<Vec<u8>> {
     let failed = |e: std::io::Error| Problem::Malformed(format!("compression failed: {e}"));
     if packed.header.version < 4 {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        encoder.write_all(&header_prefix(&packed.header, 0)).map_err(failed)?;
+        encoder
+            .write_all(&header_prefix(&packed.header, 0))
+            .map_err(failed)?;
         for stream in &packed.streams {
             encoder.write_all(stream).map_err(failed)?;
         }
@@ -451,10 +532,17 @@ pub(crate) fn encode(splats: &Splats, version: SpzVersion) -> Result<Vec<u8>> {
         .streams
         .iter()
         .filter(|s| !s.is_empty())
-        .map(|s| Ok((s.len(), zstd::bulk::compress(s, ZSTD_LEVEL).map_err(failed)?)))
+        .map(|s| {
+            Ok((
+                s.len(),
+                zstd::bulk::compress(s, ZSTD_LEVEL).map_err(failed)?,
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::with_capacity(
-        V4_HEADER_SIZE + frames.len() * TOC_ENTRY_SIZE + frames.iter().map(|f| f.1.len()).sum::<usize>(),
+        V4_HEADER_SIZE
+            + frames.len() * TOC_ENTRY_SIZE
+            + frames.iter().map(|f| f.1.len()).sum::<usize>(),
     );
     // `frames.len() <= 6`.
     out.extend_from_slice(&header_prefix(&packed.header, frames.len() as u8));
@@ -476,7 +564,12 @@ mod tests {
 
     #[test]
     fn smallest_three_round_trip() {
-        let qs = [[0.0, 0.0, 0.0, 1.0], [0.5, -0.5, 0.5, -0.5], [0.1, 0.7, -0.1, 0.7], [-0.9, 0.1, 0.3, 0.3]];
+        let qs = [
+            [0.0, 0.0, 0.0, 1.0],
+            [0.5, -0.5, 0.5, -0.5],
+            [0.1, 0.7, -0.1, 0.7],
+            [-0.9, 0.1, 0.3, 0.3],
+        ];
         for q in qs {
             let norm = q.iter().map(|c: &f32| c * c).sum::<f32>().sqrt();
             let q = q.map(|c| c / norm);

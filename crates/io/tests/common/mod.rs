@@ -8,7 +8,10 @@ use rust3r_io::{SH_C0, Splats, num_coeffs_for_degree, sigmoid};
 
 /// `/work/shared/data/splats`, located relative to this crate.
 pub fn data_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/splats"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/splats"
+    ))
 }
 
 /// Random splats whose values stay inside the ranges every format can represent.
@@ -17,8 +20,10 @@ pub fn random_splats(rng: &mut impl Rng, n: usize, sh_degree: u32) -> Splats {
     let coeffs = num_coeffs_for_degree(sh_degree);
     for _ in 0..n {
         s.means.push([0; 3].map(|_| rng.random_range(-5.0..5.0)));
-        s.log_scales.push([0; 3].map(|_| rng.random_range(-8.0..1.0)));
-        s.rotations.push([0; 4].map(|_| rng.random_range(-1.0..1.0)));
+        s.log_scales
+            .push([0; 3].map(|_| rng.random_range(-8.0..1.0)));
+        s.rotations
+            .push([0; 4].map(|_| rng.random_range(-1.0..1.0)));
         s.opacity_logits.push(rng.random_range(-5.0..5.0));
         for _ in 0..3 {
             s.sh.push(rng.random_range(-1.5..1.5));
@@ -57,12 +62,16 @@ fn normalize(q: [f32; 4]) -> [f32; 4] {
 pub fn accumulate(d: &mut Diffs, a: &Splats, ia: usize, b: &Splats, ib: usize) {
     for k in 0..3 {
         d.mean = d.mean.max((a.means[ia][k] - b.means[ib][k]).abs());
-        d.log_scale = d.log_scale.max((a.log_scales[ia][k] - b.log_scales[ib][k]).abs());
+        d.log_scale = d
+            .log_scale
+            .max((a.log_scales[ia][k] - b.log_scales[ib][k]).abs());
     }
     let (qa, qb) = (normalize(a.rotations[ia]), normalize(b.rotations[ib]));
     let dot: f32 = qa.iter().zip(&qb).map(|(x, y)| x * y).sum();
     d.rotation = d.rotation.max(1.0 - dot.abs());
-    d.opacity = d.opacity.max((sigmoid(a.opacity_logits[ia]) - sigmoid(b.opacity_logits[ib])).abs());
+    d.opacity = d
+        .opacity
+        .max((sigmoid(a.opacity_logits[ia]) - sigmoid(b.opacity_logits[ib])).abs());
     let (sa, sb) = (a.sh_of(ia), b.sh_of(ib));
     for k in 0..3 {
         d.color = d.color.max(SH_C0 * (sa[k] - sb[k]).abs());
@@ -94,7 +103,10 @@ pub fn assert_within(what: &str, d: &Diffs, tol: &Diffs) {
         ("sh_rest", d.sh_rest, tol.sh_rest),
     ];
     for (name, value, limit) in checks {
-        assert!(value <= limit, "{what}: {name} differs by {value}, tolerance {limit}\n{d:#?}");
+        assert!(
+            value <= limit,
+            "{what}: {name} differs by {value}, tolerance {limit}\n{d:#?}"
+        );
     }
 }
 
@@ -105,10 +117,22 @@ pub fn encode_compressed_ply(s: &Splats, with_color_bounds: bool) -> Vec<u8> {
     let n = s.len();
     let chunks = n.div_ceil(CHUNK);
     let rest = (s.num_coeffs() - 1) * 3;
-    let mut header = format!("ply\nformat binary_little_endian 1.0\ncomment test encoder\nelement chunk {chunks}\n");
+    let mut header = format!(
+        "ply\nformat binary_little_endian 1.0\ncomment test encoder\nelement chunk {chunks}\n"
+    );
     let mut chunk_props = vec![
-        "min_x", "min_y", "min_z", "max_x", "max_y", "max_z", "min_scale_x", "min_scale_y", "min_scale_z",
-        "max_scale_x", "max_scale_y", "max_scale_z",
+        "min_x",
+        "min_y",
+        "min_z",
+        "max_x",
+        "max_y",
+        "max_z",
+        "min_scale_x",
+        "min_scale_y",
+        "min_scale_z",
+        "max_scale_x",
+        "max_scale_y",
+        "max_scale_z",
     ];
     if with_color_bounds {
         chunk_props.extend(["min_r", "min_g", "min_b", "max_r", "max_g", "max_b"]);
@@ -117,7 +141,12 @@ pub fn encode_compressed_ply(s: &Splats, with_color_bounds: bool) -> Vec<u8> {
         header += &format!("property float {p}\n");
     }
     header += &format!("element vertex {n}\n");
-    for p in ["packed_position", "packed_rotation", "packed_scale", "packed_color"] {
+    for p in [
+        "packed_position",
+        "packed_rotation",
+        "packed_scale",
+        "packed_color",
+    ] {
         header += &format!("property uint {p}\n");
     }
     if rest > 0 {
@@ -133,15 +162,21 @@ pub fn encode_compressed_ply(s: &Splats, with_color_bounds: bool) -> Vec<u8> {
     let mut bounds = Vec::new();
     for c in 0..chunks {
         let range = c * CHUNK..((c + 1) * CHUNK).min(n);
-        let mut b = [[f32::INFINITY; 3], [f32::NEG_INFINITY; 3], [f32::INFINITY; 3], [f32::NEG_INFINITY; 3], [f32::INFINITY; 3], [f32::NEG_INFINITY; 3]];
+        let mut b = [
+            [f32::INFINITY; 3],
+            [f32::NEG_INFINITY; 3],
+            [f32::INFINITY; 3],
+            [f32::NEG_INFINITY; 3],
+            [f32::INFINITY; 3],
+            [f32::NEG_INFINITY; 3],
+        ];
         for i in range {
-            for k in 0..3 {
-                b[0][k] = b[0][k].min(s.means[i][k]);
-                b[1][k] = b[1][k].max(s.means[i][k]);
-                b[2][k] = b[2][k].min(s.log_scales[i][k]);
-                b[3][k] = b[3][k].max(s.log_scales[i][k]);
-                b[4][k] = b[4][k].min(rgb(i, k));
-                b[5][k] = b[5][k].max(rgb(i, k));
+            let values = [s.means[i], s.log_scales[i], [0, 1, 2].map(|k| rgb(i, k))];
+            for (v, bound) in values.iter().zip(b.chunks_exact_mut(2)) {
+                for k in 0..3 {
+                    bound[0][k] = bound[0][k].min(v[k]);
+                    bound[1][k] = bound[1][k].max(v[k]);
+                }
             }
         }
         if !with_color_bounds {
@@ -156,11 +191,17 @@ pub fn encode_compressed_ply(s: &Splats, with_color_bounds: bool) -> Vec<u8> {
     }
     let quant = |v: f32, lo: f32, hi: f32, bits: u32| -> u32 {
         let max = ((1u32 << bits) - 1) as f32;
-        let t = if hi > lo { ((v - lo) / (hi - lo)).clamp(0.0, 1.0) } else { 0.0 };
+        let t = if hi > lo {
+            ((v - lo) / (hi - lo)).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         (t * max).round() as u32
     };
     let pack_111011 = |v: [f32; 3], lo: [f32; 3], hi: [f32; 3]| {
-        (quant(v[0], lo[0], hi[0], 11) << 21) | (quant(v[1], lo[1], hi[1], 10) << 11) | quant(v[2], lo[2], hi[2], 11)
+        (quant(v[0], lo[0], hi[0], 11) << 21)
+            | (quant(v[1], lo[1], hi[1], 10) << 11)
+            | quant(v[2], lo[2], hi[2], 11)
     };
     for i in 0..n {
         let b = &bounds[i / CHUNK];
@@ -176,7 +217,12 @@ pub fn encode_compressed_ply(s: &Splats, with_color_bounds: bool) -> Vec<u8> {
             | (quant(rgb(i, 1), b[4][1], b[5][1], 8) << 16)
             | (quant(rgb(i, 2), b[4][2], b[5][2], 8) << 8)
             | quant(sigmoid(s.opacity_logits[i]), 0.0, 1.0, 8);
-        for word in [pack_111011(s.means[i], b[0], b[1]), rot, pack_111011(s.log_scales[i], b[2], b[3]), color] {
+        for word in [
+            pack_111011(s.means[i], b[0], b[1]),
+            rot,
+            pack_111011(s.log_scales[i], b[2], b[3]),
+            color,
+        ] {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
