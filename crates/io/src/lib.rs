@@ -46,7 +46,8 @@ pub enum SplatFormat {
     /// Standard 3DGS PLY. When decoding, a PlayCanvas compressed PLY is also
     /// accepted (detected from the header).
     Ply,
-    /// PlayCanvas / SuperSplat compressed PLY (read only).
+    /// PlayCanvas / SuperSplat compressed PLY (read only). Decoding inspects the
+    /// header exactly like [`SplatFormat::Ply`], so either variant reads either layout.
     CompressedPly,
     /// antimatter15 `.splat` (32-byte records, SH degree 0).
     Splat,
