@@ -9,11 +9,14 @@
 //! * [`RadTanDistortion`]: OpenCV radial-tangential distortion, iterative
 //!   undistortion, `getOptimalNewCameraMatrix` and `initUndistortRectifyMap`
 //!   equivalents.
+//! * [`mast3r_resize`]: the DUSt3R / MASt3R input resize-and-crop rules and the matching
+//!   intrinsics transform.
 
 #![warn(missing_docs)]
 
 pub mod camera;
 pub mod distortion;
+pub mod mast3r_resize;
 pub mod se3;
 pub mod sim3;
 pub mod so3;
