@@ -354,6 +354,7 @@ mod tests {
     /// Random sizes against values printed by the DUSt3R / MASt3R-SLAM `resize_img` arithmetic
     /// (the Python code with PIL's crop-box rounding, run outside this repository).
     #[test]
+    #[allow(clippy::type_complexity)]
     fn random_sizes_match_python() {
         let cases: [(u32, u32, u32, (u32, u32), (u32, u32, u32, u32)); 60] = [
             (1969, 4874, 512, (207, 512), (7, 0, 199, 512)),

@@ -64,6 +64,16 @@ pub enum IoError {
         /// Description of the unsupported feature.
         message: String,
     },
+    /// A data set (image sequence) cannot be used as given: it needs a camera calibration that
+    /// was not supplied, its type cannot be recognised, its timestamps do not match, or an
+    /// argument (such as the frame stride) is out of range.
+    #[error("{}: {message}", path.display())]
+    Dataset {
+        /// Data set folder or file concerned.
+        path: PathBuf,
+        /// Description of the problem and, where there is one, what to do about it.
+        message: String,
+    },
     /// The splat data itself is inconsistent (decoded from a file, or given to a writer).
     #[error("{}: invalid splat data: {error}", path.display())]
     Invalid {
@@ -81,6 +91,7 @@ impl IoError {
             Self::Io { path, .. }
             | Self::Malformed { path, .. }
             | Self::Unsupported { path, .. }
+            | Self::Dataset { path, .. }
             | Self::Invalid { path, .. } => path,
         }
     }

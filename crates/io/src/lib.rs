@@ -1,4 +1,5 @@
-//! Reading and writing 3D Gaussian splat files.
+//! Reading and writing 3D Gaussian splat files, and reading image-sequence data sets
+//! ([`datasets`]: TUM RGB-D, 7-Scenes, EuRoC, ETH3D, image folders).
 //!
 //! All formats decode into (and encode from) one host-side container,
 //! [`Splats`], which stores pre-activation values in the conventions of the
@@ -27,6 +28,7 @@
 
 mod atomic;
 mod compressed_ply;
+pub mod datasets;
 mod error;
 mod ply;
 mod plyfile;

@@ -1,0 +1,270 @@
+//! Microsoft 7-Scenes sequences.
+
+use std::path::{Path, PathBuf};
+
+use super::common::{self, data_lines, dataset_error, malformed, read_text, resolve_calibration};
+use super::{Dataset, Frame, Intrinsics, Pose};
+use crate::IoError;
+
+/// Frames per second of the Kinect recordings (7-Scenes has no timestamps).
+const FPS: f64 = 30.0;
+
+/// Depth PNG units per metre (millimetres).
+const DEPTH_SCALE: f32 = 1000.0;
+
+/// Depth value that marks "no measurement" besides 0.
+const DEPTH_INVALID: u16 = 65535;
+
+/// The frame number of `frame-NNNNNN.color.{png,jpg,jpeg}` (extension case-insensitive).
+pub(crate) fn parse_color_name(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("frame-")?;
+    let (digits, ext) = rest.split_once(".color.")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !common::is_image_extension(&ext.to_ascii_lowercase()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    number: u64,
+    rgb: PathBuf,
+    depth: Option<PathBuf>,
+    gt: Option<Pose>,
+}
+
+/// One 7-Scenes sequence folder (e.g. `redkitchen/seq-01`):
+///
+/// * `frame-NNNNNN.color.png` (or `.jpg`): colour, 640x480;
+/// * `frame-NNNNNN.depth.png` (optional): u16 millimetres, 0 and 65535 invalid. The depth
+///   is in the depth camera's frame, *not* registered to the colour image;
+/// * `frame-NNNNNN.pose.txt` (optional): 4x4 camera-to-world matrix, four rows of four numbers.
+///   A pose containing non-finite values (`inf`/`nan`) is treated as unknown;
+/// * `camera-intrinsics.txt` (optional): the 3x3 `K`; without it `fx = fy = 585`,
+///   `cx = 320`, `cy = 240` (the values published for the data set), used for colour and depth.
+///
+/// Frames are ordered by frame number; the timestamp is `frame_number / 30`.
+#[derive(Debug, Clone)]
+pub struct SevenScenesDataset {
+    name: String,
+    root: PathBuf,
+    frames: Vec<Entry>,
+    intrinsics: Intrinsics,
+    depth_intrinsics: Option<Intrinsics>,
+    ground_truth: Vec<(f64, Pose)>,
+}
+
+/// Reads a 4x4 pose file. `Ok(None)` when it holds non-finite values.
+pub(crate) fn read_pose_matrix(path: &Path) -> Result<Option<Pose>, IoError> {
+    let text = read_text(path)?;
+    let mut rows = Vec::new();
+    let mut finite = true;
+    for (line, content) in data_lines(&text) {
+        let tokens: Vec<&str> = content.split_whitespace().collect();
+        if tokens.len() != 4 {
+            return Err(malformed(
+                path,
+                format!(
+                    "line {line}: expected 4 numbers (a row of the 4x4 pose), found {}",
+                    tokens.len()
+                ),
+            ));
+        }
+        let mut row = [0.0; 4];
+        for (v, t) in row.iter_mut().zip(&tokens) {
+            *v = t
+                .parse::<f64>()
+                .map_err(|_| malformed(path, format!("line {line}: '{t}' is not a number")))?;
+            finite &= v.is_finite();
+        }
+        rows.push((line, row));
+    }
+    if rows.len() != 4 {
+        return Err(malformed(
+            path,
+            format!("expected 4 rows (a 4x4 pose), found {}", rows.len()),
+        ));
+    }
+    if !finite {
+        return Ok(None);
+    }
+    let (line, last) = rows[3];
+    let expected = [0.0, 0.0, 0.0, 1.0];
+    if last.iter().zip(expected).any(|(a, b)| (a - b).abs() > 1e-6) {
+        return Err(malformed(
+            path,
+            format!("line {line}: the last row of a pose must be 0 0 0 1"),
+        ));
+    }
+    let mut pose = [[0.0; 4]; 4];
+    for (dst, (_, src)) in pose.iter_mut().zip(rows) {
+        *dst = src;
+    }
+    Ok(Some(pose))
+}
+
+/// Reads `camera-intrinsics.txt` (a 3x3 K, rows on lines).
+fn read_k(path: &Path) -> Result<Intrinsics, IoError> {
+    let text = read_text(path)?;
+    let mut values = Vec::new();
+    for (line, content) in data_lines(&text) {
+        for token in content.split_whitespace() {
+            values.push(common::parse_f64(token, path, line)?);
+        }
+    }
+    if values.len() != 9 {
+        return Err(malformed(
+            path,
+            format!(
+                "expected a 3x3 camera matrix (9 numbers), found {} numbers",
+                values.len()
+            ),
+        ));
+    }
+    if values[0] <= 0.0 || values[4] <= 0.0 {
+        return Err(malformed(path, "focal lengths must be positive"));
+    }
+    Ok(Intrinsics::pinhole(
+        values[0], values[4], values[2], values[5], 0, 0,
+    ))
+}
+
+impl SevenScenesDataset {
+    /// Opens a sequence folder, keeping every `stride`-th frame; `calibration` replaces
+    /// `camera-intrinsics.txt` / the default.
+    pub fn open(
+        path: &Path,
+        stride: usize,
+        calibration: Option<Intrinsics>,
+    ) -> Result<Self, IoError> {
+        if stride == 0 {
+            return Err(dataset_error(path, "the frame stride must be at least 1"));
+        }
+        let names = common::list_dir(path)?;
+        let mut colour: Vec<(u64, &String)> = names
+            .iter()
+            .filter_map(|n| parse_color_name(n).map(|k| (k, n)))
+            .collect();
+        if colour.is_empty() {
+            // Reuse detect()'s explanation (e.g. a scene folder holding seq-NN).
+            return Err(match super::detect(path) {
+                Err(e) => e,
+                Ok(_) => dataset_error(path, "no frame-NNNNNN.color.png/jpg files"),
+            });
+        }
+        colour.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| common::natural_cmp(a.1, b.1)));
+        if let Some(w) = colour.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(dataset_error(
+                path,
+                format!("frame {} appears twice ({} and {})", w[0].0, w[0].1, w[1].1),
+            ));
+        }
+
+        let mut all = Vec::with_capacity(colour.len());
+        for (number, name) in colour {
+            let stem = name.split_once(".color.").expect("parsed").0;
+            let depth = path.join(format!("{stem}.depth.png"));
+            let pose_file = path.join(format!("{stem}.pose.txt"));
+            let gt = if pose_file.is_file() {
+                read_pose_matrix(&pose_file)?
+            } else {
+                None
+            };
+            all.push(Entry {
+                number,
+                rgb: path.join(name),
+                depth: depth.is_file().then_some(depth),
+                gt,
+            });
+        }
+
+        let rgb_size = common::image_size(&all[0].rgb)?;
+        let base = match calibration {
+            Some(k) => resolve_calibration(k, rgb_size, &all[0].rgb)?,
+            None => {
+                let k_file = path.join("camera-intrinsics.txt");
+                let k = if k_file.is_file() {
+                    read_k(&k_file)?
+                } else {
+                    Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 0, 0)
+                };
+                Intrinsics {
+                    width: rgb_size.0,
+                    height: rgb_size.1,
+                    ..k
+                }
+            }
+        };
+        let depth_intrinsics = match all.iter().find_map(|e| e.depth.as_ref()) {
+            Some(d) => {
+                let (width, height) = common::image_size(d)?;
+                Some(Intrinsics {
+                    width,
+                    height,
+                    ..base
+                })
+            }
+            None => None,
+        };
+        let ground_truth = all
+            .iter()
+            .filter_map(|e| e.gt.map(|p| (e.number as f64 / FPS, p)))
+            .collect();
+        let frames = all.into_iter().step_by(stride).collect();
+        Ok(Self {
+            name: common::display_name(path),
+            root: path.to_path_buf(),
+            frames,
+            intrinsics: base,
+            depth_intrinsics,
+            ground_truth,
+        })
+    }
+}
+
+impl Dataset for SevenScenesDataset {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn intrinsics(&self) -> Option<Intrinsics> {
+        Some(self.intrinsics)
+    }
+
+    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+        self.depth_intrinsics
+    }
+
+    fn frame(&self, i: usize) -> Result<Frame, IoError> {
+        let entry = self.frames.get(i).ok_or_else(|| {
+            dataset_error(
+                &self.root,
+                format!("frame {i} is out of range ({} frames)", self.frames.len()),
+            )
+        })?;
+        let rgb = common::read_rgb(&entry.rgb)?;
+        let depth = match &entry.depth {
+            Some(p) => Some(common::read_depth(p, DEPTH_SCALE, &[DEPTH_INVALID])?),
+            None => None,
+        };
+        Ok(Frame {
+            index: i,
+            timestamp: entry.number as f64 / FPS,
+            rgb,
+            depth,
+            gt_pose: entry.gt,
+            rgb_path: entry.rgb.clone(),
+        })
+    }
+
+    fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
+        (!self.ground_truth.is_empty()).then(|| self.ground_truth.clone())
+    }
+}
