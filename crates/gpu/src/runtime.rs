@@ -58,6 +58,7 @@ pub struct AdapterInfo {
     pub max_workgroup_storage_size: u32,
     pub subgroups: bool,
     pub shader_f16: bool,
+    pub f32_atomics: bool,
 }
 
 /// Enumerate every adapter of every graphics API wgpu can reach on this machine.
@@ -86,6 +87,7 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
                 max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
                 subgroups: features.contains(wgpu::Features::SUBGROUP),
                 shader_f16: features.contains(wgpu::Features::SHADER_F16),
+                f32_atomics: features.contains(wgpu::Features::SHADER_FLOAT32_ATOMIC),
             }
         })
         .collect()
