@@ -34,6 +34,20 @@ impl GpuSplats {
         ((self.sh_degree + 1) * (self.sh_degree + 1)) as usize
     }
 
+    /// Upload splats loaded by `rust3r_io`.
+    pub fn from_host(gpu: &Gpu, s: &rust3r_io::Splats) -> Result<Self, SplatError> {
+        s.validate().map_err(|e| SplatError::InvalidSplats(e.to_string()))?;
+        Self::from_slices(
+            gpu,
+            bytemuck::cast_slice(&s.means),
+            bytemuck::cast_slice(&s.log_scales),
+            bytemuck::cast_slice(&s.rotations),
+            &s.opacity_logits,
+            &s.sh,
+            s.sh_degree,
+        )
+    }
+
     /// Upload host arrays (flattened, same layouts as the fields).
     pub fn from_slices(
         gpu: &Gpu,

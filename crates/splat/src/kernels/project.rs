@@ -26,15 +26,15 @@ pub const ALPHA_MIN: f32 = 1.0 / 255.0;
 #[cube]
 fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
     (
-        1.0 - 2.0 * (y * y + z * z),
-        2.0 * (x * y - w * z),
-        2.0 * (x * z + w * y),
-        2.0 * (x * y + w * z),
-        1.0 - 2.0 * (x * x + z * z),
-        2.0 * (y * z - w * x),
-        2.0 * (x * z - w * y),
-        2.0 * (y * z + w * x),
-        1.0 - 2.0 * (x * x + y * y),
+        1.0f32 - 2.0f32 * (y * y + z * z),
+        2.0f32 * (x * y - w * z),
+        2.0f32 * (x * z + w * y),
+        2.0f32 * (x * y + w * z),
+        1.0f32 - 2.0f32 * (x * x + z * z),
+        2.0f32 * (y * z - w * x),
+        2.0f32 * (x * z - w * y),
+        2.0f32 * (y * z + w * x),
+        1.0f32 - 2.0f32 * (x * x + y * y),
     )
 }
 
@@ -103,7 +103,7 @@ pub fn project_forward(
     let qy0 = quats[g * 4 + 2];
     let qz0 = quats[g * 4 + 3];
     let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
-    if !(qn > 0.0) {
+    if !(qn > 0.0f32) {
         terminate!();
     }
     let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
@@ -143,13 +143,13 @@ pub fn project_forward(
     let c22 = b20 * r20 + b21 * r21 + b22 * r22;
 
     // Jacobian of the perspective projection, with the frustum clamp.
-    let tan_fovx = 0.5 * f32::cast_from(width) / fx;
-    let tan_fovy = 0.5 * f32::cast_from(height) / fy;
-    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3 * tan_fovx;
-    let lim_x_neg = cx / fx + 0.3 * tan_fovx;
-    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3 * tan_fovy;
-    let lim_y_neg = cy / fy + 0.3 * tan_fovy;
-    let rz = 1.0 / pz;
+    let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
+    let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
+    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
+    let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
+    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
+    let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
+    let rz = 1.0f32 / pz;
     let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
     let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
     let j00 = fx * rz;
@@ -168,37 +168,37 @@ pub fn project_forward(
     let v11 = u11 * j11 + u12 * j12;
     let _ = u10;
     let det_orig = v00 * v11 - v01 * v01;
-    let w00 = v00 + 0.3;
-    let w11 = v11 + 0.3;
+    let w00 = v00 + 0.3f32;
+    let w11 = v11 + 0.3f32;
     let det = w00 * w11 - v01 * v01;
-    if !(det > 0.0) {
+    if !(det > 0.0f32) {
         terminate!();
     }
-    let mut opacity = 1.0 / (1.0 + (-opacity_logits[g]).exp());
+    let mut opacity = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
     if comptime![antialiased] {
-        opacity *= max(det_orig / det, 0.0).sqrt();
+        opacity *= max(det_orig / det, 0.0f32).sqrt();
     }
-    if opacity < 1.0 / 255.0 {
+    if opacity < 1.0f32 / 255.0f32 {
         terminate!();
     }
-    let inv_det = 1.0 / det;
+    let inv_det = 1.0f32 / det;
     let conic_a = w11 * inv_det;
     let conic_b = -v01 * inv_det;
     let conic_c = w00 * inv_det;
     let mean_x = fx * px * rz + cx;
     let mean_y = fy * py * rz + cy;
     // Exact extent of the ellipse where alpha can reach 1/255.
-    let extent = min((2.0 * (255.0 * opacity).ln()).sqrt(), 3.33f32);
+    let extent = min((2.0f32 * (255.0f32 * opacity).ln()).sqrt(), 3.33f32);
     let rx = extent * w00.sqrt();
     let ry = extent * w11.sqrt();
     let tiles_x = (width + 15u32) / 16u32;
     let tiles_y = (height + 15u32) / 16u32;
-    let tx0 = clamp((mean_x - rx) / 16.0, 0.0, f32::cast_from(tiles_x)).floor();
-    let tx1 = clamp((mean_x + rx) / 16.0 + 1.0, 0.0, f32::cast_from(tiles_x)).floor();
-    let ty0 = clamp((mean_y - ry) / 16.0, 0.0, f32::cast_from(tiles_y)).floor();
-    let ty1 = clamp((mean_y + ry) / 16.0 + 1.0, 0.0, f32::cast_from(tiles_y)).floor();
+    let tx0 = clamp((mean_x - rx) / 16.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
+    let tx1 = clamp((mean_x + rx) / 16.0f32 + 1.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
+    let ty0 = clamp((mean_y - ry) / 16.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
+    let ty1 = clamp((mean_y + ry) / 16.0f32 + 1.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
     let count = (tx1 - tx0) * (ty1 - ty0);
-    if !(count > 0.0) {
+    if !(count > 0.0f32) {
         terminate!();
     }
 
@@ -207,7 +207,7 @@ pub fn project_forward(
     let dy = my - cam[17];
     let dz = mz - cam[18];
     let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-    let inv_dn = select(dn > 0.0, 1.0 / dn, 0.0);
+    let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
     let ux = dx * inv_dn;
     let uy = dy * inv_dn;
     let uz = dz * inv_dn;
@@ -230,9 +230,9 @@ pub fn project_forward(
     proj[g * 10 + 4] = conic_c;
     proj[g * 10 + 5] = pz;
     proj[g * 10 + 6] = opacity;
-    proj[g * 10 + 7] = max(cr, 0.0);
-    proj[g * 10 + 8] = max(cg, 0.0);
-    proj[g * 10 + 9] = max(cb, 0.0);
+    proj[g * 10 + 7] = max(cr, 0.0f32);
+    proj[g * 10 + 8] = max(cg, 0.0f32);
+    proj[g * 10 + 9] = max(cb, 0.0f32);
     radii[g * 2] = u32::cast_from(rx.ceil());
     radii[g * 2 + 1] = u32::cast_from(ry.ceil());
     rects[g * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
@@ -276,20 +276,20 @@ pub fn project_backward(
     if tiles_touched[g] == 0u32 {
         #[unroll]
         for k in 0..3usize {
-            v_means[g * 3 + k] = 0.0;
-            v_log_scales[g * 3 + k] = 0.0;
+            v_means[g * 3 + k] = 0.0f32;
+            v_log_scales[g * 3 + k] = 0.0f32;
         }
         #[unroll]
         for k in 0..4usize {
-            v_quats[g * 4 + k] = 0.0;
+            v_quats[g * 4 + k] = 0.0f32;
         }
-        v_opacity_logits[g] = 0.0;
+        v_opacity_logits[g] = 0.0f32;
         for k in 0..kc * 3 {
-            v_sh[g * kc * 3 + k] = 0.0;
+            v_sh[g * kc * 3 + k] = 0.0f32;
         }
         #[unroll]
         for k in 0..12usize {
-            v_cam[g * 12 + k] = 0.0;
+            v_cam[g * 12 + k] = 0.0f32;
         }
         terminate!();
     }
@@ -367,13 +367,13 @@ pub fn project_backward(
     let c11 = b10 * r10 + b11 * r11 + b12 * r12;
     let c12 = b10 * r20 + b11 * r21 + b12 * r22;
     let c22 = b20 * r20 + b21 * r21 + b22 * r22;
-    let tan_fovx = 0.5 * f32::cast_from(width) / fx;
-    let tan_fovy = 0.5 * f32::cast_from(height) / fy;
-    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3 * tan_fovx;
-    let lim_x_neg = cx / fx + 0.3 * tan_fovx;
-    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3 * tan_fovy;
-    let lim_y_neg = cy / fy + 0.3 * tan_fovy;
-    let rz = 1.0 / pz;
+    let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
+    let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
+    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
+    let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
+    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
+    let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
+    let rz = 1.0f32 / pz;
     let ux_raw = px * rz;
     let uy_raw = py * rz;
     let x_clamped = ux_raw < -lim_x_neg || ux_raw > lim_x_pos;
@@ -392,27 +392,27 @@ pub fn project_backward(
     let v00 = u00 * j00 + u02 * j02;
     let v01 = u01 * j11 + u02 * j12;
     let v11 = u11 * j11 + u12 * j12;
-    let w00 = v00 + 0.3;
-    let w11 = v11 + 0.3;
+    let w00 = v00 + 0.3f32;
+    let w11 = v11 + 0.3f32;
     let det = w00 * w11 - v01 * v01;
     let det_orig = v00 * v11 - v01 * v01;
-    let inv_det = 1.0 / det;
+    let inv_det = 1.0f32 / det;
     let qa = w11 * inv_det;
     let qb = -v01 * inv_det;
     let qc = w00 * inv_det;
-    let sig = 1.0 / (1.0 + (-opacity_logits[g]).exp());
+    let sig = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
 
     // ---- opacity ----
     let mut comp = 1.0f32;
     if comptime![antialiased] {
-        comp = max(det_orig / det, 0.0).sqrt();
+        comp = max(det_orig / det, 0.0f32).sqrt();
     }
-    v_opacity_logits[g] = v_opacity * comp * sig * (1.0 - sig);
+    v_opacity_logits[g] = v_opacity * comp * sig * (1.0f32 - sig);
     let v_comp = v_opacity * sig;
 
     // ---- conic -> dilated 2D covariance: dL/dW = -Q G Q, G = [[va, vb/2],[vb/2, vc]] ----
     let g00 = v_ca;
-    let g01 = 0.5 * v_cb;
+    let g01 = 0.5f32 * v_cb;
     let g11 = v_cc;
     let t00 = g00 * qa + g01 * qb;
     let t01 = g00 * qb + g01 * qc;
@@ -422,12 +422,12 @@ pub fn project_backward(
     let mut vw01 = -(qa * t01 + qb * t11);
     let mut vw11 = -(qb * t01 + qc * t11);
     if comptime![antialiased] {
-        if det_orig > 0.0 && comp > 0.0 {
+        if det_orig > 0.0f32 && comp > 0.0f32 {
             // comp = sqrt(det_o / det_b): dcomp/dA = comp/2 (A_o^-1 - A_b^-1) (symmetric form).
             let io00 = v11 / det_orig;
             let io01 = -v01 / det_orig;
             let io11 = v00 / det_orig;
-            let h = 0.5 * comp * v_comp;
+            let h = 0.5f32 * comp * v_comp;
             vw00 += h * (io00 - qa);
             vw01 += h * (io01 - qb);
             vw11 += h * (io11 - qc);
@@ -450,29 +450,29 @@ pub fn project_backward(
     let vc12 = j11 * vj12;
     let vc22 = j02 * vj02 + j12 * vj12;
     // dL/dJ = 2 (VJ) C ; only entries (0,0), (0,2), (1,1), (1,2) of J are live.
-    let vJ00 = 2.0 * (vj00 * c00 + vj01 * c01 + vj02 * c02);
-    let vJ02 = 2.0 * (vj00 * c02 + vj01 * c12 + vj02 * c22);
-    let vJ11 = 2.0 * (vj10 * c01 + vj11 * c11 + vj12 * c12);
-    let vJ12 = 2.0 * (vj10 * c02 + vj11 * c12 + vj12 * c22);
+    let dj00 = 2.0f32 * (vj00 * c00 + vj01 * c01 + vj02 * c02);
+    let dj02 = 2.0f32 * (vj00 * c02 + vj01 * c12 + vj02 * c22);
+    let dj11 = 2.0f32 * (vj10 * c01 + vj11 * c11 + vj12 * c12);
+    let dj12 = 2.0f32 * (vj10 * c02 + vj11 * c12 + vj12 * c22);
 
     // ---- camera-space mean ----
     let mut vpx = fx * rz * v_mean_x;
     let mut vpy = fy * rz * v_mean_y;
     let mut vpz = -(fx * px * v_mean_x + fy * py * v_mean_y) * rz * rz + v_depth;
     // J00 = fx/z, J11 = fy/z
-    vpz += -fx * rz * rz * vJ00 - fy * rz * rz * vJ11;
+    vpz += -fx * rz * rz * dj00 - fy * rz * rz * dj11;
     // J02 = -fx * u / z with u = clamp(x/z)
     if x_clamped {
-        vpz += fx * ucx * rz * rz * vJ02;
+        vpz += fx * ucx * rz * rz * dj02;
     } else {
-        vpx += -fx * rz * rz * vJ02;
-        vpz += 2.0 * fx * px * rz * rz * rz * vJ02;
+        vpx += -fx * rz * rz * dj02;
+        vpz += 2.0f32 * fx * px * rz * rz * rz * dj02;
     }
     if y_clamped {
-        vpz += fy * ucy * rz * rz * vJ12;
+        vpz += fy * ucy * rz * rz * dj12;
     } else {
-        vpy += -fy * rz * rz * vJ12;
-        vpz += 2.0 * fy * py * rz * rz * rz * vJ12;
+        vpy += -fy * rz * rz * dj12;
+        vpz += 2.0f32 * fy * py * rz * rz * rz * dj12;
     }
 
     // ---- C = W Sigma W^T: dL/dSigma = W^T VC W, dL/dW += 2 VC W Sigma ----
@@ -494,15 +494,15 @@ pub fn project_backward(
     let vs12 = r01 * e02 + r11 * e12 + r21 * e22;
     let vs22 = r02 * e02 + r12 * e12 + r22 * e22;
     // dL/dW = 2 E Sigma
-    let mut vr00 = 2.0 * (e00 * s00 + e01 * s01 + e02 * s02);
-    let mut vr01 = 2.0 * (e00 * s01 + e01 * s11 + e02 * s12);
-    let mut vr02 = 2.0 * (e00 * s02 + e01 * s12 + e02 * s22);
-    let mut vr10 = 2.0 * (e10 * s00 + e11 * s01 + e12 * s02);
-    let mut vr11 = 2.0 * (e10 * s01 + e11 * s11 + e12 * s12);
-    let mut vr12 = 2.0 * (e10 * s02 + e11 * s12 + e12 * s22);
-    let mut vr20 = 2.0 * (e20 * s00 + e21 * s01 + e22 * s02);
-    let mut vr21 = 2.0 * (e20 * s01 + e21 * s11 + e22 * s12);
-    let mut vr22 = 2.0 * (e20 * s02 + e21 * s12 + e22 * s22);
+    let mut vr00 = 2.0f32 * (e00 * s00 + e01 * s01 + e02 * s02);
+    let mut vr01 = 2.0f32 * (e00 * s01 + e01 * s11 + e02 * s12);
+    let mut vr02 = 2.0f32 * (e00 * s02 + e01 * s12 + e02 * s22);
+    let mut vr10 = 2.0f32 * (e10 * s00 + e11 * s01 + e12 * s02);
+    let mut vr11 = 2.0f32 * (e10 * s01 + e11 * s11 + e12 * s12);
+    let mut vr12 = 2.0f32 * (e10 * s02 + e11 * s12 + e12 * s22);
+    let mut vr20 = 2.0f32 * (e20 * s00 + e21 * s01 + e22 * s02);
+    let mut vr21 = 2.0f32 * (e20 * s01 + e21 * s11 + e22 * s12);
+    let mut vr22 = 2.0f32 * (e20 * s02 + e21 * s12 + e22 * s22);
     // mean_c = W m + t
     vr00 += vpx * mx;
     vr01 += vpx * my;
@@ -521,15 +521,15 @@ pub fn project_backward(
     let mut vmz = r02 * vpx + r12 * vpy + r22 * vpz;
 
     // ---- Sigma = M M^T: dL/dM = 2 VS M ----
-    let vm00 = 2.0 * (vs00 * m00 + vs01 * m10 + vs02 * m20);
-    let vm01 = 2.0 * (vs00 * m01 + vs01 * m11 + vs02 * m21);
-    let vm02 = 2.0 * (vs00 * m02 + vs01 * m12 + vs02 * m22);
-    let vm10 = 2.0 * (vs01 * m00 + vs11 * m10 + vs12 * m20);
-    let vm11 = 2.0 * (vs01 * m01 + vs11 * m11 + vs12 * m21);
-    let vm12 = 2.0 * (vs01 * m02 + vs11 * m12 + vs12 * m22);
-    let vm20 = 2.0 * (vs02 * m00 + vs12 * m10 + vs22 * m20);
-    let vm21 = 2.0 * (vs02 * m01 + vs12 * m11 + vs22 * m21);
-    let vm22 = 2.0 * (vs02 * m02 + vs12 * m12 + vs22 * m22);
+    let vm00 = 2.0f32 * (vs00 * m00 + vs01 * m10 + vs02 * m20);
+    let vm01 = 2.0f32 * (vs00 * m01 + vs01 * m11 + vs02 * m21);
+    let vm02 = 2.0f32 * (vs00 * m02 + vs01 * m12 + vs02 * m22);
+    let vm10 = 2.0f32 * (vs01 * m00 + vs11 * m10 + vs12 * m20);
+    let vm11 = 2.0f32 * (vs01 * m01 + vs11 * m11 + vs12 * m21);
+    let vm12 = 2.0f32 * (vs01 * m02 + vs11 * m12 + vs12 * m22);
+    let vm20 = 2.0f32 * (vs02 * m00 + vs12 * m10 + vs22 * m20);
+    let vm21 = 2.0f32 * (vs02 * m01 + vs12 * m11 + vs22 * m21);
+    let vm22 = 2.0f32 * (vs02 * m02 + vs12 * m12 + vs22 * m22);
     // M = A S: dA = dM S ; ds_j = sum_i dM_ij A_ij
     v_log_scales[g * 3] = (vm00 * a00 + vm10 * a10 + vm20 * a20) * sx;
     v_log_scales[g * 3 + 1] = (vm01 * a01 + vm11 * a11 + vm21 * a21) * sy;
@@ -544,10 +544,10 @@ pub fn project_backward(
     let va21 = vm21 * sy;
     let va22 = vm22 * sz;
     // rotation from the unit quaternion
-    let gw = 2.0 * (qx * (va21 - va12) + qy * (va02 - va20) + qz * (va10 - va01));
-    let gx = 2.0 * (-2.0 * qx * (va11 + va22) + qy * (va10 + va01) + qz * (va20 + va02) + qw * (va21 - va12));
-    let gy = 2.0 * (qx * (va10 + va01) - 2.0 * qy * (va00 + va22) + qz * (va21 + va12) + qw * (va02 - va20));
-    let gz = 2.0 * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0 * qz * (va00 + va11) + qw * (va10 - va01));
+    let gw = 2.0f32 * (qx * (va21 - va12) + qy * (va02 - va20) + qz * (va10 - va01));
+    let gx = 2.0f32 * (-2.0f32 * qx * (va11 + va22) + qy * (va10 + va01) + qz * (va20 + va02) + qw * (va21 - va12));
+    let gy = 2.0f32 * (qx * (va10 + va01) - 2.0f32 * qy * (va00 + va22) + qz * (va21 + va12) + qw * (va02 - va20));
+    let gz = 2.0f32 * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0f32 * qz * (va00 + va11) + qw * (va10 - va01));
     let dotq = gw * qw + gx * qx + gy * qy + gz * qz;
     v_quats[g * 4] = (gw - qw * dotq) / qn;
     v_quats[g * 4 + 1] = (gx - qx * dotq) / qn;
@@ -559,7 +559,7 @@ pub fn project_backward(
     let dy = my - cam[17];
     let dz = mz - cam[18];
     let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-    let inv_dn = select(dn > 0.0, 1.0 / dn, 0.0);
+    let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
     let ux = dx * inv_dn;
     let uy = dy * inv_dn;
     let uz = dz * inv_dn;
@@ -574,9 +574,9 @@ pub fn project_backward(
         cg += bk * sh[o + 1];
         cb += bk * sh[o + 2];
     }
-    let vsr = select(cr > 0.0, v_r, 0.0);
-    let vsg = select(cg > 0.0, v_g, 0.0);
-    let vsb = select(cb > 0.0, v_b, 0.0);
+    let vsr = select(cr > 0.0f32, v_r, 0.0f32);
+    let vsg = select(cg > 0.0f32, v_g, 0.0f32);
+    let vsb = select(cb > 0.0f32, v_b, 0.0f32);
     let mut vux = 0.0f32;
     let mut vuy = 0.0f32;
     let mut vuz = 0.0f32;
@@ -593,9 +593,9 @@ pub fn project_backward(
             vuy += by * w;
             vuz += bz * w;
         } else {
-            v_sh[o] = 0.0;
-            v_sh[o + 1] = 0.0;
-            v_sh[o + 2] = 0.0;
+            v_sh[o] = 0.0f32;
+            v_sh[o + 1] = 0.0f32;
+            v_sh[o + 2] = 0.0f32;
         }
     }
     // normalisation: u = d / |d|

@@ -33,8 +33,8 @@ pub fn rasterize_forward(
     let x = CUBE_POS_X * 16 + UNIT_POS % 16;
     let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
     let inside = x < width && y < height;
-    let pxf = f32::cast_from(x) + 0.5;
-    let pyf = f32::cast_from(y) + 0.5;
+    let pxf = f32::cast_from(x) + 0.5f32;
+    let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
     let end = ranges[tile * 2 + 1] as usize;
     let mut sm = Shared::<[f32]>::new_slice(2560usize);
@@ -75,11 +75,11 @@ pub fn rasterize_forward(
             for j in 0..batch_len {
                 let dx = sm[j] - pxf;
                 let dy = sm[256 + j] - pyf;
-                let sigma = 0.5 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy) + sm[768 + j] * dx * dy;
+                let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy) + sm[768 + j] * dx * dy;
                 let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
-                if sigma >= 0.0 && alpha >= 1.0 / 255.0 {
-                    let next_t = tr * (1.0 - alpha);
-                    if next_t <= 1e-4 {
+                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                    let next_t = tr * (1.0f32 - alpha);
+                    if next_t <= 1e-4f32 {
                         done = true;
                         break;
                     }
@@ -102,7 +102,7 @@ pub fn rasterize_forward(
         out_rgb[p * 3] = cr + tr * cam[19];
         out_rgb[p * 3 + 1] = cg + tr * cam[20];
         out_rgb[p * 3 + 2] = cb + tr * cam[21];
-        out_alpha[p] = 1.0 - tr;
+        out_alpha[p] = 1.0f32 - tr;
         out_depth[p] = cd;
         out_last[p] = last;
     }
@@ -134,8 +134,8 @@ pub fn rasterize_backward(
     let x = CUBE_POS_X * 16 + UNIT_POS % 16;
     let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
     let inside = x < width && y < height;
-    let pxf = f32::cast_from(x) + 0.5;
-    let pyf = f32::cast_from(y) + 0.5;
+    let pxf = f32::cast_from(x) + 0.5f32;
+    let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
     let end = ranges[tile * 2 + 1] as usize;
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
@@ -154,7 +154,7 @@ pub fn rasterize_backward(
     let mut va_out = 0.0f32;
     if inside {
         let p = (y * width + x) as usize;
-        t_final = 1.0 - out_alpha[p];
+        t_final = 1.0f32 - out_alpha[p];
         last = out_last[p] as usize;
         vcr = v_rgb[p * 3];
         vcg = v_rgb[p * 3 + 1];
@@ -177,8 +177,8 @@ pub fn rasterize_backward(
     let num_batches = total.div_ceil(batch);
     let jb = t / group;
     let lane = t % group;
-    let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5;
-    let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5;
+    let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5f32;
+    let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5f32;
     for bi in 0..num_batches {
         let batch_end = end - bi * batch;
         let batch_start = max(start, batch_end - min(batch_end, batch));
@@ -201,10 +201,10 @@ pub fn rasterize_backward(
             if inside && pos < start + last {
                 let dx = sm[j * 10] - pxf;
                 let dy = sm[j * 10 + 1] - pyf;
-                let sigma = 0.5 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
+                let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
                 let alpha = min(0.99f32, sm[j * 10 + 6] * (-sigma).exp());
-                if sigma >= 0.0 && alpha >= 1.0 / 255.0 {
-                    let ra = 1.0 / (1.0 - alpha);
+                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                    let ra = 1.0f32 / (1.0f32 - alpha);
                     tr = tr * ra;
                     let vis = alpha * tr;
                     let z = sm[j * 10 + 5];
@@ -226,11 +226,16 @@ pub fn rasterize_backward(
         }
         sync_cube();
         // Phase B: unit = (Gaussian jb, pixel group lane).
-        let mut acc = Array::<f32>::new(10usize);
-        #[unroll]
-        for k in 0..10usize {
-            acc[k] = 0.0;
-        }
+        let mut a0 = 0.0f32;
+        let mut a1 = 0.0f32;
+        let mut a2 = 0.0f32;
+        let mut a3 = 0.0f32;
+        let mut a4 = 0.0f32;
+        let mut a5 = 0.0f32;
+        let mut a6 = 0.0f32;
+        let mut a7 = 0.0f32;
+        let mut a8 = 0.0f32;
+        let mut a9 = 0.0f32;
         if jb < len {
             let mx = sm[jb * 10];
             let my = sm[jb * 10 + 1];
@@ -243,40 +248,48 @@ pub fn rasterize_backward(
                 let pp = lane * batch + q;
                 let va = pair[jb * 256 + pp];
                 let vw = pair[comptime![batch * 256] + jb * 256 + pp];
-                if vw != 0.0 || va != 0.0 {
+                if vw != 0.0f32 || va != 0.0f32 {
                     let dx = mx - (tile_x0 + f32::cast_from(pp % 16));
                     let dy = my - (tile_y0 + f32::cast_from(pp / 16));
-                    let sigma = 0.5 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
+                    let sigma = 0.5f32 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
                     let gk = (-sigma).exp();
                     let raw = op * gk;
-                    acc[5] += vw * pix[768 + pp];
-                    acc[7] += vw * pix[pp];
-                    acc[8] += vw * pix[256 + pp];
-                    acc[9] += vw * pix[512 + pp];
-                    if raw < 0.99 {
-                        acc[6] += gk * va;
+                    a5 += vw * pix[768 + pp];
+                    a7 += vw * pix[pp];
+                    a8 += vw * pix[256 + pp];
+                    a9 += vw * pix[512 + pp];
+                    if raw < 0.99f32 {
+                        a6 += gk * va;
                         let vs = -raw * va;
-                        acc[2] += 0.5 * dx * dx * vs;
-                        acc[3] += dx * dy * vs;
-                        acc[4] += 0.5 * dy * dy * vs;
-                        acc[0] += vs * (ca * dx + cb2 * dy);
-                        acc[1] += vs * (cb2 * dx + cc * dy);
+                        a2 += 0.5f32 * dx * dx * vs;
+                        a3 += dx * dy * vs;
+                        a4 += 0.5f32 * dy * dy * vs;
+                        a0 += vs * (ca * dx + cb2 * dy);
+                        a1 += vs * (cb2 * dx + cc * dy);
                     }
                 }
             }
         }
         sync_cube();
-        #[unroll]
-        for k in 0..10usize {
-            pair[t * 10 + k] = acc[k];
-        }
+        pair[t * 10] = a0;
+        pair[t * 10 + 1] = a1;
+        pair[t * 10 + 2] = a2;
+        pair[t * 10 + 3] = a3;
+        pair[t * 10 + 4] = a4;
+        pair[t * 10 + 5] = a5;
+        pair[t * 10 + 6] = a6;
+        pair[t * 10 + 7] = a7;
+        pair[t * 10 + 8] = a8;
+        pair[t * 10 + 9] = a9;
         sync_cube();
-        let mut stride = group / 2;
+        // Runtime value (CUBE_DIM = 256): a comptime-initialised `let mut` cannot be reassigned.
+        let mut stride = (CUBE_DIM as usize) / comptime![2 * batch];
         while stride > 0 {
             if lane < stride {
                 #[unroll]
                 for k in 0..10usize {
-                    pair[t * 10 + k] += pair[(t + stride) * 10 + k];
+                    let v = pair[t * 10 + k] + pair[(t + stride) * 10 + k];
+                    pair[t * 10 + k] = v;
                 }
             }
             sync_cube();

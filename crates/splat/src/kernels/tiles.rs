@@ -79,19 +79,16 @@ pub fn sum_isect_grads(
     let g = sorted_ids[i] as usize;
     let start = offsets[i] as usize;
     let count = tiles_touched[g] as usize;
-    let mut acc = Array::<f32>::new(10usize);
+    // Accumulate in place in the output row (each row is owned by one unit).
     #[unroll]
     for k in 0..10usize {
-        acc[k] = 0.0;
+        v_proj[g * 10 + k] = 0.0f32;
     }
     for r in start..start + count {
         #[unroll]
         for k in 0..10usize {
-            acc[k] += isect_grads[r * 10 + k];
+            let v = v_proj[g * 10 + k] + isect_grads[r * 10 + k];
+            v_proj[g * 10 + k] = v;
         }
-    }
-    #[unroll]
-    for k in 0..10usize {
-        v_proj[g * 10 + k] = acc[k];
     }
 }
