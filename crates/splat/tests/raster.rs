@@ -133,6 +133,15 @@ fn check(name: &str, analytic: f64, fd: f64, scale: f64) {
     assert!((analytic - fd).abs() <= tol, "{name}: analytic {analytic} vs finite difference {fd} (scale {scale})");
 }
 
+/// Central differences at two step sizes. The loss is piecewise smooth (alpha
+/// cut-off at 1/255, transmittance cut-off, depth order), so a step can cross a
+/// kink: a derivative whose two estimates disagree is reported as `None`.
+fn central_difference(f: impl Fn(f64) -> f64) -> Option<f64> {
+    let d = |eps: f64| (f(eps) - f(-eps)) / (2.0 * eps);
+    let (a, b) = (d(1e-6), d(1e-7));
+    ((a - b).abs() <= 1e-3 * a.abs().max(1.0)).then_some(a)
+}
+
 fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usize>) {
     let gpu = gpu();
     let s = random_scene(seed, n, degree);
@@ -158,7 +167,7 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
         &gpu.upload(&Scene::f32(&w.depth)),
     )
     .unwrap();
-    let eps = 1e-5;
+    let mut skipped = 0usize;
     let arrays: [(&str, Vec<f32>); 5] = [
         ("means", gpu.read(&grads.means).unwrap()),
         ("log_scales", gpu.read(&grads.log_scales).unwrap()),
@@ -174,24 +183,29 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
             Some(k) => (0..k).map(|_| rng.random_range(0..len)).collect(),
         };
         let fd_of = |i: usize| {
-            let mut plus = s.clone();
-            let mut minus = s.clone();
-            let field = |sc: &mut Scene| -> *mut f64 {
-                match *name {
-                    "means" => &mut sc.means[i],
-                    "log_scales" => &mut sc.log_scales[i],
-                    "quats" => &mut sc.quats[i],
-                    "opacity_logits" => &mut sc.opacity_logits[i],
-                    _ => &mut sc.sh[i],
-                }
-            };
-            unsafe {
-                *field(&mut plus) += eps;
-                *field(&mut minus) -= eps;
-            }
-            (loss(&plus, &cam, &w, aa, bg) - loss(&minus, &cam, &w, aa, bg)) / (2.0 * eps)
+            central_difference(|eps| {
+                let mut p = s.clone();
+                let v = match *name {
+                    "means" => &mut p.means[i],
+                    "log_scales" => &mut p.log_scales[i],
+                    "quats" => &mut p.quats[i],
+                    "opacity_logits" => &mut p.opacity_logits[i],
+                    _ => &mut p.sh[i],
+                };
+                *v += eps;
+                loss(&p, &cam, &w, aa, bg)
+            })
         };
-        let fds: Vec<(usize, f64)> = indices.iter().map(|&i| (i, fd_of(i))).collect();
+        let fds: Vec<(usize, f64)> = indices
+            .iter()
+            .filter_map(|&i| match fd_of(i) {
+                Some(fd) => Some((i, fd)),
+                None => {
+                    skipped += 1;
+                    None
+                }
+            })
+            .collect();
         let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
         for (i, fd) in fds {
             check(&format!("{name}[{i}]"), g[i] as f64, fd, scale);
@@ -202,18 +216,23 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
     let mut fds = vec![];
     for r in 0..3 {
         for c in 0..4 {
-            let mut plus = cam.clone();
-            let mut minus = cam.clone();
-            plus.world_to_camera[r][c] += eps;
-            minus.world_to_camera[r][c] -= eps;
-            fds.push(((r, c), (loss(&s, &plus, &w, aa, bg) - loss(&s, &minus, &w, aa, bg)) / (2.0 * eps)));
+            let fd = central_difference(|eps| {
+                let mut p = cam.clone();
+                p.world_to_camera[r][c] += eps;
+                loss(&s, &p, &w, aa, bg)
+            });
+            match fd {
+                Some(fd) => fds.push(((r, c), fd)),
+                None => skipped += 1,
+            }
         }
     }
     let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
     for ((r, c), fd) in fds {
         check(&format!("world_to_camera[{r}][{c}]"), grads.world_to_camera[r][c] as f64, fd, scale);
     }
-    assert!(checked > 0);
+    // Kinks are rare: nearly every derivative must have been checked.
+    assert!(checked > 0 && skipped * 20 <= checked, "{skipped} derivatives skipped at kinks, {checked} checked");
 }
 
 #[test]
