@@ -1,1 +1,140 @@
-fn main() {}
+//! `rust3r`: dense 3D reconstruction and Gaussian splatting on any GPU.
+
+mod bench;
+mod render_cmd;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
+
+#[derive(Parser)]
+#[command(name = "rust3r", version, about = "Dense 3D reconstruction and Gaussian splatting on any GPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Device selection shared by every GPU command.
+#[derive(Args, Clone, Debug)]
+pub struct DeviceArgs {
+    /// Compute backend: wgpu (Vulkan/Metal/DX12, default) or cuda.
+    #[arg(long, default_value = "wgpu")]
+    backend: String,
+    /// Adapter index as listed by `rust3r info` (default: the best one).
+    #[arg(long)]
+    adapter: Option<usize>,
+}
+
+impl DeviceArgs {
+    pub fn open(&self) -> Result<Gpu> {
+        let backend: BackendKind = self.backend.parse()?;
+        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter, poison: false })?;
+        tracing::info!("device: {}", gpu.name());
+        Ok(gpu)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List backends, adapters and their limits.
+    Info,
+    /// Render a splat file to a PNG.
+    Render(render_cmd::RenderArgs),
+    /// Convert between splat formats (by extension: .ply, .splat, .spz; .compressed.ply is read-only).
+    Convert {
+        input: PathBuf,
+        output: PathBuf,
+    },
+    /// Absolute trajectory error of an estimate against ground truth (TUM or EuRoC files),
+    /// computed like evo (`evo_ape`): timestamp association within 0.01 s, then alignment.
+    EvalAte {
+        estimate: PathBuf,
+        groundtruth: PathBuf,
+        /// Alignment before measuring: se3, sim3 or none.
+        #[arg(long, default_value = "se3")]
+        align: String,
+    },
+    /// Benchmarks (not tests): timing and peak memory.
+    Bench {
+        #[command(subcommand)]
+        which: bench::BenchCommand,
+    },
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,rust3r=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Info => info(),
+        Command::Render(args) => render_cmd::run(&args),
+        Command::Convert { input, output } => {
+            let splats = rust3r_io::load_splats(&input)?;
+            rust3r_io::save_splats(&output, &splats)?;
+            println!("{} -> {}: {} splats, SH degree {}", input.display(), output.display(), splats.len(), splats.sh_degree);
+            Ok(())
+        }
+        Command::EvalAte { estimate, groundtruth, align } => {
+            let align: rust3r_slam::Align = align.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let report = rust3r_slam::eval_ate(&estimate, &groundtruth, align)?;
+            println!("{report}");
+            println!("ATE RMSE: {:.6} m", report.rmse);
+            Ok(())
+        }
+        Command::Bench { which } => bench::run(which),
+    }
+}
+
+fn info() -> Result<()> {
+    println!("rust3r {}", env!("CARGO_PKG_VERSION"));
+    println!("backends compiled in: wgpu (WGSL: Vulkan, Metal, DX12, GL)");
+    println!("cuda: not in this build (NVIDIA GPUs run through Vulkan)");
+    let adapters = rust3r_gpu::list_adapters();
+    if adapters.is_empty() {
+        println!("no adapters found. On Linux without a GPU: apt-get install mesa-vulkan-drivers");
+    }
+    for a in &adapters {
+        println!(
+            "[{}] {} ({}, {}) driver: {}\n    max buffer {} MiB, max storage binding {} MiB, workgroup memory {} KiB, subgroups {}, f16 {}, f32 atomics {}",
+            a.index,
+            a.name,
+            a.backend,
+            a.device_type,
+            a.driver,
+            a.max_buffer_size >> 20,
+            a.max_storage_binding_size >> 20,
+            a.max_workgroup_storage_size >> 10,
+            a.subgroups,
+            a.shader_f16,
+            a.f32_atomics,
+        );
+    }
+    match Gpu::default_device() {
+        Ok(gpu) => println!("default device: {}", gpu.name()),
+        Err(e) => println!("default device: unavailable ({e})"),
+    }
+    Ok(())
+}
+
+/// Parse "r,g,b" in [0, 1].
+pub fn parse_rgb(s: &str) -> Result<[f32; 3]> {
+    let v: Vec<f32> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("background '{s}' is not r,g,b"))?;
+    anyhow::ensure!(v.len() == 3 && v.iter().all(|x| x.is_finite()), "background '{s}' is not r,g,b");
+    Ok([v[0], v[1], v[2]])
+}

@@ -111,6 +111,31 @@ impl Camera {
         b
     }
 
+    /// A camera outside the bounding box of `points` looking at its centre
+    /// (from the world -z side, world -y up as in COLMAP/OpenCV captures), with
+    /// a 60 degree horizontal field of view. The box is robust: 2nd to 98th
+    /// percentile per axis, so a few floaters do not push the camera away.
+    pub fn default_for_points(points: &[[f32; 3]], width: u32, height: u32) -> Self {
+        let mut lo = [0.0; 3];
+        let mut hi = [0.0; 3];
+        for a in 0..3 {
+            let mut v: Vec<f32> = points.iter().map(|m| m[a]).filter(|x| x.is_finite()).collect();
+            if v.is_empty() {
+                continue;
+            }
+            v.sort_by(|x, y| x.total_cmp(y));
+            lo[a] = v[(v.len() - 1) * 2 / 100] as f64;
+            hi[a] = v[(v.len() - 1) * 98 / 100] as f64;
+        }
+        let center = [(lo[0] + hi[0]) / 2.0, (lo[1] + hi[1]) / 2.0, (lo[2] + hi[2]) / 2.0];
+        let ext = [(hi[0] - lo[0]) / 2.0, (hi[1] - lo[1]) / 2.0, (hi[2] - lo[2]) / 2.0];
+        let radius = (ext[0] * ext[0] + ext[1] * ext[1] + ext[2] * ext[2]).sqrt().max(1e-3);
+        let fov = 60f64.to_radians();
+        let dist = radius / (fov / 2.0).tan() * 1.1 + ext[2];
+        let eye = [center[0], center[1], center[2] - dist];
+        Self::look_at(eye, center, [0.0, -1.0, 0.0], fov, width, height)
+    }
+
     /// A camera at `eye` looking at `target` (OpenCV axes, `up` is world up),
     /// with a horizontal field of view of `fov_x` radians.
     pub fn look_at(eye: [f64; 3], target: [f64; 3], up: [f64; 3], fov_x: f64, width: u32, height: u32) -> Self {

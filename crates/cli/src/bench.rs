@@ -1,0 +1,317 @@
+//! `rust3r bench raster`: the rasterizer on the gsplat anchor scene
+//! (`shared/bench/gsplat/raster_bench.py`), rebuilt bit for bit from the
+//! garden SfM points with the same SplitMix64 streams.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward};
+
+use crate::DeviceArgs;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Rasterizer forward and forward+backward, gsplat's anchor configurations.
+    Raster(RasterArgs),
+}
+
+#[derive(Args)]
+pub struct RasterArgs {
+    #[arg(long, default_value = "../shared/data/garden_points/test_garden.npz")]
+    npz: PathBuf,
+    /// Comma list of Gaussian counts: base|138766|1m|4m|10m ...
+    #[arg(long, default_value = "base,1m,4m,10m")]
+    ns: String,
+    #[arg(long, default_value = "648x420,1920x1080")]
+    res: String,
+    #[arg(long, default_value_t = 25)]
+    iters: usize,
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Raster(a) => raster(&a),
+    }
+}
+
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+const SH_C0: f64 = 0.282_094_791_773_878_14;
+
+/// `n` uniforms in [0, 1) from stream `seed` (common.py: splitmix_uniform).
+pub fn splitmix_uniform(seed: u64, n: usize) -> Vec<f64> {
+    (1..=n as u64)
+        .map(|i| {
+            let mut z = seed.wrapping_add(i.wrapping_mul(GOLDEN));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
+        })
+        .collect()
+}
+
+/// `n` standard normals (Box-Muller, cos branch) from stream `seed`.
+pub fn splitmix_normal(seed: u64, n: usize) -> Vec<f64> {
+    let u = splitmix_uniform(seed, 2 * n);
+    (0..n)
+        .map(|i| {
+            let u1 = 1.0 - u[2 * i];
+            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u[2 * i + 1]).cos()
+        })
+        .collect()
+}
+
+fn read_npy<T: npyz::Deserialize>(zip: &mut zip::ZipArchive<std::fs::File>, name: &str, path: &Path) -> Result<Vec<T>> {
+    let mut f = zip
+        .by_name(&format!("{name}.npy"))
+        .with_context(|| format!("{}: no array '{name}'", path.display()))?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{}: '{name}' is not a valid .npy", path.display()))?;
+    npy.into_vec::<T>().with_context(|| format!("{}: '{name}' has an unexpected dtype", path.display()))
+}
+
+pub struct Garden {
+    means: Vec<[f64; 3]>,
+    colors: Vec<[f64; 3]>,
+    viewmat: [[f64; 4]; 4],
+    k: [[f64; 3]; 3],
+    width: u32,
+    height: u32,
+}
+
+pub fn load_garden(path: &Path) -> Result<Garden> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut zip = zip::ZipArchive::new(file).with_context(|| format!("{}: not a .npz archive", path.display()))?;
+    let m: Vec<f32> = read_npy(&mut zip, "means3d", path)?;
+    let c: Vec<u8> = read_npy(&mut zip, "colors", path)?;
+    let v: Vec<f32> = read_npy(&mut zip, "viewmats", path)?;
+    let k: Vec<f32> = read_npy(&mut zip, "Ks", path)?;
+    let w: Vec<i64> = read_npy(&mut zip, "width", path)?;
+    let h: Vec<i64> = read_npy(&mut zip, "height", path)?;
+    anyhow::ensure!(m.len() % 3 == 0 && c.len() == m.len() && v.len() >= 16 && k.len() >= 9, "{}: bad shapes", path.display());
+    let mut viewmat = [[0.0; 4]; 4];
+    let mut kk = [[0.0; 3]; 3];
+    for i in 0..16 {
+        viewmat[i / 4][i % 4] = v[i] as f64;
+    }
+    for i in 0..9 {
+        kk[i / 3][i % 3] = k[i] as f64;
+    }
+    Ok(Garden {
+        means: m.chunks(3).map(|p| [p[0] as f64, p[1] as f64, p[2] as f64]).collect(),
+        colors: c.chunks(3).map(|p| [p[0] as f64 / 255.0, p[1] as f64 / 255.0, p[2] as f64 / 255.0]).collect(),
+        viewmat,
+        k: kk,
+        width: *w.first().context("width")? as u32,
+        height: *h.first().context("height")? as u32,
+    })
+}
+
+/// sqrt(mean squared distance to the 3 nearest other points).
+fn knn_mean_dist(points: &[[f64; 3]]) -> Vec<f64> {
+    let mut tree = kdtree::KdTree::with_capacity(3, 32);
+    for (i, p) in points.iter().enumerate() {
+        tree.add(*p, i).expect("finite points");
+    }
+    points
+        .iter()
+        .map(|p| {
+            let nn = tree.nearest(p, 4, &kdtree::distance::squared_euclidean).expect("finite");
+            // nn[0] is the point itself (or an exact duplicate at distance 0).
+            let s: f64 = nn.iter().skip(1).map(|(d, _)| *d).sum();
+            (s / 3.0).sqrt().max(1e-7)
+        })
+        .collect()
+}
+
+pub struct BenchSet {
+    pub means: Vec<f32>,
+    pub quats: Vec<f32>,
+    pub log_scales: Vec<f32>,
+    pub sh: Vec<f32>,
+    pub checks: serde_json::Value,
+}
+
+/// raster_bench.py `build_base` + `build_set`.
+pub fn build_set(g: &Garden, nn: &[f64], n_target: usize) -> BenchSet {
+    let base = g.means.len();
+    let k = n_target.div_ceil(base).max(1);
+    let shrink = (k as f64).powf(-1.0 / 3.0);
+    let rest = splitmix_normal(2, base * 45);
+    let mut sh_base = vec![0f32; base * 48];
+    for i in 0..base {
+        for c in 0..3 {
+            sh_base[i * 48 + c] = ((g.colors[i][c] - 0.5) / SH_C0) as f32;
+        }
+        for j in 0..45 {
+            sh_base[i * 48 + 3 + j] = (0.01 * rest[i * 45 + j]) as f32;
+        }
+    }
+    let mut means = Vec::with_capacity(n_target * 3);
+    let mut quats = Vec::with_capacity(n_target * 4);
+    for j in 0..k {
+        if means.len() >= n_target * 3 {
+            break;
+        }
+        let jitter = if j == 0 { vec![] } else { splitmix_normal(1000 + j as u64, base * 3) };
+        let q = splitmix_normal(if j == 0 { 1 } else { 2000 + j as u64 }, base * 4);
+        for i in 0..base {
+            for a in 0..3 {
+                let m = if j == 0 { g.means[i][a] } else { g.means[i][a] + jitter[i * 3 + a] * nn[i] };
+                means.push(m as f32);
+            }
+            let qq = &q[i * 4..i * 4 + 4];
+            let norm = qq.iter().map(|v| v * v).sum::<f64>().sqrt();
+            quats.extend(qq.iter().map(|v| (v / norm) as f32));
+        }
+    }
+    means.truncate(n_target * 3);
+    quats.truncate(n_target * 4);
+    let mut log_scales = Vec::with_capacity(n_target * 3);
+    let mut sh = Vec::with_capacity(n_target * 48);
+    for i in 0..n_target {
+        let r = i % base;
+        let ls = (nn[r] * shrink).ln() as f32;
+        log_scales.extend([ls; 3]);
+        sh.extend_from_slice(&sh_base[r * 48..r * 48 + 48]);
+    }
+    let sum = |v: &[f32]| v.iter().map(|&x| x as f64).sum::<f64>();
+    let checks = serde_json::json!({
+        "k_copies": k,
+        "sum_means": sum(&means),
+        "sum_quats": sum(&quats),
+        "sum_log_scales": sum(&log_scales),
+        "sum_sh": sum(&sh),
+    });
+    BenchSet { means, quats, log_scales, sh, checks }
+}
+
+/// raster_bench.py `scaled_K`, as a camera.
+fn camera_for(g: &Garden, w: u32, h: u32) -> Camera {
+    let s = w as f64 / g.width as f64;
+    Camera {
+        fx: g.k[0][0] * s,
+        fy: g.k[1][1] * s,
+        cx: w as f64 / 2.0 + (g.k[0][2] - g.width as f64 / 2.0) * s,
+        cy: h as f64 / 2.0 + (g.k[1][2] - g.height as f64 / 2.0) * s,
+        width: w,
+        height: h,
+        world_to_camera: g.viewmat,
+    }
+}
+
+fn parse_n(s: &str, base: usize) -> Result<usize> {
+    let s = s.trim().to_ascii_lowercase();
+    if s == "base" || s == "garden" {
+        return Ok(base);
+    }
+    let (num, mult) = if let Some(v) = s.strip_suffix('k') {
+        (v, 1e3)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 1e6)
+    } else {
+        (s.as_str(), 1.0)
+    };
+    Ok((num.parse::<f64>().with_context(|| format!("bad count '{s}'"))? * mult) as usize)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+}
+
+fn raster(a: &RasterArgs) -> Result<()> {
+    let gpu = a.device.open()?;
+    let garden = load_garden(&a.npz)?;
+    let t = Instant::now();
+    let nn = knn_mean_dist(&garden.means);
+    eprintln!("garden: {} points, knn {:.1}s", garden.means.len(), t.elapsed().as_secs_f64());
+    let base = garden.means.len();
+    let ns: Vec<usize> = a.ns.split(',').filter(|s| !s.is_empty()).map(|s| parse_n(s, base)).collect::<Result<_>>()?;
+    let res: Vec<(u32, u32)> = a
+        .res
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|r| {
+            let (w, h) = r.split_once('x').context("resolution must be WxH")?;
+            Ok((w.parse()?, h.parse()?))
+        })
+        .collect::<Result<_>>()?;
+    let mut results = vec![];
+    println!("| N | resolution | visible | tile isects | fwd ms | fwd+bwd ms | pool peak GiB |");
+    println!("|---|---|---|---|---|---|---|");
+    for &n in &ns {
+        let set = build_set(&garden, &nn, n);
+        let opac = vec![0f32; n];
+        let splats = GpuSplats::from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3)?;
+        for &(w, h) in &res {
+            let cam = camera_for(&garden, w, h);
+            let opts = RenderOptions::default();
+            let npix = (w * h) as usize;
+            let ones = gpu.upload(&vec![1f32; npix * 3]);
+            let zeros = gpu.upload(&vec![0f32; npix]);
+            gpu.sync()?;
+            gpu.memory_cleanup();
+            let mut peak = gpu.memory_reserved();
+            let mut fwd = vec![];
+            let mut both = vec![];
+            let mut stats = (0, 0);
+            for i in 0..a.warmup + a.iters {
+                gpu.sync()?;
+                let t0 = Instant::now();
+                let (out, _) = render(&gpu, &splats, &cam, &opts)?;
+                gpu.sync()?;
+                let dt = t0.elapsed().as_secs_f64() * 1e3;
+                stats = (out.num_visible, out.num_intersections);
+                drop(out);
+                gpu.sync()?;
+                let t1 = Instant::now();
+                let (out, state) = render(&gpu, &splats, &cam, &opts)?;
+                let grads = render_backward(&gpu, &splats, &out, &state, &ones, &zeros, &zeros)?;
+                gpu.sync()?;
+                let dt2 = t1.elapsed().as_secs_f64() * 1e3;
+                peak = peak.max(gpu.memory_reserved());
+                drop((grads, out, state));
+                if i >= a.warmup {
+                    fwd.push(dt);
+                    both.push(dt2);
+                }
+            }
+            let (fm, bm) = (median(fwd.clone()), median(both.clone()));
+            println!(
+                "| {n} | {w}x{h} | {} | {} | {fm:.3} | {bm:.3} | {:.2} |",
+                stats.0,
+                stats.1,
+                peak as f64 / (1u64 << 30) as f64
+            );
+            results.push(serde_json::json!({
+                "n": n, "width": w, "height": h, "visible": stats.0, "isects": stats.1,
+                "fwd_median_ms": fm, "fwd_min_ms": fwd.iter().copied().fold(f64::MAX, f64::min),
+                "fwdbwd_median_ms": bm, "fwdbwd_min_ms": both.iter().copied().fold(f64::MAX, f64::min),
+                "pool_peak_bytes": peak, "inputs": set.checks,
+            }));
+        }
+    }
+    if let Some(p) = &a.json {
+        let doc = serde_json::json!({
+            "device": gpu.name(),
+            "date_utc": format!("{:?}", std::time::SystemTime::now()),
+            "iters": a.iters, "warmup": a.warmup,
+            "configs": results,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
