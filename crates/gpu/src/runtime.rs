@@ -206,19 +206,34 @@ impl Gpu {
     /// Allocate an output buffer. Its contents are unspecified (NaN-filled when
     /// the device was opened with `poison`).
     pub fn alloc<T: Pod>(&self, len: usize) -> GpuBuffer<T> {
+        if self.poison {
+            return self.filled(len, u32::MAX);
+        }
         let bytes = (len * std::mem::size_of::<T>()).max(4);
-        let handle = if self.poison {
-            self.client.create_from_slice(&vec![0xFFu8; bytes])
-        } else {
-            self.client.empty(bytes)
-        };
-        GpuBuffer { handle, len, _t: PhantomData }
+        GpuBuffer { handle: self.client.empty(bytes), len, _t: PhantomData }
     }
 
-    /// Allocate a zero-filled buffer.
+    /// Allocate a zero-filled buffer (filled on the device: no host transfer).
     pub fn zeros<T: Pod>(&self, len: usize) -> GpuBuffer<T> {
-        let bytes = (len * std::mem::size_of::<T>()).max(4);
-        GpuBuffer { handle: self.client.create_from_slice(&vec![0u8; bytes]), len, _t: PhantomData }
+        self.filled(len, 0u32)
+    }
+
+    /// Allocate a buffer of 32-bit elements all set to the bit pattern `bits`.
+    pub fn filled<T: Pod>(&self, len: usize, bits: u32) -> GpuBuffer<T> {
+        assert_eq!(std::mem::size_of::<T>() % 4, 0, "filled buffers hold 32-bit words");
+        let words = len * std::mem::size_of::<T>() / 4;
+        let buf = GpuBuffer::<u32> { handle: self.client.empty(words.max(1) * 4), len: words, _t: PhantomData };
+        if words > 0 {
+            fill_u32::launch(
+                &self.client,
+                self.grid(words.div_ceil(256)),
+                CubeDim::new_1d(256),
+                buf.arg(),
+                bits,
+                words as u32,
+            );
+        }
+        GpuBuffer { handle: buf.handle, len, _t: PhantomData }
     }
 
     /// Read a buffer back to the host (blocks until all queued work is done).
@@ -292,6 +307,14 @@ pub(crate) fn grid_for(blocks: usize, max_x: u32) -> CubeCount {
         let y = blocks.div_ceil(max_x);
         let x = blocks.div_ceil(y);
         CubeCount::Static(x as u32, y as u32, 1)
+    }
+}
+
+#[cube(launch)]
+fn fill_u32(out: &mut [u32], bits: u32, n: u32) {
+    let i = crate::block_id() * 256 + UNIT_POS as usize;
+    if i < n as usize {
+        out[i] = bits;
     }
 }
 

@@ -3,7 +3,7 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, compact::compact_indices, gather::gather, gather::iota, reduce::ReduceOp,
+    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp,
     reduce::reduce_columns, scan::exclusive_scan, sort::bits_for, sort::sort_pairs,
 };
 
@@ -134,6 +134,7 @@ pub struct RenderState {
     sorted_gids: GpuBuffer<u32>,
     isect_orig: GpuBuffer<u32>,
     last: GpuBuffer<u32>,
+    tile_last: GpuBuffer<u32>,
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -203,17 +204,28 @@ pub fn render(
         );
     }
 
-    // Visible Gaussians, sorted front to back.
-    let visible = compact_indices(gpu, &tiles_touched)?;
-    let num_visible = visible.len();
-    let keys = gather(gpu, &depth_keys, &visible);
-    let (_, sorted_ids) = sort_pairs(gpu, &keys, &visible, 32);
+    // All Gaussians sorted front to back; culled ones (key u32::MAX) last.
+    let ids = iota(gpu, n);
+    let (sorted_keys, sorted_ids) = sort_pairs(gpu, &depth_keys, &ids, 32);
     let counts = gather(gpu, &tiles_touched, &sorted_ids);
     let offsets = exclusive_scan(gpu, &counts);
-    let num_isects = if num_visible == 0 {
-        0
+    // One read-back for the whole forward pass: intersection and visible counts.
+    let (num_isects, num_visible) = if n == 0 {
+        (0, 0)
     } else {
-        gpu.read_at(&offsets, num_visible - 1)? as usize + gpu.read_at(&counts, num_visible - 1)? as usize
+        let totals = gpu.alloc::<u32>(2);
+        tiles::finalize_counts::launch(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            offsets.arg(),
+            counts.arg(),
+            sorted_keys.arg(),
+            totals.arg(),
+            n as u32,
+        );
+        let t = gpu.read(&totals)?;
+        (t[0] as usize, t[1] as usize)
     };
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
@@ -252,6 +264,7 @@ pub fn render(
     let alpha = gpu.alloc::<f32>(npix);
     let depth = gpu.alloc::<f32>(npix);
     let last = gpu.alloc::<u32>(npix);
+    let tile_last = gpu.alloc::<u32>(num_tiles);
     rasterize::rasterize_forward::launch(
         client,
         CubeCount::Static(tiles_x, tiles_y, 1),
@@ -264,6 +277,7 @@ pub fn render(
         alpha.arg(),
         depth.arg(),
         last.arg(),
+        tile_last.arg(),
         w,
         h,
         tiles_x,
@@ -292,6 +306,7 @@ pub fn render(
         sorted_gids,
         isect_orig,
         last,
+        tile_last,
     };
     Ok((out, state))
 }
@@ -329,7 +344,8 @@ pub fn render_backward(
     }
     let client = gpu.client();
     let (tiles_x, tiles_y) = state.camera.tiles();
-    let isect_grads = gpu.alloc::<f32>(out.num_intersections * project::VPROJ);
+    // Zero-filled: the backward pass writes only rows in front of each tile's last contributor.
+    let isect_grads = gpu.zeros::<f32>(out.num_intersections * project::VPROJ);
     rasterize::rasterize_backward::launch(
         client,
         CubeCount::Static(tiles_x, tiles_y, 1),
@@ -341,6 +357,7 @@ pub fn render_backward(
         state.cam.arg(),
         out.alpha.arg(),
         state.last.arg(),
+        state.tile_last.arg(),
         v_rgb.arg(),
         v_alpha.arg(),
         v_depth.arg(),

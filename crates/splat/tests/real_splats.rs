@@ -49,9 +49,9 @@ fn check(file: &str, width: u32, height: u32) {
     let (e_rgb, e_alpha) = (err(&rgb, &reference.rgb), err(&alpha, &reference.alpha));
     eprintln!("{file}: {} splats, {} visible, rgb err {e_rgb:.2e}, alpha err {e_alpha:.2e}", splats.len(), out.num_visible);
     assert!(e_rgb <= 1e-3 && e_alpha <= 1e-3, "{file}: rgb error {e_rgb}, alpha error {e_alpha}");
-    // A real picture: most of the frame is covered.
+    // A real picture, not an empty frame: the object covers a good part of it.
     let covered = reference.alpha.iter().filter(|&&a| a > 0.5).count();
-    assert!(covered * 4 > reference.alpha.len(), "{file}: only {covered} pixels covered");
+    assert!(covered * 20 > reference.alpha.len(), "{file}: only {covered} pixels covered");
 }
 
 #[test]

@@ -68,7 +68,8 @@ pub fn project_forward(
     rects[g * 2] = 0u32;
     rects[g * 2 + 1] = 0u32;
     tiles_touched[g] = 0u32;
-    depth_keys[g] = 0u32;
+    // Culled Gaussians sort after every visible one.
+    depth_keys[g] = 4294967295u32;
     #[unroll]
     for k in 0..10usize {
         proj[g * 10 + k] = 0.0f32;

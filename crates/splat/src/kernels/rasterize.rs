@@ -24,6 +24,7 @@ pub fn rasterize_forward(
     out_alpha: &mut [f32],
     out_depth: &mut [f32],
     out_last: &mut [u32],
+    tile_last: &mut [u32],
     width: u32,
     height: u32,
     tiles_x: u32,
@@ -39,8 +40,10 @@ pub fn rasterize_forward(
     let end = ranges[tile * 2 + 1] as usize;
     let mut sm = Shared::<[f32]>::new_slice(2560usize);
     let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
+    let max_last = Shared::<[Atomic<u32>]>::new_slice(1usize);
     if t == 0 {
         done_count[0].store(0u32);
+        max_last[0].store(0u32);
     }
     sync_cube();
     let mut done = !inside;
@@ -106,6 +109,13 @@ pub fn rasterize_forward(
         out_depth[p] = cd;
         out_last[p] = last;
     }
+    // Intersections past the last contributor of every pixel of the tile are
+    // skipped by the backward pass.
+    max_last[0].fetch_max(last);
+    sync_cube();
+    if t == 0 {
+        tile_last[tile] = max_last[0].load();
+    }
 }
 
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
@@ -118,6 +128,7 @@ pub fn rasterize_backward(
     cam: &[f32],
     out_alpha: &[f32],
     out_last: &[u32],
+    tile_last: &[u32],
     v_rgb: &[f32],
     v_alpha: &[f32],
     v_depth: &[f32],
@@ -137,7 +148,8 @@ pub fn rasterize_backward(
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
-    let end = ranges[tile * 2 + 1] as usize;
+    // Rows of intersections behind every pixel's last contributor stay zero.
+    let end = start + tile_last[tile] as usize;
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);

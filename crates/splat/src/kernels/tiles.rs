@@ -92,3 +92,25 @@ pub fn sum_isect_grads(
         }
     }
 }
+
+/// One unit: `out[0]` = total intersections (`offsets[n-1] + counts[n-1]`),
+/// `out[1]` = visible Gaussians (first position whose depth key is the culled
+/// marker `u32::MAX`, found by binary search in the sorted keys).
+#[cube(launch)]
+pub fn finalize_counts(offsets: &[u32], counts: &[u32], sorted_keys: &[u32], out: &mut [u32], n: u32) {
+    if UNIT_POS == 0 {
+        let n = n as usize;
+        out[0] = offsets[n - 1] + counts[n - 1];
+        let mut lo = 0usize;
+        let mut hi = n;
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if sorted_keys[mid] == 4294967295u32 {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        out[1] = lo as u32;
+    }
+}
