@@ -7,7 +7,7 @@ use crate::{BLOCK, Gpu, GpuBuffer, GpuError};
 
 #[cube(launch)]
 fn scatter_set_indices(mask: &[u32], positions: &[u32], out: &mut [u32], n: u32) {
-    let i = crate::block_id() * 256 + UNIT_POS as usize;
+    let i = crate::global_id();
     if i < n as usize && mask[i] != 0u32 {
         out[positions[i] as usize] = i as u32;
     }

@@ -2,11 +2,11 @@
 
 use cubecl::prelude::*;
 
-use crate::{BLOCK, Gpu, GpuBuffer, block_id};
+use crate::{BLOCK, Gpu, GpuBuffer};
 
 #[cube(launch)]
 fn iota_kernel(out: &mut [u32], n: u32) {
-    let i = block_id() * 256 + UNIT_POS as usize;
+    let i = crate::global_id();
     if i < n as usize {
         out[i] = i as u32;
     }
@@ -14,7 +14,7 @@ fn iota_kernel(out: &mut [u32], n: u32) {
 
 #[cube(launch)]
 fn gather_kernel(src: &[u32], index: &[u32], out: &mut [u32], n: u32) {
-    let i = block_id() * 256 + UNIT_POS as usize;
+    let i = crate::global_id();
     if i < n as usize {
         out[i] = src[index[i] as usize];
     }

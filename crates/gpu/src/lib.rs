@@ -38,3 +38,9 @@ pub const BLOCK: u32 = 256;
 pub fn block_id() -> usize {
     (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize
 }
+
+/// Linear unit index for 1D launches whose grid was folded by [`Gpu::grid`].
+#[cube]
+pub fn global_id() -> usize {
+    block_id() * (CUBE_DIM as usize) + UNIT_POS as usize
+}

@@ -81,7 +81,7 @@ fn reduce_cols<N: Numeric>(input: &[N], output: &mut [N], rows: u32, cols: u32, 
 
 #[cube(launch)]
 fn unit_mask(input: &[u32], output: &mut [u32], n: u32) {
-    let i = block_id() * 256 + UNIT_POS as usize;
+    let i = crate::global_id();
     if i < n as usize {
         output[i] = select(input[i] != 0u32, 1u32, 0u32);
     }

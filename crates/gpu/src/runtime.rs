@@ -188,6 +188,15 @@ impl Gpu {
     pub fn max_buffer_bytes(&self) -> u64 {
         self.client.properties().memory.max_page_size
     }
+    /// Error unless one buffer of `bytes` can be allocated and bound on this adapter.
+    pub fn check_fits(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
+        let limit = self.max_buffer_bytes();
+        if bytes > limit {
+            return Err(GpuError::BufferTooLarge { what: what.to_string(), needed: bytes, limit });
+        }
+        Ok(())
+    }
+
     pub fn max_cube_count_x(&self) -> u32 {
         self.client.properties().hardware.max_cube_count.0
     }
@@ -312,7 +321,7 @@ pub(crate) fn grid_for(blocks: usize, max_x: u32) -> CubeCount {
 
 #[cube(launch)]
 fn fill_u32(out: &mut [u32], bits: u32, n: u32) {
-    let i = crate::block_id() * 256 + UNIT_POS as usize;
+    let i = crate::global_id();
     if i < n as usize {
         out[i] = bits;
     }

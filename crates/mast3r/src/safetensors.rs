@@ -190,7 +190,9 @@ pub fn write_safetensors(
     });
     let header = Metadata::new(meta, infos)
         .map_err(|e| Error::format(path, format!("cannot build the safetensors header: {e}")))?;
-    let mut header = serde_json::to_vec(&header).map_err(|e| {
+    // Through a `serde_json::Value` (a sorted map) so the header's key order,
+    // and with it the file's bytes, do not depend on hash-map iteration order.
+    let mut header = serde_json::to_value(&header).and_then(|v| serde_json::to_vec(&v)).map_err(|e| {
         Error::format(
             path,
             format!("cannot serialise the safetensors header: {e}"),

@@ -72,6 +72,8 @@ impl GpuSplats {
                 sh.len()
             )));
         }
+        gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
+        gpu.check_fits("projected Gaussians", (n * crate::kernels::project::PROJ * 4) as u64)?;
         Ok(Self {
             means: gpu.upload(means),
             log_scales: gpu.upload(log_scales),
@@ -227,6 +229,9 @@ pub fn render(
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
+    gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
+    // The backward pass keeps one 10-float gradient row per intersection.
+    gpu.check_fits("tile intersections", num_isects as u64 * (project::VPROJ as u64) * 4)?;
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
     if num_isects > 0 {

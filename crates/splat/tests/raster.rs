@@ -250,3 +250,15 @@ fn backward_matches_finite_differences_dense_scene() {
     // Many Gaussians per tile: several backward batches per tile.
     gradient_check(23, 300, 2, false, Some(40));
 }
+
+#[test]
+fn image_larger_than_the_adapter_allows_is_a_clear_error() {
+    let gpu = gpu();
+    let s = random_scene(15, 10, 0);
+    let limit = gpu.max_buffer_bytes();
+    let side = ((limit / 12) as f64).sqrt().ceil() as u32 + 16;
+    let cam = test_camera(side, side);
+    let err = render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("image") && msg.contains(&limit.to_string()), "unexpected error: {msg}");
+}

@@ -58,7 +58,7 @@ pub fn project_forward(
     active_coeffs: u32,
     #[comptime] antialiased: bool,
 ) {
-    let g = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let g = rust3r_gpu::global_id();
     if g >= n as usize {
         terminate!();
     }
@@ -269,7 +269,7 @@ pub fn project_backward(
     active_coeffs: u32,
     #[comptime] antialiased: bool,
 ) {
-    let g = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let g = rust3r_gpu::global_id();
     if g >= n as usize {
         terminate!();
     }

@@ -257,7 +257,8 @@ pub fn rasterize_backward(
             let op = sm[jb * 10 + 6];
             #[unroll]
             for q in 0..batch {
-                let pp = lane * batch + q;
+                // Interleaved so the units of a warp read consecutive shared words.
+                let pp = q * group + lane;
                 let va = pair[jb * 256 + pp];
                 let vw = pair[comptime![batch * 256] + jb * 256 + pp];
                 if vw != 0.0f32 || va != 0.0f32 {
@@ -294,24 +295,17 @@ pub fn rasterize_backward(
         pair[t * 10 + 8] = a8;
         pair[t * 10 + 9] = a9;
         sync_cube();
-        // Runtime value (CUBE_DIM = 256): a comptime-initialised `let mut` cannot be reassigned.
-        let mut stride = (CUBE_DIM as usize) / comptime![2 * batch];
-        while stride > 0 {
-            if lane < stride {
-                #[unroll]
-                for k in 0..10usize {
-                    let v = pair[t * 10 + k] + pair[(t + stride) * 10 + k];
-                    pair[t * 10 + k] = v;
-                }
-            }
-            sync_cube();
-            stride /= 2;
-        }
+        // One unit per (Gaussian, component) sums the group's partials: one barrier
+        // instead of a log2(group)-step tree.
         if t < len * 10 {
             let jw = t / 10;
             let k = t % 10;
+            let mut sum = 0.0f32;
+            for l in 0..group {
+                sum += pair[(jw * group + l) * 10 + k];
+            }
             let row = isect_orig[batch_start + jw] as usize;
-            isect_grads[row * 10 + k] = pair[jw * group * 10 + k];
+            isect_grads[row * 10 + k] = sum;
         }
     }
 }

@@ -15,7 +15,7 @@ pub fn emit_intersections(
     num_visible: u32,
     tiles_x: u32,
 ) {
-    let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let i = rust3r_gpu::global_id();
     if i >= num_visible as usize {
         terminate!();
     }
@@ -41,7 +41,7 @@ pub fn emit_intersections(
 /// in the sorted list. `ranges` must be zero-initialised (empty tiles stay 0..0).
 #[cube(launch)]
 pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32) {
-    let s = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let s = rust3r_gpu::global_id();
     let n = n as usize;
     if s >= n {
         terminate!();
@@ -72,7 +72,7 @@ pub fn sum_isect_grads(
     v_proj: &mut [f32],
     num_visible: u32,
 ) {
-    let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * (CUBE_DIM as usize) + UNIT_POS as usize;
+    let i = rust3r_gpu::global_id();
     if i >= num_visible as usize {
         terminate!();
     }
