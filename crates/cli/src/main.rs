@@ -71,7 +71,18 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+        // Library errors often quote their source already: print each cause once.
+        let mut msg = String::new();
+        for cause in e.chain() {
+            let text = cause.to_string();
+            if !msg.contains(&text) {
+                if !msg.is_empty() {
+                    msg.push_str(": ");
+                }
+                msg.push_str(&text);
+            }
+        }
+        eprintln!("error: {msg}");
         std::process::exit(1);
     }
 }
