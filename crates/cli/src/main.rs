@@ -56,6 +56,11 @@ enum Command {
         #[arg(long, default_value = "se3")]
         align: String,
     },
+    /// Convert a MASt3R checkpoint (.pth or safetensors) to a memory-mappable safetensors file.
+    ConvertCheckpoint {
+        input: PathBuf,
+        output: PathBuf,
+    },
     /// Benchmarks (not tests): timing and peak memory.
     Bench {
         #[command(subcommand)]
@@ -102,6 +107,12 @@ fn run(cli: Cli) -> Result<()> {
             let report = rust3r_slam::eval_ate(&estimate, &groundtruth, align)?;
             println!("{report}");
             println!("ATE RMSE: {:.6} m", report.rmse);
+            Ok(())
+        }
+        Command::ConvertCheckpoint { input, output } => {
+            let ckpt = rust3r_mast3r::Checkpoint::load(&input)?;
+            ckpt.save_safetensors(&output)?;
+            println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
             Ok(())
         }
         Command::Bench { which } => bench::run(which),

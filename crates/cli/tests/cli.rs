@@ -1,0 +1,150 @@
+//! End-to-end tests of the `rust3r` binary on the shared real data.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn shared(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
+}
+
+fn rust3r(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn render_writes_a_picture_of_the_splat() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("nested/plant.png");
+    let (ok, _, err) = rust3r(&[
+        "render",
+        shared("data/splats/plant.splat").to_str().unwrap(),
+        "--out",
+        png.to_str().unwrap(),
+        "--width",
+        "96",
+        "--height",
+        "72",
+        "--background",
+        "1,1,1",
+    ]);
+    assert!(ok, "{err}");
+    let img = image::open(&png).unwrap().to_rgb8();
+    assert_eq!(img.dimensions(), (96, 72));
+    // White background at the corner, a green plant in the middle.
+    assert_eq!(img.get_pixel(0, 0).0, [255, 255, 255]);
+    let green = img.pixels().filter(|p| p.0[1] > p.0[0] + 20 && p.0[1] > p.0[2] + 20).count();
+    assert!(green > 200, "only {green} green pixels");
+}
+
+#[test]
+fn render_with_camera_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let cam = dir.path().join("cam.json");
+    std::fs::write(
+        &cam,
+        r#"{"fx": 50, "fy": 50, "cx": 16, "cy": 12, "width": 32, "height": 24,
+            "world_to_camera": [1,0,0,0, 0,1,0,0, 0,0,1,5, 0,0,0,1]}"#,
+    )
+    .unwrap();
+    let png = dir.path().join("out.png");
+    let (ok, _, err) = rust3r(&[
+        "render",
+        shared("data/splats/biker.spz").to_str().unwrap(),
+        "--camera",
+        cam.to_str().unwrap(),
+        "--out",
+        png.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(image::open(&png).unwrap().to_rgb8().dimensions(), (32, 24));
+}
+
+#[test]
+fn convert_round_trips_through_every_writable_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = shared("data/splats/biker_from_spz.3dgs.ply");
+    let original = rust3r_io::load_splats(&src).unwrap();
+    for ext in ["ply", "splat", "spz"] {
+        let out = dir.path().join(format!("biker.{ext}"));
+        let (ok, stdout, err) = rust3r(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
+        assert!(ok, "{ext}: {err}");
+        assert!(stdout.contains(&original.len().to_string()));
+        let back = rust3r_io::load_splats(&out).unwrap();
+        assert_eq!(back.len(), original.len(), "{ext}");
+    }
+}
+
+#[test]
+fn eval_ate_reproduces_evo() {
+    // evo_ape tum freiburg1_xyz-groundtruth.txt freiburg1_xyz-rgbdslam.txt -as (evo 1.38.1): rmse 0.013389 m
+    let (ok, stdout, err) = rust3r(&[
+        "eval-ate",
+        shared("data/trajectories/freiburg1_xyz-rgbdslam.txt").to_str().unwrap(),
+        shared("data/trajectories/freiburg1_xyz-groundtruth.txt").to_str().unwrap(),
+        "--align",
+        "sim3",
+    ]);
+    assert!(ok, "{err}");
+    let line = stdout.lines().find(|l| l.starts_with("ATE RMSE: ")).expect("ATE line");
+    let v: f64 = line.trim_start_matches("ATE RMSE: ").trim_end_matches(" m").parse().unwrap();
+    let expected = rust3r_slam::eval_ate(
+        &shared("data/trajectories/freiburg1_xyz-rgbdslam.txt"),
+        &shared("data/trajectories/freiburg1_xyz-groundtruth.txt"),
+        rust3r_slam::Align::Sim3,
+    )
+    .unwrap()
+    .rmse;
+    assert!((v - expected).abs() < 1e-6 && (v - 0.013389).abs() < 1e-5, "{v}");
+}
+
+#[test]
+fn convert_checkpoint_writes_loadable_safetensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny.safetensors");
+    let pth = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let (ok, _, err) = rust3r(&["convert-checkpoint", pth.to_str().unwrap(), out.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let a = rust3r_mast3r::Checkpoint::load(&pth).unwrap();
+    let b = rust3r_mast3r::Checkpoint::load(&out).unwrap();
+    assert_eq!(a.tensors(), b.tensors());
+}
+
+#[test]
+fn bad_input_gives_a_clear_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_ply = dir.path().join("bad.ply");
+    std::fs::write(&bad_ply, "ply\nformat binary_little_endian 1.0\nelement vertex 100\nproperty float x\nend_header\n").unwrap();
+    let bad_cam = dir.path().join("cam.json");
+    std::fs::write(&bad_cam, r#"{"fx": 1}"#).unwrap();
+    let missing = dir.path().join("missing.spz");
+    let out = dir.path().join("x.png");
+    let plant = shared("data/splats/plant.splat");
+    let cases: Vec<(Vec<&str>, &PathBuf)> = vec![
+        (vec!["render", bad_ply.to_str().unwrap(), "--out", out.to_str().unwrap()], &bad_ply),
+        (vec!["render", missing.to_str().unwrap(), "--out", out.to_str().unwrap()], &missing),
+        (
+            vec![
+                "render",
+                plant.to_str().unwrap(),
+                "--camera",
+                bad_cam.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &bad_cam,
+        ),
+        (vec!["eval-ate", missing.to_str().unwrap(), missing.to_str().unwrap()], &missing),
+    ];
+    for (args, file) in cases {
+        let (ok, _, err) = rust3r(&args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.starts_with("error: ") && err.contains(file.to_str().unwrap()), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert!(!out.exists(), "no partial output on failure");
+}
