@@ -148,3 +148,17 @@ fn bad_input_gives_a_clear_error_naming_the_file() {
     }
     assert!(!out.exists(), "no partial output on failure");
 }
+
+#[test]
+fn bad_device_choice_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.png");
+    let plant = shared("data/splats/plant.splat");
+    for (flag, value, expect) in [("--adapter", "99", "adapter 99"), ("--backend", "opengl-es", "unknown backend")] {
+        let (ok, _, err) = rust3r(&["render", plant.to_str().unwrap(), "--out", out.to_str().unwrap(), flag, value]);
+        assert!(!ok && err.contains(expect) && !err.contains("panicked"), "{flag} {value}: {err}");
+    }
+    let (ok, stdout, err) = rust3r(&["info"]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("[0] ") && stdout.contains("max buffer"), "{stdout}");
+}
