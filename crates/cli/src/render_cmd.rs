@@ -49,12 +49,13 @@ pub fn load_camera(path: &Path) -> Result<Camera> {
 pub fn write_png(path: &Path, rgb: &[f32], width: u32, height: u32) -> Result<()> {
     let bytes: Vec<u8> = rgb.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect();
     let img = image::RgbImage::from_raw(width, height, bytes).context("image buffer has the wrong size")?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("out")));
-    img.save_with_format(&tmp, image::ImageFormat::Png)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
+    if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    rust3r_io::atomic::write_atomic_with(path, |w| {
+        img.write_to(w, image::ImageFormat::Png).map_err(std::io::Error::other)
+    })
+    .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

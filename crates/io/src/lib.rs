@@ -26,7 +26,7 @@
 
 #![warn(missing_docs)]
 
-mod atomic;
+pub mod atomic;
 mod compressed_ply;
 pub mod datasets;
 mod error;

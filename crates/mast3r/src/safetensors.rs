@@ -6,10 +6,9 @@
 //! to sit in memory twice.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ::safetensors::Dtype;
 use ::safetensors::tensor::{Metadata, TensorInfo};
@@ -215,48 +214,10 @@ pub fn write_safetensors(
     })
 }
 
-/// Streams `body` into a temporary sibling of `path`, syncs it and renames it over `path`.
-pub(crate) fn write_atomic(
+/// Streams `body` into `path` atomically (temporary sibling, sync, rename).
+fn write_atomic(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let Some(file_name) = path.file_name() else {
-        return Err(Error::io(
-            path,
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
-        ));
-    };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let (tmp, file) = loop {
-        let mut name = std::ffi::OsString::from(".");
-        name.push(file_name);
-        name.push(format!(
-            ".{}.{}.tmp",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let tmp = dir.join(name);
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(f) => break (tmp, f),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    };
-    let result = (|| {
-        let mut w = BufWriter::with_capacity(1 << 20, &file);
-        body(&mut w)?;
-        w.flush()?;
-        drop(w);
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
-    }
-    Ok(())
+    rust3r_io::atomic::write_atomic_with(path, body).map_err(|e| Error::io(path, e))
 }
