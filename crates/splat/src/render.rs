@@ -428,7 +428,6 @@ pub fn render_backward(
         }
         world_to_camera[r][3] = cam_sum[9 + r];
     }
-    let _ = tiles_y;
     Ok(SplatGrads {
         means: grads_means,
         log_scales: grads_scales,
