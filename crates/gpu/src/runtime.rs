@@ -165,6 +165,11 @@ impl Gpu {
         Ok(Self { client, device, poison: opts.poison })
     }
 
+    /// Wrap a client and device that already exist (e.g. those of a Burn tensor).
+    pub fn from_parts(client: Client, device: cubecl::Device) -> Self {
+        Self { client, device, poison: false }
+    }
+
     /// The default device with default options.
     pub fn default_device() -> Result<Self, GpuError> {
         Self::new(&GpuOptions::default())
@@ -353,6 +358,10 @@ impl<T> std::fmt::Debug for GpuBuffer<T> {
 }
 
 impl<T> GpuBuffer<T> {
+    /// A typed view of an existing handle holding at least `len` elements of `T`.
+    pub fn from_handle(handle: Handle, len: usize) -> Self {
+        Self { handle, len, _t: PhantomData }
+    }
     pub fn len(&self) -> usize {
         self.len
     }

@@ -1,6 +1,7 @@
 //! Differentiable Gaussian-splatting rasterizer (project, sort, bin,
 //! rasterize, backward) on portable CubeCL kernels.
 
+pub mod autodiff;
 pub mod camera;
 pub mod kernels;
 pub mod render;

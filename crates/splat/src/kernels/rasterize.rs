@@ -309,3 +309,29 @@ pub fn rasterize_backward(
         }
     }
 }
+
+/// Pack the three images into one `[h][w][5]` buffer (r, g, b, alpha, depth).
+#[cube(launch)]
+pub fn pack_image(rgb: &[f32], alpha: &[f32], depth: &[f32], out: &mut [f32], npix: u32) {
+    let p = rust3r_gpu::global_id();
+    if p < npix as usize {
+        out[p * 5] = rgb[p * 3];
+        out[p * 5 + 1] = rgb[p * 3 + 1];
+        out[p * 5 + 2] = rgb[p * 3 + 2];
+        out[p * 5 + 3] = alpha[p];
+        out[p * 5 + 4] = depth[p];
+    }
+}
+
+/// Split a `[h][w][5]` gradient into the three image gradients.
+#[cube(launch)]
+pub fn unpack_image(packed: &[f32], rgb: &mut [f32], alpha: &mut [f32], depth: &mut [f32], npix: u32) {
+    let p = rust3r_gpu::global_id();
+    if p < npix as usize {
+        rgb[p * 3] = packed[p * 5];
+        rgb[p * 3 + 1] = packed[p * 5 + 1];
+        rgb[p * 3 + 2] = packed[p * 5 + 2];
+        alpha[p] = packed[p * 5 + 3];
+        depth[p] = packed[p * 5 + 4];
+    }
+}
