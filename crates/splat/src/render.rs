@@ -95,11 +95,23 @@ pub struct RenderOptions {
     pub sh_degree: Option<u32>,
     pub near: f32,
     pub far: f32,
+    /// Bound on the work of one dispatch: at most this many batches of 256
+    /// Gaussians per tile (forward; the backward pass takes the same number of
+    /// Gaussians). Tiles holding more are finished over several dispatches, so a
+    /// dense tile never trips an OS GPU watchdog.
+    pub max_batches_per_dispatch: u32,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { background: [0.0; 3], antialiased: false, sh_degree: None, near: 0.01, far: 1e10 }
+        Self {
+            background: [0.0; 3],
+            antialiased: false,
+            sh_degree: None,
+            near: 0.01,
+            far: 1e10,
+            max_batches_per_dispatch: 64,
+        }
     }
 }
 
@@ -137,6 +149,8 @@ pub struct RenderState {
     isect_orig: GpuBuffer<u32>,
     last: GpuBuffer<u32>,
     tile_last: GpuBuffer<u32>,
+    max_tile: usize,
+    gaussians_per_dispatch: usize,
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -270,23 +284,49 @@ pub fn render(
     let depth = gpu.alloc::<f32>(npix);
     let last = gpu.alloc::<u32>(npix);
     let tile_last = gpu.alloc::<u32>(num_tiles);
-    rasterize::rasterize_forward::launch(
-        client,
-        CubeCount::Static(tiles_x, tiles_y, 1),
-        CubeDim::new_1d(256),
-        ranges.arg(),
-        sorted_gids.arg(),
-        proj.arg(),
-        cam.arg(),
-        rgb.arg(),
-        alpha.arg(),
-        depth.arg(),
-        last.arg(),
-        tile_last.arg(),
-        w,
-        h,
-        tiles_x,
-    );
+    // Longest tile list, to know how many bounded dispatches are needed
+    // (one extra read-back, only when a tile could exceed one dispatch).
+    let per_dispatch = opts.max_batches_per_dispatch.max(1) as usize * 256;
+    let max_tile = if num_isects <= per_dispatch {
+        num_isects
+    } else {
+        let lengths = gpu.alloc::<u32>(num_tiles);
+        tiles::tile_lengths::launch(
+            client,
+            gpu.grid(blocks(num_tiles)),
+            CubeDim::new_1d(256),
+            ranges.arg(),
+            lengths.arg(),
+            num_tiles as u32,
+        );
+        gpu.read(&reduce_columns(gpu, &lengths, 1, ReduceOp::Max))?[0] as usize
+    };
+    let carry = gpu.alloc::<f32>(npix * 5);
+    let carry_done = gpu.alloc::<u32>(npix);
+    let k = opts.max_batches_per_dispatch.max(1);
+    for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
+        rasterize::rasterize_forward::launch(
+            client,
+            CubeCount::Static(tiles_x, tiles_y, 1),
+            CubeDim::new_1d(256),
+            ranges.arg(),
+            sorted_gids.arg(),
+            proj.arg(),
+            cam.arg(),
+            rgb.arg(),
+            alpha.arg(),
+            depth.arg(),
+            last.arg(),
+            tile_last.arg(),
+            carry.arg(),
+            carry_done.arg(),
+            w,
+            h,
+            tiles_x,
+            d * k,
+            (d + 1) * k,
+        );
+    }
 
     let out = RenderOutput {
         width: w,
@@ -312,6 +352,8 @@ pub fn render(
         isect_orig,
         last,
         tile_last,
+        max_tile,
+        gaussians_per_dispatch: per_dispatch,
     };
     Ok((out, state))
 }
@@ -351,27 +393,35 @@ pub fn render_backward(
     let (tiles_x, tiles_y) = state.camera.tiles();
     // Zero-filled: the backward pass writes only rows in front of each tile's last contributor.
     let isect_grads = gpu.zeros::<f32>(out.num_intersections * project::VPROJ);
-    rasterize::rasterize_backward::launch(
-        client,
-        CubeCount::Static(tiles_x, tiles_y, 1),
-        CubeDim::new_1d(256),
-        state.ranges.arg(),
-        state.sorted_gids.arg(),
-        state.isect_orig.arg(),
-        state.proj.arg(),
-        state.cam.arg(),
-        out.alpha.arg(),
-        state.last.arg(),
-        state.tile_last.arg(),
-        v_rgb.arg(),
-        v_alpha.arg(),
-        v_depth.arg(),
-        isect_grads.arg(),
-        out.width,
-        out.height,
-        tiles_x,
-        backward_batch(gpu),
-    );
+    let batch = backward_batch(gpu);
+    let kb = (state.gaussians_per_dispatch / batch).max(1);
+    let carry = gpu.alloc::<f32>(npix * 5);
+    for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
+        rasterize::rasterize_backward::launch(
+            client,
+            CubeCount::Static(tiles_x, tiles_y, 1),
+            CubeDim::new_1d(256),
+            state.ranges.arg(),
+            state.sorted_gids.arg(),
+            state.isect_orig.arg(),
+            state.proj.arg(),
+            state.cam.arg(),
+            out.alpha.arg(),
+            state.last.arg(),
+            state.tile_last.arg(),
+            v_rgb.arg(),
+            v_alpha.arg(),
+            v_depth.arg(),
+            isect_grads.arg(),
+            carry.arg(),
+            out.width,
+            out.height,
+            tiles_x,
+            (d * kb) as u32,
+            ((d + 1) * kb) as u32,
+            batch,
+        );
+    }
     let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
     if out.num_visible > 0 {
         tiles::sum_isect_grads::launch(

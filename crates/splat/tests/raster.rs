@@ -262,3 +262,45 @@ fn image_larger_than_the_adapter_allows_is_a_clear_error() {
     let msg = err.to_string();
     assert!(msg.contains("image") && msg.contains(&limit.to_string()), "unexpected error: {msg}");
 }
+
+#[test]
+fn bounded_dispatches_give_the_same_image_and_gradients() {
+    // 5000 Gaussians in one tile, split into dispatches of 256 Gaussians per tile:
+    // the carried blend state must reproduce the single-dispatch result exactly.
+    let gpu = gpu();
+    let mut s = random_scene(41, 5000, 1);
+    for i in 0..s.len() {
+        let z = s.means[i * 3 + 2];
+        s.means[i * 3] = (0.01 * (i % 7) as f64) * z / 10.0;
+        s.means[i * 3 + 1] = (0.01 * (i % 5) as f64) * z / 10.0;
+        s.opacity_logits[i] = -5.0; // faint: ~1400 Gaussians blend before termination
+    }
+    let s = s.rounded();
+    let cam = round_camera(test_camera(24, 20));
+    let splats = upload(&gpu, &s);
+    let npix = 24 * 20;
+    let mut rng = StdRng::seed_from_u64(9);
+    let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let run = |k: u32| {
+        let opts = RenderOptions { max_batches_per_dispatch: k, background: [0.3, 0.2, 0.1], ..Default::default() };
+        let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+        let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&w), &gpu.upload(&wa), &gpu.upload(&wa)).unwrap();
+        (
+            gpu.read(&out.rgb).unwrap(),
+            gpu.read(&out.alpha).unwrap(),
+            gpu.read(&g.means).unwrap(),
+            gpu.read(&g.opacity_logits).unwrap(),
+            out.num_intersections,
+        )
+    };
+    let single = run(64);
+    let split = run(1);
+    assert!(single.4 > 4 * 256, "the tile must need several dispatches ({} intersections)", single.4);
+    assert_eq!(single.0, split.0, "rgb");
+    assert_eq!(single.1, split.1, "alpha");
+    assert_eq!(single.2, split.2, "means gradient");
+    assert_eq!(single.3, split.3, "opacity gradient");
+    // And the image is still the reference one.
+    compare_forward(&gpu, &s, &cam, false, [0.3, 0.2, 0.1]);
+}

@@ -25,9 +25,13 @@ pub fn rasterize_forward(
     out_depth: &mut [f32],
     out_last: &mut [u32],
     tile_last: &mut [u32],
+    carry: &mut [f32],
+    carry_done: &mut [u32],
     width: u32,
     height: u32,
     tiles_x: u32,
+    batch_begin: u32,
+    batch_end: u32,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -46,19 +50,31 @@ pub fn rasterize_forward(
         max_last[0].store(0u32);
     }
     sync_cube();
+    let p = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     let mut done = !inside;
-    if done {
-        done_count[0].fetch_add(1u32);
-    }
     let mut tr = 1.0f32;
     let mut cr = 0.0f32;
     let mut cg = 0.0f32;
     let mut cb = 0.0f32;
     let mut cd = 0.0f32;
     let mut last = 0u32;
+    // Work is bounded per dispatch: batches [batch_begin, batch_end) of each tile;
+    // the blend state of every pixel is carried between dispatches.
+    if batch_begin > 0u32 && inside {
+        tr = carry[p * 5];
+        cr = carry[p * 5 + 1];
+        cg = carry[p * 5 + 2];
+        cb = carry[p * 5 + 3];
+        cd = carry[p * 5 + 4];
+        last = out_last[p];
+        done = carry_done[p] != 0u32;
+    }
+    if done {
+        done_count[0].fetch_add(1u32);
+    }
     let total = end - start;
-    let num_batches = total.div_ceil(256usize);
-    for b in 0..num_batches {
+    let num_batches = min(total.div_ceil(256usize), batch_end as usize);
+    for b in (batch_begin as usize)..num_batches {
         sync_cube();
         let finished = workgroup_uniform_load_atomic(&done_count[0]);
         if finished >= 256u32 {
@@ -101,7 +117,12 @@ pub fn rasterize_forward(
         }
     }
     if inside {
-        let p = (y * width + x) as usize;
+        carry[p * 5] = tr;
+        carry[p * 5 + 1] = cr;
+        carry[p * 5 + 2] = cg;
+        carry[p * 5 + 3] = cb;
+        carry[p * 5 + 4] = cd;
+        carry_done[p] = select(done, 1u32, 0u32);
         out_rgb[p * 3] = cr + tr * cam[19];
         out_rgb[p * 3 + 1] = cg + tr * cam[20];
         out_rgb[p * 3 + 2] = cb + tr * cam[21];
@@ -133,9 +154,12 @@ pub fn rasterize_backward(
     v_alpha: &[f32],
     v_depth: &[f32],
     isect_grads: &mut [f32],
+    carry: &mut [f32],
     width: u32,
     height: u32,
     tiles_x: u32,
+    batch_begin: u32,
+    batch_end: u32,
     #[comptime] batch: usize,
 ) {
     let group = comptime![256 / batch];
@@ -184,17 +208,27 @@ pub fn rasterize_backward(
     let mut sg = 0.0f32;
     let mut sb = 0.0f32;
     let mut sd = 0.0f32;
+    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    // Bounded work per dispatch: batches [batch_begin, batch_end), counted from
+    // the back; transmittance and the colour behind are carried between dispatches.
+    if batch_begin > 0u32 && inside {
+        tr = carry[pc * 5];
+        sr = carry[pc * 5 + 1];
+        sg = carry[pc * 5 + 2];
+        sb = carry[pc * 5 + 3];
+        sd = carry[pc * 5 + 4];
+    }
 
     let total = end - start;
-    let num_batches = total.div_ceil(batch);
+    let num_batches = min(total.div_ceil(batch), batch_end as usize);
     let jb = t / group;
     let lane = t % group;
     let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5f32;
     let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5f32;
-    for bi in 0..num_batches {
-        let batch_end = end - bi * batch;
-        let batch_start = max(start, batch_end - min(batch_end, batch));
-        let len = batch_end - batch_start;
+    for bi in (batch_begin as usize)..num_batches {
+        let batch_hi = end - bi * batch;
+        let batch_start = max(start, batch_hi - min(batch_hi, batch));
+        let len = batch_hi - batch_start;
         sync_cube();
         if t < len {
             let gid = sorted_gids[batch_start + t] as usize;
@@ -307,6 +341,13 @@ pub fn rasterize_backward(
             let row = isect_orig[batch_start + jw] as usize;
             isect_grads[row * 10 + k] = sum;
         }
+    }
+    if inside {
+        carry[pc * 5] = tr;
+        carry[pc * 5 + 1] = sr;
+        carry[pc * 5 + 2] = sg;
+        carry[pc * 5 + 3] = sb;
+        carry[pc * 5 + 4] = sd;
     }
 }
 

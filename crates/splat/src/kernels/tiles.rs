@@ -114,3 +114,12 @@ pub fn finalize_counts(offsets: &[u32], counts: &[u32], sorted_keys: &[u32], out
         out[1] = lo as u32;
     }
 }
+
+/// `lengths[t] = ranges[2t+1] - ranges[2t]`.
+#[cube(launch)]
+pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
+    let t = rust3r_gpu::global_id();
+    if t < num_tiles as usize {
+        lengths[t] = ranges[t * 2 + 1] - ranges[t * 2];
+    }
+}
