@@ -98,7 +98,9 @@ pub struct RenderOptions {
     /// Bound on the work of one dispatch: at most this many batches of 256
     /// Gaussians per tile (forward; the backward pass takes the same number of
     /// Gaussians). Tiles holding more are finished over several dispatches, so a
-    /// dense tile never trips an OS GPU watchdog.
+    /// dense tile never trips an OS GPU watchdog. Default 4096 (1M Gaussians per
+    /// tile per dispatch); when a frame has more intersections than that in total,
+    /// finding the longest tile costs one extra read-back.
     pub max_batches_per_dispatch: u32,
 }
 
@@ -110,7 +112,7 @@ impl Default for RenderOptions {
             sh_degree: None,
             near: 0.01,
             far: 1e10,
-            max_batches_per_dispatch: 64,
+            max_batches_per_dispatch: 4096,
         }
     }
 }
