@@ -40,7 +40,6 @@ pub struct RasterSettings {
 #[backend_extension(Cube, Autodiff)]
 pub trait SplatBackend: Backend {
     /// Render; see the module docs for shapes.
-    #[allow(clippy::too_many_arguments)]
     fn rasterize(
         means: FloatTensor<Self>,
         log_scales: FloatTensor<Self>,
@@ -48,21 +47,10 @@ pub trait SplatBackend: Backend {
         opacity_logits: FloatTensor<Self>,
         sh: FloatTensor<Self>,
         world_to_camera: FloatTensor<Self>,
-        fx: f32,
-        fy: f32,
-        cx: f32,
-        cy: f32,
-        width: u32,
-        height: u32,
-        sh_degree: u32,
-        antialiased: bool,
-        bg_r: f32,
-        bg_g: f32,
-        bg_b: f32,
+        settings: RasterSettings,
     ) -> FloatTensor<Self>;
 
     /// Gradients of all six inputs given the gradient of the packed image.
-    #[allow(clippy::too_many_arguments)]
     fn rasterize_backward(
         means: FloatTensor<Self>,
         log_scales: FloatTensor<Self>,
@@ -71,17 +59,7 @@ pub trait SplatBackend: Backend {
         sh: FloatTensor<Self>,
         world_to_camera: FloatTensor<Self>,
         grad_image: FloatTensor<Self>,
-        fx: f32,
-        fy: f32,
-        cx: f32,
-        cy: f32,
-        width: u32,
-        height: u32,
-        sh_degree: u32,
-        antialiased: bool,
-        bg_r: f32,
-        bg_g: f32,
-        bg_b: f32,
+        settings: RasterSettings,
     ) -> (
         FloatTensor<Self>,
         FloatTensor<Self>,
@@ -142,10 +120,6 @@ fn setup(
     (gpu, splats, camera, opts)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn settings(fx: f32, fy: f32, cx: f32, cy: f32, width: u32, height: u32, sh_degree: u32, antialiased: bool, bg: [f32; 3]) -> RasterSettings {
-    RasterSettings { fx, fy, cx, cy, width, height, sh_degree, antialiased, background: bg }
-}
 
 impl SplatBackend for CubeBackend {
     fn rasterize(
@@ -155,20 +129,10 @@ impl SplatBackend for CubeBackend {
         opacity_logits: CubeTensor,
         sh: CubeTensor,
         world_to_camera: CubeTensor,
-        fx: f32,
-        fy: f32,
-        cx: f32,
-        cy: f32,
-        width: u32,
-        height: u32,
-        sh_degree: u32,
-        antialiased: bool,
-        bg_r: f32,
-        bg_g: f32,
-        bg_b: f32,
+        settings: RasterSettings,
     ) -> CubeTensor {
-        let s = settings(fx, fy, cx, cy, width, height, sh_degree, antialiased, [bg_r, bg_g, bg_b]);
-        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &s);
+        let (width, height) = (settings.width, settings.height);
+        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &settings);
         let (out, _) = render(&gpu, &splats, &camera, &opts).expect("rasterize");
         let npix = (width * height) as usize;
         let packed = gpu.alloc::<f32>(npix * 5);
@@ -193,17 +157,7 @@ impl SplatBackend for CubeBackend {
         sh: CubeTensor,
         world_to_camera: CubeTensor,
         grad_image: CubeTensor,
-        fx: f32,
-        fy: f32,
-        cx: f32,
-        cy: f32,
-        width: u32,
-        height: u32,
-        sh_degree: u32,
-        antialiased: bool,
-        bg_r: f32,
-        bg_g: f32,
-        bg_b: f32,
+        settings: RasterSettings,
     ) -> (CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor) {
         let shapes = [
             means.shape(),
@@ -213,8 +167,8 @@ impl SplatBackend for CubeBackend {
             sh.shape(),
             world_to_camera.shape(),
         ];
-        let s = settings(fx, fy, cx, cy, width, height, sh_degree, antialiased, [bg_r, bg_g, bg_b]);
-        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &s);
+        let (width, height) = (settings.width, settings.height);
+        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &settings);
         let (out, state) = render(&gpu, &splats, &camera, &opts).expect("rasterize");
         let npix = (width * height) as usize;
         let (v_rgb, v_alpha, v_depth) = (gpu.alloc::<f32>(npix * 3), gpu.alloc::<f32>(npix), gpu.alloc::<f32>(npix));
@@ -254,11 +208,7 @@ impl<B: SplatBackend> Backward<B, 6> for RasterizeOp {
         let grad = grads.consume::<B>(&ops.node);
         let (ids, s) = ops.state;
         let [a, b, c, d, e, f] = ids.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
-        let [bg_r, bg_g, bg_b] = s.background;
-        let (ga, gb, gc, gd, ge, gf) = B::rasterize_backward(
-            a, b, c, d, e, f, grad, s.fx, s.fy, s.cx, s.cy, s.width, s.height, s.sh_degree, s.antialiased, bg_r, bg_g,
-            bg_b,
-        );
+        let (ga, gb, gc, gd, ge, gf) = B::rasterize_backward(a, b, c, d, e, f, grad, s);
         for (node, g) in ops.parents.into_iter().zip([ga, gb, gc, gd, ge, gf]) {
             if let Some(node) = node {
                 grads.register::<B>(node.id, g);
@@ -275,19 +225,8 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
         opacity_logits: FloatTensor<Self>,
         sh: FloatTensor<Self>,
         world_to_camera: FloatTensor<Self>,
-        fx: f32,
-        fy: f32,
-        cx: f32,
-        cy: f32,
-        width: u32,
-        height: u32,
-        sh_degree: u32,
-        antialiased: bool,
-        bg_r: f32,
-        bg_g: f32,
-        bg_b: f32,
+        settings: RasterSettings,
     ) -> FloatTensor<Self> {
-        let s = settings(fx, fy, cx, cy, width, height, sh_degree, antialiased, [bg_r, bg_g, bg_b]);
         let inputs = [means, log_scales, quats, opacity_logits, sh, world_to_camera];
         let nodes = [
             inputs[0].node(),
@@ -297,9 +236,7 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
             inputs[4].node(),
             inputs[5].node(),
         ];
-        let forward = |[a, b, c, d, e, f]: [B::FloatTensorPrimitive; 6]| {
-            B::rasterize(a, b, c, d, e, f, fx, fy, cx, cy, width, height, sh_degree, antialiased, bg_r, bg_g, bg_b)
-        };
+        let forward = |[a, b, c, d, e, f]: [B::FloatTensorPrimitive; 6]| B::rasterize(a, b, c, d, e, f, settings);
         match RasterizeOp.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(mut prep) => {
                 let ids = [
@@ -311,7 +248,7 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
                     prep.checkpoint(&inputs[5]),
                 ];
                 let out = forward(inputs.map(|t| t.into_primitive()));
-                prep.finish((ids, s), out)
+                prep.finish((ids, settings), out)
             }
             OpsKind::UnTracked(prep) => prep.finish(forward(inputs.map(|t| t.into_primitive()))),
         }
@@ -325,17 +262,7 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
         _sh: FloatTensor<Self>,
         _world_to_camera: FloatTensor<Self>,
         _grad_image: FloatTensor<Self>,
-        _fx: f32,
-        _fy: f32,
-        _cx: f32,
-        _cy: f32,
-        _width: u32,
-        _height: u32,
-        _sh_degree: u32,
-        _antialiased: bool,
-        _bg_r: f32,
-        _bg_g: f32,
-        _bg_b: f32,
+        _settings: RasterSettings,
     ) -> (
         FloatTensor<Self>,
         FloatTensor<Self>,
@@ -361,7 +288,6 @@ pub fn rasterize(
     s: &RasterSettings,
 ) -> burn::tensor::Tensor<3> {
     use burn::backend::Dispatch;
-    let [bg_r, bg_g, bg_b] = s.background;
     burn::tensor::Tensor::from_dispatch(<Dispatch as SplatBackend>::rasterize(
         means.into_dispatch(),
         log_scales.into_dispatch(),
@@ -369,16 +295,6 @@ pub fn rasterize(
         opacity_logits.into_dispatch(),
         sh.into_dispatch(),
         world_to_camera.into_dispatch(),
-        s.fx,
-        s.fy,
-        s.cx,
-        s.cy,
-        s.width,
-        s.height,
-        s.sh_degree,
-        s.antialiased,
-        bg_r,
-        bg_g,
-        bg_b,
+        *s,
     ))
 }
