@@ -5,6 +5,7 @@ pub mod autodiff;
 pub mod camera;
 pub mod kernels;
 pub mod render;
+pub mod train;
 
 pub use camera::Camera;
 pub use render::{GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward};
@@ -16,6 +17,8 @@ pub enum SplatError {
     InvalidCamera(String),
     #[error("invalid splats: {0}")]
     InvalidSplats(String),
+    #[error("checkpoint {0}")]
+    Checkpoint(String),
     #[error(transparent)]
     Gpu(#[from] rust3r_gpu::GpuError),
 }

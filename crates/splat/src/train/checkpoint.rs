@@ -1,0 +1,140 @@
+//! Full training checkpoints: parameters, Adam moments, densification statistics, step,
+//! host RNG and configuration, in one file written atomically (temporary file + rename).
+//!
+//! Layout: `RUST3R-TRAIN\0\0\0\0` (16 bytes), format version (u32 LE), header length (u64 LE),
+//! a JSON header ([`Header`]), then the arrays it lists as little-endian f32 in order.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{GROUPS, HostRng, TrainConfig, Trainer};
+use crate::SplatError;
+use crate::render::GpuSplats;
+use rust3r_gpu::Gpu;
+
+const MAGIC: &[u8; 16] = b"RUST3R-TRAIN\0\0\0\0";
+const VERSION: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+pub struct Header {
+    pub step: u64,
+    pub rng: HostRng,
+    pub num_splats: usize,
+    pub sh_degree: u32,
+    pub config: TrainConfig,
+    /// `(name, number of f32 values)` in file order.
+    pub arrays: Vec<(String, usize)>,
+}
+
+fn err(path: &Path, msg: impl std::fmt::Display) -> SplatError {
+    SplatError::Checkpoint(format!("{}: {msg}", path.display()))
+}
+
+impl Trainer {
+    /// Write a checkpoint atomically.
+    pub fn save_checkpoint(&self, path: &Path) -> Result<(), SplatError> {
+        let g = &self.gpu;
+        let params = Self::param_buffers(&self.splats);
+        let mut arrays: Vec<(String, Vec<f32>)> = Vec::new();
+        for i in 0..5 {
+            arrays.push((GROUPS[i].to_string(), g.read(params[i])?));
+        }
+        for i in 0..5 {
+            arrays.push((format!("adam_m.{}", GROUPS[i]), g.read(&self.m[i])?));
+            arrays.push((format!("adam_v.{}", GROUPS[i]), g.read(&self.v[i])?));
+        }
+        arrays.push(("grad2d".into(), g.read(&self.grad2d)?));
+        arrays.push(("count".into(), g.read(&self.count)?));
+        let header = Header {
+            step: self.step,
+            rng: self.rng,
+            num_splats: self.splats.len(),
+            sh_degree: self.splats.sh_degree,
+            config: self.cfg.clone(),
+            arrays: arrays.iter().map(|(n, a)| (n.clone(), a.len())).collect(),
+        };
+        let json = serde_json::to_vec(&header).map_err(|e| err(path, e))?;
+        rust3r_io::atomic::write_atomic_with(path, |w| {
+            w.write_all(MAGIC)?;
+            w.write_all(&VERSION.to_le_bytes())?;
+            w.write_all(&(json.len() as u64).to_le_bytes())?;
+            w.write_all(&json)?;
+            for (_, a) in &arrays {
+                w.write_all(bytemuck::cast_slice(a))?;
+            }
+            Ok(())
+        })
+        .map_err(|e| err(path, e))
+    }
+
+    /// Resume from a checkpoint written by [`Trainer::save_checkpoint`].
+    pub fn load_checkpoint(gpu: &Gpu, path: &Path) -> Result<Self, SplatError> {
+        let file = std::fs::File::open(path).map_err(|e| err(path, e))?;
+        let file_len = file.metadata().map_err(|e| err(path, e))?.len();
+        let mut r = std::io::BufReader::new(file);
+        let mut magic = [0u8; 16];
+        r.read_exact(&mut magic).map_err(|_| err(path, "not a rust3r training checkpoint (too short)"))?;
+        if &magic != MAGIC {
+            return Err(err(path, "not a rust3r training checkpoint (bad magic)"));
+        }
+        let mut b4 = [0u8; 4];
+        r.read_exact(&mut b4).map_err(|e| err(path, e))?;
+        let version = u32::from_le_bytes(b4);
+        if version != VERSION {
+            return Err(err(path, format!("checkpoint format version {version}, this build reads {VERSION}")));
+        }
+        let mut b8 = [0u8; 8];
+        r.read_exact(&mut b8).map_err(|e| err(path, e))?;
+        let hlen = u64::from_le_bytes(b8);
+        if hlen > file_len {
+            return Err(err(path, format!("header length {hlen} exceeds the file size {file_len}")));
+        }
+        let mut json = vec![0u8; hlen as usize];
+        r.read_exact(&mut json).map_err(|e| err(path, format!("truncated header: {e}")))?;
+        let h: Header = serde_json::from_slice(&json).map_err(|e| err(path, format!("bad header: {e}")))?;
+        let n = h.num_splats;
+        if h.sh_degree > 3 || h.sh_degree != h.config.sh_degree {
+            return Err(err(path, format!("SH degree {} does not match the configuration", h.sh_degree)));
+        }
+        let k3 = ((h.sh_degree + 1) * (h.sh_degree + 1)) as usize * 3;
+        let rows = [3usize, 3, 4, 1, k3];
+        let mut expected: Vec<(String, usize)> = Vec::new();
+        for i in 0..5 {
+            expected.push((GROUPS[i].to_string(), n * rows[i]));
+        }
+        for i in 0..5 {
+            expected.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
+            expected.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
+        }
+        expected.push(("grad2d".into(), n));
+        expected.push(("count".into(), n));
+        if h.arrays != expected {
+            return Err(err(path, "array list does not match the header's Gaussian count and SH degree"));
+        }
+        let total: u64 = expected.iter().map(|(_, l)| *l as u64 * 4).sum();
+        if 28 + hlen + total != file_len {
+            return Err(err(path, format!("file is {file_len} bytes, the header describes {}", 28 + hlen + total)));
+        }
+        let mut data = Vec::with_capacity(expected.len());
+        for (name, len) in &expected {
+            let mut v = vec![0f32; *len];
+            r.read_exact(bytemuck::cast_slice_mut(&mut v)).map_err(|e| err(path, format!("{name}: {e}")))?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(err(path, format!("{name} holds NaN or infinite values")));
+            }
+            data.push(v);
+        }
+        let splats = GpuSplats::from_slices(gpu, &data[0], &data[1], &data[2], &data[3], &data[4], h.sh_degree)?;
+        let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
+        for i in 0..5 {
+            t.m[i] = gpu.upload(&data[5 + 2 * i]);
+            t.v[i] = gpu.upload(&data[6 + 2 * i]);
+        }
+        t.grad2d = gpu.upload(&data[15]);
+        t.count = gpu.upload(&data[16]);
+        t.step = h.step;
+        Ok(t)
+    }
+}
