@@ -192,6 +192,7 @@ fn is_bin(path: &Path) -> bool {
 struct ModelFiles {
     cameras: PathBuf,
     images: PathBuf,
+    points: Option<PathBuf>,
 }
 
 /// Reads the COLMAP model in `dir` (binary or text, per file; see the module docs).
@@ -221,10 +222,11 @@ fn read_model_files(dir: &Path) -> Result<(Model, ModelFiles), IoError> {
     } else {
         read_images_text(&images_path)?
     };
-    let points = match pick(dir, "points3D") {
+    let points_path = pick(dir, "points3D");
+    let points = match &points_path {
         None => Vec::new(),
-        Some(p) if is_bin(&p) => read_points_bin(&p)?,
-        Some(p) => read_points_text(&p)?,
+        Some(p) if is_bin(p) => read_points_bin(p)?,
+        Some(p) => read_points_text(p)?,
     };
     Ok((
         Model {
@@ -235,6 +237,7 @@ fn read_model_files(dir: &Path) -> Result<(Model, ModelFiles), IoError> {
         ModelFiles {
             cameras: cameras_path,
             images: images_path,
+            points: points_path,
         },
     ))
 }
@@ -617,7 +620,7 @@ fn read_images_text(path: &Path) -> Result<Vec<Image>, IoError> {
         let mut points2d = Vec::new();
         if let Some((j, pline)) = lines.next() {
             let t: Vec<&str> = pline.split_whitespace().collect();
-            if t.len() % 3 != 0 {
+            if !t.len().is_multiple_of(3) {
                 return Err(malformed(
                     path,
                     format!(
@@ -659,7 +662,7 @@ fn read_points_text(path: &Path) -> Result<Vec<Point3D>, IoError> {
         }
         let n = i + 1;
         let t: Vec<&str> = line.split_whitespace().collect();
-        if t.len() < 8 || (t.len() - 8) % 2 != 0 {
+        if t.len() < 8 || !(t.len() - 8).is_multiple_of(2) {
             return Err(malformed(
                 path,
                 format!(
@@ -998,10 +1001,10 @@ fn scene_root(path: &Path, model_dir: &Path) -> PathBuf {
     {
         root = root.parent().expect("has parent").to_path_buf();
     }
-    if name(&root).as_deref() == Some("sparse") {
-        if let Some(parent) = root.parent() {
-            root = parent.to_path_buf();
-        }
+    if name(&root).as_deref() == Some("sparse")
+        && let Some(parent) = root.parent()
+    {
+        root = parent.to_path_buf();
     }
     root
 }
@@ -1052,7 +1055,7 @@ pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
             ));
         }
         let qn = im.qvec.iter().map(|v| v * v).sum::<f64>().sqrt();
-        if !(qn.is_finite() && qn > 1e-6) || !im.tvec.iter().all(|v| v.is_finite()) {
+        if !(qn.is_finite() && qn > 1e-6 && im.tvec.iter().all(|v| v.is_finite())) {
             return Err(malformed(
                 &files.images,
                 format!(
@@ -1090,16 +1093,16 @@ pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
             .collect(),
         rgb: model.points.iter().map(|p| p.rgb).collect(),
     });
-    if let Some(p) = &points {
-        if let Some(i) = p.xyz.iter().position(|v| !v.iter().all(|x| x.is_finite())) {
-            return Err(malformed(
-                &model_dir.join("points3D"),
-                format!(
-                    "point {} has a position that is not finite",
-                    model.points[i].id
-                ),
-            ));
-        }
+    if let Some(p) = &points
+        && let Some(i) = p.xyz.iter().position(|v| !v.iter().all(|x| x.is_finite()))
+    {
+        return Err(malformed(
+            files.points.as_deref().unwrap_or(&model_dir),
+            format!(
+                "point {} has a position that is not finite",
+                model.points[i].id
+            ),
+        ));
     }
     Ok(Loaded {
         root,

@@ -222,6 +222,8 @@ pub struct Scene {
     /// The scene folder (the folder holding `images/`, or the json's folder).
     pub root: PathBuf,
     /// Posed views, in the data set's order (by image name for COLMAP, file order for json).
+    /// Do not add or remove entries directly (use [`Scene::retain_views`]): each view has
+    /// private decoding state at the same index.
     pub views: Vec<SceneView>,
     /// Initial points, when the scene has them.
     pub points: Option<ScenePoints>,
@@ -574,6 +576,45 @@ impl Scene {
         self.background
     }
 
+    /// Keeps only the views for which `keep` returns true (in their order), together with
+    /// their decoding state. Use this rather than editing [`Scene::views`] directly, whose
+    /// entries must stay in step with the scene's private per-view state.
+    pub fn retain_views(&mut self, mut keep: impl FnMut(&SceneView) -> bool) {
+        let flags: Vec<bool> = self.views.iter().map(&mut keep).collect();
+        self.retain_mask(&flags);
+    }
+
+    fn retain_mask(&mut self, flags: &[bool]) {
+        let mut it = flags.iter();
+        self.views
+            .retain(|_| *it.next().expect("one flag per view"));
+        let mut it = flags.iter();
+        self.sources
+            .retain(|_| *it.next().expect("one flag per view"));
+    }
+
+    /// Indices of the views whose image file does not exist.
+    pub fn missing_images(&self) -> Vec<usize> {
+        (0..self.views.len())
+            .filter(|&i| !self.views[i].image_path.is_file())
+            .collect()
+    }
+
+    /// Removes the views whose image file does not exist (e.g. the instant-ngp fox lists 67
+    /// frames but ships 50 images) and returns them.
+    pub fn remove_missing_images(&mut self) -> Vec<SceneView> {
+        let keep: Vec<bool> = self.views.iter().map(|v| v.image_path.is_file()).collect();
+        let missing = self
+            .views
+            .iter()
+            .zip(&keep)
+            .filter(|(_, k)| !**k)
+            .map(|(v, _)| v.clone())
+            .collect();
+        self.retain_mask(&keep);
+        missing
+    }
+
     /// Whether view `i` is undistorted on load.
     pub fn is_undistorted(&self, i: usize) -> bool {
         self.sources.get(i).is_some_and(|s| s.undistorter.is_some())
@@ -706,6 +747,31 @@ pub(crate) fn orthonormality_error(m: &[[f64; 4]; 4]) -> f64 {
         }
     }
     if worst.is_nan() { f64::INFINITY } else { worst }
+}
+
+/// Replaces the rotation block of `m` by the nearest rotation (`U V^T` of its SVD), so that
+/// poses stored with float32 precision become exactly rigid. Returns `false` (leaving `m`
+/// unchanged) when the block is not close to a proper rotation (a reflection, or singular).
+pub(crate) fn make_rotation_exact(m: &mut [[f64; 4]; 4]) -> bool {
+    use rust3r_geometry::nalgebra::Matrix3;
+    let r = Matrix3::from_fn(|i, j| m[i][j]);
+    if r.determinant().is_nan() || r.determinant() <= 0.0 {
+        return false;
+    }
+    let svd = r.svd(true, true);
+    let (Some(u), Some(v_t)) = (svd.u, svd.v_t) else {
+        return false;
+    };
+    let q = u * v_t;
+    if !q.iter().all(|v| v.is_finite()) || q.determinant() <= 0.0 {
+        return false;
+    }
+    for (i, row) in m.iter_mut().enumerate().take(3) {
+        for (j, v) in row.iter_mut().enumerate().take(3) {
+            *v = q[(i, j)];
+        }
+    }
+    true
 }
 
 /// A path written in a scene file, relative to `base` unless absolute; `/` and `\` both

@@ -136,6 +136,13 @@ fn matrix(path: &Path, index: usize, value: Option<&Value>) -> Result<[[f64; 4];
              scaled or sheared camera poses are not supported"
         )));
     }
+    // Poses are often stored as float32: snap to the nearest rotation so that the delivered
+    // pose is exactly rigid (and writing it back reads back the same).
+    if !super::make_rotation_exact(&mut m) {
+        return Err(err(
+            "has a rotation block that is a reflection (determinant < 0)",
+        ));
+    }
     Ok(m)
 }
 
