@@ -1001,6 +1001,52 @@ fn colmap_binary_fuzzing_never_panics() {
 }
 
 #[test]
+fn json_fuzzing_never_panics() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(0x150_4e);
+    for (src, name) in [
+        (data().join("fox/transforms.json"), "transforms.json"),
+        (
+            data().join("lego/transforms_train.json"),
+            "transforms_train.json",
+        ),
+    ] {
+        let original = std::fs::read(&src).unwrap();
+        // Images are not next to the copy: lego needs their headers (w/h), fox does not.
+        let json = tmp.path().join(name);
+        for round in 0..80 {
+            let mut b = original.clone();
+            let len = b.len();
+            match rng.random_range(0..3) {
+                0 => b.truncate(rng.random_range(0..len)),
+                1 => {
+                    for _ in 0..rng.random_range(1..6) {
+                        let i = rng.random_range(0..len);
+                        let alphabet = b"0123456789-.eE,[]{}\":nN ";
+                        b[i] = alphabet[rng.random_range(0..alphabet.len())];
+                    }
+                }
+                _ => {
+                    let i = rng.random_range(0..len);
+                    b[i] = rng.random();
+                }
+            }
+            std::fs::write(&json, &b).unwrap();
+            let result = no_panic(&format!("{name} round {round}"), || {
+                open_scene(&json, &opts())
+            });
+            if let Err(e) = result {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains(name) || msg.contains(".png") || msg.contains(".jpg"),
+                    "{msg}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn colmap_specific_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

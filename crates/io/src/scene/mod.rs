@@ -18,17 +18,21 @@
 //! * Poses ([`SceneView::world_to_camera`]) are row-major 4x4 world-to-camera matrices with
 //!   OpenCV camera axes (x right, y down, z forward), in the data set's own world frame and
 //!   units; nothing is re-centred or rescaled. OpenGL camera-to-world matrices are converted by
-//!   negating the camera y and z axes (columns 1 and 2) and inverting.
+//!   negating the camera y and z axes (columns 1 and 2) and inverting. Their rotation block,
+//!   often stored as float32, is snapped to the nearest rotation (SVD), so every delivered pose
+//!   is exactly rigid; camera centres are kept exactly. Rotations further than 1e-3 from
+//!   orthonormal (scaled or sheared poses) and reflections are errors.
 //! * Intrinsics are used as the files store them, with no half-pixel shift, like gsplat and the
 //!   reference 3DGS code (COLMAP and nerfstudio place the centre of the top-left pixel at
-//!   `(0.5, 0.5)`, so strictly their `cx`/`cy` are half a pixel larger than OpenCV's; every
-//!   reference trainer ignores this and so does this module). NeRF-synthetic uses
+//!   `(0.5, 0.5)`, so strictly their `cx`/`cy` are half a pixel larger than OpenCV's; gsplat
+//!   and 3DGS ignore this and so does this module). NeRF-synthetic uses
 //!   `f = 0.5 W / tan(0.5 camera_angle_x)`, `cx = W / 2`, `cy = H / 2` exactly.
 //! * Downscaling by `N` ([`SceneOptions::downscale`]) reads `images_N/` (COLMAP: next to
 //!   `images/`; transforms: next to the folder of each `file_path`) when that file exists, and
 //!   otherwise resizes on load to `round(W / N) x round(H / N)` with an exact area (box) filter.
 //!   Intrinsics are scaled by the ratio of the real sizes (`fx * w' / W`, `cx * w' / W`, ...),
-//!   like gsplat.
+//!   like gsplat (`c * s` is the exact rescaling in the pixel-centre-at-0.5 convention of the
+//!   files; in strict OpenCV terms it would be `(c + 0.5) s - 0.5`).
 //! * Distorted cameras (`SIMPLE_RADIAL`, `RADIAL`, `OPENCV`, or `k1 k2 p1 p2` in a
 //!   `transforms.json`) are undistorted on load, at the (downscaled) image size, to the pinhole
 //!   camera of OpenCV's `getOptimalNewCameraMatrix(alpha = 0)` (every delivered pixel is a
@@ -41,8 +45,10 @@
 //!   every view.
 //!
 //! Every error names the offending file and the problem; malformed input never panics. Images
-//! are only read by [`Scene::load_image`] (and, for `transforms` scenes without `w`/`h`, their
-//! headers when opening), so a scene whose images are missing still opens.
+//! are only decoded by [`Scene::load_image`]; opening reads at most image headers (of
+//! `images_N/` files, and of `transforms` frames without `w`/`h`), so a scene whose images are
+//! missing still opens (loading then names the missing file). [`Scene::remove_missing_images`]
+//! drops such views (the instant-ngp fox lists 67 frames but ships 50 images).
 //!
 //! [`ImageCache`] decodes views in parallel and keeps them in memory. [`write_transforms_json`],
 //! [`write_colmap_text`] and [`write_points_ply`] export posed views (e.g. from SLAM) in forms
