@@ -1003,7 +1003,7 @@ fn colmap_binary_fuzzing_never_panics() {
 #[test]
 fn json_fuzzing_never_panics() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(0x150_4e);
+    let mut rng = StdRng::seed_from_u64(0x0001_504e);
     for (src, name) in [
         (data().join("fox/transforms.json"), "transforms.json"),
         (
