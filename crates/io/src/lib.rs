@@ -1,5 +1,6 @@
 //! Reading and writing 3D Gaussian splat files, and reading image-sequence data sets
-//! ([`datasets`]: TUM RGB-D, 7-Scenes, EuRoC, ETH3D, image folders).
+//! ([`datasets`]: TUM RGB-D, 7-Scenes, EuRoC, ETH3D, image folders), and posed-image training
+//! scenes ([`scene`]: COLMAP, nerfstudio / instant-ngp `transforms.json`, NeRF-synthetic).
 //!
 //! All formats decode into (and encode from) one host-side container,
 //! [`Splats`], which stores pre-activation values in the conventions of the
@@ -32,6 +33,7 @@ pub mod datasets;
 mod error;
 mod ply;
 mod plyfile;
+pub mod scene;
 mod splat_format;
 mod splats;
 mod spz;

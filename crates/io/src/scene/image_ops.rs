@@ -1,0 +1,216 @@
+//! Image decoding and the pixel operations of [`Scene::load_image`](super::Scene::load_image):
+//! alpha compositing, area downscaling and bilinear undistortion remapping, all on RGB8.
+
+use std::path::Path;
+
+use image::DynamicImage;
+use rust3r_geometry::UndistortMap;
+
+use super::malformed;
+use crate::IoError;
+
+/// Decodes an image file (format from its content); errors name the file.
+pub(crate) fn decode(path: &Path) -> Result<DynamicImage, IoError> {
+    let reader = image::ImageReader::open(path)
+        .map_err(|e| IoError::io(path, e))?
+        .with_guessed_format()
+        .map_err(|e| IoError::io(path, e))?;
+    let image = reader.decode().map_err(|e| match e {
+        image::ImageError::IoError(e) => IoError::io(path, e),
+        image::ImageError::Unsupported(e) => {
+            malformed(path, format!("not a supported image (PNG or JPEG): {e}"))
+        }
+        e => malformed(path, format!("cannot decode the image: {e}")),
+    })?;
+    if image.width() == 0 || image.height() == 0 {
+        return Err(malformed(
+            path,
+            format!("the image is empty ({}x{})", image.width(), image.height()),
+        ));
+    }
+    Ok(image)
+}
+
+/// Converts to interleaved RGB8; images with alpha are composited over `background`
+/// (`floor(255 (c a + bg (1 - a)) + 0.5)`, clipped).
+pub(crate) fn to_rgb8(image: DynamicImage, background: [f32; 3]) -> Vec<u8> {
+    if !image.color().has_alpha() {
+        return image.into_rgb8().into_raw();
+    }
+    let rgba = image.into_rgba8();
+    let mut out = Vec::with_capacity(rgba.len() / 4 * 3);
+    for px in rgba.as_raw().chunks_exact(4) {
+        let a = px[3] as f32 / 255.0;
+        for c in 0..3 {
+            let v = px[c] as f32 / 255.0 * a + background[c] * (1.0 - a);
+            out.push(to_u8(v * 255.0));
+        }
+    }
+    out
+}
+
+/// Rounds a value in `0..255` scale to `u8`: `floor(v + 0.5)`, clipped.
+fn to_u8(v: f32) -> u8 {
+    (v + 0.5).floor().clamp(0.0, 255.0) as u8
+}
+
+/// For each output sample of an axis of `n_in` samples resampled to `n_out`: the first input
+/// index and the weights of the input samples it averages (their overlap with the output
+/// sample's footprint, normalised).
+fn area_weights(n_in: u32, n_out: u32) -> Vec<(usize, Vec<f32>)> {
+    let scale = n_in as f64 / n_out as f64;
+    (0..n_out)
+        .map(|j| {
+            let lo = j as f64 * scale;
+            let hi = ((j + 1) as f64 * scale).min(n_in as f64);
+            let first = (lo.floor() as usize).min(n_in as usize - 1);
+            let last = ((hi.ceil() as usize).max(first + 1)).min(n_in as usize);
+            let mut weights: Vec<f32> = (first..last)
+                .map(|i| {
+                    let a = (i as f64).max(lo);
+                    let b = ((i + 1) as f64).min(hi);
+                    (b - a).max(0.0) as f32
+                })
+                .collect();
+            let total: f32 = weights.iter().sum();
+            if total > 0.0 {
+                weights.iter_mut().for_each(|w| *w /= total);
+            } else {
+                weights = vec![1.0];
+            }
+            (first, weights)
+        })
+        .collect()
+}
+
+/// Resizes an RGB8 image with an exact area (box) filter: every output pixel is the average of
+/// the input area it covers (OpenCV `INTER_AREA` for downscaling).
+pub(crate) fn area_resize(src: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u8> {
+    if (w, h) == (tw, th) {
+        return src.to_vec();
+    }
+    let xs = area_weights(w, tw);
+    let ys = area_weights(h, th);
+    let (w, tw) = (w as usize, tw as usize);
+    // Horizontal pass into f32 rows.
+    let mut rows = vec![0.0f32; h as usize * tw * 3];
+    for y in 0..h as usize {
+        let src_row = &src[y * w * 3..(y + 1) * w * 3];
+        let dst_row = &mut rows[y * tw * 3..(y + 1) * tw * 3];
+        for (x, (first, weights)) in xs.iter().enumerate() {
+            let mut acc = [0.0f32; 3];
+            for (k, wt) in weights.iter().enumerate() {
+                let p = &src_row[(first + k) * 3..(first + k) * 3 + 3];
+                for c in 0..3 {
+                    acc[c] += p[c] as f32 * wt;
+                }
+            }
+            dst_row[x * 3..x * 3 + 3].copy_from_slice(&acc);
+        }
+    }
+    // Vertical pass.
+    let mut out = vec![0u8; th as usize * tw * 3];
+    let mut acc = vec![0.0f32; tw * 3];
+    for (y, (first, weights)) in ys.iter().enumerate() {
+        acc.iter_mut().for_each(|v| *v = 0.0);
+        for (k, wt) in weights.iter().enumerate() {
+            let row = &rows[(first + k) * tw * 3..(first + k + 1) * tw * 3];
+            for (a, r) in acc.iter_mut().zip(row) {
+                *a += r * wt;
+            }
+        }
+        for (o, a) in out[y * tw * 3..(y + 1) * tw * 3].iter_mut().zip(&acc) {
+            *o = to_u8(*a);
+        }
+    }
+    out
+}
+
+/// Bilinear remap of an RGB8 image through an undistortion map (`map` gives, for each output
+/// pixel, its source coordinates). Coordinates outside the source are clamped to its border.
+pub(crate) fn remap_bilinear(src: &[u8], w: u32, h: u32, map: &UndistortMap) -> Vec<u8> {
+    let (sw, sh) = (w as usize, h as usize);
+    let mut out = Vec::with_capacity(map.map_x.len() * 3);
+    let max_x = (sw - 1) as f32;
+    let max_y = (sh - 1) as f32;
+    for (&mx, &my) in map.map_x.iter().zip(&map.map_y) {
+        // NaN clamps to 0 via `max` semantics below.
+        let x = if mx.is_finite() {
+            mx.clamp(0.0, max_x)
+        } else {
+            0.0
+        };
+        let y = if my.is_finite() {
+            my.clamp(0.0, max_y)
+        } else {
+            0.0
+        };
+        let x0 = (x.floor() as usize).min(sw - 1);
+        let y0 = (y.floor() as usize).min(sh - 1);
+        let x1 = (x0 + 1).min(sw - 1);
+        let y1 = (y0 + 1).min(sh - 1);
+        let ax = x - x0 as f32;
+        let ay = y - y0 as f32;
+        let p = |xx: usize, yy: usize, c: usize| src[(yy * sw + xx) * 3 + c] as f32;
+        for c in 0..3 {
+            let top = p(x0, y0, c) * (1.0 - ax) + p(x1, y0, c) * ax;
+            let bottom = p(x0, y1, c) * (1.0 - ax) + p(x1, y1, c) * ax;
+            out.push(to_u8(top * (1.0 - ay) + bottom * ay));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn area_resize_averages_blocks() {
+        // 4x2 -> 2x1: each output pixel is the mean of a 2x2 block.
+        let src: Vec<u8> = (0..8u8).flat_map(|i| [i * 10, 100, 255 - i]).collect();
+        let out = area_resize(&src, 4, 2, 2, 1);
+        // block 0: pixels 0,1,4,5 -> r = (0+10+40+50)/4 = 25
+        assert_eq!(out[0], 25);
+        assert_eq!(out[1], 100);
+        assert_eq!(
+            out[3],
+            ((20 + 30 + 60 + 70) as f32 / 4.0 + 0.5).floor() as u8
+        );
+    }
+
+    #[test]
+    fn area_resize_non_divisible_preserves_constant() {
+        let src = vec![77u8; 7 * 5 * 3];
+        let out = area_resize(&src, 7, 5, 3, 2);
+        assert!(out.iter().all(|&v| v == 77));
+        assert_eq!(out.len(), 3 * 2 * 3);
+    }
+
+    #[test]
+    fn area_weights_cover_input_once() {
+        for (n_in, n_out) in [(10, 3), (1001, 501), (7, 7), (5, 1), (1, 1)] {
+            let ws = area_weights(n_in, n_out);
+            let mut cover = vec![0.0f64; n_in as usize];
+            let scale = n_in as f64 / n_out as f64;
+            for (first, w) in &ws {
+                for (k, v) in w.iter().enumerate() {
+                    cover[first + k] += *v as f64 * scale;
+                }
+            }
+            for c in cover {
+                assert!((c - 1.0).abs() < 1e-4, "{n_in}->{n_out}: {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn compositing_rounds_like_the_reference() {
+        let img = image::RgbaImage::from_raw(2, 1, vec![255, 0, 0, 128, 10, 20, 30, 0]).unwrap();
+        let out = to_rgb8(DynamicImage::ImageRgba8(img), [0.0, 1.0, 0.5]);
+        let a = 128.0f32 / 255.0;
+        assert_eq!(out[0], (255.0 * a + 0.5).floor() as u8);
+        assert_eq!(out[1], ((1.0 - a) * 255.0 + 0.5).floor() as u8);
+        assert_eq!(&out[3..6], &[0, 255, 128]);
+    }
+}
