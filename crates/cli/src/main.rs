@@ -2,6 +2,7 @@
 
 mod bench;
 mod render_cmd;
+mod train_cmd;
 
 use std::path::PathBuf;
 
@@ -42,6 +43,8 @@ enum Command {
     Info,
     /// Render a splat file to a PNG.
     Render(render_cmd::RenderArgs),
+    /// Train a Gaussian splat on a posed-image scene (COLMAP, transforms.json, NeRF-synthetic).
+    Train(Box<train_cmd::TrainArgs>),
     /// Convert between splat formats (by extension: .ply, .splat, .spz; .compressed.ply is read-only).
     Convert {
         input: PathBuf,
@@ -96,6 +99,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info => info(),
         Command::Render(args) => render_cmd::run(&args),
+        Command::Train(args) => train_cmd::run(&args),
         Command::Convert { input, output } => {
             let splats = rust3r_io::load_splats(&input)?;
             rust3r_io::save_splats(&output, &splats)?;

@@ -1,0 +1,430 @@
+//! `rust3r train`: Gaussian-splatting training on a posed-image scene.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rust3r_gpu::{Gpu, GpuBuffer};
+use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
+use rust3r_splat::Camera;
+use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
+use serde::Serialize;
+
+use crate::DeviceArgs;
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// Scene folder (COLMAP, nerfstudio / instant-ngp transforms.json, NeRF-synthetic), detected automatically.
+    pub dataset: PathBuf,
+    /// Output folder: splats.ply, eval.json, checkpoint.bin, renders/.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 30_000)]
+    pub steps: u64,
+    /// Image downscale factor (uses images_N/ when present).
+    #[arg(long, default_value_t = 1)]
+    pub downscale: u32,
+    /// Background for RGBA images and rendering: white, black or r,g,b.
+    #[arg(long, default_value = "white")]
+    pub background: String,
+    /// Densification strategy: adc or mcmc.
+    #[arg(long, default_value = "adc")]
+    pub strategy: String,
+    /// Upper bound on the number of Gaussians (MCMC: the cap; default 1M for MCMC).
+    #[arg(long)]
+    pub max_splats: Option<usize>,
+    /// Device memory the trainer may use, in GB; growth stops before it would be exceeded.
+    #[arg(long)]
+    pub memory_budget: Option<f64>,
+    /// Hold out every Nth image for evaluation (0: none).
+    #[arg(long, default_value_t = 8)]
+    pub eval_every: usize,
+    /// Extra steps at which to evaluate (comma list); the last step is always evaluated.
+    #[arg(long, default_value = "7000")]
+    pub eval_at: String,
+    /// Steps at which to also write splats_<step>.ply (comma list).
+    #[arg(long, default_value = "")]
+    pub save_at: String,
+    /// Write a checkpoint every N steps (0: only at the end and on Ctrl-C).
+    #[arg(long, default_value_t = 5000)]
+    pub checkpoint_every: u64,
+    /// Resume from a checkpoint written by an earlier run.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    #[arg(long, default_value_t = 3)]
+    pub sh_degree: u32,
+    /// Initial Gaussians: auto (SfM points when the scene has them, else random), points, random.
+    #[arg(long, default_value = "auto")]
+    pub init: String,
+    /// Number of random initial Gaussians.
+    #[arg(long, default_value_t = 100_000)]
+    pub init_count: usize,
+    /// Half-size of the random initialisation box (default: 1.5 for NeRF-synthetic, else the scene scale).
+    #[arg(long)]
+    pub init_extent: Option<f64>,
+    /// Mip-Splatting style antialiased rendering.
+    #[arg(long)]
+    pub antialiased: bool,
+    /// Update only Gaussians visible in the step (sparse Adam).
+    #[arg(long)]
+    pub visible_adam: bool,
+    /// Also write splats.spz at the end.
+    #[arg(long)]
+    pub spz: bool,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// RAM for decoded images, in GB.
+    #[arg(long, default_value_t = 4.0)]
+    pub image_cache: f64,
+    /// Live view in rerun (not compiled into this build).
+    #[arg(long)]
+    pub rerun: bool,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+#[derive(Serialize, Clone)]
+struct EvalRecord {
+    step: u64,
+    psnr: f64,
+    ssim: f64,
+    num_splats: usize,
+    num_views: usize,
+    train_seconds: f64,
+    it_per_s: f64,
+    peak_gpu_bytes: u64,
+}
+
+fn parse_steps(s: &str) -> Result<Vec<u64>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number")))
+        .collect()
+}
+
+fn parse_background(s: &str) -> Result<[f32; 3]> {
+    match s {
+        "white" => Ok([1.0; 3]),
+        "black" => Ok([0.0; 3]),
+        other => crate::parse_rgb(other),
+    }
+}
+
+fn camera_of(scene: &Scene, i: usize) -> Camera {
+    let v = &scene.views[i];
+    Camera { fx: v.fx, fy: v.fy, cx: v.cx, cy: v.cy, width: v.width, height: v.height, world_to_camera: v.world_to_camera }
+}
+
+/// 3DGS scene scale: 1.1 x the largest distance of a camera centre from their centroid.
+fn scene_scale(scene: &Scene, views: &[usize]) -> f64 {
+    let centres: Vec<[f64; 3]> = views.iter().map(|&i| { let c = scene.views[i].camera_to_world(); [c[0][3], c[1][3], c[2][3]] }).collect();
+    let n = centres.len().max(1) as f64;
+    let mean = [0, 1, 2].map(|k| centres.iter().map(|c| c[k]).sum::<f64>() / n);
+    let d = centres.iter().map(|c| (0..3).map(|k| (c[k] - mean[k]).powi(2)).sum::<f64>().sqrt()).fold(0.0, f64::max);
+    (1.1 * d).max(1e-6)
+}
+
+/// Training images: packed on the device when they fit a quarter of the budget, else
+/// uploaded from the host cache each step.
+struct Targets {
+    device: Vec<Option<PackedImage>>,
+    cache: ImageCache,
+}
+
+impl Targets {
+    fn get(&self, gpu: &Gpu, i: usize) -> Result<GpuBuffer<f32>> {
+        if let Some(img) = &self.device[i] {
+            return Ok(img.to_f32(gpu));
+        }
+        let v = &self.cache.scene().views[i];
+        let rgb = self.cache.get(i)?;
+        Ok(PackedImage::upload(gpu, &rgb, v.width, v.height).to_f32(gpu))
+    }
+}
+
+pub fn run(a: &TrainArgs) -> Result<()> {
+    if a.rerun {
+        bail!("--rerun: this build has no rerun viewer support (see README, 'Live view')");
+    }
+    let background = parse_background(&a.background)?;
+    let eval_at = parse_steps(&a.eval_at)?;
+    let save_at = parse_steps(&a.save_at)?;
+    anyhow::ensure!(a.downscale >= 1, "--downscale must be at least 1");
+    anyhow::ensure!(a.sh_degree <= 3, "--sh-degree must be 0..=3");
+    let budget = match a.memory_budget {
+        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
+        Some(gb) => Some((gb * 1e9) as u64),
+        None => None,
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create output folder {}", a.out.display()))?;
+
+    let mut scene = open_scene(&a.dataset, &SceneOptions { downscale: a.downscale, background, kind: None })?;
+    let missing = scene.remove_missing_images();
+    if !missing.is_empty() {
+        eprintln!("warning: {} views of {} have no image file and are skipped (first: {})", missing.len(), a.dataset.display(), missing[0].image_path.display());
+    }
+    anyhow::ensure!(!scene.is_empty(), "{}: no views with images", a.dataset.display());
+    let (train_idx, eval_idx) = scene.split(a.eval_every);
+    anyhow::ensure!(!train_idx.is_empty(), "{}: no training views left after holding out every {}th", a.dataset.display(), a.eval_every);
+    let scale = scene_scale(&scene, &train_idx);
+    let kind = scene.kind;
+    println!(
+        "{} ({}): {} train / {} held-out views, {}x{}, scene scale {:.3}",
+        a.dataset.display(),
+        kind.as_str(),
+        train_idx.len(),
+        eval_idx.len(),
+        scene.views[train_idx[0]].width,
+        scene.views[train_idx[0]].height,
+        scale
+    );
+
+    let gpu = a.device.open()?;
+    let mcmc = match a.strategy.as_str() {
+        "adc" => false,
+        "mcmc" => true,
+        s => bail!("unknown --strategy '{s}' (adc or mcmc)"),
+    };
+    let strategy = if mcmc {
+        Strategy::Mcmc(McmcConfig { cap_max: a.max_splats.unwrap_or(1_000_000), ..Default::default() })
+    } else {
+        Strategy::Adc(AdcConfig::default())
+    };
+    let cfg = TrainConfig {
+        sh_degree: a.sh_degree,
+        background,
+        antialiased: a.antialiased,
+        scene_scale: scale as f32,
+        strategy,
+        max_splats: a.max_splats,
+        memory_budget: budget,
+        visible_adam: a.visible_adam,
+        seed: a.seed,
+        ..Default::default()
+    };
+    let mut trainer = match &a.resume {
+        Some(ck) => {
+            let t = Trainer::load_checkpoint(&gpu, ck)?;
+            println!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats());
+            t
+        }
+        None => {
+            let use_points = match a.init.as_str() {
+                "auto" => scene.points.as_ref().is_some_and(|p| p.xyz.len() >= 2),
+                "points" => true,
+                "random" => false,
+                s => bail!("unknown --init '{s}' (auto, points or random)"),
+            };
+            let (opacity, scale_factor) = if mcmc { (0.5, 0.1) } else { (0.1, 1.0) };
+            let init = if use_points {
+                let p = scene.points.as_ref().with_context(|| format!("{}: --init points, but the scene has no points", a.dataset.display()))?;
+                println!("initialising from {} SfM points", p.xyz.len());
+                init::from_points(&p.xyz, &p.rgb, opacity, scale_factor, a.sh_degree)?
+            } else {
+                let extent = a.init_extent.unwrap_or(if kind == SceneKind::NerfSynthetic { 1.5 } else { scale });
+                println!("initialising {} random Gaussians in [-{extent:.2}, {extent:.2}]^3", a.init_count);
+                init::random_box(a.init_count, extent, opacity, scale_factor, a.seed, a.sh_degree)
+            };
+            Trainer::new(&gpu, cfg, &init)?
+        }
+    };
+
+    // Images: decode in parallel into RAM, pack onto the device when they fit.
+    let scene = Arc::new(scene);
+    let cache = ImageCache::new(scene.clone(), (a.image_cache * 1e9) as u64);
+    let t0 = Instant::now();
+    let mut all: Vec<usize> = train_idx.clone();
+    all.extend(&eval_idx);
+    cache.preload(&all)?;
+    let device_budget = budget.map(|b| b / 4).unwrap_or(2 << 30);
+    let mut used = 0u64;
+    let mut device = vec![None; scene.len()];
+    for &i in &train_idx {
+        let v = &scene.views[i];
+        let bytes = (v.width as u64 * v.height as u64 * 3).div_ceil(4) * 4;
+        if used + bytes <= device_budget {
+            device[i] = Some(PackedImage::upload(&gpu, &cache.get(i)?, v.width, v.height));
+            used += bytes;
+        }
+    }
+    println!("images decoded in {:.1} s ({} MiB on the device)", t0.elapsed().as_secs_f64(), used >> 20);
+    let targets = Targets { device, cache };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
+    }
+
+    let eval_path = a.out.join("eval.json");
+    let mut records: Vec<EvalRecord> = match std::fs::read(&eval_path) {
+        Ok(bytes) if a.resume.is_some() => serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
+            .ok()
+            .map(|v| v.into_iter().filter_map(|r| serde_json::from_value::<EvalRecordIn>(r).ok().map(Into::into)).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let ck_path = a.out.join("checkpoint.bin");
+    let bar = ProgressBar::new(a.steps);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}").unwrap());
+    bar.set_position(trainer.step.min(a.steps));
+    let start_step = trainer.step;
+    let mut train_s = 0.0f64;
+    let mut seg = Instant::now();
+    let mut order: Vec<usize> = Vec::new();
+    let mut peak = gpu.memory_reserved();
+    while trainer.step < a.steps {
+        if stop.load(Ordering::SeqCst) {
+            bar.abandon_with_message("interrupted");
+            trainer.save_checkpoint(&ck_path)?;
+            write_splats(&trainer, &a.out.join("splats.ply"))?;
+            println!("interrupted at step {}: wrote {} and splats.ply; resume with --resume {}", trainer.step, ck_path.display(), ck_path.display());
+            return Ok(());
+        }
+        if order.is_empty() {
+            order = train_idx.clone();
+            for k in (1..order.len()).rev() {
+                let j = trainer.rng.below(k + 1);
+                order.swap(k, j);
+            }
+        }
+        let i = order.pop().unwrap();
+        let target = targets.get(&gpu, i)?;
+        let info = trainer.step(&camera_of(&scene, i), &target)?;
+        let s = trainer.step;
+        bar.set_position(s);
+        if s % 100 == 0 || s == a.steps {
+            peak = peak.max(gpu.memory_reserved());
+            let loss = trainer.last_loss()?.unwrap_or(f32::NAN);
+            bar.set_message(format!(
+                "loss {loss:.4} | {} splats | {} visible | GPU {:.2} GB",
+                info.num_splats,
+                info.num_visible,
+                gpu.memory_reserved() as f64 / 1e9
+            ));
+        }
+        let last = s == a.steps;
+        if save_at.contains(&s) {
+            write_splats(&trainer, &a.out.join(format!("splats_{s}.ply")))?;
+        }
+        if a.checkpoint_every > 0 && s % a.checkpoint_every == 0 && !last {
+            trainer.save_checkpoint(&ck_path)?;
+        }
+        if (eval_at.contains(&s) || last) && !eval_idx.is_empty() {
+            gpu.sync()?;
+            train_s += seg.elapsed().as_secs_f64();
+            let render_dir = a.out.join("renders");
+            let (psnr, ssim) = evaluate(&trainer, &scene, &targets.cache, &eval_idx, last.then_some(render_dir.as_path()))?;
+            peak = peak.max(gpu.memory_reserved());
+            let rec = EvalRecord {
+                step: s,
+                psnr,
+                ssim,
+                num_splats: trainer.num_splats(),
+                num_views: eval_idx.len(),
+                train_seconds: train_s,
+                it_per_s: (s - start_step) as f64 / train_s.max(1e-9),
+                peak_gpu_bytes: peak,
+            };
+            bar.println(format!("step {s}: held-out PSNR {psnr:.3} dB, SSIM {ssim:.4}, {} splats, {:.1} it/s", rec.num_splats, rec.it_per_s));
+            records.push(rec);
+            let json = serde_json::to_vec_pretty(&records)?;
+            rust3r_io::atomic::write_atomic_with(&eval_path, |w| std::io::Write::write_all(w, &json))
+                .with_context(|| format!("cannot write {}", eval_path.display()))?;
+            seg = Instant::now();
+        }
+    }
+    gpu.sync()?;
+    if eval_idx.is_empty() {
+        train_s += seg.elapsed().as_secs_f64();
+    }
+    bar.finish();
+    write_splats(&trainer, &a.out.join("splats.ply"))?;
+    if a.spz {
+        let host = trainer.to_host()?;
+        rust3r_io::save_splats(&a.out.join("splats.spz"), &host)?;
+    }
+    trainer.save_checkpoint(&ck_path)?;
+    println!(
+        "done: {} steps in {:.1} s of training, {} Gaussians -> {}",
+        trainer.step - start_step,
+        train_s,
+        trainer.num_splats(),
+        a.out.join("splats.ply").display()
+    );
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct EvalRecordIn {
+    step: u64,
+    psnr: f64,
+    ssim: f64,
+    num_splats: usize,
+    num_views: usize,
+    train_seconds: f64,
+    it_per_s: f64,
+    peak_gpu_bytes: u64,
+}
+
+impl From<EvalRecordIn> for EvalRecord {
+    fn from(r: EvalRecordIn) -> Self {
+        Self {
+            step: r.step,
+            psnr: r.psnr,
+            ssim: r.ssim,
+            num_splats: r.num_splats,
+            num_views: r.num_views,
+            train_seconds: r.train_seconds,
+            it_per_s: r.it_per_s,
+            peak_gpu_bytes: r.peak_gpu_bytes,
+        }
+    }
+}
+
+fn write_splats(trainer: &Trainer, path: &Path) -> Result<()> {
+    let host = trainer.to_host()?;
+    rust3r_io::save_splats(path, &host).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Mean PSNR / SSIM over the held-out views; with `renders`, writes render | ground truth
+/// side by side for each view.
+fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize], renders: Option<&Path>) -> Result<(f64, f64)> {
+    let (mut psnr, mut ssim) = (0.0, 0.0);
+    if let Some(dir) = renders {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    for &i in idx {
+        let gt = cache.get(i)?;
+        let cam = camera_of(scene, i);
+        let (p, s, pred) = trainer.evaluate_view(&cam, &gt)?;
+        psnr += p;
+        ssim += s;
+        if let Some(dir) = renders {
+            let (w, h) = (cam.width as usize, cam.height as usize);
+            let mut side = vec![0u8; w * 2 * h * 3];
+            for y in 0..h {
+                for x in 0..w {
+                    for c in 0..3 {
+                        side[(y * 2 * w + x) * 3 + c] = (pred[(y * w + x) * 3 + c] * 255.0 + 0.5) as u8;
+                        side[(y * 2 * w + w + x) * 3 + c] = gt[(y * w + x) * 3 + c];
+                    }
+                }
+            }
+            let name = Path::new(&scene.views[i].name).with_extension("png");
+            let path = dir.join(name.file_name().unwrap_or_default());
+            let img = image::RgbImage::from_raw((2 * w) as u32, h as u32, side).context("render buffer size")?;
+            let mut bytes = Vec::new();
+            img.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)?;
+            rust3r_io::atomic::write_atomic_with(&path, |w| std::io::Write::write_all(w, &bytes))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    let n = idx.len().max(1) as f64;
+    Ok((psnr / n, ssim / n))
+}
