@@ -162,3 +162,63 @@ fn bad_device_choice_is_an_error_not_a_panic() {
     assert!(ok, "{err}");
     assert!(stdout.contains("[0] ") && stdout.contains("max buffer"), "{stdout}");
 }
+
+#[test]
+fn train_writes_splats_eval_and_checkpoint_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lego");
+    let lego = shared("data/lego");
+    let common = ["--downscale", "20", "--init-count", "800", "--sh-degree", "1", "--eval-at", "10"];
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "20"];
+    args.extend(common);
+    let (ok, stdout, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("87 train / 13 held-out views, 40x40"), "{stdout}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    let recs = eval.as_array().unwrap();
+    assert_eq!(recs.len(), 2);
+    for (r, step) in recs.iter().zip([10, 20]) {
+        assert_eq!(r["step"], step);
+        assert!(r["psnr"].as_f64().unwrap() > 5.0 && r["ssim"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["num_splats"], 800);
+    }
+    let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
+    assert_eq!((splats.len(), splats.sh_degree), (800, 1));
+    // Held-out renders next to their ground truth.
+    let side = image::open(out.join("renders/r_0.png")).unwrap();
+    assert_eq!((side.width(), side.height()), (80, 40));
+
+    // Resume to 25 steps from the final checkpoint.
+    let ck = out.join("checkpoint.bin");
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "25", "--resume", ck.to_str().unwrap()];
+    args.extend(common);
+    let (ok, stdout, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("at step 20"), "{stdout}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], 25);
+}
+
+#[test]
+fn train_rejects_bad_input_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let missing = dir.path().join("no_such_scene");
+    let (ok, _, err) = rust3r(&["train", missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(!ok && err.contains("no_such_scene"), "{err}");
+    // A transforms file that is not JSON.
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("transforms.json"), b"{ \"frames\": [ oops").unwrap();
+    let (ok, _, err) = rust3r(&["train", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(!ok && err.contains("transforms.json"), "{err}");
+    // A checkpoint that is not one.
+    std::fs::write(dir.path().join("ck.bin"), b"garbage").unwrap();
+    let lego = shared("data/lego");
+    let ck = dir.path().join("ck.bin");
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--downscale", "20", "--resume", ck.to_str().unwrap()]);
+    assert!(!ok && err.contains("ck.bin") && err.contains("not a rust3r training checkpoint"), "{err}");
+    // An impossible memory budget.
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--downscale", "20", "--memory-budget", "0.001"]);
+    assert!(!ok && err.contains("memory budget"), "{err}");
+}

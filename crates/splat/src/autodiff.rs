@@ -77,7 +77,13 @@ fn buffer(t: CubeTensor) -> GpuBuffer<f32> {
 }
 
 fn tensor(gpu: &Gpu, buf: GpuBuffer<f32>, shape: Shape) -> CubeTensor {
-    CubeTensor::new_contiguous(gpu.client().clone(), gpu.device().clone(), shape, buf.handle, DType::F32)
+    CubeTensor::new_contiguous(
+        gpu.client().clone(),
+        gpu.device().clone(),
+        shape,
+        buf.handle,
+        DType::F32,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -91,7 +97,9 @@ fn setup(
     s: &RasterSettings,
 ) -> (Gpu, GpuSplats, Camera, RenderOptions) {
     let gpu = Gpu::from_parts(means.client.clone(), means.device.clone());
-    let pose = gpu.read(&buffer(world_to_camera)).expect("reading the camera pose from the device");
+    let pose = gpu
+        .read(&buffer(world_to_camera))
+        .expect("reading the camera pose from the device");
     let mut m = [[0.0f64; 4]; 4];
     for r in 0..3 {
         for c in 0..4 {
@@ -116,10 +124,13 @@ fn setup(
         sh: buffer(sh),
         sh_degree: s.sh_degree,
     };
-    let opts = RenderOptions { background: s.background, antialiased: s.antialiased, ..Default::default() };
+    let opts = RenderOptions {
+        background: s.background,
+        antialiased: s.antialiased,
+        ..Default::default()
+    };
     (gpu, splats, camera, opts)
 }
-
 
 impl SplatBackend for CubeBackend {
     fn rasterize(
@@ -132,7 +143,15 @@ impl SplatBackend for CubeBackend {
         settings: RasterSettings,
     ) -> CubeTensor {
         let (width, height) = (settings.width, settings.height);
-        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &settings);
+        let (gpu, splats, camera, opts) = setup(
+            means,
+            log_scales,
+            quats,
+            opacity_logits,
+            sh,
+            world_to_camera,
+            &settings,
+        );
         let (out, _) = render(&gpu, &splats, &camera, &opts).expect("rasterize");
         let npix = (width * height) as usize;
         let packed = gpu.alloc::<f32>(npix * 5);
@@ -146,7 +165,11 @@ impl SplatBackend for CubeBackend {
             packed.arg(),
             npix as u32,
         );
-        tensor(&gpu, packed, Shape::new([height as usize, width as usize, 5]))
+        tensor(
+            &gpu,
+            packed,
+            Shape::new([height as usize, width as usize, 5]),
+        )
     }
 
     fn rasterize_backward(
@@ -158,7 +181,14 @@ impl SplatBackend for CubeBackend {
         world_to_camera: CubeTensor,
         grad_image: CubeTensor,
         settings: RasterSettings,
-    ) -> (CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor, CubeTensor) {
+    ) -> (
+        CubeTensor,
+        CubeTensor,
+        CubeTensor,
+        CubeTensor,
+        CubeTensor,
+        CubeTensor,
+    ) {
         let shapes = [
             means.shape(),
             log_scales.shape(),
@@ -168,10 +198,22 @@ impl SplatBackend for CubeBackend {
             world_to_camera.shape(),
         ];
         let (width, height) = (settings.width, settings.height);
-        let (gpu, splats, camera, opts) = setup(means, log_scales, quats, opacity_logits, sh, world_to_camera, &settings);
+        let (gpu, splats, camera, opts) = setup(
+            means,
+            log_scales,
+            quats,
+            opacity_logits,
+            sh,
+            world_to_camera,
+            &settings,
+        );
         let (out, state) = render(&gpu, &splats, &camera, &opts).expect("rasterize");
         let npix = (width * height) as usize;
-        let (v_rgb, v_alpha, v_depth) = (gpu.alloc::<f32>(npix * 3), gpu.alloc::<f32>(npix), gpu.alloc::<f32>(npix));
+        let (v_rgb, v_alpha, v_depth) = (
+            gpu.alloc::<f32>(npix * 3),
+            gpu.alloc::<f32>(npix),
+            gpu.alloc::<f32>(npix),
+        );
         unpack_image::launch(
             gpu.client(),
             gpu.grid(npix.div_ceil(256)),
@@ -182,7 +224,8 @@ impl SplatBackend for CubeBackend {
             v_depth.arg(),
             npix as u32,
         );
-        let g = render_backward(&gpu, &splats, &out, &state, &v_rgb, &v_alpha, &v_depth).expect("rasterize backward");
+        let g = render_backward(&gpu, &splats, &out, &state, &v_rgb, &v_alpha, &v_depth)
+            .expect("rasterize backward");
         let pose: Vec<f32> = g.world_to_camera.iter().flatten().copied().collect();
         let [s0, s1, s2, s3, s4, s5] = shapes;
         (
@@ -204,10 +247,16 @@ type RasterState = ([NodeId; 6], RasterSettings);
 impl<B: SplatBackend> Backward<B, 6> for RasterizeOp {
     type State = RasterState;
 
-    fn backward(self, ops: Ops<Self::State, 6>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+    fn backward(
+        self,
+        ops: Ops<Self::State, 6>,
+        grads: &mut Gradients,
+        checkpointer: &mut Checkpointer,
+    ) {
         let grad = grads.consume::<B>(&ops.node);
         let (ids, s) = ops.state;
-        let [a, b, c, d, e, f] = ids.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
+        let [a, b, c, d, e, f] =
+            ids.map(|id| checkpointer.retrieve_node_output::<B::FloatTensorPrimitive>(id));
         let (ga, gb, gc, gd, ge, gf) = B::rasterize_backward(a, b, c, d, e, f, grad, s);
         for (node, g) in ops.parents.into_iter().zip([ga, gb, gc, gd, ge, gf]) {
             if let Some(node) = node {
@@ -227,7 +276,14 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
         world_to_camera: FloatTensor<Self>,
         settings: RasterSettings,
     ) -> FloatTensor<Self> {
-        let inputs = [means, log_scales, quats, opacity_logits, sh, world_to_camera];
+        let inputs = [
+            means,
+            log_scales,
+            quats,
+            opacity_logits,
+            sh,
+            world_to_camera,
+        ];
         let nodes = [
             inputs[0].node(),
             inputs[1].node(),
@@ -236,7 +292,9 @@ impl<B: SplatBackend, C: CheckpointStrategy> SplatBackend for Autodiff<B, C> {
             inputs[4].node(),
             inputs[5].node(),
         ];
-        let forward = |[a, b, c, d, e, f]: [B::FloatTensorPrimitive; 6]| B::rasterize(a, b, c, d, e, f, settings);
+        let forward = |[a, b, c, d, e, f]: [B::FloatTensorPrimitive; 6]| {
+            B::rasterize(a, b, c, d, e, f, settings)
+        };
         match RasterizeOp.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(mut prep) => {
                 let ids = [

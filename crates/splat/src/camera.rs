@@ -52,10 +52,14 @@ mod mat4 {
 impl Camera {
     /// Check that the camera can be rendered from.
     pub fn validate(&self) -> Result<(), SplatError> {
-        let finite = [self.fx, self.fy, self.cx, self.cy].iter().all(|v| v.is_finite())
+        let finite = [self.fx, self.fy, self.cx, self.cy]
+            .iter()
+            .all(|v| v.is_finite())
             && self.world_to_camera.iter().flatten().all(|v| v.is_finite());
         if !finite {
-            return Err(SplatError::InvalidCamera("non-finite intrinsics or pose".into()));
+            return Err(SplatError::InvalidCamera(
+                "non-finite intrinsics or pose".into(),
+            ));
         }
         if self.fx <= 0.0 || self.fy <= 0.0 {
             return Err(SplatError::InvalidCamera(format!(
@@ -70,7 +74,9 @@ impl Camera {
             )));
         }
         if self.width > 65535 * 16 || self.height > 65535 * 16 {
-            return Err(SplatError::InvalidCamera("image larger than 1M pixels per side".into()));
+            return Err(SplatError::InvalidCamera(
+                "image larger than 1M pixels per side".into(),
+            ));
         }
         Ok(())
     }
@@ -119,7 +125,11 @@ impl Camera {
         let mut lo = [0.0; 3];
         let mut hi = [0.0; 3];
         for a in 0..3 {
-            let mut v: Vec<f32> = points.iter().map(|m| m[a]).filter(|x| x.is_finite()).collect();
+            let mut v: Vec<f32> = points
+                .iter()
+                .map(|m| m[a])
+                .filter(|x| x.is_finite())
+                .collect();
             if v.is_empty() {
                 continue;
             }
@@ -127,9 +137,19 @@ impl Camera {
             lo[a] = v[(v.len() - 1) * 2 / 100] as f64;
             hi[a] = v[(v.len() - 1) * 98 / 100] as f64;
         }
-        let center = [(lo[0] + hi[0]) / 2.0, (lo[1] + hi[1]) / 2.0, (lo[2] + hi[2]) / 2.0];
-        let ext = [(hi[0] - lo[0]) / 2.0, (hi[1] - lo[1]) / 2.0, (hi[2] - lo[2]) / 2.0];
-        let radius = (ext[0] * ext[0] + ext[1] * ext[1] + ext[2] * ext[2]).sqrt().max(1e-3);
+        let center = [
+            (lo[0] + hi[0]) / 2.0,
+            (lo[1] + hi[1]) / 2.0,
+            (lo[2] + hi[2]) / 2.0,
+        ];
+        let ext = [
+            (hi[0] - lo[0]) / 2.0,
+            (hi[1] - lo[1]) / 2.0,
+            (hi[2] - lo[2]) / 2.0,
+        ];
+        let radius = (ext[0] * ext[0] + ext[1] * ext[1] + ext[2] * ext[2])
+            .sqrt()
+            .max(1e-3);
         let fov = 60f64.to_radians();
         let dist = radius / (fov / 2.0).tan() * 1.1 + ext[2];
         let eye = [center[0], center[1], center[2] - dist];
@@ -138,10 +158,21 @@ impl Camera {
 
     /// A camera at `eye` looking at `target` (OpenCV axes, `up` is world up),
     /// with a horizontal field of view of `fov_x` radians.
-    pub fn look_at(eye: [f64; 3], target: [f64; 3], up: [f64; 3], fov_x: f64, width: u32, height: u32) -> Self {
+    pub fn look_at(
+        eye: [f64; 3],
+        target: [f64; 3],
+        up: [f64; 3],
+        fov_x: f64,
+        width: u32,
+        height: u32,
+    ) -> Self {
         let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
         let cross = |a: [f64; 3], b: [f64; 3]| {
-            [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+            [
+                a[1] * b[2] - a[2] * b[1],
+                a[2] * b[0] - a[0] * b[2],
+                a[0] * b[1] - a[1] * b[0],
+            ]
         };
         let norm = |a: [f64; 3]| {
             let l = (a[0] * a[0] + a[1] * a[1] + a[2] * a[2]).sqrt().max(1e-300);

@@ -8,7 +8,10 @@ pub mod render;
 pub mod train;
 
 pub use camera::Camera;
-pub use render::{GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward};
+pub use render::{
+    GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward,
+    render_backward_with,
+};
 
 /// Errors of the splat crate.
 #[derive(Debug, thiserror::Error)]

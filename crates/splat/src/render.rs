@@ -3,8 +3,8 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp,
-    reduce::reduce_columns, scan::exclusive_scan, sort::bits_for, sort::sort_pairs,
+    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
+    scan::exclusive_scan, sort::bits_for, sort::sort_pairs,
 };
 
 use crate::kernels::{project, rasterize, tiles};
@@ -36,7 +36,8 @@ impl GpuSplats {
 
     /// Upload splats loaded by `rust3r_io`.
     pub fn from_host(gpu: &Gpu, s: &rust3r_io::Splats) -> Result<Self, SplatError> {
-        s.validate().map_err(|e| SplatError::InvalidSplats(e.to_string()))?;
+        s.validate()
+            .map_err(|e| SplatError::InvalidSplats(e.to_string()))?;
         Self::from_slices(
             gpu,
             bytemuck::cast_slice(&s.means),
@@ -61,9 +62,15 @@ impl GpuSplats {
         let n = opacity_logits.len();
         let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
         if sh_degree > 3 {
-            return Err(SplatError::InvalidSplats(format!("SH degree {sh_degree} > 3")));
+            return Err(SplatError::InvalidSplats(format!(
+                "SH degree {sh_degree} > 3"
+            )));
         }
-        if means.len() != n * 3 || log_scales.len() != n * 3 || quats.len() != n * 4 || sh.len() != n * k * 3 {
+        if means.len() != n * 3
+            || log_scales.len() != n * 3
+            || quats.len() != n * 4
+            || sh.len() != n * k * 3
+        {
             return Err(SplatError::InvalidSplats(format!(
                 "inconsistent lengths: {n} opacities, {} means, {} scales, {} quats, {} SH values (degree {sh_degree})",
                 means.len(),
@@ -73,7 +80,10 @@ impl GpuSplats {
             )));
         }
         gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
-        gpu.check_fits("projected Gaussians", (n * crate::kernels::project::PROJ * 4) as u64)?;
+        gpu.check_fits(
+            "projected Gaussians",
+            (n * crate::kernels::project::PROJ * 4) as u64,
+        )?;
         Ok(Self {
             means: gpu.upload(means),
             log_scales: gpu.upload(log_scales),
@@ -187,7 +197,10 @@ pub fn render(
     let (tiles_x, tiles_y) = camera.tiles();
     let num_tiles = (tiles_x * tiles_y) as usize;
     let num_coeffs = splats.num_coeffs() as u32;
-    let active_degree = opts.sh_degree.unwrap_or(splats.sh_degree).min(splats.sh_degree);
+    let active_degree = opts
+        .sh_degree
+        .unwrap_or(splats.sh_degree)
+        .min(splats.sh_degree);
     let active_coeffs = (active_degree + 1) * (active_degree + 1);
     let cam = gpu.upload(&camera.gpu_block(opts.background, opts.near, opts.far));
     let client = gpu.client();
@@ -247,7 +260,10 @@ pub fn render(
     };
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // The backward pass keeps one 10-float gradient row per intersection.
-    gpu.check_fits("tile intersections", num_isects as u64 * (project::VPROJ as u64) * 4)?;
+    gpu.check_fits(
+        "tile intersections",
+        num_isects as u64 * (project::VPROJ as u64) * 4,
+    )?;
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
     if num_isects > 0 {
@@ -266,7 +282,8 @@ pub fn render(
     }
     // Stable sort by tile keeps the depth order inside each tile.
     let order = iota(gpu, num_isects);
-    let (sorted_tiles, isect_orig) = sort_pairs(gpu, &isect_tiles, &order, bits_for(num_tiles as u32 - 1));
+    let (sorted_tiles, isect_orig) =
+        sort_pairs(gpu, &isect_tiles, &order, bits_for(num_tiles as u32 - 1));
     let sorted_gids = gather(gpu, &isect_gids, &isect_orig);
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
     if num_isects > 0 {
@@ -365,7 +382,10 @@ fn backward_batch(gpu: &Gpu) -> usize {
     let bytes = gpu.max_shared_memory();
     // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads)
     let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024);
-    [16usize, 8, 4].into_iter().find(|&b| need(b) <= bytes).unwrap_or(4)
+    [16usize, 8, 4]
+        .into_iter()
+        .find(|&b| need(b) <= bytes)
+        .unwrap_or(4)
 }
 
 /// Backward pass: gradients of `L` given `dL/d rgb`, `dL/d alpha` and
@@ -378,6 +398,23 @@ pub fn render_backward(
     v_rgb: &GpuBuffer<f32>,
     v_alpha: &GpuBuffer<f32>,
     v_depth: &GpuBuffer<f32>,
+) -> Result<SplatGrads, SplatError> {
+    render_backward_with(gpu, splats, out, state, v_rgb, v_alpha, v_depth, true)
+}
+
+/// [`render_backward`]; with `pose_grad = false` the camera-pose gradient is not reduced
+/// (no read-back: training with fixed poses never waits for the device here) and
+/// [`SplatGrads::world_to_camera`] is zero.
+#[allow(clippy::too_many_arguments)]
+pub fn render_backward_with(
+    gpu: &Gpu,
+    splats: &GpuSplats,
+    out: &RenderOutput,
+    state: &RenderState,
+    v_rgb: &GpuBuffer<f32>,
+    v_alpha: &GpuBuffer<f32>,
+    v_depth: &GpuBuffer<f32>,
+    pose_grad: bool,
 ) -> Result<SplatGrads, SplatError> {
     let n = splats.len();
     let npix = (out.width as usize) * (out.height as usize);
@@ -472,13 +509,15 @@ pub fn render_backward(
             state.antialiased,
         );
     }
-    let cam_sum = gpu.read(&reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum))?;
     let mut world_to_camera = [[0.0f32; 4]; 3];
-    for r in 0..3 {
-        for c in 0..3 {
-            world_to_camera[r][c] = cam_sum[r * 3 + c];
+    if pose_grad {
+        let cam_sum = gpu.read(&reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum))?;
+        for r in 0..3 {
+            for c in 0..3 {
+                world_to_camera[r][c] = cam_sum[r * 3 + c];
+            }
+            world_to_camera[r][3] = cam_sum[9 + r];
         }
-        world_to_camera[r][3] = cam_sum[9 + r];
     }
     Ok(SplatGrads {
         means: grads_means,

@@ -14,7 +14,10 @@ fn close(name: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{name}: lengths");
     let scale = b.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= 1e-4 * scale, "{name}[{i}]: {x} vs {y} (scale {scale})");
+        assert!(
+            (x - y).abs() <= 1e-4 * scale,
+            "{name}[{i}]: {x} vs {y} (scale {scale})"
+        );
     }
 }
 
@@ -37,26 +40,52 @@ fn burn_autodiff_matches_host_backward() {
         background: bg,
     };
     let mut rng = StdRng::seed_from_u64(5);
-    let weights: Vec<f32> = (0..w * h * 5).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let weights: Vec<f32> = (0..w * h * 5)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
 
     // Burn side.
     let device = Device::wgpu(DeviceKind::DefaultDevice).autodiff();
     let t2 = |v: &[f64], cols: usize| {
-        Tensor::<2>::from_data(TensorData::new(Scene::f32(v), [v.len() / cols, cols]), &device).require_grad()
+        Tensor::<2>::from_data(
+            TensorData::new(Scene::f32(v), [v.len() / cols, cols]),
+            &device,
+        )
+        .require_grad()
     };
     let means = t2(&s.means, 3);
     let scales = t2(&s.log_scales, 3);
     let quats = t2(&s.quats, 4);
-    let opac = Tensor::<1>::from_data(TensorData::new(Scene::f32(&s.opacity_logits), [n]), &device).require_grad();
-    let sh = Tensor::<3>::from_data(TensorData::new(Scene::f32(&s.sh), [n, 9, 3]), &device).require_grad();
-    let pose: Vec<f32> = cam.world_to_camera[..3].iter().flatten().map(|&v| v as f32).collect();
+    let opac = Tensor::<1>::from_data(TensorData::new(Scene::f32(&s.opacity_logits), [n]), &device)
+        .require_grad();
+    let sh = Tensor::<3>::from_data(TensorData::new(Scene::f32(&s.sh), [n, 9, 3]), &device)
+        .require_grad();
+    let pose: Vec<f32> = cam.world_to_camera[..3]
+        .iter()
+        .flatten()
+        .map(|&v| v as f32)
+        .collect();
     let pose = Tensor::<2>::from_data(TensorData::new(pose, [3, 4]), &device).require_grad();
-    let image = rasterize(means.clone(), scales.clone(), quats.clone(), opac.clone(), sh.clone(), pose.clone(), &settings);
+    let image = rasterize(
+        means.clone(),
+        scales.clone(),
+        quats.clone(),
+        opac.clone(),
+        sh.clone(),
+        pose.clone(),
+        &settings,
+    );
     assert_eq!(image.dims(), [h, w, 5]);
     let wt = Tensor::<3>::from_data(TensorData::new(weights.clone(), [h, w, 5]), &device);
     let loss = (image.clone() * wt).sum();
     let grads = loss.backward();
-    let grad = |t: Tensor<2>| t.grad(&grads).expect("gradient").into_data().try_to_vec::<f32>().unwrap();
+    let grad = |t: Tensor<2>| {
+        t.grad(&grads)
+            .expect("gradient")
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap()
+    };
     let burn_image = image.into_data().try_to_vec::<f32>().unwrap();
 
     // Host side.
@@ -71,22 +100,69 @@ fn burn_autodiff_matches_host_backward() {
         2,
     )
     .unwrap();
-    let opts = RenderOptions { background: bg, antialiased: true, ..Default::default() };
+    let opts = RenderOptions {
+        background: bg,
+        antialiased: true,
+        ..Default::default()
+    };
     let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
-    let (rgb, alpha, depth) = (gpu.read(&out.rgb).unwrap(), gpu.read(&out.alpha).unwrap(), gpu.read(&out.depth).unwrap());
+    let (rgb, alpha, depth) = (
+        gpu.read(&out.rgb).unwrap(),
+        gpu.read(&out.alpha).unwrap(),
+        gpu.read(&out.depth).unwrap(),
+    );
     let packed: Vec<f32> = (0..w * h)
-        .flat_map(|p| [rgb[p * 3], rgb[p * 3 + 1], rgb[p * 3 + 2], alpha[p], depth[p]])
+        .flat_map(|p| {
+            [
+                rgb[p * 3],
+                rgb[p * 3 + 1],
+                rgb[p * 3 + 2],
+                alpha[p],
+                depth[p],
+            ]
+        })
         .collect();
     close("image", &burn_image, &packed);
     let split = |k: usize| -> Vec<f32> { (0..w * h).map(|p| weights[p * 5 + k]).collect() };
-    let v_rgb: Vec<f32> = (0..w * h).flat_map(|p| [weights[p * 5], weights[p * 5 + 1], weights[p * 5 + 2]]).collect();
-    let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&v_rgb), &gpu.upload(&split(3)), &gpu.upload(&split(4)))
-        .unwrap();
+    let v_rgb: Vec<f32> = (0..w * h)
+        .flat_map(|p| [weights[p * 5], weights[p * 5 + 1], weights[p * 5 + 2]])
+        .collect();
+    let g = render_backward(
+        &gpu,
+        &splats,
+        &out,
+        &state,
+        &gpu.upload(&v_rgb),
+        &gpu.upload(&split(3)),
+        &gpu.upload(&split(4)),
+    )
+    .unwrap();
     close("means", &grad(means), &gpu.read(&g.means).unwrap());
-    close("log_scales", &grad(scales), &gpu.read(&g.log_scales).unwrap());
+    close(
+        "log_scales",
+        &grad(scales),
+        &gpu.read(&g.log_scales).unwrap(),
+    );
     close("quats", &grad(quats), &gpu.read(&g.quats).unwrap());
-    close("opacity", &opac.grad(&grads).unwrap().into_data().try_to_vec::<f32>().unwrap(), &gpu.read(&g.opacity_logits).unwrap());
-    close("sh", &sh.grad(&grads).unwrap().into_data().try_to_vec::<f32>().unwrap(), &gpu.read(&g.sh).unwrap());
+    close(
+        "opacity",
+        &opac
+            .grad(&grads)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+        &gpu.read(&g.opacity_logits).unwrap(),
+    );
+    close(
+        "sh",
+        &sh.grad(&grads)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap(),
+        &gpu.read(&g.sh).unwrap(),
+    );
     let host_pose: Vec<f32> = g.world_to_camera.iter().flatten().copied().collect();
     close("world_to_camera", &grad(pose), &host_pose);
     // Gradients are not all zero.

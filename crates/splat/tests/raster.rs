@@ -8,8 +8,11 @@ use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward};
 
 fn gpu() -> Gpu {
-    Gpu::new(&GpuOptions { poison: true, ..Default::default() })
-        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)")
+    Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)")
 }
 
 fn upload(gpu: &Gpu, s: &Scene) -> GpuSplats {
@@ -39,13 +42,30 @@ fn round_camera(mut c: Camera) -> Camera {
 }
 
 fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) {
-    let opts = RenderOptions { background: bg.map(|v| v as f32), antialiased: aa, ..Default::default() };
+    let opts = RenderOptions {
+        background: bg.map(|v| v as f32),
+        antialiased: aa,
+        ..Default::default()
+    };
     let (out, _) = render(gpu, &upload(gpu, s), cam, &opts).unwrap();
-    let reference = common::render(s, cam, &RefOpts { background: bg, antialiased: aa, ..Default::default() });
+    let reference = common::render(
+        s,
+        cam,
+        &RefOpts {
+            background: bg,
+            antialiased: aa,
+            ..Default::default()
+        },
+    );
     let rgb = gpu.read(&out.rgb).unwrap();
     let alpha = gpu.read(&out.alpha).unwrap();
     let depth = gpu.read(&out.depth).unwrap();
-    let max_err = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max);
+    let max_err = |a: &[f32], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| (x as f64 - y).abs())
+            .fold(0.0, f64::max)
+    };
     let e_rgb = max_err(&rgb, &reference.rgb);
     let e_alpha = max_err(&alpha, &reference.alpha);
     let max_depth = reference.depth.iter().copied().fold(1.0, f64::max);
@@ -61,7 +81,13 @@ fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) {
 #[test]
 fn forward_matches_reference_random_scenes() {
     let gpu = gpu();
-    for (seed, degree, aa) in [(1u64, 0u32, false), (2, 1, true), (3, 2, false), (4, 3, true), (5, 3, false)] {
+    for (seed, degree, aa) in [
+        (1u64, 0u32, false),
+        (2, 1, true),
+        (3, 2, false),
+        (4, 3, true),
+        (5, 3, false),
+    ] {
         let s = random_scene(seed, 1500, degree);
         // Odd sizes exercise partial edge tiles.
         let cam = round_camera(test_camera(67, 45));
@@ -94,7 +120,10 @@ fn empty_and_fully_culled_scenes_render_background() {
         s.means[i * 3 + 2] = -s.means[i * 3 + 2]; // all behind the camera
     }
     for scene in [random_scene(13, 0, 0), s] {
-        let opts = RenderOptions { background: [0.25, 0.5, 0.75], ..Default::default() };
+        let opts = RenderOptions {
+            background: [0.25, 0.5, 0.75],
+            ..Default::default()
+        };
         let (out, _) = render(&gpu, &upload(&gpu, &scene), &cam, &opts).unwrap();
         let rgb = gpu.read(&out.rgb).unwrap();
         for p in rgb.chunks(3) {
@@ -123,14 +152,25 @@ struct Weights {
 }
 
 fn loss(s: &Scene, cam: &Camera, w: &Weights, aa: bool, bg: [f64; 3]) -> f64 {
-    let img = common::render(s, cam, &RefOpts { background: bg, antialiased: aa, ..Default::default() });
+    let img = common::render(
+        s,
+        cam,
+        &RefOpts {
+            background: bg,
+            antialiased: aa,
+            ..Default::default()
+        },
+    );
     let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
     dot(&img.rgb, &w.rgb) + dot(&img.alpha, &w.alpha) + dot(&img.depth, &w.depth)
 }
 
 fn check(name: &str, analytic: f64, fd: f64, scale: f64) {
     let tol = 2e-2 * fd.abs() + 2e-3 * scale + 1e-6;
-    assert!((analytic - fd).abs() <= tol, "{name}: analytic {analytic} vs finite difference {fd} (scale {scale})");
+    assert!(
+        (analytic - fd).abs() <= tol,
+        "{name}: analytic {analytic} vs finite difference {fd} (scale {scale})"
+    );
 }
 
 /// Central differences at two step sizes. The loss is piecewise smooth (alpha
@@ -155,7 +195,11 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
         depth: (0..npix).map(|_| rng.random_range(-0.1..0.1)).collect(),
     };
     let splats = upload(&gpu, &s);
-    let opts = RenderOptions { background: bg.map(|v| v as f32), antialiased: aa, ..Default::default() };
+    let opts = RenderOptions {
+        background: bg.map(|v| v as f32),
+        antialiased: aa,
+        ..Default::default()
+    };
     let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
     let grads = render_backward(
         &gpu,
@@ -229,10 +273,18 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
     }
     let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
     for ((r, c), fd) in fds {
-        check(&format!("world_to_camera[{r}][{c}]"), grads.world_to_camera[r][c] as f64, fd, scale);
+        check(
+            &format!("world_to_camera[{r}][{c}]"),
+            grads.world_to_camera[r][c] as f64,
+            fd,
+            scale,
+        );
     }
     // Kinks are rare: nearly every derivative must have been checked.
-    assert!(checked > 0 && skipped * 20 <= checked, "{skipped} derivatives skipped at kinks, {checked} checked");
+    assert!(
+        checked > 0 && skipped * 20 <= checked,
+        "{skipped} derivatives skipped at kinks, {checked} checked"
+    );
 }
 
 #[test]
@@ -260,7 +312,10 @@ fn image_larger_than_the_adapter_allows_is_a_clear_error() {
     let cam = test_camera(side, side);
     let err = render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("image") && msg.contains(&limit.to_string()), "unexpected error: {msg}");
+    assert!(
+        msg.contains("image") && msg.contains(&limit.to_string()),
+        "unexpected error: {msg}"
+    );
 }
 
 #[test]
@@ -283,9 +338,22 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
     let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
     let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
     let run = |k: u32| {
-        let opts = RenderOptions { max_batches_per_dispatch: k, background: [0.3, 0.2, 0.1], ..Default::default() };
+        let opts = RenderOptions {
+            max_batches_per_dispatch: k,
+            background: [0.3, 0.2, 0.1],
+            ..Default::default()
+        };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
-        let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&w), &gpu.upload(&wa), &gpu.upload(&wa)).unwrap();
+        let g = render_backward(
+            &gpu,
+            &splats,
+            &out,
+            &state,
+            &gpu.upload(&w),
+            &gpu.upload(&wa),
+            &gpu.upload(&wa),
+        )
+        .unwrap();
         (
             gpu.read(&out.rgb).unwrap(),
             gpu.read(&out.alpha).unwrap(),
@@ -296,7 +364,11 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
     };
     let single = run(64);
     let split = run(1);
-    assert!(single.4 > 4 * 256, "the tile must need several dispatches ({} intersections)", single.4);
+    assert!(
+        single.4 > 4 * 256,
+        "the tile must need several dispatches ({} intersections)",
+        single.4
+    );
     assert_eq!(single.0, split.0, "rgb");
     assert_eq!(single.1, split.1, "alpha");
     assert_eq!(single.2, split.2, "means gradient");

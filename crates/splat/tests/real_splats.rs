@@ -10,7 +10,11 @@ use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render};
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/splats")).join(name)
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/splats"
+    ))
+    .join(name)
 }
 
 fn to_scene(s: &rust3r_io::Splats) -> Scene {
@@ -25,7 +29,11 @@ fn to_scene(s: &rust3r_io::Splats) -> Scene {
 }
 
 fn check(file: &str, width: u32, height: u32) {
-    let gpu = Gpu::new(&GpuOptions { poison: true, ..Default::default() }).expect("a GPU adapter is required");
+    let gpu = Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required");
     let splats = rust3r_io::load_splats(&data(file)).unwrap();
     let mut cam = Camera::default_for_points(&splats.means, width, height);
     for row in cam.world_to_camera.iter_mut() {
@@ -33,25 +41,55 @@ fn check(file: &str, width: u32, height: u32) {
             *v = *v as f32 as f64;
         }
     }
-    (cam.fx, cam.fy, cam.cx, cam.cy) = (cam.fx as f32 as f64, cam.fy as f32 as f64, cam.cx as f32 as f64, cam.cy as f32 as f64);
+    (cam.fx, cam.fy, cam.cx, cam.cy) = (
+        cam.fx as f32 as f64,
+        cam.fy as f32 as f64,
+        cam.cx as f32 as f64,
+        cam.cy as f32 as f64,
+    );
     let bg = [0.1, 0.2, 0.3];
     let (out, _) = render(
         &gpu,
         &GpuSplats::from_host(&gpu, &splats).unwrap(),
         &cam,
-        &RenderOptions { background: bg.map(|v| v as f32), ..Default::default() },
+        &RenderOptions {
+            background: bg.map(|v| v as f32),
+            ..Default::default()
+        },
     )
     .unwrap();
-    let reference = common::render(&to_scene(&splats), &cam, &RefOpts { background: bg, ..Default::default() });
+    let reference = common::render(
+        &to_scene(&splats),
+        &cam,
+        &RefOpts {
+            background: bg,
+            ..Default::default()
+        },
+    );
     let rgb = gpu.read(&out.rgb).unwrap();
     let alpha = gpu.read(&out.alpha).unwrap();
-    let err = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max);
+    let err = |a: &[f32], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| (x as f64 - y).abs())
+            .fold(0.0, f64::max)
+    };
     let (e_rgb, e_alpha) = (err(&rgb, &reference.rgb), err(&alpha, &reference.alpha));
-    eprintln!("{file}: {} splats, {} visible, rgb err {e_rgb:.2e}, alpha err {e_alpha:.2e}", splats.len(), out.num_visible);
-    assert!(e_rgb <= 1e-3 && e_alpha <= 1e-3, "{file}: rgb error {e_rgb}, alpha error {e_alpha}");
+    eprintln!(
+        "{file}: {} splats, {} visible, rgb err {e_rgb:.2e}, alpha err {e_alpha:.2e}",
+        splats.len(),
+        out.num_visible
+    );
+    assert!(
+        e_rgb <= 1e-3 && e_alpha <= 1e-3,
+        "{file}: rgb error {e_rgb}, alpha error {e_alpha}"
+    );
     // A real picture, not an empty frame: the object covers a good part of it.
     let covered = reference.alpha.iter().filter(|&&a| a > 0.5).count();
-    assert!(covered * 20 > reference.alpha.len(), "{file}: only {covered} pixels covered");
+    assert!(
+        covered * 20 > reference.alpha.len(),
+        "{file}: only {covered} pixels covered"
+    );
 }
 
 #[test]

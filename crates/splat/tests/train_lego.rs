@@ -6,7 +6,9 @@ use std::path::Path;
 
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::Camera;
-use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
+use rust3r_splat::train::{
+    AdcConfig, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig,
+};
 
 const SIZE: u32 = 40;
 
@@ -18,14 +20,19 @@ struct View {
 /// Lego views composited on white and box-downscaled to SIZE x SIZE; OpenGL c2w -> OpenCV w2c.
 fn lego_views(count: usize) -> Vec<View> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lego");
-    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("transforms_train.json")).expect("lego data")).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.join("transforms_train.json")).expect("lego data"),
+    )
+    .unwrap();
     let angle = meta["camera_angle_x"].as_f64().unwrap();
     let frames = meta["frames"].as_array().unwrap();
     (0..count)
         .map(|i| {
             let f = &frames[i];
             let rel = f["file_path"].as_str().unwrap().trim_start_matches("./");
-            let img = image::open(root.join(format!("{rel}.png"))).unwrap().to_rgba8();
+            let img = image::open(root.join(format!("{rel}.png")))
+                .unwrap()
+                .to_rgba8();
             let (w0, h0) = img.dimensions();
             let k = (w0 / SIZE) as usize;
             let mut rgb = vec![0u8; (SIZE * SIZE * 3) as usize];
@@ -40,7 +47,8 @@ fn lego_views(count: usize) -> Vec<View> {
                                 s += p[c] as f64 / 255.0 * a + (1.0 - a);
                             }
                         }
-                        rgb[(y * SIZE as usize + x) * 3 + c] = ((s / (k * k) as f64) * 255.0 + 0.5).min(255.0) as u8;
+                        rgb[(y * SIZE as usize + x) * 3 + c] =
+                            ((s / (k * k) as f64) * 255.0 + 0.5).min(255.0) as u8;
                     }
                 }
             }
@@ -83,19 +91,37 @@ fn invert_rigid(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
 }
 
 fn gpu() -> Gpu {
-    Gpu::new(&GpuOptions { poison: true, ..Default::default() }).expect("a GPU adapter is required")
+    Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required")
 }
 
 fn config(strategy: Strategy) -> TrainConfig {
-    TrainConfig { scene_scale: 4.0, strategy, ..Default::default() }
+    TrainConfig {
+        scene_scale: 4.0,
+        strategy,
+        ..Default::default()
+    }
 }
 
 fn fast_adc() -> AdcConfig {
-    AdcConfig { refine_start: 20, refine_every: 25, reset_every: 120, refine_stop: 10_000, ..Default::default() }
+    AdcConfig {
+        refine_start: 20,
+        refine_every: 25,
+        reset_every: 120,
+        refine_stop: 10_000,
+        ..Default::default()
+    }
 }
 
 fn mean_psnr(t: &Trainer, views: &[View]) -> f64 {
-    views.iter().map(|v| t.evaluate_view(&v.camera, &v.rgb).unwrap().0).sum::<f64>() / views.len() as f64
+    views
+        .iter()
+        .map(|v| t.evaluate_view(&v.camera, &v.rgb).unwrap().0)
+        .sum::<f64>()
+        / views.len() as f64
 }
 
 fn train(t: &mut Trainer, gpu: &Gpu, views: &[View], targets: &[PackedImage], steps: u64) {
@@ -110,13 +136,22 @@ fn train(t: &mut Trainer, gpu: &Gpu, views: &[View], targets: &[PackedImage], st
 fn training_on_lego_raises_heldout_psnr_and_resumes_exactly() {
     let gpu = gpu();
     let all = lego_views(24);
-    let (held, train_views): (Vec<_>, Vec<_>) = all.into_iter().enumerate().partition(|(i, _)| i % 8 == 0);
+    let (held, train_views): (Vec<_>, Vec<_>) =
+        all.into_iter().enumerate().partition(|(i, _)| i % 8 == 0);
     let held: Vec<View> = held.into_iter().map(|(_, v)| v).collect();
     let views: Vec<View> = train_views.into_iter().map(|(_, v)| v).collect();
-    let targets: Vec<PackedImage> = views.iter().map(|v| PackedImage::upload(&gpu, &v.rgb, SIZE, SIZE)).collect();
+    let targets: Vec<PackedImage> = views
+        .iter()
+        .map(|v| PackedImage::upload(&gpu, &v.rgb, SIZE, SIZE))
+        .collect();
 
     let init = init::random_box(2000, 1.5, 0.1, 1.0, 42, 1);
-    let cfg = TrainConfig { sh_degree: 1, sh_degree_interval: 100, max_splats: Some(5000), ..config(Strategy::Adc(fast_adc())) };
+    let cfg = TrainConfig {
+        sh_degree: 1,
+        sh_degree_interval: 100,
+        max_splats: Some(5000),
+        ..config(Strategy::Adc(fast_adc()))
+    };
     let mut t = Trainer::new(&gpu, cfg.clone(), &init).unwrap();
     let before = mean_psnr(&t, &held);
     train(&mut t, &gpu, &views, &targets, 100);
@@ -133,26 +168,59 @@ fn training_on_lego_raises_heldout_psnr_and_resumes_exactly() {
     assert_eq!(a, b, "resumed run differs from the uninterrupted one");
     train(&mut t, &gpu, &views, &targets, 150);
     let after = mean_psnr(&t, &held);
-    eprintln!("held-out PSNR {before:.2} -> {after:.2} dB with {} Gaussians", t.num_splats());
-    assert!(after > before + 5.0, "held-out PSNR {before:.2} -> {after:.2}");
-    assert!(t.num_splats() > 2000 && t.num_splats() <= 5000, "densification ran within the cap: {}", t.num_splats());
+    eprintln!(
+        "held-out PSNR {before:.2} -> {after:.2} dB with {} Gaussians",
+        t.num_splats()
+    );
+    assert!(
+        after > before + 5.0,
+        "held-out PSNR {before:.2} -> {after:.2}"
+    );
+    assert!(
+        t.num_splats() > 2000 && t.num_splats() <= 5000,
+        "densification ran within the cap: {}",
+        t.num_splats()
+    );
 }
 
 #[test]
 fn mcmc_respects_the_cap_and_pruning_frees_memory() {
     let gpu = gpu();
     let views = lego_views(8);
-    let targets: Vec<PackedImage> = views.iter().map(|v| PackedImage::upload(&gpu, &v.rgb, SIZE, SIZE)).collect();
+    let targets: Vec<PackedImage> = views
+        .iter()
+        .map(|v| PackedImage::upload(&gpu, &v.rgb, SIZE, SIZE))
+        .collect();
     let init = init::random_box(1500, 1.5, 0.5, 0.1, 7, 0);
-    let mc = McmcConfig { cap_max: 1700, refine_start: 5, refine_every: 10, ..Default::default() };
-    let mut t = Trainer::new(&gpu, TrainConfig { sh_degree: 0, ..config(Strategy::Mcmc(mc)) }, &init).unwrap();
+    let mc = McmcConfig {
+        cap_max: 1700,
+        refine_start: 5,
+        refine_every: 10,
+        ..Default::default()
+    };
+    let mut t = Trainer::new(
+        &gpu,
+        TrainConfig {
+            sh_degree: 0,
+            ..config(Strategy::Mcmc(mc))
+        },
+        &init,
+    )
+    .unwrap();
     let mut sizes = Vec::new();
     for _ in 0..8 {
         train(&mut t, &gpu, &views, &targets, 10);
         sizes.push(t.num_splats());
     }
-    assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "MCMC only grows: {sizes:?}");
-    assert_eq!(*sizes.last().unwrap(), 1700, "grows to the cap and stops: {sizes:?}");
+    assert!(
+        sizes.windows(2).all(|w| w[0] <= w[1]),
+        "MCMC only grows: {sizes:?}"
+    );
+    assert_eq!(
+        *sizes.last().unwrap(),
+        1700,
+        "grows to the cap and stops: {sizes:?}"
+    );
     let h = t.to_host().unwrap();
     h.validate().unwrap();
 
@@ -160,8 +228,21 @@ fn mcmc_respects_the_cap_and_pruning_frees_memory() {
     // device memory must drop by the parameters and moments of the pruned Gaussians.
     let n0 = 20_000;
     let init = init::random_box(n0, 1.5, 0.1, 1.0, 9, 3);
-    let adc = AdcConfig { refine_start: 0, refine_every: 2, prune_opacity: 0.5, ..fast_adc() };
-    let mut t = Trainer::new(&gpu, TrainConfig { max_splats: Some(n0), ..config(Strategy::Adc(adc)) }, &init).unwrap();
+    let adc = AdcConfig {
+        refine_start: 0,
+        refine_every: 2,
+        prune_opacity: 0.5,
+        ..fast_adc()
+    };
+    let mut t = Trainer::new(
+        &gpu,
+        TrainConfig {
+            max_splats: Some(n0),
+            ..config(Strategy::Adc(adc))
+        },
+        &init,
+    )
+    .unwrap();
     train(&mut t, &gpu, &views, &targets, 2);
     gpu.sync().unwrap();
     gpu.memory_cleanup();
@@ -174,10 +255,23 @@ fn mcmc_respects_the_cap_and_pruning_frees_memory() {
     let left = t.num_splats();
     assert!(left < n0 / 10, "{left} Gaussians left");
     let h = t.to_host().unwrap();
-    assert_eq!((h.means.len(), h.log_scales.len(), h.rotations.len(), h.sh.len()), (left, left, left, left * 48));
+    assert_eq!(
+        (
+            h.means.len(),
+            h.log_scales.len(),
+            h.rotations.len(),
+            h.sh.len()
+        ),
+        (left, left, left, left * 48)
+    );
     // parameters + two moments at SH degree 3: 59 floats x 3 per Gaussian
     let freed = mem_before.saturating_sub(mem_after);
     let expected = ((n0 - left) * 59 * 3 * 4) as u64;
-    eprintln!("in use {mem_before} -> {mem_after} bytes, freed {freed}, expected at least {expected}");
-    assert!(freed >= expected * 9 / 10, "freed {freed} bytes, expected at least {expected}");
+    eprintln!(
+        "in use {mem_before} -> {mem_after} bytes, freed {freed}, expected at least {expected}"
+    );
+    assert!(
+        freed >= expected * 9 / 10,
+        "freed {freed} bytes, expected at least {expected}"
+    );
 }

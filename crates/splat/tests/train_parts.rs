@@ -7,13 +7,19 @@ use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::train::{adam, densify, loss, mcmc};
 
 fn gpu() -> Gpu {
-    Gpu::new(&GpuOptions { poison: true, ..Default::default() }).expect("a GPU adapter is required")
+    Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required")
 }
 
 /// Direct 2D-window SSIM map with zero padding (no separability), per channel.
 fn ssim_ref(a: &[f64], b: &[f64], w: usize, h: usize) -> Vec<f64> {
     let sigma = 1.5f64;
-    let g: Vec<f64> = (0..11).map(|i| (-(((i as f64) - 5.0).powi(2)) / (2.0 * sigma * sigma)).exp()).collect();
+    let g: Vec<f64> = (0..11)
+        .map(|i| (-(((i as f64) - 5.0).powi(2)) / (2.0 * sigma * sigma)).exp())
+        .collect();
     let gs: f64 = g.iter().sum();
     let g: Vec<f64> = g.iter().map(|x| x / gs).collect();
     let (c1, c2) = (0.01f64 * 0.01, 0.03f64 * 0.03);
@@ -38,7 +44,8 @@ fn ssim_ref(a: &[f64], b: &[f64], w: usize, h: usize) -> Vec<f64> {
                     }
                 }
                 let (saa, sbb, sab) = (eaa - ma * ma, ebb - mb * mb, eab - ma * mb);
-                out[(y * w + x) * 3 + c] = (2.0 * ma * mb + c1) * (2.0 * sab + c2) / ((ma * ma + mb * mb + c1) * (saa + sbb + c2));
+                out[(y * w + x) * 3 + c] = (2.0 * ma * mb + c1) * (2.0 * sab + c2)
+                    / ((ma * ma + mb * mb + c1) * (saa + sbb + c2));
             }
         }
     }
@@ -63,17 +70,30 @@ fn loss_and_gradient_match_float64_reference_and_finite_differences() {
         let a: Vec<f64> = b
             .iter()
             .enumerate()
-            .map(|(i, &v)| if i % 17 == 0 { v } else { (v + 0.3 * (rng.random::<f32>() as f64 - 0.5)) as f32 as f64 })
+            .map(|(i, &v)| {
+                if i % 17 == 0 {
+                    v
+                } else {
+                    (v + 0.3 * (rng.random::<f32>() as f64 - 0.5)) as f32 as f64
+                }
+            })
             .collect();
         let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
         let (ga, gb) = (gpu.upload(&to32(&a)), gpu.upload(&to32(&b)));
         let out = kernels.photometric_loss(&gpu, &ga, &gb, w as u32, h as u32, 0.2, true);
         let value = out.value(&gpu).unwrap() as f64;
         let reference = loss_ref(&a, &b, w, h, 0.2);
-        assert!((value - reference).abs() < 1e-5, "{w}x{h}: loss {value} vs {reference}");
+        assert!(
+            (value - reference).abs() < 1e-5,
+            "{w}x{h}: loss {value} vs {reference}"
+        );
         let ssim = gpu.read(&out.ssim).unwrap();
         let sref = ssim_ref(&a, &b, w, h);
-        let max = ssim.iter().zip(&sref).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max);
+        let max = ssim
+            .iter()
+            .zip(&sref)
+            .map(|(x, y)| (*x as f64 - y).abs())
+            .fold(0.0, f64::max);
         assert!(max < 2e-5, "{w}x{h}: ssim map max error {max}");
         let grad = gpu.read(&out.grad).unwrap();
         // Central differences of the reference loss on pixels that are not at an L1 kink.
@@ -91,14 +111,20 @@ fn loss_and_gradient_match_float64_reference_and_finite_differences() {
             let fd = (loss_ref(&ap, &b, w, h, 0.2) - loss_ref(&am, &b, w, h, 0.2)) / (2.0 * eps);
             let g = grad[i] as f64;
             let scale = fd.abs().max(1.0 / a.len() as f64);
-            assert!((g - fd).abs() < 1e-3 * scale + 1e-8, "{w}x{h} pixel {i}: grad {g} vs fd {fd}");
+            assert!(
+                (g - fd).abs() < 1e-3 * scale + 1e-8,
+                "{w}x{h} pixel {i}: grad {g} vs fd {fd}"
+            );
             checked += 1;
         }
         assert!(checked > 20);
         // Ties: d|a-b|/da = 0 at a == b (as in PyTorch), only the SSIM part remains.
         let out0 = kernels.photometric_loss(&gpu, &ga, &gb, w as u32, h as u32, 1.0, true);
         let g_ssim = gpu.read(&out0.grad).unwrap();
-        assert!((grad[0] - g_ssim[0] * 0.2).abs() <= 1e-6 * grad[0].abs(), "tie at pixel 0 keeps only the SSIM gradient");
+        assert!(
+            (grad[0] - g_ssim[0] * 0.2).abs() <= 1e-6 * grad[0].abs(),
+            "tie at pixel 0 keeps only the SSIM gradient"
+        );
     }
 }
 
@@ -109,7 +135,10 @@ fn valid_ssim_of_identical_images_is_one_and_matches_reference() {
     let mut rng = StdRng::seed_from_u64(3);
     let (w, h) = (31usize, 26usize);
     let a: Vec<f32> = (0..w * h * 3).map(|_| rng.random()).collect();
-    let b: Vec<f32> = a.iter().map(|&v| (v * 0.8 + 0.1 * rng.random::<f32>()).min(1.0)).collect();
+    let b: Vec<f32> = a
+        .iter()
+        .map(|&v| (v * 0.8 + 0.1 * rng.random::<f32>()).min(1.0))
+        .collect();
     let ga = gpu.upload(&a);
     let same = kernels.photometric_loss(&gpu, &ga, &ga, w as u32, h as u32, 0.0, false);
     let m = loss::valid_ssim_mean(&gpu.read(&same.ssim).unwrap(), w as u32, h as u32);
@@ -139,14 +168,31 @@ fn adam_matches_pytorch_formula_with_two_rates_and_visibility() {
     let mut p: Vec<f64> = (0..n * row).map(|_| rng.random::<f32>() as f64).collect();
     let p0 = p.clone();
     let (mut m, mut v) = (vec![0.0f64; n * row], vec![0.0f64; n * row]);
-    let radii: Vec<u32> = (0..n * 2).map(|i| if (i / 2) % 3 == 0 { 0 } else { 4 }).collect();
+    let radii: Vec<u32> = (0..n * 2)
+        .map(|i| if (i / 2) % 3 == 0 { 0 } else { 4 })
+        .collect();
     let gp = gpu.upload(&p.iter().map(|&x| x as f32).collect::<Vec<_>>());
     let (gm, gv) = (gpu.zeros::<f32>(n * row), gpu.zeros::<f32>(n * row));
     let gr = gpu.upload(&radii);
-    let cfg = adam::AdamConfig { beta1: 0.9, beta2: 0.999, eps: 1e-8 };
+    let cfg = adam::AdamConfig {
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+    };
     for t in 1..=5u64 {
         let g: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() - 0.5).collect();
-        adam::adam_update(&gpu, &gp, &gpu.upload(&g), &gm, &gv, row, (2, 0.01, 0.001), t, &cfg, Some(&gr));
+        adam::adam_update(
+            &gpu,
+            &gp,
+            &gpu.upload(&g),
+            &gm,
+            &gv,
+            row,
+            (2, 0.01, 0.001),
+            t,
+            &cfg,
+            Some(&gr),
+        );
         for i in 0..n * row {
             if radii[(i / row) * 2] == 0 {
                 continue;
@@ -162,7 +208,12 @@ fn adam_matches_pytorch_formula_with_two_rates_and_visibility() {
     }
     let got = gpu.read(&gp).unwrap();
     for i in 0..n * row {
-        assert!((got[i] as f64 - p[i]).abs() < 2e-6, "element {i}: {} vs {}", got[i], p[i]);
+        assert!(
+            (got[i] as f64 - p[i]).abs() < 2e-6,
+            "element {i}: {} vs {}",
+            got[i],
+            p[i]
+        );
         if radii[(i / row) * 2] == 0 {
             assert_eq!(got[i], p0[i] as f32, "invisible rows must not move");
         }
@@ -176,11 +227,27 @@ fn adc_plan_and_rebuild_follow_the_rules() {
     let n = 2000usize;
     let grad2d: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 8e-4).collect();
     let count: Vec<f32> = (0..n).map(|i| (i % 4) as f32).collect();
-    let ls: Vec<f32> = (0..n * 3).map(|_| rng.random::<f32>() * 4.0 - 6.0).collect();
+    let ls: Vec<f32> = (0..n * 3)
+        .map(|_| rng.random::<f32>() * 4.0 - 6.0)
+        .collect();
     let opa: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 10.0 - 7.0).collect();
-    let th = densify::AdcThresholds { grad2d: 2e-4, grow_scale: 0.01, prune_opacity: 0.005, prune_scale: 0.1, check_big: true, grow: true };
-    let (parent, variant) =
-        densify::adc_plan(&gpu, &gpu.upload(&grad2d), &gpu.upload(&count), &gpu.upload(&ls), &gpu.upload(&opa), &th).unwrap();
+    let th = densify::AdcThresholds {
+        grad2d: 2e-4,
+        grow_scale: 0.01,
+        prune_opacity: 0.005,
+        prune_scale: 0.1,
+        check_big: true,
+        grow: true,
+    };
+    let (parent, variant) = densify::adc_plan(
+        &gpu,
+        &gpu.upload(&grad2d),
+        &gpu.upload(&count),
+        &gpu.upload(&ls),
+        &gpu.upload(&opa),
+        &th,
+    )
+    .unwrap();
     let (parent, variant) = (gpu.read(&parent).unwrap(), gpu.read(&variant).unwrap());
     // Host reference of gsplat's grow (duplicate small, split large) then prune.
     let mut expect = Vec::new();
@@ -202,10 +269,17 @@ fn adc_plan_and_rebuild_follow_the_rules() {
             }
         }
     }
-    let got: Vec<(u32, u32)> = parent.iter().copied().zip(variant.iter().copied()).collect();
+    let got: Vec<(u32, u32)> = parent
+        .iter()
+        .copied()
+        .zip(variant.iter().copied())
+        .collect();
     assert_eq!(got, expect);
     let kept = expect.iter().filter(|e| e.1 == 0).count();
-    assert!(expect.iter().any(|e| e.1 == 1) && expect.iter().any(|e| e.1 == 2) && kept < n, "all cases exercised");
+    assert!(
+        expect.iter().any(|e| e.1 == 1) && expect.iter().any(|e| e.1 == 2) && kept < n,
+        "all cases exercised"
+    );
 
     // Rebuild: copies, zeroed moments for new rows, split children shrunk and moved.
     let m = expect.len();
@@ -218,8 +292,16 @@ fn adc_plan_and_rebuild_follow_the_rules() {
     let nq = densify::rebuild(&gpu, &gpu.upload(&quats), &gparent, &gvariant, 4, false);
     let nmom = densify::rebuild(&gpu, &gpu.upload(&moments), &gparent, &gvariant, 3, true);
     densify::apply_splits(&gpu, &nm, &nl, &nq, &gvariant, 99);
-    let (nm, nl, nq, nmom) = (gpu.read(&nm).unwrap(), gpu.read(&nl).unwrap(), gpu.read(&nq).unwrap(), gpu.read(&nmom).unwrap());
-    assert_eq!((nm.len(), nl.len(), nq.len(), nmom.len()), (m * 3, m * 3, m * 4, m * 3));
+    let (nm, nl, nq, nmom) = (
+        gpu.read(&nm).unwrap(),
+        gpu.read(&nl).unwrap(),
+        gpu.read(&nq).unwrap(),
+        gpu.read(&nmom).unwrap(),
+    );
+    assert_eq!(
+        (nm.len(), nl.len(), nq.len(), nmom.len()),
+        (m * 3, m * 3, m * 4, m * 3)
+    );
     let mut whitened = Vec::new();
     for (j, &(p, var)) in expect.iter().enumerate() {
         let p = p as usize;
@@ -240,11 +322,25 @@ fn adc_plan_and_rebuild_follow_the_rules() {
             let qn = (q.iter().map(|x| x * x).sum::<f64>()).sqrt();
             let (w, x, y, z) = (q[0] / qn, q[1] / qn, q[2] / qn, q[3] / qn);
             let r = [
-                [1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y)],
-                [2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x)],
-                [2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)],
+                [
+                    1.0 - 2.0 * (y * y + z * z),
+                    2.0 * (x * y - w * z),
+                    2.0 * (x * z + w * y),
+                ],
+                [
+                    2.0 * (x * y + w * z),
+                    1.0 - 2.0 * (x * x + z * z),
+                    2.0 * (y * z - w * x),
+                ],
+                [
+                    2.0 * (x * z - w * y),
+                    2.0 * (y * z + w * x),
+                    1.0 - 2.0 * (x * x + y * y),
+                ],
             ];
-            let d: Vec<f64> = (0..3).map(|k| nm[j * 3 + k] as f64 - means[p * 3 + k] as f64).collect();
+            let d: Vec<f64> = (0..3)
+                .map(|k| nm[j * 3 + k] as f64 - means[p * 3 + k] as f64)
+                .collect();
             for a in 0..3 {
                 let local: f64 = (0..3).map(|b| r[b][a] * d[b]).sum();
                 whitened.push(local / (ls[p * 3 + a] as f64).exp());
@@ -254,14 +350,20 @@ fn adc_plan_and_rebuild_follow_the_rules() {
     let k = whitened.len() as f64;
     let mean = whitened.iter().sum::<f64>() / k;
     let var = whitened.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / k;
-    assert!(k > 300.0 && mean.abs() < 0.15 && (var - 1.0).abs() < 0.2, "split offsets: mean {mean}, var {var} over {k}");
+    assert!(
+        k > 300.0 && mean.abs() < 0.15 && (var - 1.0).abs() < 0.2,
+        "split offsets: mean {mean}, var {var} over {k}"
+    );
 }
 
 #[test]
 fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     for &o in &[0.01f64, 0.3, 0.9, 0.999] {
         let (o1, f1) = mcmc::relocation(o, 1);
-        assert!((o1 - o).abs() < 1e-12 && (f1 - 1.0).abs() < 1e-9, "ratio 1 is the identity");
+        assert!(
+            (o1 - o).abs() < 1e-12 && (f1 - 1.0).abs() < 1e-9,
+            "ratio 1 is the identity"
+        );
         for n in [2usize, 3, 7, 51] {
             let (on, f) = mcmc::relocation(o, n);
             // n copies at the centre composite to the original opacity.
@@ -271,7 +373,15 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     }
     let mut rng = mcmc::HostRng(1);
     let n = 500;
-    let opa: Vec<f32> = (0..n).map(|i| if i % 10 == 0 { -8.0 } else { (i as f32 / 100.0) - 2.0 }).collect();
+    let opa: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 10 == 0 {
+                -8.0
+            } else {
+                (i as f32 / 100.0) - 2.0
+            }
+        })
+        .collect();
     let ls: Vec<f32> = (0..n * 3).map(|i| -3.0 - (i % 5) as f32 * 0.1).collect();
     let cfg = mcmc::McmcConfig::default();
     let plan = mcmc::plan(&mut rng, &cfg, &opa, &ls, 525);
@@ -284,7 +394,11 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
         assert_eq!(plan.variant[i], 1);
     }
     assert_eq!(plan.rows.len() * 3, plan.log_scales.len());
-    assert!(plan.opacity_logits.iter().all(|&o| 1.0 / (1.0 + (-o).exp()) >= 0.005 - 1e-6));
+    assert!(
+        plan.opacity_logits
+            .iter()
+            .all(|&o| 1.0 / (1.0 + (-o).exp()) >= 0.005 - 1e-6)
+    );
 }
 
 #[test]
@@ -293,8 +407,14 @@ fn position_noise_is_gated_by_opacity() {
     let n = 4000usize;
     let means = gpu.upload(&vec![0f32; n * 3]);
     let ls = gpu.upload(&vec![0f32; n * 3]); // unit scales: Σ = I
-    let quats = gpu.upload(&(0..n).flat_map(|_| [1f32, 0.0, 0.0, 0.0]).collect::<Vec<_>>());
-    let opa: Vec<f32> = (0..n).map(|i| if i < n / 2 { 10.0 } else { -10.0 }).collect();
+    let quats = gpu.upload(
+        &(0..n)
+            .flat_map(|_| [1f32, 0.0, 0.0, 0.0])
+            .collect::<Vec<_>>(),
+    );
+    let opa: Vec<f32> = (0..n)
+        .map(|i| if i < n / 2 { 10.0 } else { -10.0 })
+        .collect();
     densify::add_position_noise(&gpu, &means, &ls, &quats, &gpu.upload(&opa), 2.0, 1234);
     let got = gpu.read(&means).unwrap();
     let opaque_max = got[..n * 3 / 2].iter().fold(0f32, |m, x| m.max(x.abs()));
@@ -303,6 +423,13 @@ fn position_noise_is_gated_by_opacity() {
     // gsplat's gate sigmoid(100 (1 - opacity - 0.995)) is 0.62 at opacity ~ 0.
     let o = 1.0 / (1.0 + 10f64.exp());
     let gate = 1.0 / (1.0 + (-100.0 * ((1.0 - o) - 0.995)).exp());
-    let var = t.iter().map(|x| (*x as f64 / (2.0 * gate)).powi(2)).sum::<f64>() / t.len() as f64;
-    assert!((var - 1.0).abs() < 0.1, "transparent ones get N(0, (2 gate Σ)²) noise: var {var}");
+    let var = t
+        .iter()
+        .map(|x| (*x as f64 / (2.0 * gate)).powi(2))
+        .sum::<f64>()
+        / t.len() as f64;
+    assert!(
+        (var - 1.0).abs() < 0.1,
+        "transparent ones get N(0, (2 gate Σ)²) noise: var {var}"
+    );
 }

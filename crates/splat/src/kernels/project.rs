@@ -107,7 +107,8 @@ pub fn project_forward(
     if !(qn > 0.0f32) {
         terminate!();
     }
-    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
+    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) =
+        quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
     let sx = log_scales[g * 3].exp();
     let sy = log_scales[g * 3 + 1].exp();
     let sz = log_scales[g * 3 + 2].exp();
@@ -195,9 +196,19 @@ pub fn project_forward(
     let tiles_x = (width + 15u32) / 16u32;
     let tiles_y = (height + 15u32) / 16u32;
     let tx0 = clamp((mean_x - rx) / 16.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
-    let tx1 = clamp((mean_x + rx) / 16.0f32 + 1.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
+    let tx1 = clamp(
+        (mean_x + rx) / 16.0f32 + 1.0f32,
+        0.0f32,
+        f32::cast_from(tiles_x),
+    )
+    .floor();
     let ty0 = clamp((mean_y - ry) / 16.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
-    let ty1 = clamp((mean_y + ry) / 16.0f32 + 1.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
+    let ty1 = clamp(
+        (mean_y + ry) / 16.0f32 + 1.0f32,
+        0.0f32,
+        f32::cast_from(tiles_y),
+    )
+    .floor();
     let count = (tx1 - tx0) * (ty1 - ty0);
     if !(count > 0.0f32) {
         terminate!();
@@ -546,9 +557,18 @@ pub fn project_backward(
     let va22 = vm22 * sz;
     // rotation from the unit quaternion
     let gw = 2.0f32 * (qx * (va21 - va12) + qy * (va02 - va20) + qz * (va10 - va01));
-    let gx = 2.0f32 * (-2.0f32 * qx * (va11 + va22) + qy * (va10 + va01) + qz * (va20 + va02) + qw * (va21 - va12));
-    let gy = 2.0f32 * (qx * (va10 + va01) - 2.0f32 * qy * (va00 + va22) + qz * (va21 + va12) + qw * (va02 - va20));
-    let gz = 2.0f32 * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0f32 * qz * (va00 + va11) + qw * (va10 - va01));
+    let gx = 2.0f32
+        * (-2.0f32 * qx * (va11 + va22)
+            + qy * (va10 + va01)
+            + qz * (va20 + va02)
+            + qw * (va21 - va12));
+    let gy = 2.0f32
+        * (qx * (va10 + va01) - 2.0f32 * qy * (va00 + va22)
+            + qz * (va21 + va12)
+            + qw * (va02 - va20));
+    let gz = 2.0f32
+        * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0f32 * qz * (va00 + va11)
+            + qw * (va10 - va01));
     let dotq = gw * qw + gx * qx + gy * qy + gz * qz;
     v_quats[g * 4] = (gw - qw * dotq) / qn;
     v_quats[g * 4 + 1] = (gx - qx * dotq) / qn;

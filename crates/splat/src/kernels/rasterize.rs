@@ -94,7 +94,8 @@ pub fn rasterize_forward(
             for j in 0..batch_len {
                 let dx = sm[j] - pxf;
                 let dy = sm[256 + j] - pyf;
-                let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy) + sm[768 + j] * dx * dy;
+                let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
+                    + sm[768 + j] * dx * dy;
                 let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
                 if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
                     let next_t = tr * (1.0f32 - alpha);
@@ -163,7 +164,11 @@ pub fn rasterize_backward(
     #[comptime] batch: usize,
 ) {
     let group = comptime![256 / batch];
-    let pair_len = comptime![if 2 * batch * 256 > 2560 { 2 * batch * 256 } else { 2560 }];
+    let pair_len = comptime![if 2 * batch * 256 > 2560 {
+        2 * batch * 256
+    } else {
+        2560
+    }];
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
     let x = CUBE_POS_X * 16 + UNIT_POS % 16;
@@ -247,7 +252,8 @@ pub fn rasterize_backward(
             if inside && pos < start + last {
                 let dx = sm[j * 10] - pxf;
                 let dy = sm[j * 10 + 1] - pyf;
-                let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
+                let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy)
+                    + sm[j * 10 + 3] * dx * dy;
                 let alpha = min(0.99f32, sm[j * 10 + 6] * (-sigma).exp());
                 if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
                     let ra = 1.0f32 / (1.0f32 - alpha);
@@ -366,7 +372,13 @@ pub fn pack_image(rgb: &[f32], alpha: &[f32], depth: &[f32], out: &mut [f32], np
 
 /// Split a `[h][w][5]` gradient into the three image gradients.
 #[cube(launch)]
-pub fn unpack_image(packed: &[f32], rgb: &mut [f32], alpha: &mut [f32], depth: &mut [f32], npix: u32) {
+pub fn unpack_image(
+    packed: &[f32],
+    rgb: &mut [f32],
+    alpha: &mut [f32],
+    depth: &mut [f32],
+    npix: u32,
+) {
     let p = rust3r_gpu::global_id();
     if p < npix as usize {
         rgb[p * 3] = packed[p * 5];

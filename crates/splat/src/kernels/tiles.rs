@@ -97,7 +97,13 @@ pub fn sum_isect_grads(
 /// `out[1]` = visible Gaussians (first position whose depth key is the culled
 /// marker `u32::MAX`, found by binary search in the sorted keys).
 #[cube(launch)]
-pub fn finalize_counts(offsets: &[u32], counts: &[u32], sorted_keys: &[u32], out: &mut [u32], n: u32) {
+pub fn finalize_counts(
+    offsets: &[u32],
+    counts: &[u32],
+    sorted_keys: &[u32],
+    out: &mut [u32],
+    n: u32,
+) {
     if UNIT_POS == 0 {
         let n = n as usize;
         out[0] = offsets[n - 1] + counts[n - 1];

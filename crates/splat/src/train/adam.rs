@@ -61,7 +61,11 @@ pub struct AdamConfig {
 impl Default for AdamConfig {
     fn default() -> Self {
         // gsplat's trainer uses eps = 1e-15.
-        Self { beta1: 0.9, beta2: 0.999, eps: 1e-15 }
+        Self {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-15,
+        }
     }
 }
 
@@ -83,7 +87,10 @@ pub fn adam_update(
     visible: Option<&GpuBuffer<u32>>,
 ) {
     let len = param.len();
-    assert!(grad.len() == len && m.len() == len && v.len() == len, "adam buffer lengths");
+    assert!(
+        grad.len() == len && m.len() == len && v.len() == len,
+        "adam buffer lengths"
+    );
     if len == 0 {
         return;
     }

@@ -75,7 +75,8 @@ impl Trainer {
         let file_len = file.metadata().map_err(|e| err(path, e))?.len();
         let mut r = std::io::BufReader::new(file);
         let mut magic = [0u8; 16];
-        r.read_exact(&mut magic).map_err(|_| err(path, "not a rust3r training checkpoint (too short)"))?;
+        r.read_exact(&mut magic)
+            .map_err(|_| err(path, "not a rust3r training checkpoint (too short)"))?;
         if &magic != MAGIC {
             return Err(err(path, "not a rust3r training checkpoint (bad magic)"));
         }
@@ -83,20 +84,31 @@ impl Trainer {
         r.read_exact(&mut b4).map_err(|e| err(path, e))?;
         let version = u32::from_le_bytes(b4);
         if version != VERSION {
-            return Err(err(path, format!("checkpoint format version {version}, this build reads {VERSION}")));
+            return Err(err(
+                path,
+                format!("checkpoint format version {version}, this build reads {VERSION}"),
+            ));
         }
         let mut b8 = [0u8; 8];
         r.read_exact(&mut b8).map_err(|e| err(path, e))?;
         let hlen = u64::from_le_bytes(b8);
         if hlen > file_len {
-            return Err(err(path, format!("header length {hlen} exceeds the file size {file_len}")));
+            return Err(err(
+                path,
+                format!("header length {hlen} exceeds the file size {file_len}"),
+            ));
         }
         let mut json = vec![0u8; hlen as usize];
-        r.read_exact(&mut json).map_err(|e| err(path, format!("truncated header: {e}")))?;
-        let h: Header = serde_json::from_slice(&json).map_err(|e| err(path, format!("bad header: {e}")))?;
+        r.read_exact(&mut json)
+            .map_err(|e| err(path, format!("truncated header: {e}")))?;
+        let h: Header =
+            serde_json::from_slice(&json).map_err(|e| err(path, format!("bad header: {e}")))?;
         let n = h.num_splats;
         if h.sh_degree > 3 || h.sh_degree != h.config.sh_degree {
-            return Err(err(path, format!("SH degree {} does not match the configuration", h.sh_degree)));
+            return Err(err(
+                path,
+                format!("SH degree {} does not match the configuration", h.sh_degree),
+            ));
         }
         let k3 = ((h.sh_degree + 1) * (h.sh_degree + 1)) as usize * 3;
         let rows = [3usize, 3, 4, 1, k3];
@@ -111,22 +123,40 @@ impl Trainer {
         expected.push(("grad2d".into(), n));
         expected.push(("count".into(), n));
         if h.arrays != expected {
-            return Err(err(path, "array list does not match the header's Gaussian count and SH degree"));
+            return Err(err(
+                path,
+                "array list does not match the header's Gaussian count and SH degree",
+            ));
         }
         let total: u64 = expected.iter().map(|(_, l)| *l as u64 * 4).sum();
         if 28 + hlen + total != file_len {
-            return Err(err(path, format!("file is {file_len} bytes, the header describes {}", 28 + hlen + total)));
+            return Err(err(
+                path,
+                format!(
+                    "file is {file_len} bytes, the header describes {}",
+                    28 + hlen + total
+                ),
+            ));
         }
         let mut data = Vec::with_capacity(expected.len());
         for (name, len) in &expected {
             let mut v = vec![0f32; *len];
-            r.read_exact(bytemuck::cast_slice_mut(&mut v)).map_err(|e| err(path, format!("{name}: {e}")))?;
+            r.read_exact(bytemuck::cast_slice_mut(&mut v))
+                .map_err(|e| err(path, format!("{name}: {e}")))?;
             if v.iter().any(|x| !x.is_finite()) {
                 return Err(err(path, format!("{name} holds NaN or infinite values")));
             }
             data.push(v);
         }
-        let splats = GpuSplats::from_slices(gpu, &data[0], &data[1], &data[2], &data[3], &data[4], h.sh_degree)?;
+        let splats = GpuSplats::from_slices(
+            gpu,
+            &data[0],
+            &data[1],
+            &data[2],
+            &data[3],
+            &data[4],
+            h.sh_degree,
+        )?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
         for i in 0..5 {
             t.m[i] = gpu.upload(&data[5 + 2 * i]);

@@ -33,7 +33,15 @@ pub fn normal(seed: u32, index: u32) -> f32 {
 }
 
 #[cube(launch)]
-fn gather_rows(src: &[f32], parent: &[u32], variant: &[u32], dst: &mut [f32], n_new: u32, row: u32, #[comptime] zero_fresh: bool) {
+fn gather_rows(
+    src: &[f32],
+    parent: &[u32],
+    variant: &[u32],
+    dst: &mut [f32],
+    n_new: u32,
+    row: u32,
+    #[comptime] zero_fresh: bool,
+) {
     let i = rust3r_gpu::global_id();
     let r = row as usize;
     if i >= (n_new as usize) * r {
@@ -51,7 +59,14 @@ fn gather_rows(src: &[f32], parent: &[u32], variant: &[u32], dst: &mut [f32], n_
 /// Split children: `mean += R diag(exp(s)) n` with the parent's (already gathered) values,
 /// then `log_scale -= ln 1.6`.
 #[cube(launch)]
-fn split_children(means: &mut [f32], log_scales: &mut [f32], quats: &[f32], variant: &[u32], n_new: u32, seed: u32) {
+fn split_children(
+    means: &mut [f32],
+    log_scales: &mut [f32],
+    quats: &[f32],
+    variant: &[u32],
+    n_new: u32,
+    seed: u32,
+) {
     let j = rust3r_gpu::global_id();
     if j >= n_new as usize {
         terminate!();
@@ -77,9 +92,15 @@ fn split_children(means: &mut [f32], log_scales: &mut [f32], quats: &[f32], vari
     let ny = normal(seed, base + 1u32) * sy;
     let nz = normal(seed, base + 2u32) * sz;
     // R n, with R the rotation of the unit quaternion (w, x, y, z).
-    means[j * 3] += (1.0f32 - 2.0f32 * (y * y + z * z)) * nx + 2.0f32 * (x * y - w * z) * ny + 2.0f32 * (x * z + w * y) * nz;
-    means[j * 3 + 1] += 2.0f32 * (x * y + w * z) * nx + (1.0f32 - 2.0f32 * (x * x + z * z)) * ny + 2.0f32 * (y * z - w * x) * nz;
-    means[j * 3 + 2] += 2.0f32 * (x * z - w * y) * nx + 2.0f32 * (y * z + w * x) * ny + (1.0f32 - 2.0f32 * (x * x + y * y)) * nz;
+    means[j * 3] += (1.0f32 - 2.0f32 * (y * y + z * z)) * nx
+        + 2.0f32 * (x * y - w * z) * ny
+        + 2.0f32 * (x * z + w * y) * nz;
+    means[j * 3 + 1] += 2.0f32 * (x * y + w * z) * nx
+        + (1.0f32 - 2.0f32 * (x * x + z * z)) * ny
+        + 2.0f32 * (y * z - w * x) * nz;
+    means[j * 3 + 2] += 2.0f32 * (x * z - w * y) * nx
+        + 2.0f32 * (y * z + w * x) * ny
+        + (1.0f32 - 2.0f32 * (x * x + y * y)) * nz;
     let shrink = f32::ln(1.6f32);
     log_scales[j * 3] -= shrink;
     log_scales[j * 3 + 1] -= shrink;
@@ -113,7 +134,15 @@ fn zero_rows(dst: &mut [f32], index: &[u32], n: u32, row: u32) {
 /// ADC statistics: `grad2d[i] += |d L / d mean2d| * (W/2, H/2)` (gsplat's normalisation to
 /// NDC-like units) and `count[i] += 1` for every Gaussian visible in the step.
 #[cube(launch)]
-fn accumulate_grad2d(v_proj: &[f32], radii: &[u32], grad2d: &mut [f32], count: &mut [f32], n: u32, half_w: f32, half_h: f32) {
+fn accumulate_grad2d(
+    v_proj: &[f32],
+    radii: &[u32],
+    grad2d: &mut [f32],
+    count: &mut [f32],
+    n: u32,
+    half_w: f32,
+    half_h: f32,
+) {
     let i = rust3r_gpu::global_id();
     if i >= n as usize {
         terminate!();
@@ -151,7 +180,10 @@ fn adc_classify(
     }
     let c = f32::max(count[i], 1.0f32);
     let g = grad2d[i] / c;
-    let smax = f32::exp(f32::max(f32::max(log_scales[i * 3], log_scales[i * 3 + 1]), log_scales[i * 3 + 2]));
+    let smax = f32::exp(f32::max(
+        f32::max(log_scales[i * 3], log_scales[i * 3 + 1]),
+        log_scales[i * 3 + 2],
+    ));
     let high = grow == 1u32 && g > grad_threshold;
     let small = smax <= grow_scale;
     let low_opacity = opacity_logits[i] < prune_opacity_logit;
@@ -265,7 +297,14 @@ fn grid(gpu: &Gpu, n: usize) -> CubeCount {
 
 /// New buffer of `parent.len()` rows of width `row` gathered from `src`; with `zero_fresh`
 /// rows whose variant is not 0 are zero (optimizer moments of new Gaussians).
-pub fn rebuild(gpu: &Gpu, src: &GpuBuffer<f32>, parent: &GpuBuffer<u32>, variant: &GpuBuffer<u32>, row: usize, zero_fresh: bool) -> GpuBuffer<f32> {
+pub fn rebuild(
+    gpu: &Gpu,
+    src: &GpuBuffer<f32>,
+    parent: &GpuBuffer<u32>,
+    variant: &GpuBuffer<u32>,
+    row: usize,
+    zero_fresh: bool,
+) -> GpuBuffer<f32> {
     let n_new = parent.len();
     let dst = gpu.alloc::<f32>(n_new * row);
     if n_new * row > 0 {
@@ -286,7 +325,14 @@ pub fn rebuild(gpu: &Gpu, src: &GpuBuffer<f32>, parent: &GpuBuffer<u32>, variant
 }
 
 /// Apply split-child offsets in place (rows with variant 2 or 3).
-pub fn apply_splits(gpu: &Gpu, means: &GpuBuffer<f32>, log_scales: &GpuBuffer<f32>, quats: &GpuBuffer<f32>, variant: &GpuBuffer<u32>, seed: u32) {
+pub fn apply_splits(
+    gpu: &Gpu,
+    means: &GpuBuffer<f32>,
+    log_scales: &GpuBuffer<f32>,
+    quats: &GpuBuffer<f32>,
+    variant: &GpuBuffer<u32>,
+    seed: u32,
+) {
     let n = variant.len();
     if n > 0 {
         split_children::launch(
@@ -304,11 +350,26 @@ pub fn apply_splits(gpu: &Gpu, means: &GpuBuffer<f32>, log_scales: &GpuBuffer<f3
 }
 
 /// `dst[index[j]] = values[j]` row-wise.
-pub fn scatter(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, values: &GpuBuffer<f32>, row: usize) {
+pub fn scatter(
+    gpu: &Gpu,
+    dst: &GpuBuffer<f32>,
+    index: &GpuBuffer<u32>,
+    values: &GpuBuffer<f32>,
+    row: usize,
+) {
     let n = index.len();
     assert_eq!(values.len(), n * row, "scatter values");
     if n > 0 {
-        scatter_rows::launch(gpu.client(), grid(gpu, n * row), CubeDim::new_1d(256), dst.arg(), index.arg(), values.arg(), n as u32, row as u32);
+        scatter_rows::launch(
+            gpu.client(),
+            grid(gpu, n * row),
+            CubeDim::new_1d(256),
+            dst.arg(),
+            index.arg(),
+            values.arg(),
+            n as u32,
+            row as u32,
+        );
     }
 }
 
@@ -316,12 +377,28 @@ pub fn scatter(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, values: 
 pub fn zero(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, row: usize) {
     let n = index.len();
     if n > 0 {
-        zero_rows::launch(gpu.client(), grid(gpu, n * row), CubeDim::new_1d(256), dst.arg(), index.arg(), n as u32, row as u32);
+        zero_rows::launch(
+            gpu.client(),
+            grid(gpu, n * row),
+            CubeDim::new_1d(256),
+            dst.arg(),
+            index.arg(),
+            n as u32,
+            row as u32,
+        );
     }
 }
 
 /// See [`accumulate_grad2d`].
-pub fn accumulate(gpu: &Gpu, v_proj: &GpuBuffer<f32>, radii: &GpuBuffer<u32>, grad2d: &GpuBuffer<f32>, count: &GpuBuffer<f32>, width: u32, height: u32) {
+pub fn accumulate(
+    gpu: &Gpu,
+    v_proj: &GpuBuffer<f32>,
+    radii: &GpuBuffer<u32>,
+    grad2d: &GpuBuffer<f32>,
+    count: &GpuBuffer<f32>,
+    width: u32,
+    height: u32,
+) {
     let n = grad2d.len();
     if n > 0 {
         accumulate_grad2d::launch(
@@ -389,13 +466,30 @@ pub fn adc_plan(
     let parent = gpu.alloc::<u32>(total);
     let variant = gpu.alloc::<u32>(total);
     if total > 0 {
-        adc_emit::launch(gpu.client(), grid(gpu, n), CubeDim::new_1d(256), flags.arg(), offsets.arg(), parent.arg(), variant.arg(), n as u32);
+        adc_emit::launch(
+            gpu.client(),
+            grid(gpu, n),
+            CubeDim::new_1d(256),
+            flags.arg(),
+            offsets.arg(),
+            parent.arg(),
+            variant.arg(),
+            n as u32,
+        );
     }
     Ok((parent, variant))
 }
 
 /// MCMC position noise (in place on `means`).
-pub fn add_position_noise(gpu: &Gpu, means: &GpuBuffer<f32>, log_scales: &GpuBuffer<f32>, quats: &GpuBuffer<f32>, opacity_logits: &GpuBuffer<f32>, scale: f32, seed: u32) {
+pub fn add_position_noise(
+    gpu: &Gpu,
+    means: &GpuBuffer<f32>,
+    log_scales: &GpuBuffer<f32>,
+    quats: &GpuBuffer<f32>,
+    opacity_logits: &GpuBuffer<f32>,
+    scale: f32,
+    seed: u32,
+) {
     let n = opacity_logits.len();
     if n > 0 {
         position_noise::launch(
@@ -426,6 +520,13 @@ fn clamp_max_kernel(x: &mut [f32], n: u32, max: f32) {
 pub fn clamp_max(gpu: &Gpu, x: &GpuBuffer<f32>, max: f32) {
     let n = x.len();
     if n > 0 {
-        clamp_max_kernel::launch(gpu.client(), grid(gpu, n), CubeDim::new_1d(256), x.arg(), n as u32, max);
+        clamp_max_kernel::launch(
+            gpu.client(),
+            grid(gpu, n),
+            CubeDim::new_1d(256),
+            x.arg(),
+            n as u32,
+            max,
+        );
     }
 }

@@ -38,8 +38,16 @@ pub struct PackedImage {
 impl PackedImage {
     /// Upload interleaved RGB bytes (`width * height * 3`).
     pub fn upload(gpu: &Gpu, rgb: &[u8], width: u32, height: u32) -> Self {
-        assert_eq!(rgb.len(), (width as usize) * (height as usize) * 3, "image size");
-        Self { data: gpu.upload(&pack_bytes(rgb)), width, height }
+        assert_eq!(
+            rgb.len(),
+            (width as usize) * (height as usize) * 3,
+            "image size"
+        );
+        Self {
+            data: gpu.upload(&pack_bytes(rgb)),
+            width,
+            height,
+        }
     }
 
     /// Device bytes held.
@@ -52,7 +60,14 @@ impl PackedImage {
         let n = (self.width as usize) * (self.height as usize) * 3;
         let out = gpu.alloc::<f32>(n);
         if n > 0 {
-            unpack_rgb8::launch(gpu.client(), gpu.grid(n.div_ceil(256)), CubeDim::new_1d(256), self.data.arg(), out.arg(), n as u32);
+            unpack_rgb8::launch(
+                gpu.client(),
+                gpu.grid(n.div_ceil(256)),
+                CubeDim::new_1d(256),
+                self.data.arg(),
+                out.arg(),
+                n as u32,
+            );
         }
         out
     }

@@ -18,7 +18,9 @@ fn splitmix(seed: u64, i: u64) -> u64 {
 
 /// `n` uniforms in [0, 1) from stream `seed` (common.py: `splitmix_uniform`).
 pub fn splitmix_uniform(seed: u64, n: usize) -> Vec<f64> {
-    (1..=n as u64).map(|i| (splitmix(seed, i) >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)).collect()
+    (1..=n as u64)
+        .map(|i| (splitmix(seed, i) >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0))
+        .collect()
 }
 
 /// `n` standard normals (Box-Muller, cos branch) from stream `seed`.
@@ -42,7 +44,9 @@ pub fn knn_mean_dist(points: &[[f64; 3]]) -> Vec<f64> {
     points
         .iter()
         .map(|p| {
-            let nn = tree.nearest(p, 4, &kdtree::distance::squared_euclidean).expect("finite");
+            let nn = tree
+                .nearest(p, 4, &kdtree::distance::squared_euclidean)
+                .expect("finite");
             // nn[0] is the point itself (or an exact duplicate at distance 0).
             let k = (nn.len().max(1) - 1).max(1) as f64;
             let s: f64 = nn.iter().skip(1).map(|(d, _)| *d).sum();
@@ -94,8 +98,14 @@ fn assemble(
         }
     }
     InitSplats {
-        means: points.iter().flat_map(|p| p.iter().map(|&v| v as f32)).collect(),
-        log_scales: d.iter().flat_map(|&d| [((d * scale_factor).max(1e-7)).ln() as f32; 3]).collect(),
+        means: points
+            .iter()
+            .flat_map(|p| p.iter().map(|&v| v as f32))
+            .collect(),
+        log_scales: d
+            .iter()
+            .flat_map(|&d| [((d * scale_factor).max(1e-7)).ln() as f32; 3])
+            .collect(),
         quats,
         opacity_logits: vec![logit(opacity); n],
         sh,
@@ -105,12 +115,23 @@ fn assemble(
 
 /// `n` random Gaussians uniform in `[-extent, extent]³` with random colours and rotations
 /// (train_bench.py `init_params`: streams `seed`, `seed+1`, `seed+2`).
-pub fn random_box(n: usize, extent: f64, opacity: f64, scale_factor: f64, seed: u64, sh_degree: u32) -> InitSplats {
+pub fn random_box(
+    n: usize,
+    extent: f64,
+    opacity: f64,
+    scale_factor: f64,
+    seed: u64,
+    sh_degree: u32,
+) -> InitSplats {
     let u = splitmix_uniform(seed, n * 3);
     let c = splitmix_uniform(seed + 1, n * 3);
     let q = splitmix_normal(seed + 2, n * 4);
-    let points: Vec<[f64; 3]> = (0..n).map(|i| [0, 1, 2].map(|k| (u[i * 3 + k] * 2.0 - 1.0) * extent)).collect();
-    let rgb: Vec<[f64; 3]> = (0..n).map(|i| [c[i * 3], c[i * 3 + 1], c[i * 3 + 2]]).collect();
+    let points: Vec<[f64; 3]> = (0..n)
+        .map(|i| [0, 1, 2].map(|k| (u[i * 3 + k] * 2.0 - 1.0) * extent))
+        .collect();
+    let rgb: Vec<[f64; 3]> = (0..n)
+        .map(|i| [c[i * 3], c[i * 3 + 1], c[i * 3 + 2]])
+        .collect();
     let quats = (0..n)
         .flat_map(|i| {
             let v = [q[i * 4], q[i * 4 + 1], q[i * 4 + 2], q[i * 4 + 3]];
@@ -122,7 +143,13 @@ pub fn random_box(n: usize, extent: f64, opacity: f64, scale_factor: f64, seed: 
 }
 
 /// One Gaussian per SfM point (non-finite points dropped), identity rotation.
-pub fn from_points(xyz: &[[f32; 3]], rgb: &[[u8; 3]], opacity: f64, scale_factor: f64, sh_degree: u32) -> Result<InitSplats, SplatError> {
+pub fn from_points(
+    xyz: &[[f32; 3]],
+    rgb: &[[u8; 3]],
+    opacity: f64,
+    scale_factor: f64,
+    sh_degree: u32,
+) -> Result<InitSplats, SplatError> {
     let mut points = Vec::with_capacity(xyz.len());
     let mut colours = Vec::with_capacity(xyz.len());
     for (p, c) in xyz.iter().zip(rgb) {
@@ -132,8 +159,20 @@ pub fn from_points(xyz: &[[f32; 3]], rgb: &[[u8; 3]], opacity: f64, scale_factor
         }
     }
     if points.len() < 2 {
-        return Err(SplatError::InvalidSplats(format!("{} usable initial points (need at least 2)", points.len())));
+        return Err(SplatError::InvalidSplats(format!(
+            "{} usable initial points (need at least 2)",
+            points.len()
+        )));
     }
-    let quats = (0..points.len()).flat_map(|_| [1f32, 0.0, 0.0, 0.0]).collect();
-    Ok(assemble(&points, &colours, quats, opacity, scale_factor, sh_degree))
+    let quats = (0..points.len())
+        .flat_map(|_| [1f32, 0.0, 0.0, 0.0])
+        .collect();
+    Ok(assemble(
+        &points,
+        &colours,
+        quats,
+        opacity,
+        scale_factor,
+        sh_degree,
+    ))
 }

@@ -23,7 +23,9 @@ pub const C2: f32 = 0.03 * 0.03;
 /// Normalised 1D Gaussian window of 11 taps, σ = 1.5 (computed in f64).
 pub fn gaussian_window() -> [f32; 11] {
     let sigma = 1.5f64;
-    let g: Vec<f64> = (0..11).map(|i| (-(((i as f64) - 5.0).powi(2)) / (2.0 * sigma * sigma)).exp()).collect();
+    let g: Vec<f64> = (0..11)
+        .map(|i| (-(((i as f64) - 5.0).powi(2)) / (2.0 * sigma * sigma)).exp())
+        .collect();
     let s: f64 = g.iter().sum();
     let mut w = [0f32; 11];
     for i in 0..11 {
@@ -249,7 +251,9 @@ pub struct LossKernels {
 
 impl LossKernels {
     pub fn new(gpu: &Gpu) -> Self {
-        Self { win: gpu.upload(&gaussian_window()) }
+        Self {
+            win: gpu.upload(&gaussian_window()),
+        }
     }
 
     /// `(1 - lambda) * mean|a - b| + lambda * (1 - mean SSIM(a, b))` and its gradient
@@ -276,7 +280,17 @@ impl LossKernels {
         let terms = gpu.alloc::<f32>(npix);
         let grad = gpu.alloc::<f32>(if with_grad { npix * 3 } else { 0 });
         if npix > 0 {
-            moments_h::launch(client, grid.clone(), dim, a.arg(), b.arg(), self.win.arg(), hmom.arg(), width, height);
+            moments_h::launch(
+                client,
+                grid.clone(),
+                dim,
+                a.arg(),
+                b.arg(),
+                self.win.arg(),
+                hmom.arg(),
+                width,
+                height,
+            );
             ssim_map::launch(
                 client,
                 grid.clone(),
@@ -295,7 +309,16 @@ impl LossKernels {
             if with_grad {
                 drop(hmom);
                 let hpart = gpu.alloc::<f32>(npix * 9);
-                partials_h::launch(client, grid.clone(), dim, partials.arg(), self.win.arg(), hpart.arg(), width, height);
+                partials_h::launch(
+                    client,
+                    grid.clone(),
+                    dim,
+                    partials.arg(),
+                    self.win.arg(),
+                    hpart.arg(),
+                    width,
+                    height,
+                );
                 loss_grad::launch(
                     client,
                     grid,
@@ -311,7 +334,12 @@ impl LossKernels {
                 );
             }
         }
-        LossOutput { grad, ssim, terms, lambda }
+        LossOutput {
+            grad,
+            ssim,
+            terms,
+            lambda,
+        }
     }
 }
 

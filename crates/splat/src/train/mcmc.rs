@@ -129,7 +129,12 @@ impl HostRng {
 
 /// `count` indices drawn with replacement from `candidates` with probability proportional
 /// to `weights[candidate]`.
-pub fn multinomial(rng: &mut HostRng, candidates: &[usize], weights: &[f64], count: usize) -> Vec<usize> {
+pub fn multinomial(
+    rng: &mut HostRng,
+    candidates: &[usize],
+    weights: &[f64],
+    count: usize,
+) -> Vec<usize> {
     let mut cdf = Vec::with_capacity(candidates.len());
     let mut total = 0.0;
     for &c in candidates {
@@ -164,33 +169,45 @@ pub struct McmcPlan {
     pub added: usize,
 }
 
-pub fn plan(rng: &mut HostRng, cfg: &McmcConfig, opacity_logits: &[f32], log_scales: &[f32], target: usize) -> McmcPlan {
+pub fn plan(
+    rng: &mut HostRng,
+    cfg: &McmcConfig,
+    opacity_logits: &[f32],
+    log_scales: &[f32],
+    target: usize,
+) -> McmcPlan {
     let n = opacity_logits.len();
-    let mut opa: Vec<f64> = opacity_logits.iter().map(|&o| 1.0 / (1.0 + (-(o as f64)).exp())).collect();
-    let mut ls: Vec<[f64; 3]> = (0..n).map(|i| [0, 1, 2].map(|k| log_scales[i * 3 + k] as f64)).collect();
+    let mut opa: Vec<f64> = opacity_logits
+        .iter()
+        .map(|&o| 1.0 / (1.0 + (-(o as f64)).exp()))
+        .collect();
+    let mut ls: Vec<[f64; 3]> = (0..n)
+        .map(|i| [0, 1, 2].map(|k| log_scales[i * 3 + k] as f64))
+        .collect();
     let mut parent: Vec<u32> = (0..n as u32).collect();
     let mut variant = vec![0u32; n];
     let mut touched = vec![false; n];
     let eps = f32::EPSILON as f64;
     let min_o = cfg.min_opacity as f64;
-    let apply = |opa: &mut Vec<f64>, ls: &mut Vec<[f64; 3]>, sampled: &[usize]| -> Vec<(f64, [f64; 3])> {
-        let mut counts = std::collections::HashMap::<usize, usize>::new();
-        for &s in sampled {
-            *counts.entry(s).or_default() += 1;
-        }
-        let updates: Vec<(usize, f64, f64)> = counts
-            .keys()
-            .map(|&s| {
-                let (o, f) = relocation(opa[s], counts[&s] + 1);
-                (s, o.clamp(min_o, 1.0 - eps), f)
-            })
-            .collect();
-        for (s, o, f) in updates {
-            opa[s] = o;
-            ls[s] = ls[s].map(|v| v + f.max(1e-30).ln());
-        }
-        sampled.iter().map(|&s| (opa[s], ls[s])).collect()
-    };
+    let apply =
+        |opa: &mut Vec<f64>, ls: &mut Vec<[f64; 3]>, sampled: &[usize]| -> Vec<(f64, [f64; 3])> {
+            let mut counts = std::collections::HashMap::<usize, usize>::new();
+            for &s in sampled {
+                *counts.entry(s).or_default() += 1;
+            }
+            let updates: Vec<(usize, f64, f64)> = counts
+                .keys()
+                .map(|&s| {
+                    let (o, f) = relocation(opa[s], counts[&s] + 1);
+                    (s, o.clamp(min_o, 1.0 - eps), f)
+                })
+                .collect();
+            for (s, o, f) in updates {
+                opa[s] = o;
+                ls[s] = ls[s].map(|v| v + f.max(1e-30).ln());
+            }
+            sampled.iter().map(|&s| (opa[s], ls[s])).collect()
+        };
 
     // Relocation: dead rows become copies of sampled live ones.
     let dead: Vec<usize> = (0..n).filter(|&i| opa[i] <= min_o).collect();
@@ -227,10 +244,21 @@ pub fn plan(rng: &mut HostRng, cfg: &McmcConfig, opacity_logits: &[f32], log_sca
         }
         added = sampled.len();
     }
-    let rows: Vec<u32> = (0..touched.len() as u32).filter(|&i| touched[i as usize]).collect();
+    let rows: Vec<u32> = (0..touched.len() as u32)
+        .filter(|&i| touched[i as usize])
+        .collect();
     McmcPlan {
-        opacity_logits: rows.iter().map(|&r| { let o = opa[r as usize]; (o / (1.0 - o)).ln() as f32 }).collect(),
-        log_scales: rows.iter().flat_map(|&r| ls[r as usize].map(|v| v as f32)).collect(),
+        opacity_logits: rows
+            .iter()
+            .map(|&r| {
+                let o = opa[r as usize];
+                (o / (1.0 - o)).ln() as f32
+            })
+            .collect(),
+        log_scales: rows
+            .iter()
+            .flat_map(|&r| ls[r as usize].map(|v| v as f32))
+            .collect(),
         rows,
         parent,
         variant,

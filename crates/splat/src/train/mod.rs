@@ -22,7 +22,7 @@ pub mod mcmc;
 use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
-use crate::render::{GpuSplats, RenderOptions, render, render_backward};
+use crate::render::{GpuSplats, RenderOptions, render, render_backward_with};
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, adam_update};
 use densify::AdcThresholds;
@@ -193,7 +193,15 @@ impl Trainer {
                 init.sh_degree, cfg.sh_degree
             )));
         }
-        let splats = GpuSplats::from_slices(gpu, &init.means, &init.log_scales, &init.quats, &init.opacity_logits, &init.sh, init.sh_degree)?;
+        let splats = GpuSplats::from_slices(
+            gpu,
+            &init.means,
+            &init.log_scales,
+            &init.quats,
+            &init.opacity_logits,
+            &init.sh,
+            init.sh_degree,
+        )?;
         let mut t = Self::from_parts(gpu, cfg, splats, HostRng(0));
         t.rng = HostRng(t.cfg.seed ^ 0x5EED_5EED);
         t.check_budget(t.splats.len())?;
@@ -202,8 +210,14 @@ impl Trainer {
 
     fn from_parts(gpu: &Gpu, cfg: TrainConfig, splats: GpuSplats, rng: HostRng) -> Self {
         let n = splats.len();
-        let m = Self::param_buffers(&splats).iter().map(|b| gpu.zeros::<f32>(b.len())).collect();
-        let v = Self::param_buffers(&splats).iter().map(|b| gpu.zeros::<f32>(b.len())).collect();
+        let m = Self::param_buffers(&splats)
+            .iter()
+            .map(|b| gpu.zeros::<f32>(b.len()))
+            .collect();
+        let v = Self::param_buffers(&splats)
+            .iter()
+            .map(|b| gpu.zeros::<f32>(b.len()))
+            .collect();
         Self {
             gpu: gpu.clone(),
             cfg,
@@ -295,12 +309,19 @@ impl Trainer {
 
     /// One optimisation step on one view. `target` is interleaved RGB in [0, 1] at the
     /// camera's resolution.
-    pub fn step(&mut self, camera: &Camera, target: &GpuBuffer<f32>) -> Result<StepInfo, SplatError> {
+    pub fn step(
+        &mut self,
+        camera: &Camera,
+        target: &GpuBuffer<f32>,
+    ) -> Result<StepInfo, SplatError> {
         let gpu = self.gpu.clone();
         let (w, h) = (camera.width, camera.height);
         let npix = (w as usize) * (h as usize);
         if target.len() != npix * 3 {
-            return Err(SplatError::InvalidCamera(format!("target has {} values for a {w}x{h} camera", target.len())));
+            return Err(SplatError::InvalidCamera(format!(
+                "target has {} values for a {w}x{h} camera",
+                target.len()
+            )));
         }
         let opts = RenderOptions {
             background: self.cfg.background,
@@ -309,12 +330,30 @@ impl Trainer {
             ..Default::default()
         };
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
-        let loss = self.loss.photometric_loss(&gpu, &out.rgb, target, w, h, self.cfg.ssim_lambda, true);
+        let loss =
+            self.loss
+                .photometric_loss(&gpu, &out.rgb, target, w, h, self.cfg.ssim_lambda, true);
         let zeros = self.zeros(npix);
-        let grads = render_backward(&gpu, &self.splats, &out, &state, &loss.grad, &zeros, &zeros)?;
+        let grads = render_backward_with(
+            &gpu,
+            &self.splats,
+            &out,
+            &state,
+            &loss.grad,
+            &zeros,
+            &zeros,
+            false,
+        )?;
         drop(state);
         if let Strategy::Mcmc(mc) = &self.cfg.strategy {
-            mcmc::add_regularizer_grads(&gpu, mc, &self.splats.opacity_logits, &self.splats.log_scales, &grads.opacity_logits, &grads.log_scales);
+            mcmc::add_regularizer_grads(
+                &gpu,
+                mc,
+                &self.splats.opacity_logits,
+                &self.splats.log_scales,
+                &grads.opacity_logits,
+                &grads.log_scales,
+            );
         }
         let t = self.step + 1;
         let lr = &self.cfg.lr;
@@ -326,13 +365,34 @@ impl Trainer {
             (1, lr.opacities, 0.0),
             (3, lr.sh_dc, lr.sh_rest),
         ];
-        let grad_bufs = [&grads.means, &grads.log_scales, &grads.quats, &grads.opacity_logits, &grads.sh];
+        let grad_bufs = [
+            &grads.means,
+            &grads.log_scales,
+            &grads.quats,
+            &grads.opacity_logits,
+            &grads.sh,
+        ];
         let rows = self.rows();
         let visible = self.cfg.visible_adam.then_some(&out.radii);
         for g in 0..5 {
             let param = Self::param_buffers(&self.splats)[g];
-            let rate = if g == 4 && k3 == 3 { (3, rates[4].1, rates[4].1) } else { rates[g] };
-            adam_update(&gpu, param, grad_bufs[g], &self.m[g], &self.v[g], rows[g], rate, t, &self.cfg.adam, visible);
+            let rate = if g == 4 && k3 == 3 {
+                (3, rates[4].1, rates[4].1)
+            } else {
+                rates[g]
+            };
+            adam_update(
+                &gpu,
+                param,
+                grad_bufs[g],
+                &self.m[g],
+                &self.v[g],
+                rows[g],
+                rate,
+                t,
+                &self.cfg.adam,
+                visible,
+            );
         }
 
         let s = self.step;
@@ -340,7 +400,15 @@ impl Trainer {
         match self.cfg.strategy.clone() {
             Strategy::Adc(adc) => {
                 if s < adc.refine_stop {
-                    densify::accumulate(&gpu, &grads.projected, &out.radii, &self.grad2d, &self.count, w, h);
+                    densify::accumulate(
+                        &gpu,
+                        &grads.projected,
+                        &out.radii,
+                        &self.grad2d,
+                        &self.count,
+                        w,
+                        h,
+                    );
                     if s > adc.refine_start && s % adc.refine_every.max(1) == 0 {
                         drop(grads);
                         refined = Some(self.refine_adc(&adc, s)?);
@@ -357,12 +425,25 @@ impl Trainer {
                 }
                 let scale = self.means_lr(s + 1) * mc.noise_lr;
                 let seed = self.rng.next_u64() as u32;
-                densify::add_position_noise(&gpu, &self.splats.means, &self.splats.log_scales, &self.splats.quats, &self.splats.opacity_logits, scale, seed);
+                densify::add_position_noise(
+                    &gpu,
+                    &self.splats.means,
+                    &self.splats.log_scales,
+                    &self.splats.quats,
+                    &self.splats.opacity_logits,
+                    scale,
+                    seed,
+                );
             }
         }
         self.last_loss = Some(loss);
         self.step += 1;
-        Ok(StepInfo { step: self.step, num_splats: self.splats.len(), num_visible: out.num_visible, refined })
+        Ok(StepInfo {
+            step: self.step,
+            num_splats: self.splats.len(),
+            num_visible: out.num_visible,
+            refined,
+        })
     }
 
     /// Loss of the last step (reads one value back).
@@ -382,7 +463,8 @@ impl Trainer {
         s.means = densify::rebuild(&gpu, &s.means, parent, variant, rows[0], false);
         s.log_scales = densify::rebuild(&gpu, &s.log_scales, parent, variant, rows[1], false);
         s.quats = densify::rebuild(&gpu, &s.quats, parent, variant, rows[2], false);
-        s.opacity_logits = densify::rebuild(&gpu, &s.opacity_logits, parent, variant, rows[3], false);
+        s.opacity_logits =
+            densify::rebuild(&gpu, &s.opacity_logits, parent, variant, rows[3], false);
         s.sh = densify::rebuild(&gpu, &s.sh, parent, variant, rows[4], false);
         for g in 0..5 {
             self.m[g] = densify::rebuild(&gpu, &self.m[g], parent, variant, rows[g], true);
@@ -407,7 +489,14 @@ impl Trainer {
             grow: true,
         };
         // Over the cap: raise the gradient threshold until growth fits, else only prune.
-        let mut plan = densify::adc_plan(&self.gpu, &self.grad2d, &self.count, &self.splats.log_scales, &self.splats.opacity_logits, &th)?;
+        let mut plan = densify::adc_plan(
+            &self.gpu,
+            &self.grad2d,
+            &self.count,
+            &self.splats.log_scales,
+            &self.splats.opacity_logits,
+            &th,
+        )?;
         let mut tries = 0;
         while plan.0.len() > cap && th.grow {
             tries += 1;
@@ -416,32 +505,67 @@ impl Trainer {
             } else {
                 th.grad2d *= 1.5;
             }
-            plan = densify::adc_plan(&self.gpu, &self.grad2d, &self.count, &self.splats.log_scales, &self.splats.opacity_logits, &th)?;
+            plan = densify::adc_plan(
+                &self.gpu,
+                &self.grad2d,
+                &self.count,
+                &self.splats.log_scales,
+                &self.splats.opacity_logits,
+                &th,
+            )?;
         }
         let (parent, variant) = plan;
         let seed = (self.rng.next_u64() ^ s) as u32;
         self.rebuild(&parent, &variant, seed);
         let after = self.splats.len();
-        Ok(RefineInfo { before, after, ..Default::default() })
+        Ok(RefineInfo {
+            before,
+            after,
+            ..Default::default()
+        })
     }
 
     fn refine_mcmc(&mut self, mc: &McmcConfig) -> Result<RefineInfo, SplatError> {
         let gpu = self.gpu.clone();
         let before = self.splats.len();
-        let target = ((before as f64 * 1.05) as usize).min(mc.cap_max).min(self.capacity()).max(before);
+        let target = ((before as f64 * 1.05) as usize)
+            .min(mc.cap_max)
+            .min(self.capacity())
+            .max(before);
         let opa = gpu.read(&self.splats.opacity_logits)?;
         let ls = gpu.read(&self.splats.log_scales)?;
         let plan = mcmc::plan(&mut self.rng, mc, &opa, &ls, target);
         if plan.relocated == 0 && plan.added == 0 {
-            return Ok(RefineInfo { before, after: before, ..Default::default() });
+            return Ok(RefineInfo {
+                before,
+                after: before,
+                ..Default::default()
+            });
         }
         let parent = gpu.upload(&plan.parent);
         let variant = gpu.upload(&plan.variant);
         self.rebuild(&parent, &variant, 0);
         let rows = gpu.upload(&plan.rows);
-        densify::scatter(&gpu, &self.splats.opacity_logits, &rows, &gpu.upload(&plan.opacity_logits), 1);
-        densify::scatter(&gpu, &self.splats.log_scales, &rows, &gpu.upload(&plan.log_scales), 3);
-        Ok(RefineInfo { before, after: self.splats.len(), duplicated_or_added: plan.added, split_or_relocated: plan.relocated })
+        densify::scatter(
+            &gpu,
+            &self.splats.opacity_logits,
+            &rows,
+            &gpu.upload(&plan.opacity_logits),
+            1,
+        );
+        densify::scatter(
+            &gpu,
+            &self.splats.log_scales,
+            &rows,
+            &gpu.upload(&plan.log_scales),
+            3,
+        );
+        Ok(RefineInfo {
+            before,
+            after: self.splats.len(),
+            duplicated_or_added: plan.added,
+            split_or_relocated: plan.relocated,
+        })
     }
 
     /// Clamp opacities to at most `value` and zero their Adam moments.
@@ -454,13 +578,21 @@ impl Trainer {
 
     /// Render a view with every SH degree active (evaluation and previews).
     pub fn render_rgb(&self, camera: &Camera) -> Result<Vec<f32>, SplatError> {
-        let opts = RenderOptions { background: self.cfg.background, antialiased: self.cfg.antialiased, ..Default::default() };
+        let opts = RenderOptions {
+            background: self.cfg.background,
+            antialiased: self.cfg.antialiased,
+            ..Default::default()
+        };
         let (out, _) = render(&self.gpu, &self.splats, camera, &opts)?;
         Ok(self.gpu.read(&out.rgb)?)
     }
 
     /// PSNR and SSIM ("valid" window) of a render, clamped to [0, 1], against an 8-bit target.
-    pub fn evaluate_view(&self, camera: &Camera, target: &[u8]) -> Result<(f64, f64, Vec<f32>), SplatError> {
+    pub fn evaluate_view(
+        &self,
+        camera: &Camera,
+        target: &[u8],
+    ) -> Result<(f64, f64, Vec<f32>), SplatError> {
         let mut pred = self.render_rgb(camera)?;
         for p in pred.iter_mut() {
             *p = p.clamp(0.0, 1.0);
@@ -475,9 +607,15 @@ impl Trainer {
         let gt: Vec<f32> = target.iter().map(|&v| v as f32 / 255.0).collect();
         let a = self.gpu.upload(&pred);
         let b = self.gpu.upload(&gt);
-        let l = self.loss.photometric_loss(&self.gpu, &a, &b, camera.width, camera.height, 0.0, false);
+        let l =
+            self.loss
+                .photometric_loss(&self.gpu, &a, &b, camera.width, camera.height, 0.0, false);
         let map = self.gpu.read(&l.ssim)?;
-        Ok((psnr, loss::valid_ssim_mean(&map, camera.width, camera.height), pred))
+        Ok((
+            psnr,
+            loss::valid_ssim_mean(&map, camera.width, camera.height),
+            pred,
+        ))
     }
 
     /// Parameters back on the host.
@@ -489,7 +627,10 @@ impl Trainer {
         Ok(rust3r_io::Splats {
             means: means.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
             log_scales: ls.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
-            rotations: q.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect(),
+            rotations: q
+                .chunks_exact(4)
+                .map(|c| [c[0], c[1], c[2], c[3]])
+                .collect(),
             opacity_logits: g.read(&self.splats.opacity_logits)?,
             sh_degree: self.splats.sh_degree,
             sh: g.read(&self.splats.sh)?,

@@ -28,7 +28,13 @@ impl Scene {
     }
     /// Round every parameter to f32 so GPU and reference see identical inputs.
     pub fn rounded(mut self) -> Self {
-        for v in [&mut self.means, &mut self.log_scales, &mut self.quats, &mut self.opacity_logits, &mut self.sh] {
+        for v in [
+            &mut self.means,
+            &mut self.log_scales,
+            &mut self.quats,
+            &mut self.opacity_logits,
+            &mut self.sh,
+        ] {
             for x in v.iter_mut() {
                 *x = *x as f32 as f64;
             }
@@ -46,7 +52,12 @@ pub struct RefOpts {
 
 impl Default for RefOpts {
     fn default() -> Self {
-        Self { background: [0.0; 3], antialiased: false, near: 0.01, far: 1e10 }
+        Self {
+            background: [0.0; 3],
+            antialiased: false,
+            near: 0.01,
+            far: 1e10,
+        }
     }
 }
 
@@ -58,7 +69,13 @@ pub struct RefImage {
 
 const SH_C0: f64 = 0.28209479177387814;
 const SH_C1: f64 = 0.4886025119029199;
-const SH_C2: [f64; 5] = [1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396];
+const SH_C2: [f64; 5] = [
+    1.0925484305920792,
+    -1.0925484305920792,
+    0.31539156525252005,
+    -1.0925484305920792,
+    0.5462742152960396,
+];
 const SH_C3: [f64; 7] = [
     -0.5900435899266435,
     2.890611442640554,
@@ -124,7 +141,11 @@ struct Projected {
 
 fn project(s: &Scene, i: usize, cam: &Camera, opts: &RefOpts) -> Option<Projected> {
     let w = &cam.world_to_camera;
-    let rot: M3 = [[w[0][0], w[0][1], w[0][2]], [w[1][0], w[1][1], w[1][2]], [w[2][0], w[2][1], w[2][2]]];
+    let rot: M3 = [
+        [w[0][0], w[0][1], w[0][2]],
+        [w[1][0], w[1][1], w[1][2]],
+        [w[2][0], w[2][1], w[2][2]],
+    ];
     let m = [s.means[i * 3], s.means[i * 3 + 1], s.means[i * 3 + 2]];
     let mut p = [0.0; 3];
     for r in 0..3 {
@@ -133,18 +154,39 @@ fn project(s: &Scene, i: usize, cam: &Camera, opts: &RefOpts) -> Option<Projecte
     if p[2] < opts.near || p[2] > opts.far {
         return None;
     }
-    let q = [s.quats[i * 4], s.quats[i * 4 + 1], s.quats[i * 4 + 2], s.quats[i * 4 + 3]];
+    let q = [
+        s.quats[i * 4],
+        s.quats[i * 4 + 1],
+        s.quats[i * 4 + 2],
+        s.quats[i * 4 + 3],
+    ];
     let qn = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
     if qn <= 0.0 {
         return None;
     }
     let (qw, qx, qy, qz) = (q[0] / qn, q[1] / qn, q[2] / qn, q[3] / qn);
     let r: M3 = [
-        [1.0 - 2.0 * (qy * qy + qz * qz), 2.0 * (qx * qy - qw * qz), 2.0 * (qx * qz + qw * qy)],
-        [2.0 * (qx * qy + qw * qz), 1.0 - 2.0 * (qx * qx + qz * qz), 2.0 * (qy * qz - qw * qx)],
-        [2.0 * (qx * qz - qw * qy), 2.0 * (qy * qz + qw * qx), 1.0 - 2.0 * (qx * qx + qy * qy)],
+        [
+            1.0 - 2.0 * (qy * qy + qz * qz),
+            2.0 * (qx * qy - qw * qz),
+            2.0 * (qx * qz + qw * qy),
+        ],
+        [
+            2.0 * (qx * qy + qw * qz),
+            1.0 - 2.0 * (qx * qx + qz * qz),
+            2.0 * (qy * qz - qw * qx),
+        ],
+        [
+            2.0 * (qx * qz - qw * qy),
+            2.0 * (qy * qz + qw * qx),
+            1.0 - 2.0 * (qx * qx + qy * qy),
+        ],
     ];
-    let sc = [s.log_scales[i * 3].exp(), s.log_scales[i * 3 + 1].exp(), s.log_scales[i * 3 + 2].exp()];
+    let sc = [
+        s.log_scales[i * 3].exp(),
+        s.log_scales[i * 3 + 1].exp(),
+        s.log_scales[i * 3 + 2].exp(),
+    ];
     let sdiag: M3 = [[sc[0], 0.0, 0.0], [0.0, sc[1], 0.0], [0.0, 0.0, sc[2]]];
     let mm = mul(&r, &sdiag);
     let sigma = mul(&mm, &transpose(&mm));
@@ -159,7 +201,10 @@ fn project(s: &Scene, i: usize, cam: &Camera, opts: &RefOpts) -> Option<Projecte
     let lim_y_neg = cy / fy + 0.3 * tan_fovy;
     let tx = p[2] * (p[0] / p[2]).clamp(-lim_x_neg, lim_x_pos);
     let ty = p[2] * (p[1] / p[2]).clamp(-lim_y_neg, lim_y_pos);
-    let j = [[fx / p[2], 0.0, -fx * tx / (p[2] * p[2])], [0.0, fy / p[2], -fy * ty / (p[2] * p[2])]];
+    let j = [
+        [fx / p[2], 0.0, -fx * tx / (p[2] * p[2])],
+        [0.0, fy / p[2], -fy * ty / (p[2] * p[2])],
+    ];
     let mut cov = [[0.0; 2]; 2];
     for a in 0..2 {
         for b in 0..2 {
@@ -189,7 +234,11 @@ fn project(s: &Scene, i: usize, cam: &Camera, opts: &RefOpts) -> Option<Projecte
     let center = cam.center();
     let d = [m[0] - center[0], m[1] - center[1], m[2] - center[2]];
     let dn = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
-    let u = if dn > 0.0 { [d[0] / dn, d[1] / dn, d[2] / dn] } else { [0.0; 3] };
+    let u = if dn > 0.0 {
+        [d[0] / dn, d[1] / dn, d[2] / dn]
+    } else {
+        [0.0; 3]
+    };
     let basis = sh_basis(u);
     let k = s.k();
     let mut rgb = [0.5; 3];
@@ -198,15 +247,27 @@ fn project(s: &Scene, i: usize, cam: &Camera, opts: &RefOpts) -> Option<Projecte
             rgb[ch] += bv * s.sh[(i * k + b) * 3 + ch];
         }
     }
-    Some(Projected { depth: p[2], mean, conic, opacity, rgb: rgb.map(|v| v.max(0.0)) })
+    Some(Projected {
+        depth: p[2],
+        mean,
+        conic,
+        opacity,
+        rgb: rgb.map(|v| v.max(0.0)),
+    })
 }
 
 /// Render the scene. Depth is the accumulated (alpha-weighted) depth.
 pub fn render(s: &Scene, cam: &Camera, opts: &RefOpts) -> RefImage {
-    let mut gs: Vec<Projected> = (0..s.len()).filter_map(|i| project(s, i, cam, opts)).collect();
+    let mut gs: Vec<Projected> = (0..s.len())
+        .filter_map(|i| project(s, i, cam, opts))
+        .collect();
     gs.sort_by(|a, b| a.depth.partial_cmp(&b.depth).unwrap());
     let (w, h) = (cam.width as usize, cam.height as usize);
-    let mut img = RefImage { rgb: vec![0.0; w * h * 3], alpha: vec![0.0; w * h], depth: vec![0.0; w * h] };
+    let mut img = RefImage {
+        rgb: vec![0.0; w * h * 3],
+        alpha: vec![0.0; w * h],
+        depth: vec![0.0; w * h],
+    };
     for y in 0..h {
         for x in 0..w {
             let (px, py) = (x as f64 + 0.5, y as f64 + 0.5);
@@ -216,7 +277,8 @@ pub fn render(s: &Scene, cam: &Camera, opts: &RefOpts) -> RefImage {
             for g in &gs {
                 let dx = g.mean[0] - px;
                 let dy = g.mean[1] - py;
-                let sigma = 0.5 * (g.conic[0] * dx * dx + g.conic[2] * dy * dy) + g.conic[1] * dx * dy;
+                let sigma =
+                    0.5 * (g.conic[0] * dx * dx + g.conic[2] * dy * dy) + g.conic[1] * dx * dy;
                 if sigma < 0.0 {
                     continue;
                 }
@@ -249,14 +311,30 @@ pub fn render(s: &Scene, cam: &Camera, opts: &RefOpts) -> RefImage {
 pub fn random_scene(seed: u64, n: usize, sh_degree: u32) -> Scene {
     let mut rng = StdRng::seed_from_u64(seed);
     let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
-    let mut s = Scene { means: vec![], log_scales: vec![], quats: vec![], opacity_logits: vec![], sh: vec![], sh_degree };
+    let mut s = Scene {
+        means: vec![],
+        log_scales: vec![],
+        quats: vec![],
+        opacity_logits: vec![],
+        sh: vec![],
+        sh_degree,
+    };
     for _ in 0..n {
         let z = rng.random_range(2.0..8.0);
-        s.means.extend([rng.random_range(-0.6..0.6) * z, rng.random_range(-0.45..0.45) * z, z]);
+        s.means.extend([
+            rng.random_range(-0.6..0.6) * z,
+            rng.random_range(-0.45..0.45) * z,
+            z,
+        ]);
         for _ in 0..3 {
             s.log_scales.push(rng.random_range(-3.0f64..-1.0));
         }
-        s.quats.extend([rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0)]);
+        s.quats.extend([
+            rng.random_range(-1.0..1.0),
+            rng.random_range(-1.0..1.0),
+            rng.random_range(-1.0..1.0),
+            rng.random_range(-1.0..1.0),
+        ]);
         s.opacity_logits.push(rng.random_range(-2.0..2.0));
         for c in 0..k * 3 {
             let scale = if c < 3 { 1.0 } else { 0.3 };
@@ -271,7 +349,11 @@ pub fn test_camera(width: u32, height: u32) -> Camera {
     let (a, b) = (0.05f64, -0.03f64);
     let (ca, sa, cb, sb) = (a.cos(), a.sin(), b.cos(), b.sin());
     // R = Rx(a) * Ry(b)
-    let r = [[cb, 0.0, sb], [sa * sb, ca, -sa * cb], [-ca * sb, sa, ca * cb]];
+    let r = [
+        [cb, 0.0, sb],
+        [sa * sb, ca, -sa * cb],
+        [-ca * sb, sa, ca * cb],
+    ];
     let t = [0.05, -0.02, 0.1];
     let mut m = [[0.0; 4]; 4];
     for i in 0..3 {
