@@ -8,6 +8,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
+use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward};
 
 use crate::DeviceArgs;
@@ -16,6 +18,24 @@ use crate::DeviceArgs;
 pub enum BenchCommand {
     /// Rasterizer forward and forward+backward, gsplat's anchor configurations.
     Raster(RasterArgs),
+    /// Time and device memory of full training steps (render, loss, backward, Adam) on the
+    /// garden scene tiled to N Gaussians.
+    TrainStep(TrainStepArgs),
+}
+
+#[derive(Args)]
+pub struct TrainStepArgs {
+    #[arg(long, default_value = "../shared/data/garden_points/test_garden.npz")]
+    npz: PathBuf,
+    /// Comma list of Gaussian counts (base|1m|10m|...).
+    #[arg(long, default_value = "1m,10m")]
+    ns: String,
+    #[arg(long, default_value = "1920x1080")]
+    res: String,
+    #[arg(long, default_value_t = 10)]
+    steps: usize,
+    #[command(flatten)]
+    device: DeviceArgs,
 }
 
 #[derive(Args)]
@@ -41,35 +61,11 @@ pub struct RasterArgs {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Raster(a) => raster(&a),
+        BenchCommand::TrainStep(a) => train_step(&a),
     }
 }
 
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-const SH_C0: f64 = 0.282_094_791_773_878_14;
-
-/// `n` uniforms in [0, 1) from stream `seed` (common.py: splitmix_uniform).
-pub fn splitmix_uniform(seed: u64, n: usize) -> Vec<f64> {
-    (1..=n as u64)
-        .map(|i| {
-            let mut z = seed.wrapping_add(i.wrapping_mul(GOLDEN));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z >> 11) as f64 * (1.0 / 9_007_199_254_740_992.0)
-        })
-        .collect()
-}
-
-/// `n` standard normals (Box-Muller, cos branch) from stream `seed`.
-pub fn splitmix_normal(seed: u64, n: usize) -> Vec<f64> {
-    let u = splitmix_uniform(seed, 2 * n);
-    (0..n)
-        .map(|i| {
-            let u1 = 1.0 - u[2 * i];
-            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u[2 * i + 1]).cos()
-        })
-        .collect()
-}
+const SH_C0: f64 = init::SH_C0;
 
 fn read_npy<T: npyz::Deserialize>(zip: &mut zip::ZipArchive<std::fs::File>, name: &str, path: &Path) -> Result<Vec<T>> {
     let mut f = zip
@@ -116,23 +112,6 @@ pub fn load_garden(path: &Path) -> Result<Garden> {
         width: *w.first().context("width")? as u32,
         height: *h.first().context("height")? as u32,
     })
-}
-
-/// sqrt(mean squared distance to the 3 nearest other points).
-fn knn_mean_dist(points: &[[f64; 3]]) -> Vec<f64> {
-    let mut tree = kdtree::KdTree::with_capacity(3, 32);
-    for (i, p) in points.iter().enumerate() {
-        tree.add(*p, i).expect("finite points");
-    }
-    points
-        .iter()
-        .map(|p| {
-            let nn = tree.nearest(p, 4, &kdtree::distance::squared_euclidean).expect("finite");
-            // nn[0] is the point itself (or an exact duplicate at distance 0).
-            let s: f64 = nn.iter().skip(1).map(|(d, _)| *d).sum();
-            (s / 3.0).sqrt().max(1e-7)
-        })
-        .collect()
 }
 
 pub struct BenchSet {
@@ -312,6 +291,65 @@ fn raster(a: &RasterArgs) -> Result<()> {
             "configs": results,
         });
         std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn train_step(a: &TrainStepArgs) -> Result<()> {
+    let gpu = a.device.open()?;
+    let garden = load_garden(&a.npz)?;
+    let nn = knn_mean_dist(&garden.means);
+    let base = garden.means.len();
+    let (w, h) = a.res.split_once('x').context("resolution must be WxH")?;
+    let (w, h): (u32, u32) = (w.parse()?, h.parse()?);
+    let cam = camera_for(&garden, w, h);
+    println!("| N | resolution | step ms (median) | persistent bytes / Gaussian | peak reserved GB | peak in use GB |");
+    println!("|---|---|---|---|---|---|");
+    for n in a.ns.split(',').filter(|s| !s.is_empty()) {
+        let n = parse_n(n, base)?;
+        let set = build_set(&garden, &nn, n);
+        let init = init::InitSplats {
+            means: set.means,
+            log_scales: set.log_scales,
+            quats: set.quats,
+            opacity_logits: vec![0.0; n],
+            sh: set.sh,
+            sh_degree: 3,
+        };
+        gpu.sync()?;
+        gpu.memory_cleanup();
+        let before = gpu.memory_in_use();
+        // No densification inside the measured steps: memory is that of a fixed count.
+        let adc = AdcConfig { refine_start: u64::MAX, ..Default::default() };
+        let cfg = TrainConfig { strategy: Strategy::Adc(adc), scene_scale: 1.0, ..Default::default() };
+        let mut t = Trainer::new(&gpu, cfg, &init)?;
+        drop(init);
+        let target = gpu.upload(&vec![0.5f32; (w * h * 3) as usize]);
+        gpu.sync()?;
+        let persistent = gpu.memory_in_use().saturating_sub(before) - (w as u64 * h as u64 * 12);
+        let (mut peak_res, mut peak_use) = (0u64, 0u64);
+        let mut times = vec![];
+        for i in 0..a.steps + 2 {
+            gpu.sync()?;
+            let t0 = Instant::now();
+            t.step(&cam, &target)?;
+            gpu.sync()?;
+            if i >= 2 {
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            peak_res = peak_res.max(gpu.memory_reserved());
+            peak_use = peak_use.max(gpu.memory_in_use());
+        }
+        println!(
+            "| {n} | {w}x{h} | {:.2} | {:.0} | {:.2} | {:.2} |",
+            median(times),
+            persistent as f64 / n as f64,
+            peak_res as f64 / 1e9,
+            peak_use as f64 / 1e9
+        );
+        drop(t);
+        gpu.sync()?;
+        gpu.memory_cleanup();
     }
     Ok(())
 }
