@@ -87,7 +87,7 @@ pub struct TrainArgs {
     pub device: DeviceArgs,
 }
 
-#[derive(Serialize, Clone)]
+#[derive(Serialize, serde::Deserialize, Clone)]
 struct EvalRecord {
     step: u64,
     psnr: f64,
@@ -264,7 +264,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let mut records: Vec<EvalRecord> = match std::fs::read(&eval_path) {
         Ok(bytes) if a.resume.is_some() => serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
             .ok()
-            .map(|v| v.into_iter().filter_map(|r| serde_json::from_value::<EvalRecordIn>(r).ok().map(Into::into)).collect())
+            .map(|v| v.into_iter().filter_map(|r| serde_json::from_value::<EvalRecord>(r).ok()).collect())
             .unwrap_or_default(),
         _ => Vec::new(),
     };
@@ -357,33 +357,6 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         a.out.join("splats.ply").display()
     );
     Ok(())
-}
-
-#[derive(serde::Deserialize)]
-struct EvalRecordIn {
-    step: u64,
-    psnr: f64,
-    ssim: f64,
-    num_splats: usize,
-    num_views: usize,
-    train_seconds: f64,
-    it_per_s: f64,
-    peak_gpu_bytes: u64,
-}
-
-impl From<EvalRecordIn> for EvalRecord {
-    fn from(r: EvalRecordIn) -> Self {
-        Self {
-            step: r.step,
-            psnr: r.psnr,
-            ssim: r.ssim,
-            num_splats: r.num_splats,
-            num_views: r.num_views,
-            train_seconds: r.train_seconds,
-            it_per_s: r.it_per_s,
-            peak_gpu_bytes: r.peak_gpu_bytes,
-        }
-    }
 }
 
 fn write_splats(trainer: &Trainer, path: &Path) -> Result<()> {
