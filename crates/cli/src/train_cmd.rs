@@ -300,8 +300,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         if s % 100 == 0 || s == a.steps {
             peak = peak.max(gpu.memory_reserved());
             let loss = trainer.last_loss()?.unwrap_or(f32::NAN);
+            let psnr = trainer.last_psnr()?.unwrap_or(f32::NAN);
             bar.set_message(format!(
-                "loss {loss:.4} | {} splats | {} visible | GPU {:.2} GB",
+                "loss {loss:.4} | PSNR {psnr:.2} | {} splats | {} visible | GPU {:.2} GB",
                 info.num_splats,
                 info.num_visible,
                 gpu.memory_reserved() as f64 / 1e9

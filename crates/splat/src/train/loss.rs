@@ -85,6 +85,7 @@ fn ssim_map(
     ssim: &mut [f32],
     partials: &mut [f32],
     loss_terms: &mut [f32],
+    sq_terms: &mut [f32],
     width: u32,
     height: u32,
     lambda: f32,
@@ -100,6 +101,7 @@ fn ssim_map(
     let plane = npix * 3;
     let inv_n = 1.0f32 / (plane as f32);
     let mut term = 0.0f32;
+    let mut sq = 0.0f32;
     for c in 0..3usize {
         let mut mu_a = 0.0f32;
         let mut mu_b = 0.0f32;
@@ -137,9 +139,12 @@ fn ssim_map(
         partials[o] = d_mu - 2.0f32 * mu_a * d_saa - mu_b * d_sab;
         partials[plane + o] = d_saa;
         partials[2 * plane + o] = d_sab;
-        term += ((1.0f32 - lambda) * f32::abs(a[o] - b[o]) - lambda * s) * inv_n;
+        let d = a[o] - b[o];
+        term += ((1.0f32 - lambda) * f32::abs(d) - lambda * s) * inv_n;
+        sq += d * d;
     }
     loss_terms[p] = term;
+    sq_terms[p] = sq;
 }
 
 /// Pass 3: horizontal filter of the three partial maps.
@@ -234,6 +239,8 @@ pub struct LossOutput {
     pub ssim: GpuBuffer<f32>,
     /// Per-pixel loss terms; their sum plus `lambda` is the loss.
     pub terms: GpuBuffer<f32>,
+    /// Per-pixel squared error summed over channels (for PSNR).
+    pub squared: GpuBuffer<f32>,
     pub lambda: f32,
 }
 
@@ -241,6 +248,12 @@ impl LossOutput {
     /// The scalar loss (reads back one value).
     pub fn value(&self, gpu: &Gpu) -> Result<f32, rust3r_gpu::GpuError> {
         Ok(self.lambda + reduce(gpu, &self.terms, ReduceOp::Sum)?)
+    }
+
+    /// PSNR of the render against the target (unclamped render; reads back one value).
+    pub fn psnr(&self, gpu: &Gpu) -> Result<f32, rust3r_gpu::GpuError> {
+        let mse = reduce(gpu, &self.squared, ReduceOp::Sum)? / (self.squared.len().max(1) * 3) as f32;
+        Ok(-10.0 * mse.log10())
     }
 }
 
@@ -278,6 +291,7 @@ impl LossKernels {
         let ssim = gpu.alloc::<f32>(npix * 3);
         let partials = gpu.alloc::<f32>(npix * 9);
         let terms = gpu.alloc::<f32>(npix);
+        let squared = gpu.alloc::<f32>(npix);
         let grad = gpu.alloc::<f32>(if with_grad { npix * 3 } else { 0 });
         if npix > 0 {
             moments_h::launch(
@@ -302,6 +316,7 @@ impl LossKernels {
                 ssim.arg(),
                 partials.arg(),
                 terms.arg(),
+                squared.arg(),
                 width,
                 height,
                 lambda,
@@ -334,12 +349,7 @@ impl LossKernels {
                 );
             }
         }
-        LossOutput {
-            grad,
-            ssim,
-            terms,
-            lambda,
-        }
+        LossOutput { grad, ssim, terms, squared, lambda }
     }
 }
 

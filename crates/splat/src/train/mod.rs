@@ -454,6 +454,14 @@ impl Trainer {
         }
     }
 
+    /// PSNR of the last step's render against its target (reads one value back).
+    pub fn last_psnr(&self) -> Result<Option<f32>, SplatError> {
+        match &self.last_loss {
+            Some(l) => Ok(Some(l.psnr(&self.gpu)?)),
+            None => Ok(None),
+        }
+    }
+
     /// Rebuild every per-Gaussian buffer from `parent` / `variant` (see [`densify`]).
     fn rebuild(&mut self, parent: &GpuBuffer<u32>, variant: &GpuBuffer<u32>, seed: u32) {
         let gpu = self.gpu.clone();
