@@ -344,6 +344,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         train_s += seg.elapsed().as_secs_f64();
     }
     bar.finish();
+    if let Some(r) = rust3r_gpu::profile::report() {
+        println!("RUST3R_PROFILE (device time per phase, synchronised):\n{r}");
+    }
     write_splats(&trainer, &a.out.join("splats.ply"))?;
     if a.spz {
         let host = trainer.to_host()?;

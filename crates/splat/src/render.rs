@@ -237,6 +237,7 @@ pub fn render(
 
     // All Gaussians sorted front to back; culled ones (key u32::MAX) last.
     let ids = iota(gpu, n);
+    rust3r_gpu::profile::mark(gpu, "fwd 1 project");
     let (sorted_keys, sorted_ids) = sort_pairs(gpu, &depth_keys, &ids, 32);
     let counts = gather(gpu, &tiles_touched, &sorted_ids);
     let offsets = exclusive_scan(gpu, &counts);
@@ -258,6 +259,7 @@ pub fn render(
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
+    rust3r_gpu::profile::mark(gpu, "fwd 2 depth sort + scan + count read-back");
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // The backward pass keeps one 10-float gradient row per intersection.
     gpu.check_fits(
@@ -297,6 +299,7 @@ pub fn render(
         );
     }
 
+    rust3r_gpu::profile::mark(gpu, "fwd 3 emit + tile sort + ranges");
     let npix = (w as usize) * (h as usize);
     let rgb = gpu.alloc::<f32>(npix * 3);
     let alpha = gpu.alloc::<f32>(npix);
@@ -347,6 +350,7 @@ pub fn render(
         );
     }
 
+    rust3r_gpu::profile::mark(gpu, "fwd 4 rasterize");
     let out = RenderOutput {
         width: w,
         height: h,
@@ -461,6 +465,7 @@ pub fn render_backward_with(
             batch,
         );
     }
+    rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
     if out.num_visible > 0 {
         tiles::sum_isect_grads::launch(
@@ -475,6 +480,7 @@ pub fn render_backward_with(
             out.num_visible as u32,
         );
     }
+    rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let k = splats.num_coeffs();
     let grads_means = gpu.alloc::<f32>(n * 3);
     let grads_scales = gpu.alloc::<f32>(n * 3);
@@ -509,6 +515,7 @@ pub fn render_backward_with(
             state.antialiased,
         );
     }
+    rust3r_gpu::profile::mark(gpu, "bwd 3 project");
     let mut world_to_camera = [[0.0f32; 4]; 3];
     if pose_grad {
         let cam_sum = gpu.read(&reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum))?;

@@ -329,10 +329,12 @@ impl Trainer {
             sh_degree: Some(self.active_sh_degree()),
             ..Default::default()
         };
+        rust3r_gpu::profile::start(&gpu);
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
         let loss =
             self.loss
                 .photometric_loss(&gpu, &out.rgb, target, w, h, self.cfg.ssim_lambda, true);
+        rust3r_gpu::profile::mark(&gpu, "loss");
         let zeros = self.zeros(npix);
         let grads = render_backward_with(
             &gpu,
@@ -395,6 +397,7 @@ impl Trainer {
             );
         }
 
+        rust3r_gpu::profile::mark(&gpu, "adam");
         let s = self.step;
         let mut refined = None;
         match self.cfg.strategy.clone() {
@@ -436,6 +439,7 @@ impl Trainer {
                 );
             }
         }
+        rust3r_gpu::profile::mark(&gpu, "densify / noise");
         self.last_loss = Some(loss);
         self.step += 1;
         Ok(StepInfo {
