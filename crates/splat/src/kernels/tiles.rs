@@ -79,18 +79,41 @@ pub fn sum_isect_grads(
     let g = sorted_ids[i] as usize;
     let start = offsets[i] as usize;
     let count = tiles_touched[g] as usize;
-    // Accumulate in place in the output row (each row is owned by one unit).
-    #[unroll]
-    for k in 0..10usize {
-        v_proj[g * 10 + k] = 0.0f32;
-    }
+    // Ten scalar accumulators (registers), one write per value.
+    let mut a0 = 0.0f32;
+    let mut a1 = 0.0f32;
+    let mut a2 = 0.0f32;
+    let mut a3 = 0.0f32;
+    let mut a4 = 0.0f32;
+    let mut a5 = 0.0f32;
+    let mut a6 = 0.0f32;
+    let mut a7 = 0.0f32;
+    let mut a8 = 0.0f32;
+    let mut a9 = 0.0f32;
     for r in start..start + count {
-        #[unroll]
-        for k in 0..10usize {
-            let v = v_proj[g * 10 + k] + isect_grads[r * 10 + k];
-            v_proj[g * 10 + k] = v;
-        }
+        let b = r * 10;
+        a0 += isect_grads[b];
+        a1 += isect_grads[b + 1];
+        a2 += isect_grads[b + 2];
+        a3 += isect_grads[b + 3];
+        a4 += isect_grads[b + 4];
+        a5 += isect_grads[b + 5];
+        a6 += isect_grads[b + 6];
+        a7 += isect_grads[b + 7];
+        a8 += isect_grads[b + 8];
+        a9 += isect_grads[b + 9];
     }
+    let o = g * 10;
+    v_proj[o] = a0;
+    v_proj[o + 1] = a1;
+    v_proj[o + 2] = a2;
+    v_proj[o + 3] = a3;
+    v_proj[o + 4] = a4;
+    v_proj[o + 5] = a5;
+    v_proj[o + 6] = a6;
+    v_proj[o + 7] = a7;
+    v_proj[o + 8] = a8;
+    v_proj[o + 9] = a9;
 }
 
 /// One unit: `out[0]` = total intersections (`offsets[n-1] + counts[n-1]`),
