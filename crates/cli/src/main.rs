@@ -2,6 +2,7 @@
 
 mod bench;
 mod render_cmd;
+mod slam_cmd;
 
 use std::path::PathBuf;
 
@@ -61,6 +62,8 @@ enum Command {
         input: PathBuf,
         output: PathBuf,
     },
+    /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
+    Slam(slam_cmd::SlamArgs),
     /// Benchmarks (not tests): timing and peak memory.
     Bench {
         #[command(subcommand)]
@@ -115,6 +118,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
             Ok(())
         }
+        Command::Slam(args) => slam_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }
 }
