@@ -110,6 +110,26 @@ fn sample(img: &RayImage, u: f64, v: f64) -> [f64; RAY_CHANNELS] {
     out
 }
 
+/// Bilinear sample of the 3 ray channels only.
+#[inline]
+fn sample_ray(img: &RayImage, u: f64, v: f64) -> [f64; 3] {
+    let u0 = u.floor() as usize;
+    let v0 = v.floor() as usize;
+    let du = u - u0 as f64;
+    let dv = v - v0 as f64;
+    let w11 = du * dv;
+    let w12 = (1.0 - du) * dv;
+    let w21 = du * (1.0 - dv);
+    let w22 = (1.0 - du) * (1.0 - dv);
+    let at = |vv: usize, uu: usize| &img.data[(vv * img.width + uu) * RAY_CHANNELS..][..3];
+    let (r11, r12, r21, r22) = (at(v0 + 1, u0 + 1), at(v0 + 1, u0), at(v0, u0 + 1), at(v0, u0));
+    let mut out = [0.0; 3];
+    for c in 0..3 {
+        out[c] = w11 * r11[c] as f64 + w12 * r12[c] as f64 + w21 * r21[c] as f64 + w22 * r22[c] as f64;
+    }
+    out
+}
+
 /// Steps below this (pixels) end a point's iterations early (MASt3R-SLAM always runs
 /// `max_iter`; the difference is below this size).
 pub const ITER_PROJ_MIN_STEP: f64 = 1e-4;
@@ -122,7 +142,7 @@ pub fn iter_proj_point(img: &RayImage, x: &Vector3<f64>, p: [f64; 2], max_iter: 
     let mut v = p[1].clamp(1.0, hmax);
     let mut lambda = lambda_init;
     let mut converged = false;
-    let ray_err = |s: &[f64; RAY_CHANNELS]| -> ([f64; 3], f64) {
+    let ray_err = |s: &[f64]| -> ([f64; 3], f64) {
         let n = (s[0] * s[0] + s[1] * s[1] + s[2] * s[2]).sqrt();
         let e = [s[0] / n - x.x, s[1] / n - x.y, s[2] / n - x.z];
         (e, e[0] * e[0] + e[1] * e[1] + e[2] * e[2])
@@ -141,7 +161,7 @@ pub fn iter_proj_point(img: &RayImage, x: &Vector3<f64>, p: [f64; 2], max_iter: 
         let dv = det_inv * (-a01 * b0 + a00 * b1);
         let un = (u + du).clamp(1.0, wmax);
         let vn = (v + dv).clamp(1.0, hmax);
-        let (_, new_cost) = ray_err(&sample(img, un, vn));
+        let (_, new_cost) = ray_err(&sample_ray(img, un, vn));
         if new_cost < cost {
             let step = (un - u).abs().max((vn - v).abs());
             u = un;

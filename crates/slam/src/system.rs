@@ -366,6 +366,12 @@ fn run_frames(
                 // Start from the previous frame's pose.
                 let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
                 let res = tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init);
+                tracing::debug!(
+                    "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
+                    res.iterations,
+                    res.match_frac,
+                    res.keyframe_frac
+                );
                 if res.lost {
                     tracing::warn!("frame {i}: tracking lost (match fraction {:.3})", res.match_frac);
                     records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: t_init, tracked: false, rgb_path: frame.rgb_path.clone() });

@@ -40,19 +40,21 @@ fn hit(shape: &Shape, o: &Vector3<f64>, d: &Vector3<f64>) -> Option<f64> {
             (t > 1e-6).then_some(t)
         }
         Shape::Sphere(c, r) => {
+            // |o + t d - c|^2 = r^2 with d not normalised.
             let oc = o - c;
+            let a = d.norm_squared();
             let b = oc.dot(d);
             let cc = oc.norm_squared() - r * r;
-            let disc = b * b - cc;
+            let disc = b * b - a * cc;
             if disc < 0.0 {
                 return None;
             }
             let s = disc.sqrt();
-            let t = -b - s;
-            if t > 1e-6 {
-                Some(t)
-            } else if -b + s > 1e-6 {
-                Some(-b + s)
+            let (t0, t1) = ((-b - s) / a, (-b + s) / a);
+            if t0 > 1e-6 {
+                Some(t0)
+            } else if t1 > 1e-6 {
+                Some(t1)
             } else {
                 None
             }
