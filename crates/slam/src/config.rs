@@ -103,6 +103,9 @@ pub struct TrackingConfig {
     pub sigma_depth: f64,
     /// Point-to-plane residual sigma in metres (RGB-D addition; 0 disables the term).
     pub sigma_plane: f64,
+    /// Depth-camera noise model (RGB-D addition): `sigma_plane` is the sigma at 1 m and grows
+    /// with the square of the depth, `sigma_depth` (log-depth) linearly.
+    pub depth_noise: bool,
     /// Smallest depth accepted in the calibrated residual.
     pub depth_eps: f64,
     /// Projections may fall this many pixels outside the image (negative: outside allowed).
@@ -142,6 +145,8 @@ pub struct LocalOptConfig {
     pub sigma_depth: f64,
     /// Point-to-plane sigma (0 disables).
     pub sigma_plane: f64,
+    /// Depth-camera noise model (see [`TrackingConfig::depth_noise`]).
+    pub depth_noise: bool,
     /// Stop when the update norm is below this.
     pub delta_norm: f64,
 }
@@ -236,6 +241,7 @@ impl Default for SlamConfig {
                 sigma_pixel: 1.0,
                 sigma_depth: 1e1,
                 sigma_plane: 0.0,
+                depth_noise: false,
                 depth_eps: 1e-6,
                 pixel_border: -10.0,
                 filtering_mode: FusionMode::Weighted,
@@ -255,6 +261,7 @@ impl Default for SlamConfig {
                 sigma_pixel: 1.0,
                 sigma_depth: 1e1,
                 sigma_plane: 0.0,
+                depth_noise: false,
                 delta_norm: 1e-8,
             },
             retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
@@ -282,16 +289,20 @@ impl SlamConfig {
     /// * a point-to-plane term (`sigma_plane` 2 mm): with projective association the matched
     ///   pixel is within half a pixel of the projection, so the pixel residual only carries
     ///   quantisation noise; the plane term is what ICP on depth relies on;
+    /// * `depth_noise`: both depth sigmas grow with depth as a structured-light sensor's noise
+    ///   does (quadratically in metres, so linearly in log-depth); sigmas are those at 1 m;
     /// * tracking iterations are per pyramid level (3 levels) and limited to 20.
     pub fn rgbd() -> Self {
         let mut c = Self { use_calib: true, ..Self::default() };
         c.tracking.sigma_depth = 0.01;
         c.tracking.sigma_plane = 0.002;
+        c.tracking.depth_noise = true;
         c.tracking.max_iters = 20;
         c.tracking.rel_error = 1e-4;
         c.tracking.delta_norm = 1e-5;
         c.local_opt.sigma_depth = 0.01;
         c.local_opt.sigma_plane = 0.002;
+        c.local_opt.depth_noise = true;
         c
     }
 
@@ -397,6 +408,7 @@ impl SlamConfig {
                     "sigma_pixel" => t.sigma_pixel = f(value)?,
                     "sigma_depth" => t.sigma_depth = f(value)?,
                     "sigma_plane" => t.sigma_plane = f(value)?,
+                    "depth_noise" => t.depth_noise = b(value)?,
                     "sigma_point" => {}
                     "pixel_border" => t.pixel_border = f(value)?,
                     "depth_eps" => t.depth_eps = f(value)?,
@@ -427,6 +439,7 @@ impl SlamConfig {
                     "sigma_pixel" => l.sigma_pixel = f(value)?,
                     "sigma_depth" => l.sigma_depth = f(value)?,
                     "sigma_plane" => l.sigma_plane = f(value)?,
+                    "depth_noise" => l.depth_noise = b(value)?,
                     "sigma_point" | "use_cuda" => {}
                     "delta_norm" => l.delta_norm = f(value)?,
                     _ => return Err(unknown()),

@@ -36,6 +36,8 @@ pub struct ResidualParams {
     pub sigma_depth: f64,
     /// Point-to-plane sigma (calibrated; 0 disables).
     pub sigma_plane: f64,
+    /// Depth-dependent depth sigmas (sigma at 1 m; plane ~ z^2, log-depth ~ z).
+    pub depth_noise: bool,
     /// Ray sigma (uncalibrated).
     pub sigma_ray: f64,
     /// Distance sigma (uncalibrated).
@@ -57,6 +59,7 @@ impl ResidualParams {
             sigma_pixel: t.sigma_pixel,
             sigma_depth: t.sigma_depth,
             sigma_plane: t.sigma_plane,
+            depth_noise: t.depth_noise,
             sigma_ray: t.sigma_ray,
             sigma_dist: t.sigma_dist,
             huber: t.huber,
@@ -71,6 +74,7 @@ impl ResidualParams {
             sigma_pixel: l.sigma_pixel,
             sigma_depth: l.sigma_depth,
             sigma_plane: l.sigma_plane,
+            depth_noise: l.depth_noise,
             sigma_ray: l.sigma_ray,
             sigma_dist: l.sigma_dist,
             huber,
@@ -246,12 +250,14 @@ pub fn point_info(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &ResidualPara
         let (r, dh) = residuals::calib_residual_dy(cam, &meas_v, y);
         add(r.x, &dh.fixed_view::<1, 3>(0, 0).into_owned(), p.sigma_pixel);
         add(r.y, &dh.fixed_view::<1, 3>(1, 0).into_owned(), p.sigma_pixel);
-        add(r.z, &dh.fixed_view::<1, 3>(2, 0).into_owned(), p.sigma_depth);
+        // Depth noise of a structured-light sensor grows with z^2 (z in log-depth).
+        let (zs_log, zs_plane) = if p.depth_noise { (xq.z.max(0.5), (xq.z * xq.z).max(0.25)) } else { (1.0, 1.0) };
+        add(r.z, &dh.fixed_view::<1, 3>(2, 0).into_owned(), p.sigma_depth * zs_log);
         if p.sigma_plane > 0.0 {
             if let Some(Some(n)) = meas.normals.get(q) {
                 let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
                 let r = n.dot(&(xq - y));
-                add(r, &n.transpose(), p.sigma_plane);
+                add(r, &n.transpose(), p.sigma_plane * zs_plane);
             }
         }
     } else {

@@ -54,6 +54,7 @@ fn params_buffer(view: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> [f
     b[track::P_CONV] = m.convergence_thresh as f32;
     b[track::P_DIST] = m.dist_thresh as f32;
     b[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
+    b[track::P_NOISE] = if p.depth_noise { 1.0 } else { 0.0 };
     b
 }
 

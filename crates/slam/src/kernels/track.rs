@@ -44,8 +44,10 @@ pub const P_CONV: usize = 11;
 pub const P_DIST: usize = 12;
 /// Early-exit step (pixels).
 pub const P_MINSTEP: usize = 13;
+/// Depth noise model on (1) or off (0).
+pub const P_NOISE: usize = 14;
 /// Length of `params`.
-pub const P_LEN: usize = 14;
+pub const P_LEN: usize = 15;
 
 #[cube]
 fn bilinear(rays: &[f32], w: usize, u: f32, v: f32, c: usize) -> f32 {
@@ -266,7 +268,10 @@ pub fn normal_eq_kernel(
             let hv2 = -fy * y * iz * iz;
             // Log-depth: dh = (0, 0, 1/z).
             let rd = zq.ln() - z.ln();
-            let isd = params[P_ISD];
+            let noise = params[P_NOISE] > 0.0f32;
+            let zs_log = select(noise, max(zq, 0.5f32), 1.0f32);
+            let zs_plane = select(noise, max(zq * zq, 0.25f32), 1.0f32);
+            let isd = params[P_ISD] / zs_log;
             let wd = isd * isd * huber_w(isd * rd, k);
             let mut m00 = wu * hu0 * hu0;
             let mut m01 = 0.0f32;
@@ -279,7 +284,7 @@ pub fn normal_eq_kernel(
             let mut v2 = wu * ru * hu2 + wv * rv * hv2 + wd * rd * iz;
             let mut cost = 0.5f32 * (wu * ru * ru + wv * rv * rv + wd * rd * rd);
             // Point-to-plane: r = n . (X_q - y), dh = n.
-            let ispl = params[P_ISPL];
+            let ispl = params[P_ISPL] / zs_plane;
             let n0 = normals[q * 3];
             let n1 = normals[q * 3 + 1];
             let n2 = normals[q * 3 + 2];
