@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::{self, DatasetKind};
-use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam};
+use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_with};
 
 /// Arguments of `rust3r slam`.
 #[derive(Args, Debug)]
@@ -40,6 +40,12 @@ pub struct SlamArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Track frames with the GPU kernels (matching and reductions); the back end stays on
+    /// the CPU.
+    #[arg(long)]
+    pub gpu: bool,
+    #[command(flatten)]
+    pub device: crate::DeviceArgs,
 }
 
 pub fn run(args: &SlamArgs) -> Result<()> {
@@ -69,8 +75,9 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     bar.set_style(
         ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}").expect("valid template").progress_chars("=> "),
     );
+    let gpu = if args.gpu { Some(args.device.open()?) } else { None };
     let start = Instant::now();
-    let result = run_slam(dataset.as_ref(), &mut front, &cfg, args.max_frames, |p| {
+    let result = run_slam_with(dataset.as_ref(), &mut front, &cfg, args.max_frames, gpu.as_ref(), |p| {
         let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(p.frame as u64);
         bar.set_message(format!("{fps:.1} FPS, {} keyframes, {}", p.keyframes, p.state));

@@ -149,6 +149,9 @@ pub struct LocalOptConfig {
     pub depth_noise: bool,
     /// Stop when the update norm is below this.
     pub delta_norm: f64,
+    /// Iterations of a last optimisation over the whole graph after the final frame
+    /// (0: none, as MASt3R-SLAM).
+    pub final_iters: usize,
 }
 
 /// `retrieval` section (loop candidates).
@@ -263,6 +266,7 @@ impl Default for SlamConfig {
                 sigma_plane: 0.0,
                 depth_noise: false,
                 delta_norm: 1e-8,
+                final_iters: 0,
             },
             retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
             reloc: RelocConfig { min_match_frac: 0.3, strict: true },
@@ -442,6 +446,7 @@ impl SlamConfig {
                     "depth_noise" => l.depth_noise = b(value)?,
                     "sigma_point" | "use_cuda" => {}
                     "delta_norm" => l.delta_norm = f(value)?,
+                    "final_iters" => l.final_iters = u(value)?,
                     _ => return Err(unknown()),
                 }
             }

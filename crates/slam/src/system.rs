@@ -121,6 +121,8 @@ struct Shared {
 enum Msg {
     /// A new keyframe, with extra edges to connect (relocalisation).
     Keyframe(usize, Vec<usize>),
+    /// The last optimisation over the whole graph.
+    Final,
     Stop,
 }
 
@@ -138,15 +140,16 @@ impl Backend {
         ResidualParams::local_opt(&self.cfg.local_opt, self.cfg.tracking.huber)
     }
 
-    /// Adds the edges of keyframe `k` and optimises.
-    fn process(&mut self, shared: &Mutex<Shared>, k: usize, extra: &[usize]) {
+    /// Adds the edges of keyframe `k` and optimises (`k == None`: a final optimisation of the
+    /// whole graph with `final_iters` iterations and no new edges).
+    fn process(&mut self, shared: &Mutex<Shared>, k: Option<usize>, extra: &[usize]) {
         let (snapshot, mut edges) = {
             let s = shared.lock().expect("back-end lock");
             let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
                 s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
             (snap, s.edges.clone())
         };
-        if k >= snapshot.len() {
+        if k.is_some_and(|k| k >= snapshot.len()) || snapshot.is_empty() {
             return;
         }
         let p = self.params();
@@ -168,19 +171,32 @@ impl Backend {
                 list.push(e);
             }
         };
-        if k > 0 {
-            add(k - 1, k, &mut new_edges);
+        let mut local = self.cfg.local_opt.clone();
+        match k {
+            Some(k) => {
+                if k > 0 {
+                    add(k - 1, k, &mut new_edges);
+                }
+                for &j in extra {
+                    add(j, k, &mut new_edges);
+                }
+                for j in self.loop_candidates(&views, k) {
+                    add(j, k, &mut new_edges);
+                }
+            }
+            None => {
+                if local.final_iters == 0 {
+                    return;
+                }
+                local.max_iters = local.final_iters;
+                local.window_size = usize::MAX;
+            }
         }
-        for &j in extra {
-            add(j, k, &mut new_edges);
-        }
-        for j in self.loop_candidates(&views, k) {
-            add(j, k, &mut new_edges);
-        }
+        let k = k.unwrap_or(views.len() - 1);
         edges.extend(new_edges.iter().copied());
-        let first_free = self.cfg.local_opt.pin.max(views.len().saturating_sub(self.cfg.local_opt.window_size));
+        let first_free = local.pin.max(views.len().saturating_sub(local.window_size));
         let before: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
-        let report = optimize(&mut views, &edges, first_free, &self.cfg.local_opt, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
+        let report = optimize(&mut views, &edges, first_free, &local, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
         if let Some(r) = &report {
             tracing::debug!(
                 "back end: keyframe {k}, {} edges, {} iterations, cost {:.1} -> {:.1}",
@@ -252,7 +268,7 @@ enum BackendRunner {
 impl BackendRunner {
     fn notify(&mut self, shared: &Arc<Mutex<Shared>>, k: usize, extra: Vec<usize>) {
         match self {
-            Self::Inline(b) => b.process(shared, k, &extra),
+            Self::Inline(b) => b.process(shared, Some(k), &extra),
             Self::Thread { tx, .. } => {
                 // A closed channel means the thread died; its panic surfaces at join.
                 let _ = tx.send(Msg::Keyframe(k, extra));
@@ -260,7 +276,24 @@ impl BackendRunner {
         }
     }
 
-    fn finish(&mut self) -> Result<(), SlamError> {
+    fn finish(&mut self, shared: &Arc<Mutex<Shared>>) -> Result<(), SlamError> {
+        if let Self::Inline(b) = self {
+            b.process(shared, None, &[]);
+        }
+        if let Self::Thread { tx, handle } = self {
+            let _ = tx.send(Msg::Final);
+            let _ = tx.send(Msg::Stop);
+            if let Some(h) = handle.take() {
+                h.join().map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BackendRunner {
+    /// Stops the thread without the final optimisation (after an error).
+    fn finish_quietly(&mut self) -> Result<(), SlamError> {
         if let Self::Thread { tx, handle } = self {
             let _ = tx.send(Msg::Stop);
             if let Some(h) = handle.take() {
@@ -277,7 +310,8 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
         .spawn(move || {
             while let Ok(msg) = rx.recv() {
                 match msg {
-                    Msg::Keyframe(k, extra) => b.process(&shared, k, &extra),
+                    Msg::Keyframe(k, extra) => b.process(&shared, Some(k), &extra),
+                    Msg::Final => b.process(&shared, None, &[]),
                     Msg::Stop => break,
                 }
             }
@@ -285,12 +319,25 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
         .expect("spawning the back-end thread")
 }
 
-/// Runs SLAM over frames `0..max_frames` of `dataset`.
+/// Runs SLAM over frames `0..max_frames` of `dataset` on the CPU.
 pub fn run_slam(
     dataset: &dyn Dataset,
     front: &mut dyn PointmapFrontEnd,
     cfg: &SlamConfig,
     max_frames: Option<usize>,
+    progress: impl FnMut(&Progress),
+) -> Result<SlamResult, SlamError> {
+    run_slam_with(dataset, front, cfg, max_frames, None, progress)
+}
+
+/// [`run_slam`], with frame tracking on `gpu` when given (calibrated front ends; the back end
+/// stays on the CPU).
+pub fn run_slam_with(
+    dataset: &dyn Dataset,
+    front: &mut dyn PointmapFrontEnd,
+    cfg: &SlamConfig,
+    max_frames: Option<usize>,
+    gpu: Option<&rust3r_gpu::Gpu>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<SlamResult, SlamError> {
     let total = max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
@@ -314,8 +361,9 @@ pub fn run_slam(
         let handle = spawn_backend(backend, shared.clone(), rx);
         BackendRunner::Thread { tx, handle: Some(handle) }
     };
-    let result = run_frames(dataset, front, cfg, total, cam, &tracker, &shared, &mut runner, &mut progress);
-    let finish = runner.finish();
+    let gpu = if cam.is_some() { gpu } else { None };
+    let result = run_frames(dataset, front, cfg, total, cam, &tracker, gpu, &shared, &mut runner, &mut progress);
+    let finish = if result.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
     let (frames, peak) = result?;
     finish?;
     let s = Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
@@ -336,6 +384,7 @@ fn run_frames(
     total: usize,
     cam: Option<PinholeCamera>,
     tracker: &Tracker,
+    gpu: Option<&rust3r_gpu::Gpu>,
     shared: &Arc<Mutex<Shared>>,
     runner: &mut BackendRunner,
     progress: &mut impl FnMut(&Progress),
@@ -365,7 +414,10 @@ fn run_frames(
                 };
                 // Start from the previous frame's pose.
                 let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
-                let res = tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init);
+                let res = match (gpu, cam) {
+                    (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
+                    _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
+                };
                 tracing::debug!(
                     "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
                     res.iterations,

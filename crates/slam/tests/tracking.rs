@@ -7,7 +7,10 @@ use rust3r_slam::config::SlamConfig;
 use rust3r_slam::tracker::Tracker;
 
 fn tracker(cfg: &SlamConfig, levels: usize, optimize_scale: bool) -> Tracker {
-    Tracker { cfg: cfg.tracking.clone(), matching: cfg.matching.clone(), levels, optimize_scale }
+    let mut t = cfg.tracking.clone();
+    // Noise-free synthetic depth: no depth-dependent down-weighting.
+    t.depth_noise = false;
+    Tracker { cfg: t, matching: cfg.matching.clone(), levels, optimize_scale }
 }
 
 /// Calibrated (RGB-D) tracking, SE(3): translation, rotation, and pure rotation.
