@@ -3,6 +3,7 @@
 mod bench;
 mod render_cmd;
 mod train_cmd;
+mod slam_cmd;
 
 use std::path::PathBuf;
 
@@ -64,6 +65,8 @@ enum Command {
         input: PathBuf,
         output: PathBuf,
     },
+    /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
+    Slam(slam_cmd::SlamArgs),
     /// Benchmarks (not tests): timing and peak memory.
     Bench {
         #[command(subcommand)]
@@ -119,6 +122,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
             Ok(())
         }
+        Command::Slam(args) => slam_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-/// Errors produced by trajectory I/O and evaluation.
+/// Errors of the SLAM crate.
 #[derive(Debug, Error)]
 pub enum SlamError {
     /// The file could not be read or written.
@@ -65,4 +65,16 @@ pub enum SlamError {
     /// An argument is invalid (e.g. an unknown alignment mode).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Input data that SLAM cannot use (the message names the file).
+    #[error("{0}")]
+    InvalidInput(String),
+    /// Reading the data set failed.
+    #[error(transparent)]
+    Dataset(#[from] rust3r_io::IoError),
+    /// The back end failed.
+    #[error("back end: {0}")]
+    Backend(String),
+    /// A GPU kernel failed.
+    #[error("gpu: {0}")]
+    Gpu(String),
 }

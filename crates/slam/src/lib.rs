@@ -1,13 +1,34 @@
-//! rust3r SLAM components.
+//! rust3r SLAM: MASt3R-SLAM's design in one process.
 //!
-//! Currently: trajectory I/O ([`trajectory`]: TUM and EuRoC formats) and
-//! absolute-trajectory-error evaluation ([`ate`]) that reproduces evo's
-//! `evo_ape` (association, Umeyama SE(3)/Sim(3) alignment, statistics).
+//! * [`pointmap`]: pointmaps and the [`PointmapFrontEnd`] trait, with the RGB-D front end
+//!   ([`RgbdFrontEnd`]); the MASt3R network plugs in as another front end later.
+//! * [`matching`]: iterative-projection matching, occlusion check, descriptor refinement.
+//! * [`residuals`]: calibrated (pixel + log-depth), point-to-plane and uncalibrated (ray +
+//!   distance) residuals with analytic Jacobians.
+//! * [`tracker`]: frame-to-keyframe Gauss-Newton with Huber weights (coarse to fine for RGB-D).
+//! * [`keyframes`]: growable keyframe store and pointmap fusion modes.
+//! * [`backend`]: factor graph over keyframe poses, Gauss-Newton with a sparse Cholesky (faer).
+//! * [`system`]: the whole pipeline ([`run_slam`]), back end in a background thread or inline
+//!   (`single_thread`, bit-identical runs).
+//! * [`output`]: trajectory / keyframes (TUM), coloured PLY, ground truth, nerfstudio
+//!   `transforms.json`.
+//! * [`kernels`]: GPU (CubeCL) versions of iterative projection and the tracking reductions.
+//! * [`trajectory`] and [`ate`]: trajectory I/O (TUM, EuRoC) and evo-exact ATE.
 
 #![warn(missing_docs)]
 
 pub mod ate;
+pub mod backend;
+pub mod config;
 mod error;
+pub mod keyframes;
+pub mod kernels;
+pub mod matching;
+pub mod output;
+pub mod pointmap;
+pub mod residuals;
+pub mod system;
+pub mod tracker;
 pub mod trajectory;
 
 pub use ate::{
@@ -15,7 +36,10 @@ pub use ate::{
     ate_from_trajectories, eval_ate, eval_ate_with_options, matching_time_indices,
     umeyama_alignment,
 };
+pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;
+pub use pointmap::{Pointmap, PointmapFrontEnd, RgbdFrontEnd};
+pub use system::{Progress, SlamResult, TrackingState, run_slam, run_slam_with};
 pub use trajectory::{
     Trajectory, TrajectoryFormat, detect_format, format_tum, parse_euroc, parse_tum, read_euroc,
     read_trajectory, read_trajectory_with_format, read_tum, write_tum,

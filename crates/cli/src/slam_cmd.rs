@@ -1,0 +1,110 @@
+//! `rust3r slam`: dense SLAM over a data set folder, writing poses, a point cloud and a
+//! nerfstudio export.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rust3r_io::datasets::{self, DatasetKind};
+use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_with};
+
+/// Arguments of `rust3r slam`.
+#[derive(Args, Debug)]
+pub struct SlamArgs {
+    /// Data set folder (TUM RGB-D, 7-Scenes sequence, ETH3D, ...).
+    pub dataset: PathBuf,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Front end: rgbd (depth camera). The MASt3R front end is not available yet.
+    #[arg(long, default_value = "rgbd")]
+    pub mode: String,
+    /// Data set layout (tum, 7scenes, euroc, eth3d, images); detected when omitted.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// YAML overrides in MASt3R-SLAM's config layout (sections matching, tracking, local_opt,
+    /// retrieval, reloc, rgbd).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run the back end on the tracking thread: bit-identical results run to run.
+    #[arg(long)]
+    pub single_thread: bool,
+    /// Use every N-th frame.
+    #[arg(long, default_value_t = 1)]
+    pub stride: usize,
+    /// Process at most N frames.
+    #[arg(long)]
+    pub max_frames: Option<usize>,
+    /// Hide the progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Track frames with the GPU kernels (matching and reductions); the back end stays on
+    /// the CPU.
+    #[arg(long)]
+    pub gpu: bool,
+    #[command(flatten)]
+    pub device: crate::DeviceArgs,
+}
+
+pub fn run(args: &SlamArgs) -> Result<()> {
+    let mut cfg = match args.mode.as_str() {
+        "rgbd" => SlamConfig::rgbd(),
+        "mast3r" => bail!("--mode mast3r needs the MASt3R network, which is not implemented yet; use --mode rgbd"),
+        other => bail!("unknown mode '{other}' (expected rgbd)"),
+    };
+    if let Some(path) = &args.config {
+        cfg.apply_yaml_file(path)?;
+    }
+    if args.single_thread {
+        cfg.single_thread = true;
+    }
+    let kind = match &args.kind {
+        Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
+        None => None,
+    };
+    let dataset = datasets::open(&args.dataset, kind, args.stride)?;
+    let depth_k = dataset.depth_intrinsics().with_context(|| {
+        format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())
+    })?;
+    let mut front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    let total = args.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+
+    let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(total as u64) };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}").expect("valid template").progress_chars("=> "),
+    );
+    let gpu = if args.gpu { Some(args.device.open()?) } else { None };
+    let start = Instant::now();
+    let result = run_slam_with(dataset.as_ref(), &mut front, &cfg, args.max_frames, gpu.as_ref(), |p| {
+        let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_position(p.frame as u64);
+        bar.set_message(format!("{fps:.1} FPS, {} keyframes, {}", p.keyframes, p.state));
+    })?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let files = output::write_outputs(&result, dataset.as_ref(), &args.out, cfg.rgbd.export_conf as f32)?;
+    let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    println!(
+        "{} frames in {secs:.1} s ({:.2} FPS), {} keyframes, {} edges, {} back-end runs, {lost} frames lost",
+        result.frames.len(),
+        result.frames.len() as f64 / secs,
+        result.keyframes.len(),
+        result.edges.len(),
+        result.backend_runs,
+    );
+    println!(
+        "keyframe memory: {:.1} MiB ({:.2} MiB per keyframe)",
+        result.keyframe_bytes as f64 / (1 << 20) as f64,
+        result.keyframe_bytes as f64 / (1 << 20) as f64 / result.keyframes.len().max(1) as f64
+    );
+    println!("wrote {} ({} points), {}, {}", files.pointcloud.display(), files.num_points, files.trajectory.display(), files.transforms.display());
+    if let Some(gt) = &files.groundtruth {
+        for align in [Align::Se3, Align::Sim3] {
+            let report = eval_ate(&files.trajectory, gt, align)?;
+            println!("ATE RMSE ({align}): {:.6} m", report.rmse);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! End-to-end tests of `rust3r slam` on a short prefix of the real redkitchen sequence.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn shared(rel: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
+}
+
+fn rust3r(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn slam_writes_every_output_and_eval_ate_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let data = shared("data/redkitchen");
+    let (ok, stdout, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "24", "--single-thread", "--quiet"]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("ATE RMSE (se3)") && stdout.contains("ATE RMSE (sim3)"), "{stdout}");
+
+    // A pose for every frame, keyframes separately, ground truth for all 300 frames.
+    let lines = |name: &str| -> Vec<String> {
+        std::fs::read_to_string(out.join(name)).unwrap().lines().filter(|l| !l.starts_with('#')).map(String::from).collect()
+    };
+    let traj = lines("trajectory.txt");
+    assert_eq!(traj.len(), 24);
+    assert!(traj.iter().all(|l| l.split_whitespace().count() == 8));
+    assert!(!lines("keyframes.txt").is_empty());
+    assert_eq!(lines("groundtruth.txt").len(), 300);
+
+    // Binary little-endian PLY with colours, as many vertices as the header says.
+    let ply = std::fs::read(out.join("pointcloud.ply")).unwrap();
+    let end = ply.windows(11).position(|w| w == b"end_header\n").unwrap() + 11;
+    let header = String::from_utf8_lossy(&ply[..end]).into_owned();
+    assert!(header.contains("format binary_little_endian 1.0") && header.contains("property uchar red"), "{header}");
+    let n: usize = header.lines().find_map(|l| l.strip_prefix("element vertex ")).unwrap().trim().parse().unwrap();
+    assert!(n > 10_000, "{n} points");
+    assert_eq!(ply.len() - end, n * 15);
+
+    // nerfstudio export: absolute image paths, OpenGL camera-to-world, the point cloud.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    assert_eq!(t["ply_file_path"], "pointcloud.ply");
+    let frames = t["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 24);
+    for f in frames {
+        let p = PathBuf::from(f["file_path"].as_str().unwrap());
+        assert!(p.is_absolute() && p.is_file(), "{}", p.display());
+        assert_eq!(f["w"], 640);
+        assert_eq!(f["fl_x"], 585.0);
+        let m = f["transform_matrix"].as_array().unwrap();
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[3], serde_json::json!([0.0, 0.0, 0.0, 1.0]));
+    }
+    // The first frame is the origin: OpenCV identity becomes diag(1, -1, -1) in OpenGL.
+    assert_eq!(frames[0]["transform_matrix"][1][1], -1.0);
+    assert_eq!(frames[0]["transform_matrix"][2][2], -1.0);
+
+    let (ok, stdout, err) = rust3r(&["eval-ate", out.join("trajectory.txt").to_str().unwrap(), out.join("groundtruth.txt").to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let rmse: f64 = stdout.lines().find_map(|l| l.strip_prefix("ATE RMSE: ")).unwrap().trim_end_matches(" m").parse().unwrap();
+    assert!(rmse < 0.02, "ATE over 24 frames: {rmse} m");
+}
+
+#[test]
+fn slam_bad_input_gives_an_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Missing folder.
+    let missing = dir.path().join("no_such_sequence");
+    let (ok, _, err) = rust3r(&["slam", missing.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]);
+    assert!(!ok && err.contains("no_such_sequence"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // A 7-Scenes copy whose second depth image is corrupt.
+    let seq = dir.path().join("seq");
+    std::fs::create_dir(&seq).unwrap();
+    let src = shared("data/redkitchen");
+    for i in 0..3 {
+        for ext in ["color.jpg", "depth.png", "pose.txt"] {
+            let name = format!("frame-{i:06}.{ext}");
+            std::fs::copy(src.join(&name), seq.join(&name)).unwrap();
+        }
+    }
+    std::fs::write(seq.join("frame-000001.depth.png"), b"not a png").unwrap();
+    let (ok, _, err) = rust3r(&["slam", seq.to_str().unwrap(), "--out", dir.path().join("o2").to_str().unwrap(), "--quiet"]);
+    assert!(!ok && err.contains("frame-000001.depth.png"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // Images without depth: the rgbd mode says so, naming the data set.
+    let imgs = dir.path().join("imgs");
+    std::fs::create_dir(&imgs).unwrap();
+    std::fs::copy(src.join("frame-000000.color.jpg"), imgs.join("a.jpg")).unwrap();
+    let (ok, _, err) = rust3r(&["slam", imgs.to_str().unwrap(), "--out", dir.path().join("o3").to_str().unwrap()]);
+    assert!(!ok && err.contains("imgs") && err.contains("depth"), "{err}");
+
+    // A bad config file is named with its line.
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(&cfg, "tracking:\n  huber: lots\n").unwrap();
+    let (ok, _, err) = rust3r(&["slam", src.to_str().unwrap(), "--out", dir.path().join("o4").to_str().unwrap(), "--config", cfg.to_str().unwrap()]);
+    assert!(!ok && err.contains("bad.yaml:2"), "{err}");
+}

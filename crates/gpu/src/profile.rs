@@ -1,0 +1,62 @@
+//! Opt-in phase timing: with `RUST3R_PROFILE=1`, [`mark`] waits for the device and charges the
+//! time since the previous mark to a named phase; [`report`] prints the totals. Without the
+//! variable, `mark` does nothing (no device wait), so it can stay in hot paths.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::Gpu;
+
+struct State {
+    last: Option<Instant>,
+    phases: BTreeMap<&'static str, (f64, u64)>,
+}
+
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RUST3R_PROFILE").is_ok_and(|v| v != "0"))
+}
+
+fn state() -> &'static Mutex<State> {
+    static S: OnceLock<Mutex<State>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(State { last: None, phases: BTreeMap::new() }))
+}
+
+/// Start timing from now (the next mark's phase begins here).
+pub fn start(gpu: &Gpu) {
+    if enabled() {
+        let _ = gpu.sync();
+        state().lock().unwrap().last = Some(Instant::now());
+    }
+}
+
+/// Charge the device time since the last mark to `phase`.
+pub fn mark(gpu: &Gpu, phase: &'static str) {
+    if !enabled() {
+        return;
+    }
+    let _ = gpu.sync();
+    let now = Instant::now();
+    let mut s = state().lock().unwrap();
+    if let Some(last) = s.last {
+        let e = s.phases.entry(phase).or_insert((0.0, 0));
+        e.0 += (now - last).as_secs_f64();
+        e.1 += 1;
+    }
+    s.last = Some(now);
+}
+
+/// Per-phase totals and means, or `None` when profiling is off.
+pub fn report() -> Option<String> {
+    if !enabled() {
+        return None;
+    }
+    let s = state().lock().unwrap();
+    let total: f64 = s.phases.values().map(|v| v.0).sum();
+    let mut out = String::from("phase | calls | total s | mean ms | share\n");
+    for (k, (t, n)) in &s.phases {
+        out.push_str(&format!("{k} | {n} | {t:.3} | {:.3} | {:.1}%\n", t * 1e3 / *n as f64, 100.0 * t / total.max(1e-12)));
+    }
+    Some(out)
+}

@@ -1,0 +1,197 @@
+//! Factor-graph back end (MASt3R-SLAM `global_opt.py` + `gn_kernels.cu`): Gauss-Newton over
+//! keyframe poses with a sparse Cholesky (faer).
+//!
+//! Each edge `(i, j)` contributes the residuals of both directions: points of `i` moved into
+//! `j` against `j`'s pixel measurements, and the reverse, with the residual model of tracking
+//! (pixel + log-depth + point-to-plane for a calibrated camera, ray + distance otherwise).
+//! As in tracking, the correspondences of an RGB-D pair depend on the poses, so they are
+//! re-associated at every iteration. The first `pin` keyframes are fixed (gauge), as are
+//! keyframes outside the window of the `window_size` most recent ones.
+//!
+//! The Jacobians with respect to the world poses: for `y = T_WCj^-1 T_WCi X` and left
+//! perturbations, `dy/dxi_i = (s_j R_j)^-1 [I, -[P]x, P]` with `P = T_WCi X`, and
+//! `dy/dxi_j = -dy/dxi_i` ([`crate::residuals::world_point_jacobian`]).
+
+use std::collections::BTreeMap;
+
+use faer::Side;
+use faer::linalg::solvers::Solve;
+use faer::sparse::{SparseColMat, Triplet};
+use rust3r_geometry::{Matrix7, PinholeCamera, Sim3, Vector7};
+
+use crate::config::{LocalOptConfig, MatchingConfig};
+use crate::matching::Matches;
+use crate::residuals;
+use crate::tracker::{LevelView, ResidualParams, associate, point_info};
+
+/// An edge of the factor graph between keyframes `i < j`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Edge {
+    /// First keyframe.
+    pub i: usize,
+    /// Second keyframe.
+    pub j: usize,
+}
+
+/// Outcome of one optimisation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptReport {
+    /// Iterations run.
+    pub iterations: usize,
+    /// Robust cost at the first and last linearisation.
+    pub initial_cost: f64,
+    /// See `initial_cost`.
+    pub final_cost: f64,
+    /// Norm of the last update.
+    pub last_step: f64,
+}
+
+/// Keyframe data the back end needs: pose and pyramid-level view.
+#[derive(Debug, Clone)]
+pub struct KeyframeView {
+    /// Camera-to-world pose.
+    pub t_wc: Sim3,
+    /// Pointmap view at the back end's level.
+    pub view: LevelView,
+}
+
+/// Directed association of an edge: points of `src` matched to pixels of `meas`.
+fn directed(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> Matches {
+    let t_src_meas = src.t_wc.inverse().compose(&meas.t_wc);
+    associate(&src.view, &meas.view, &t_src_meas, None, cfg)
+}
+
+/// Fraction of `meas`'s pixels with a valid match to `src` at the current poses.
+pub fn match_fraction(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> f64 {
+    let m = directed(src, meas, cfg);
+    m.valid.iter().filter(|v| **v).count() as f64 / meas.view.len().max(1) as f64
+}
+
+/// Gauss-Newton over the poses of `kfs` along `edges`. Keyframes with index `< first_free`
+/// are held fixed. Returns `None` when nothing is free.
+pub fn optimize(
+    kfs: &mut [KeyframeView],
+    edges: &[Edge],
+    first_free: usize,
+    cfg: &LocalOptConfig,
+    matching: &MatchingConfig,
+    huber: f64,
+    optimize_scale: bool,
+) -> Option<OptReport> {
+    let n = kfs.len();
+    if first_free >= n || edges.is_empty() {
+        return None;
+    }
+    let p = ResidualParams::local_opt(cfg, huber);
+    let dof = if optimize_scale { 7 } else { 6 };
+    let nfree = n - first_free;
+    let mut report = OptReport { iterations: 0, initial_cost: 0.0, final_cost: 0.0, last_step: 0.0 };
+    for it in 0..cfg.max_iters.max(1) {
+        // Block Hessian (upper blocks, i <= j) and gradient per keyframe.
+        let mut blocks: BTreeMap<(usize, usize), Matrix7> = BTreeMap::new();
+        let mut grad = vec![Vector7::zeros(); n];
+        let mut cost = 0.0;
+        for e in edges {
+            for (s, m) in [(e.i, e.j), (e.j, e.i)] {
+                let matches = directed(&kfs[s], &kfs[m], matching);
+                let t_m_inv = kfs[m].t_wc.inverse();
+                let t_ms = t_m_inv.compose(&kfs[s].t_wc);
+                let mut h = Matrix7::zeros();
+                let mut g = Vector7::zeros();
+                let sv = &kfs[s].view;
+                let mv = &kfs[m].view;
+                for q in 0..mv.len() {
+                    if !matches.valid[q] {
+                        continue;
+                    }
+                    let pi = matches.idx[q] as usize;
+                    if !sv.valid[pi] {
+                        continue;
+                    }
+                    let x = sv.points[pi];
+                    let x = nalgebra::Vector3::new(x[0] as f64, x[1] as f64, x[2] as f64);
+                    let y = t_ms.act(&x);
+                    let Some(info) = point_info(mv, q, &y, &p) else { continue };
+                    let pw = kfs[s].t_wc.act(&x);
+                    let d = residuals::world_point_jacobian(&t_m_inv, &pw);
+                    h += d.transpose() * (info.m * d);
+                    g += d.transpose() * info.v;
+                    cost += info.cost;
+                }
+                // d/dxi_s = D, d/dxi_m = -D.
+                *blocks.entry((s, s)).or_insert_with(Matrix7::zeros) += h;
+                *blocks.entry((m, m)).or_insert_with(Matrix7::zeros) += h;
+                let (a, b) = if s < m { (s, m) } else { (m, s) };
+                let off = if s < m { -h } else { -h.transpose() };
+                *blocks.entry((a, b)).or_insert_with(Matrix7::zeros) += off;
+                grad[s] += g;
+                grad[m] -= g;
+            }
+        }
+        if it == 0 {
+            report.initial_cost = cost;
+        }
+        report.final_cost = cost;
+        report.iterations = it + 1;
+        // Sparse system over the free keyframes (full symmetric storage, lower side used).
+        let dim = nfree * dof;
+        let mut triplets = Vec::new();
+        for (&(a, b), blk) in &blocks {
+            if a < first_free || b < first_free {
+                continue;
+            }
+            let (ra, rb) = ((a - first_free) * dof, (b - first_free) * dof);
+            for r in 0..dof {
+                for c in 0..dof {
+                    let v = blk[(r, c)];
+                    if v == 0.0 {
+                        continue;
+                    }
+                    triplets.push(Triplet::new(ra + r, rb + c, v));
+                    if a != b {
+                        triplets.push(Triplet::new(rb + c, ra + r, v));
+                    }
+                }
+            }
+        }
+        // A tiny damping keeps keyframes without constraints (no valid matches) solvable.
+        for k in 0..dim {
+            triplets.push(Triplet::new(k, k, 1e-9));
+        }
+        let mut rhs = faer::Mat::<f64>::zeros(dim, 1);
+        for k in first_free..n {
+            for r in 0..dof {
+                rhs[((k - first_free) * dof + r, 0)] = grad[k][r];
+            }
+        }
+        let Ok(h) = SparseColMat::<usize, f64>::try_new_from_triplets(dim, dim, &triplets) else { break };
+        let Ok(llt) = h.sp_cholesky(Side::Lower) else { break };
+        let x = llt.solve(&rhs);
+        let mut step = 0.0;
+        for k in first_free..n {
+            let mut d = Vector7::zeros();
+            for r in 0..dof {
+                d[r] = x[((k - first_free) * dof + r, 0)];
+            }
+            step += d.norm_squared();
+            kfs[k].t_wc = kfs[k].t_wc.retr(&d);
+        }
+        report.last_step = step.sqrt();
+        if report.last_step < cfg.delta_norm {
+            break;
+        }
+    }
+    Some(report)
+}
+
+/// Builds the back-end views of keyframes at `level`.
+pub fn keyframe_views(
+    kfs: &[(Sim3, &crate::pointmap::Pointmap, Vec<f32>)],
+    cam: Option<PinholeCamera>,
+    level: usize,
+    p: &ResidualParams,
+) -> Vec<KeyframeView> {
+    kfs.iter()
+        .map(|(t, pm, conf)| KeyframeView { t_wc: *t, view: LevelView::new(pm, conf, cam, level, p, p.sigma_plane > 0.0) })
+        .collect()
+}

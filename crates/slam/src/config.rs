@@ -1,0 +1,482 @@
+//! SLAM configuration: MASt3R-SLAM's `config/base.yaml` plus the RGB-D settings.
+//!
+//! [`SlamConfig::default`] holds the values of MASt3R-SLAM's `config/base.yaml` (matching,
+//! tracking, local_opt, retrieval, reloc). [`SlamConfig::rgbd`] starts from them and changes
+//! what metric depth changes (see its documentation). A YAML file given with `--config`
+//! overrides single keys; the format is base.yaml's: `section:` lines followed by indented
+//! `key: value` lines, `#` comments. Unknown sections or keys are errors naming file and line.
+
+use std::path::Path;
+
+use crate::SlamError;
+
+/// How a keyframe's canonical pointmap absorbs the pointmaps of the frames tracked against it
+/// (MASt3R-SLAM `tracking.filtering_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusionMode {
+    /// Confidence-weighted running average of the points (default).
+    Weighted,
+    /// Keep the keyframe's own pointmap.
+    First,
+    /// Replace with the most recent observation.
+    Recent,
+    /// Replace when the observation's score (median or mean confidence) is higher.
+    BestScore,
+    /// Per pixel, keep the observation with the higher confidence.
+    IndepConf,
+    /// Confidence-weighted average in spherical coordinates (radius, azimuth, polar angle).
+    WeightedSpherical,
+}
+
+impl std::str::FromStr for FusionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "weighted" | "weighted_pointmap" => Self::Weighted,
+            "first" => Self::First,
+            "recent" => Self::Recent,
+            "best_score" => Self::BestScore,
+            "indep_conf" => Self::IndepConf,
+            "weighted_spherical" => Self::WeightedSpherical,
+            other => {
+                return Err(format!(
+                    "unknown filtering mode '{other}' (expected weighted_pointmap, first, recent, \
+                     best_score, indep_conf or weighted_spherical)"
+                ));
+            }
+        })
+    }
+}
+
+/// Score of a pointmap for [`FusionMode::BestScore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilteringScore {
+    /// Median confidence.
+    Median,
+    /// Mean confidence.
+    Mean,
+}
+
+/// `matching` section: iterative projection and match refinement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchingConfig {
+    /// Levenberg-Marquardt iterations per point.
+    pub max_iter: usize,
+    /// Initial LM damping.
+    pub lambda_init: f64,
+    /// Squared ray error under which a point counts as converged.
+    pub convergence_thresh: f64,
+    /// Occlusion check: largest 3D distance (metres for RGB-D) between matched points.
+    pub dist_thresh: f64,
+    /// Descriptor refinement window radius (pixels; 0 disables refinement).
+    pub radius: usize,
+    /// Largest dilation of the refinement window (searched from this down to 1).
+    pub dilation_max: usize,
+}
+
+/// `tracking` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrackingConfig {
+    /// Below this fraction of valid matches the frame is lost (relocalisation).
+    pub min_match_frac: f64,
+    /// Gauss-Newton iterations (per pyramid level for RGB-D).
+    pub max_iters: usize,
+    /// Minimum average confidence of a point.
+    pub c_conf: f64,
+    /// Minimum match quality.
+    pub q_conf: f64,
+    /// Stop when the relative cost decrease is below this.
+    pub rel_error: f64,
+    /// Stop when the update norm is below this.
+    pub delta_norm: f64,
+    /// Huber threshold on whitened residuals.
+    pub huber: f64,
+    /// New keyframe when the match fraction drops below this.
+    pub match_frac_thresh: f64,
+    /// Ray residual sigma (uncalibrated).
+    pub sigma_ray: f64,
+    /// Distance residual sigma (uncalibrated).
+    pub sigma_dist: f64,
+    /// Pixel residual sigma (calibrated).
+    pub sigma_pixel: f64,
+    /// Log-depth residual sigma (calibrated).
+    pub sigma_depth: f64,
+    /// Point-to-plane residual sigma in metres (RGB-D addition; 0 disables the term).
+    pub sigma_plane: f64,
+    /// Depth-camera noise model (RGB-D addition): `sigma_plane` is the sigma at 1 m and grows
+    /// with the square of the depth, `sigma_depth` (log-depth) linearly.
+    pub depth_noise: bool,
+    /// Smallest depth accepted in the calibrated residual.
+    pub depth_eps: f64,
+    /// Projections may fall this many pixels outside the image (negative: outside allowed).
+    pub pixel_border: f64,
+    /// Keyframe pointmap fusion.
+    pub filtering_mode: FusionMode,
+    /// Score for [`FusionMode::BestScore`].
+    pub filtering_score: FilteringScore,
+}
+
+/// `local_opt` section: the back end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalOptConfig {
+    /// Number of leading keyframes held fixed.
+    pub pin: usize,
+    /// Number of most recent keyframes optimised (older ones are fixed).
+    pub window_size: usize,
+    /// Minimum average confidence.
+    pub c_conf: f64,
+    /// Minimum match quality.
+    pub q_conf: f64,
+    /// Non-consecutive edges need at least this match fraction both ways.
+    pub min_match_frac: f64,
+    /// Projection border (pixels, negative allows outside).
+    pub pixel_border: f64,
+    /// Smallest depth in the calibrated residual.
+    pub depth_eps: f64,
+    /// Gauss-Newton iterations.
+    pub max_iters: usize,
+    /// Ray sigma.
+    pub sigma_ray: f64,
+    /// Distance sigma.
+    pub sigma_dist: f64,
+    /// Pixel sigma.
+    pub sigma_pixel: f64,
+    /// Log-depth sigma.
+    pub sigma_depth: f64,
+    /// Point-to-plane sigma (0 disables).
+    pub sigma_plane: f64,
+    /// Depth-camera noise model (see [`TrackingConfig::depth_noise`]).
+    pub depth_noise: bool,
+    /// Stop when the update norm is below this.
+    pub delta_norm: f64,
+    /// Iterations of a last optimisation over the whole graph after the final frame
+    /// (0: none, as MASt3R-SLAM).
+    pub final_iters: usize,
+}
+
+/// `retrieval` section (loop candidates).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalConfig {
+    /// Number of loop candidates per new keyframe.
+    pub k: usize,
+    /// Minimum candidate score.
+    pub min_thresh: f64,
+    /// RGB-D: largest camera-centre distance of a candidate (metres).
+    pub max_distance: f64,
+    /// RGB-D: largest viewing-direction angle of a candidate (degrees).
+    pub max_angle_deg: f64,
+}
+
+/// `reloc` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelocConfig {
+    /// Match fraction a relocalisation edge needs.
+    pub min_match_frac: f64,
+    /// Every candidate edge must pass (otherwise any one suffices).
+    pub strict: bool,
+}
+
+/// RGB-D front end and pyramid (`rgbd` section; not in MASt3R-SLAM).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RgbdConfig {
+    /// Integer downsampling of the depth image for the pointmap (2: 640x480 -> 320x240).
+    pub downsample: usize,
+    /// Pyramid levels used by tracking (coarse to fine; 1 = full resolution only).
+    pub pyramid_levels: usize,
+    /// Pyramid level (0 = pointmap resolution) the back end works on.
+    pub backend_level: usize,
+    /// Depths outside `[min_depth, max_depth]` are invalid (metres).
+    pub min_depth: f64,
+    /// See `min_depth`.
+    pub max_depth: f64,
+    /// Solve for scale too (Sim(3)); false fixes scale (SE(3)) as metric depth allows.
+    pub optimize_scale: bool,
+    /// Confidence of the exported point cloud: average confidence threshold per point.
+    pub export_conf: f64,
+}
+
+/// All settings of a SLAM run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlamConfig {
+    /// Use the calibrated (pixel + log-depth) residuals.
+    pub use_calib: bool,
+    /// Run the back end on the tracking thread (deterministic).
+    pub single_thread: bool,
+    /// `matching`.
+    pub matching: MatchingConfig,
+    /// `tracking`.
+    pub tracking: TrackingConfig,
+    /// `local_opt`.
+    pub local_opt: LocalOptConfig,
+    /// `retrieval`.
+    pub retrieval: RetrievalConfig,
+    /// `reloc`.
+    pub reloc: RelocConfig,
+    /// `rgbd`.
+    pub rgbd: RgbdConfig,
+}
+
+impl Default for SlamConfig {
+    /// MASt3R-SLAM's `config/base.yaml`.
+    fn default() -> Self {
+        Self {
+            use_calib: false,
+            single_thread: false,
+            matching: MatchingConfig {
+                max_iter: 10,
+                lambda_init: 1e-8,
+                convergence_thresh: 1e-6,
+                dist_thresh: 1e-1,
+                radius: 3,
+                dilation_max: 5,
+            },
+            tracking: TrackingConfig {
+                min_match_frac: 0.05,
+                max_iters: 50,
+                c_conf: 0.0,
+                q_conf: 1.5,
+                rel_error: 1e-3,
+                delta_norm: 1e-3,
+                huber: 1.345,
+                match_frac_thresh: 0.333,
+                sigma_ray: 0.003,
+                sigma_dist: 1e1,
+                sigma_pixel: 1.0,
+                sigma_depth: 1e1,
+                sigma_plane: 0.0,
+                depth_noise: false,
+                depth_eps: 1e-6,
+                pixel_border: -10.0,
+                filtering_mode: FusionMode::Weighted,
+                filtering_score: FilteringScore::Median,
+            },
+            local_opt: LocalOptConfig {
+                pin: 1,
+                window_size: 1_000_000,
+                c_conf: 0.0,
+                q_conf: 1.5,
+                min_match_frac: 0.1,
+                pixel_border: -10.0,
+                depth_eps: 1e-6,
+                max_iters: 10,
+                sigma_ray: 0.003,
+                sigma_dist: 1e1,
+                sigma_pixel: 1.0,
+                sigma_depth: 1e1,
+                sigma_plane: 0.0,
+                depth_noise: false,
+                delta_norm: 1e-8,
+                final_iters: 0,
+            },
+            retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
+            reloc: RelocConfig { min_match_frac: 0.3, strict: true },
+            rgbd: RgbdConfig {
+                downsample: 2,
+                pyramid_levels: 3,
+                backend_level: 1,
+                min_depth: 0.1,
+                max_depth: 6.0,
+                optimize_scale: false,
+                export_conf: 0.5,
+            },
+        }
+    }
+}
+
+impl SlamConfig {
+    /// Settings for metric RGB-D input: MASt3R-SLAM's values except
+    ///
+    /// * `use_calib: true` (the camera is calibrated: pixel + log-depth residuals);
+    /// * `sigma_depth` 0.01 instead of 10 in log-depth (1 %: a Kinect's depth noise is
+    ///   about 0.15 % of depth per metre; MASt3R-SLAM's 10 reflects network depth, which is
+    ///   only known up to scale and is far noisier);
+    /// * a point-to-plane term (`sigma_plane` 2 mm): with projective association the matched
+    ///   pixel is within half a pixel of the projection, so the pixel residual only carries
+    ///   quantisation noise; the plane term is what ICP on depth relies on;
+    /// * `depth_noise`: both depth sigmas grow with depth as a structured-light sensor's noise
+    ///   does (quadratically in metres, so linearly in log-depth); sigmas are those at 1 m;
+    /// * tracking iterations are per pyramid level (3 levels) and limited to 20.
+    pub fn rgbd() -> Self {
+        let mut c = Self { use_calib: true, ..Self::default() };
+        c.tracking.sigma_depth = 0.01;
+        c.tracking.sigma_plane = 0.002;
+        c.tracking.depth_noise = true;
+        c.tracking.max_iters = 20;
+        c.tracking.rel_error = 1e-4;
+        c.tracking.delta_norm = 1e-5;
+        c.local_opt.sigma_depth = 0.01;
+        c.local_opt.sigma_plane = 0.002;
+        c.local_opt.depth_noise = true;
+        c
+    }
+
+    /// Reads overrides from a YAML file (base.yaml layout) on top of `self`.
+    pub fn apply_yaml_file(&mut self, path: &Path) -> Result<(), SlamError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| SlamError::Io { path: path.to_path_buf(), source })?;
+        self.apply_yaml(&text, path)
+    }
+
+    /// Applies overrides given as YAML text; `path` only names the source in errors.
+    pub fn apply_yaml(&mut self, text: &str, path: &Path) -> Result<(), SlamError> {
+        let mut section: Option<String> = None;
+        for (i, raw) in text.lines().enumerate() {
+            let line_no = i + 1;
+            let err = |message: String| SlamError::Parse { path: path.to_path_buf(), line: line_no, message };
+            let content = match raw.find('#') {
+                Some(p) => &raw[..p],
+                None => raw,
+            };
+            if content.trim().is_empty() {
+                continue;
+            }
+            let indented = content.starts_with(' ') || content.starts_with('\t');
+            let Some((key, value)) = content.trim().split_once(':') else {
+                return Err(err(format!("expected 'key: value', found '{}'", content.trim())));
+            };
+            let key = key.trim();
+            let value = value.trim();
+            if !indented {
+                if value.is_empty() {
+                    section = Some(key.to_string());
+                    continue;
+                }
+                section = None;
+                self.set(None, key, value).map_err(err)?;
+            } else {
+                let Some(sec) = section.as_deref() else {
+                    return Err(err(format!("'{key}' is indented but not inside a section")));
+                };
+                self.set(Some(sec), key, value).map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets one key (`section` None for top-level keys).
+    pub fn set(&mut self, section: Option<&str>, key: &str, value: &str) -> Result<(), String> {
+        fn f(v: &str) -> Result<f64, String> {
+            v.parse::<f64>().map_err(|_| format!("'{v}' is not a number"))
+        }
+        fn u(v: &str) -> Result<usize, String> {
+            let x = f(v)?;
+            if x < 0.0 || x.fract() != 0.0 {
+                return Err(format!("'{v}' is not a non-negative integer"));
+            }
+            Ok(x as usize)
+        }
+        fn b(v: &str) -> Result<bool, String> {
+            match v.to_ascii_lowercase().as_str() {
+                "true" | "yes" | "1" => Ok(true),
+                "false" | "no" | "0" => Ok(false),
+                _ => Err(format!("'{v}' is not a boolean")),
+            }
+        }
+        let unknown = || format!("unknown key '{}{key}'", section.map(|s| format!("{s}.")).unwrap_or_default());
+        match section {
+            None => match key {
+                "use_calib" => self.use_calib = b(value)?,
+                "single_thread" => self.single_thread = b(value)?,
+                _ => return Err(unknown()),
+            },
+            // Accepted for compatibility with MASt3R-SLAM files; the data loader handles these.
+            Some("dataset") => match key {
+                "subsample" | "img_downsample" | "center_principle_point" => {}
+                _ => return Err(unknown()),
+            },
+            Some("matching") => {
+                let m = &mut self.matching;
+                match key {
+                    "max_iter" => m.max_iter = u(value)?,
+                    "lambda_init" => m.lambda_init = f(value)?,
+                    "convergence_thresh" => m.convergence_thresh = f(value)?,
+                    "dist_thresh" => m.dist_thresh = f(value)?,
+                    "radius" => m.radius = u(value)?,
+                    "dilation_max" => m.dilation_max = u(value)?,
+                    _ => return Err(unknown()),
+                }
+            }
+            Some("tracking") => {
+                let t = &mut self.tracking;
+                match key {
+                    "min_match_frac" => t.min_match_frac = f(value)?,
+                    "max_iters" => t.max_iters = u(value)?,
+                    "C_conf" => t.c_conf = f(value)?,
+                    "Q_conf" => t.q_conf = f(value)?,
+                    "rel_error" => t.rel_error = f(value)?,
+                    "delta_norm" => t.delta_norm = f(value)?,
+                    "huber" => t.huber = f(value)?,
+                    "match_frac_thresh" => t.match_frac_thresh = f(value)?,
+                    "sigma_ray" => t.sigma_ray = f(value)?,
+                    "sigma_dist" => t.sigma_dist = f(value)?,
+                    "sigma_pixel" => t.sigma_pixel = f(value)?,
+                    "sigma_depth" => t.sigma_depth = f(value)?,
+                    "sigma_plane" => t.sigma_plane = f(value)?,
+                    "depth_noise" => t.depth_noise = b(value)?,
+                    "sigma_point" => {}
+                    "pixel_border" => t.pixel_border = f(value)?,
+                    "depth_eps" => t.depth_eps = f(value)?,
+                    "filtering_mode" => t.filtering_mode = value.parse()?,
+                    "filtering_score" => {
+                        t.filtering_score = match value {
+                            "median" => FilteringScore::Median,
+                            "mean" => FilteringScore::Mean,
+                            _ => return Err(format!("unknown filtering score '{value}' (median or mean)")),
+                        }
+                    }
+                    _ => return Err(unknown()),
+                }
+            }
+            Some("local_opt") => {
+                let l = &mut self.local_opt;
+                match key {
+                    "pin" => l.pin = u(value)?,
+                    "window_size" => l.window_size = u(value)?,
+                    "C_conf" => l.c_conf = f(value)?,
+                    "Q_conf" => l.q_conf = f(value)?,
+                    "min_match_frac" => l.min_match_frac = f(value)?,
+                    "pixel_border" => l.pixel_border = f(value)?,
+                    "depth_eps" => l.depth_eps = f(value)?,
+                    "max_iters" => l.max_iters = u(value)?,
+                    "sigma_ray" => l.sigma_ray = f(value)?,
+                    "sigma_dist" => l.sigma_dist = f(value)?,
+                    "sigma_pixel" => l.sigma_pixel = f(value)?,
+                    "sigma_depth" => l.sigma_depth = f(value)?,
+                    "sigma_plane" => l.sigma_plane = f(value)?,
+                    "depth_noise" => l.depth_noise = b(value)?,
+                    "sigma_point" | "use_cuda" => {}
+                    "delta_norm" => l.delta_norm = f(value)?,
+                    "final_iters" => l.final_iters = u(value)?,
+                    _ => return Err(unknown()),
+                }
+            }
+            Some("retrieval") => match key {
+                "k" => self.retrieval.k = u(value)?,
+                "min_thresh" => self.retrieval.min_thresh = f(value)?,
+                "max_distance" => self.retrieval.max_distance = f(value)?,
+                "max_angle_deg" => self.retrieval.max_angle_deg = f(value)?,
+                _ => return Err(unknown()),
+            },
+            Some("reloc") => match key {
+                "min_match_frac" => self.reloc.min_match_frac = f(value)?,
+                "strict" => self.reloc.strict = b(value)?,
+                _ => return Err(unknown()),
+            },
+            Some("rgbd") => {
+                let r = &mut self.rgbd;
+                match key {
+                    "downsample" => r.downsample = u(value)?.max(1),
+                    "pyramid_levels" => r.pyramid_levels = u(value)?.max(1),
+                    "backend_level" => r.backend_level = u(value)?,
+                    "min_depth" => r.min_depth = f(value)?,
+                    "max_depth" => r.max_depth = f(value)?,
+                    "optimize_scale" => r.optimize_scale = b(value)?,
+                    "export_conf" => r.export_conf = f(value)?,
+                    _ => return Err(unknown()),
+                }
+            }
+            Some(other) => return Err(format!("unknown section '{other}'")),
+        }
+        Ok(())
+    }
+}

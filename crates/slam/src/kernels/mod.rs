@@ -1,0 +1,256 @@
+//! GPU (CubeCL) versions of calibrated tracking: projective matching by iterative projection
+//! and the `J^T W J` / `J^T W r` reductions, launched from the host code here. The CPU f64
+//! code of [`crate::matching`] and [`crate::tracker`] is their reference (tests compare them).
+//!
+//! Per pixel the kernels write their terms to a `[pixels, 37]` matrix that
+//! `rust3r_gpu::reduce::reduce_columns` sums (WGSL has no float atomics); only the 37 sums
+//! come back to the host per Gauss-Newton iteration.
+
+pub mod track;
+
+use cubecl::prelude::CubeDim;
+use rust3r_geometry::{Sim3, Vector7};
+use rust3r_gpu::reduce::{ReduceOp, reduce_columns};
+use rust3r_gpu::{BLOCK, Gpu, GpuBuffer};
+
+use crate::SlamError;
+use crate::config::MatchingConfig;
+use crate::matching::{ITER_PROJ_MIN_STEP, Matches};
+use crate::pointmap::Pointmap;
+use crate::tracker::{LevelView, NormalEq, ResidualParams, TrackResult, Tracker, converged, solve_pose};
+use track::{NE_COLS, P_LEN};
+
+fn gerr(e: rust3r_gpu::GpuError) -> SlamError {
+    SlamError::Gpu(e.to_string())
+}
+
+/// `s R` (row-major) and `t` of a transform, as the kernels read it.
+fn pose_buffer(t: &Sim3) -> [f32; 12] {
+    let m = t.rotation_matrix() * t.scale;
+    let mut out = [0.0f32; 12];
+    for r in 0..3 {
+        for c in 0..3 {
+            out[r * 3 + c] = m[(r, c)] as f32;
+        }
+        out[9 + r] = t.translation[r] as f32;
+    }
+    out
+}
+
+fn params_buffer(view: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> [f32; P_LEN] {
+    let cam = view.cam.expect("GPU tracking is for calibrated cameras");
+    let mut b = [0.0f32; P_LEN];
+    b[track::P_FX] = cam.fx as f32;
+    b[track::P_FY] = cam.fy as f32;
+    b[track::P_CX] = cam.cx as f32;
+    b[track::P_CY] = cam.cy as f32;
+    b[track::P_ISP] = (1.0 / p.sigma_pixel) as f32;
+    b[track::P_ISD] = (1.0 / p.sigma_depth) as f32;
+    b[track::P_ISPL] = if p.sigma_plane > 0.0 { (1.0 / p.sigma_plane) as f32 } else { 0.0 };
+    b[track::P_HUBER] = p.huber as f32;
+    b[track::P_ZEPS] = p.depth_eps as f32;
+    b[track::P_BORDER] = p.pixel_border as f32;
+    b[track::P_LAMBDA] = m.lambda_init as f32;
+    b[track::P_CONV] = m.convergence_thresh as f32;
+    b[track::P_DIST] = m.dist_thresh as f32;
+    b[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
+    b[track::P_NOISE] = if p.depth_noise { 1.0 } else { 0.0 };
+    b
+}
+
+fn flat3(v: &[[f32; 3]]) -> Vec<f32> {
+    v.iter().flat_map(|p| *p).collect()
+}
+
+fn mask(v: &[bool]) -> Vec<u32> {
+    v.iter().map(|b| *b as u32).collect()
+}
+
+/// A source/measurement pair of level views uploaded to the device.
+pub struct GpuPair {
+    rays: GpuBuffer<f32>,
+    src_pts: GpuBuffer<f32>,
+    src_valid: GpuBuffer<u32>,
+    meas_pts: GpuBuffer<f32>,
+    meas_valid: GpuBuffer<u32>,
+    normals: GpuBuffer<f32>,
+    params: GpuBuffer<f32>,
+    /// Sub-pixel positions (warm start, updated by every match).
+    pos: GpuBuffer<f32>,
+    idx: GpuBuffer<u32>,
+    valid: GpuBuffer<u32>,
+    src_w: usize,
+    src_h: usize,
+    meas_w: usize,
+    meas_h: usize,
+    max_iter: u32,
+}
+
+impl GpuPair {
+    /// Uploads `src` (its ray image and points) and `meas` (points, normals); matching starts
+    /// from the identity (pixel `q` of `meas` at the same place in `src`).
+    pub fn new(gpu: &Gpu, src: &LevelView, meas: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> Self {
+        let normals: Vec<f32> = if meas.normals.is_empty() {
+            vec![0.0; meas.len() * 3]
+        } else {
+            meas.normals.iter().flat_map(|n| n.unwrap_or([0.0; 3])).collect()
+        };
+        let (sx, sy) = (src.width as f32 / meas.width as f32, src.height as f32 / meas.height as f32);
+        let init: Vec<f32> = (0..meas.len()).flat_map(|q| [(q % meas.width) as f32 * sx, (q / meas.width) as f32 * sy]).collect();
+        Self {
+            rays: gpu.upload(&src.rays.data),
+            src_pts: gpu.upload(&flat3(&src.points)),
+            src_valid: gpu.upload(&mask(&src.valid)),
+            meas_pts: gpu.upload(&flat3(&meas.points)),
+            meas_valid: gpu.upload(&mask(&meas.valid)),
+            normals: gpu.upload(&normals),
+            params: gpu.upload(&params_buffer(meas, p, m)),
+            pos: gpu.upload(&init),
+            idx: gpu.alloc(meas.len()),
+            valid: gpu.alloc(meas.len()),
+            src_w: src.width,
+            src_h: src.height,
+            meas_w: meas.width,
+            meas_h: meas.height,
+            max_iter: m.max_iter as u32,
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.meas_w * self.meas_h
+    }
+
+    /// Replaces the warm-start positions.
+    pub fn set_positions(&mut self, gpu: &Gpu, pos: &[[f32; 2]]) {
+        self.pos = gpu.upload(&pos.iter().flat_map(|p| *p).collect::<Vec<f32>>());
+    }
+
+    /// Projective matching with `t_src_meas` (device only).
+    pub fn associate(&self, gpu: &Gpu, t_src_meas: &Sim3) {
+        let n = self.n();
+        let pose = gpu.upload(&pose_buffer(t_src_meas));
+        track::match_kernel::launch(
+            gpu.client(),
+            gpu.grid(n.div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            self.rays.arg(),
+            self.src_pts.arg(),
+            self.src_valid.arg(),
+            self.meas_pts.arg(),
+            self.meas_valid.arg(),
+            pose.arg(),
+            self.params.arg(),
+            self.pos.arg(),
+            self.idx.arg(),
+            self.valid.arg(),
+            n as u32,
+            self.src_w as u32,
+            self.src_h as u32,
+            self.max_iter,
+        );
+    }
+
+    /// Reads the last matches back.
+    pub fn matches(&self, gpu: &Gpu) -> Result<Matches, SlamError> {
+        let idx = gpu.read(&self.idx).map_err(gerr)?;
+        let valid = gpu.read(&self.valid).map_err(gerr)?.into_iter().map(|v| v != 0).collect();
+        let p = gpu.read(&self.pos).map_err(gerr)?;
+        let pos = p.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
+        Ok(Matches { idx, pos, valid })
+    }
+
+    /// Uploads matches computed elsewhere (to test the reduction alone).
+    pub fn set_matches(&mut self, gpu: &Gpu, m: &Matches) {
+        self.idx = gpu.upload(&m.idx);
+        self.valid = gpu.upload(&mask(&m.valid));
+    }
+
+    /// Normal equations of `t_meas_src` over the current matches: per-pixel terms, then a
+    /// column reduction; 37 floats come back.
+    pub fn normal_eq(&self, gpu: &Gpu, t_meas_src: &Sim3) -> Result<NormalEq, SlamError> {
+        let n = self.n();
+        let pose = gpu.upload(&pose_buffer(t_meas_src));
+        let terms = gpu.alloc::<f32>(n * NE_COLS);
+        track::normal_eq_kernel::launch(
+            gpu.client(),
+            gpu.grid(n.div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            self.src_pts.arg(),
+            self.src_valid.arg(),
+            self.meas_pts.arg(),
+            self.normals.arg(),
+            self.idx.arg(),
+            self.valid.arg(),
+            pose.arg(),
+            self.params.arg(),
+            terms.arg(),
+            n as u32,
+            self.meas_w as u32,
+            self.meas_h as u32,
+        );
+        let sums = gpu.read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum)).map_err(gerr)?;
+        let mut eq = NormalEq::default();
+        let mut k = 0;
+        for r in 0..7 {
+            for c in r..7 {
+                eq.h[(r, c)] = sums[k] as f64;
+                eq.h[(c, r)] = sums[k] as f64;
+                k += 1;
+            }
+        }
+        eq.g = Vector7::from_iterator(sums[28..35].iter().map(|v| *v as f64));
+        eq.cost = sums[35] as f64;
+        eq.count = sums[36].round() as usize;
+        Ok(eq)
+    }
+}
+
+/// [`Tracker::track`] with matching and reductions on the GPU (calibrated cameras only). The
+/// per-iteration 7x7 solve and the final statistics run on the host.
+pub fn track_gpu(
+    gpu: &Gpu,
+    tracker: &Tracker,
+    frame: &Pointmap,
+    frame_conf: &[f32],
+    kf: &Pointmap,
+    kf_conf: &[f32],
+    cam: rust3r_geometry::PinholeCamera,
+    t_init: &Sim3,
+) -> Result<TrackResult, SlamError> {
+    let p = ResidualParams::tracking(&tracker.cfg);
+    let mut t = *t_init;
+    let mut iterations = 0;
+    let mut cost = 0.0;
+    let mut last = None;
+    for level in (0..tracker.levels.max(1)).rev() {
+        let fv = LevelView::new(frame, frame_conf, Some(cam), level, &p, false);
+        let kv = LevelView::new(kf, kf_conf, Some(cam), level, &p, p.sigma_plane > 0.0);
+        let pair = GpuPair::new(gpu, &fv, &kv, &p, &tracker.matching);
+        let mut old_cost = f64::INFINITY;
+        for _ in 0..tracker.cfg.max_iters {
+            iterations += 1;
+            pair.associate(gpu, &t.inverse());
+            let eq = pair.normal_eq(gpu, &t)?;
+            cost = eq.cost;
+            if eq.count < 6 {
+                break;
+            }
+            let Some(delta) = solve_pose(&eq, tracker.optimize_scale) else { break };
+            t = t.retr(&delta);
+            let done = converged(tracker.cfg.rel_error, tracker.cfg.delta_norm, old_cost, eq.cost, &delta);
+            old_cost = eq.cost;
+            if done {
+                break;
+            }
+        }
+        if level == 0 {
+            last = Some((fv, kv, pair));
+        }
+    }
+    let (fv, kv, _) = last.expect("level 0 is always tracked");
+    // Statistics and the fusion observation from a final association (host reference code).
+    let mut res = tracker.finish(&fv, &kv, frame_conf, &t);
+    res.iterations = iterations;
+    res.cost = cost;
+    Ok(res)
+}

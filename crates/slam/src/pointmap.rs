@@ -1,0 +1,266 @@
+//! Pointmaps (per-pixel 3D points in the camera frame) and the front ends that produce them.
+//!
+//! A [`PointmapFrontEnd`] turns a data-set frame into a [`Pointmap`]: per-pixel points in the
+//! camera frame, a confidence per pixel, and a colour per pixel. The MASt3R network will be one
+//! implementation (it also predicts pairs; that part of the seam arrives with the network);
+//! [`RgbdFrontEnd`] is the one for metric depth cameras.
+
+use nalgebra::Vector3;
+use rust3r_geometry::PinholeCamera;
+use rust3r_io::datasets::{Frame, Intrinsics};
+
+use crate::SlamError;
+
+/// Per-pixel 3D points (camera frame), confidences and colours, row-major `[height][width]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pointmap {
+    /// Columns.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+    /// Points in the camera frame (OpenCV axes). Pixels with confidence 0 are ignored.
+    pub points: Vec<[f32; 3]>,
+    /// Confidence per pixel (0: no point).
+    pub conf: Vec<f32>,
+    /// Colour per pixel (texture).
+    pub colors: Vec<[u8; 3]>,
+}
+
+impl Pointmap {
+    /// Number of pixels.
+    pub fn len(&self) -> usize {
+        self.width * self.height
+    }
+
+    /// Whether the pointmap has no pixels.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Point of pixel `i` as f64.
+    #[inline]
+    pub fn point(&self, i: usize) -> Vector3<f64> {
+        let p = self.points[i];
+        Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64)
+    }
+
+    /// Every `step`-th pixel in both directions (pixel `(i, j)` of the result is pixel
+    /// `(step i, step j)` of `self`). The matching camera is [`level_camera`].
+    pub fn subsample(&self, step: usize) -> Pointmap {
+        if step <= 1 {
+            return self.clone();
+        }
+        let w = self.width.div_ceil(step);
+        let h = self.height.div_ceil(step);
+        let mut out = Pointmap {
+            width: w,
+            height: h,
+            points: Vec::with_capacity(w * h),
+            conf: Vec::with_capacity(w * h),
+            colors: Vec::with_capacity(w * h),
+        };
+        for v in 0..h {
+            for u in 0..w {
+                let i = v * step * self.width + u * step;
+                out.points.push(self.points[i]);
+                out.conf.push(self.conf[i]);
+                out.colors.push(self.colors[i]);
+            }
+        }
+        out
+    }
+
+    /// Points moved onto the rays of their pixels, keeping their depth (MASt3R-SLAM
+    /// `constrain_points_to_ray`): `X = z K^-1 [u v 1]`.
+    pub fn constrain_to_rays(&mut self, cam: &PinholeCamera) {
+        for v in 0..self.height {
+            for u in 0..self.width {
+                let i = v * self.width + u;
+                let z = self.points[i][2];
+                self.points[i] = [
+                    ((u as f64 - cam.cx) / cam.fx) as f32 * z,
+                    ((v as f64 - cam.cy) / cam.fy) as f32 * z,
+                    z,
+                ];
+            }
+        }
+    }
+
+    /// Unit normals from central differences of the neighbouring points, oriented towards the
+    /// camera. `None` where a neighbour is missing or the neighbours' depths differ by more than
+    /// `max_rel_jump` relative to the centre (a depth discontinuity).
+    pub fn normals(&self, max_rel_jump: f32) -> Vec<Option<[f32; 3]>> {
+        let (w, h) = (self.width, self.height);
+        let mut out = vec![None; w * h];
+        if w < 3 || h < 3 {
+            return out;
+        }
+        for v in 1..h - 1 {
+            for u in 1..w - 1 {
+                let i = v * w + u;
+                let idx = [i - 1, i + 1, i - w, i + w];
+                if self.conf[i] <= 0.0 || idx.iter().any(|&j| self.conf[j] <= 0.0) {
+                    continue;
+                }
+                let z = self.points[i][2];
+                if idx.iter().any(|&j| (self.points[j][2] - z).abs() > max_rel_jump * z) {
+                    continue;
+                }
+                let p = |j: usize| Vector3::new(self.points[j][0], self.points[j][1], self.points[j][2]);
+                let dx = p(i + 1) - p(i - 1);
+                let dy = p(i + w) - p(i - w);
+                let mut n = dx.cross(&dy);
+                let norm = n.norm();
+                if !(norm > 0.0) {
+                    continue;
+                }
+                n /= norm;
+                if n.dot(&p(i)) > 0.0 {
+                    n = -n;
+                }
+                out[i] = Some([n.x, n.y, n.z]);
+            }
+        }
+        out
+    }
+}
+
+/// Camera of a pyramid level made by [`Pointmap::subsample`] with `step`.
+pub fn level_camera(cam: &PinholeCamera, step: usize) -> PinholeCamera {
+    let s = step as f64;
+    PinholeCamera::new(
+        cam.fx / s,
+        cam.fy / s,
+        cam.cx / s,
+        cam.cy / s,
+        (cam.width as usize).div_ceil(step) as u32,
+        (cam.height as usize).div_ceil(step) as u32,
+    )
+}
+
+/// Source of pointmaps: one per frame, in the frame's camera.
+pub trait PointmapFrontEnd: Send {
+    /// Short name (`rgbd`, `mast3r`).
+    fn name(&self) -> &str;
+    /// The pointmap of one frame.
+    fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError>;
+    /// Calibration of the pointmaps when the camera is calibrated (enables the pixel +
+    /// log-depth residuals); `None` for uncalibrated pointmaps (ray + distance residuals).
+    fn camera(&self) -> Option<PinholeCamera>;
+    /// Whether the pointmaps are metric (scale observable, so poses can be SE(3)).
+    fn is_metric(&self) -> bool;
+}
+
+/// RGB-D front end: the pointmap is the back-projected depth image (block-averaged by
+/// `downsample`), confidence 1 where the depth is valid and 0 elsewhere, colour sampled from the
+/// colour image as texture.
+///
+/// 7-Scenes depth is in the depth camera's frame and not registered to the colour image; the
+/// pointmap (and so the trajectory) is that of the depth camera, which is the frame 7-Scenes'
+/// ground truth refers to. Colour is only texture and is slightly misaligned there.
+#[derive(Debug, Clone)]
+pub struct RgbdFrontEnd {
+    depth_camera: Intrinsics,
+    camera: PinholeCamera,
+    downsample: usize,
+    min_depth: f32,
+    max_depth: f32,
+}
+
+impl RgbdFrontEnd {
+    /// Front end for depth images with calibration `depth_intrinsics`.
+    pub fn new(depth_intrinsics: Intrinsics, downsample: usize, min_depth: f64, max_depth: f64) -> Self {
+        let s = downsample.max(1);
+        let k = &depth_intrinsics;
+        // Block (i, j) covers full-resolution pixels s*i .. s*i+s-1, centred at s*i + (s-1)/2.
+        let off = (s as f64 - 1.0) / 2.0;
+        let camera = PinholeCamera::new(
+            k.fx / s as f64,
+            k.fy / s as f64,
+            (k.cx - off) / s as f64,
+            (k.cy - off) / s as f64,
+            (k.width as usize / s) as u32,
+            (k.height as usize / s) as u32,
+        );
+        Self { depth_camera: depth_intrinsics, camera, downsample: s, min_depth: min_depth as f32, max_depth: max_depth as f32 }
+    }
+}
+
+impl PointmapFrontEnd for RgbdFrontEnd {
+    fn name(&self) -> &str {
+        "rgbd"
+    }
+
+    fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError> {
+        let Some(depth) = frame.depth.as_ref() else {
+            return Err(SlamError::InvalidInput(format!(
+                "{}: frame {} has no depth image (the rgbd mode needs RGB-D data)",
+                frame.rgb_path.display(),
+                frame.index
+            )));
+        };
+        let (dw, dh) = (depth.width() as usize, depth.height() as usize);
+        if dw != self.depth_camera.width as usize || dh != self.depth_camera.height as usize {
+            return Err(SlamError::InvalidInput(format!(
+                "{}: depth image is {dw}x{dh} but the calibration is for {}x{}",
+                frame.rgb_path.display(),
+                self.depth_camera.width,
+                self.depth_camera.height
+            )));
+        }
+        let s = self.downsample;
+        let (w, h) = (self.camera.width as usize, self.camera.height as usize);
+        let cam = self.camera;
+        let (rw, rh) = (frame.rgb.width() as f64, frame.rgb.height() as f64);
+        let raw = depth.as_raw();
+        let mut pm = Pointmap {
+            width: w,
+            height: h,
+            points: vec![[0.0; 3]; w * h],
+            conf: vec![0.0; w * h],
+            colors: vec![[0; 3]; w * h],
+        };
+        for v in 0..h {
+            for u in 0..w {
+                // Mean of the valid depths of the block when they agree within 2 %; else invalid
+                // (a block straddling a depth edge would make a point floating between surfaces).
+                let (mut sum, mut n, mut lo, mut hi) = (0.0f32, 0u32, f32::INFINITY, 0.0f32);
+                for dy in 0..s {
+                    for dx in 0..s {
+                        let d = raw[(v * s + dy) * dw + u * s + dx];
+                        if d.is_finite() && d >= self.min_depth && d <= self.max_depth {
+                            sum += d;
+                            n += 1;
+                            lo = lo.min(d);
+                            hi = hi.max(d);
+                        }
+                    }
+                }
+                let i = v * w + u;
+                if n * 2 > (s * s) as u32 && hi - lo <= 0.02 * lo {
+                    let z = sum / n as f32;
+                    pm.points[i] = [
+                        ((u as f64 - cam.cx) / cam.fx) as f32 * z,
+                        ((v as f64 - cam.cy) / cam.fy) as f32 * z,
+                        z,
+                    ];
+                    pm.conf[i] = 1.0;
+                }
+                // Colour texture at the block centre, scaled to the colour image.
+                let cu = ((u * s) as f64 + (s as f64 - 1.0) / 2.0) * rw / dw as f64;
+                let cv = ((v * s) as f64 + (s as f64 - 1.0) / 2.0) * rh / dh as f64;
+                let px = frame.rgb.get_pixel((cu as u32).min(frame.rgb.width() - 1), (cv as u32).min(frame.rgb.height() - 1));
+                pm.colors[i] = px.0;
+            }
+        }
+        Ok(pm)
+    }
+
+    fn camera(&self) -> Option<PinholeCamera> {
+        Some(self.camera)
+    }
+
+    fn is_metric(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,500 @@
+//! The SLAM system: front end, tracking, keyframes, relocalisation and the back end, in one
+//! process with (optionally) one background thread (MASt3R-SLAM `main.py`).
+//!
+//! States: the first frame becomes keyframe 0 at the origin; then every frame is tracked
+//! against the last keyframe, its pointmap fused into that keyframe, and it becomes a new
+//! keyframe when the match fraction falls below `match_frac_thresh`. A frame with fewer than
+//! `min_match_frac` matches switches to relocalisation, which tries the keyframes nearest to
+//! the last known pose. Each new keyframe is handed to the back end, which adds the edge to
+//! the previous keyframe and loop edges (pose proximity + view overlap) and runs Gauss-Newton
+//! over the graph. With `single_thread` the back end runs inline, which makes runs
+//! bit-identical; otherwise it runs in a background `std::thread` fed by a channel.
+//!
+//! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
+//! every frame) uses the back end's final keyframe poses.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use rust3r_geometry::{PinholeCamera, Sim3};
+use rust3r_io::datasets::Dataset;
+
+use crate::SlamError;
+use crate::backend::{Edge, KeyframeView, match_fraction, optimize};
+use crate::config::SlamConfig;
+use crate::keyframes::{Keyframe, KeyframeStore};
+use crate::pointmap::{Pointmap, PointmapFrontEnd};
+use crate::tracker::{LevelView, ResidualParams, Tracker};
+
+/// What the system is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrackingState {
+    /// Waiting for the first frame.
+    Init,
+    /// Tracking against the last keyframe.
+    Tracking,
+    /// Lost: looking for a keyframe to relocalise against.
+    Relocalising,
+}
+
+impl std::fmt::Display for TrackingState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Init => "init",
+            Self::Tracking => "tracking",
+            Self::Relocalising => "relocalising",
+        })
+    }
+}
+
+/// Pose record of one frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameRecord {
+    /// Index in the data set (after the stride).
+    pub index: usize,
+    /// Timestamp (s).
+    pub timestamp: f64,
+    /// Keyframe the pose is relative to.
+    pub keyframe: usize,
+    /// Pose of the frame in the keyframe's camera (`T_CkCf`).
+    pub t_kf_frame: Sim3,
+    /// Whether the frame was tracked (false: lost; the pose is the last known one).
+    pub tracked: bool,
+    /// Colour image file.
+    pub rgb_path: std::path::PathBuf,
+}
+
+/// Result of a run.
+#[derive(Debug, Clone)]
+pub struct SlamResult {
+    /// One record per processed frame.
+    pub frames: Vec<FrameRecord>,
+    /// Keyframes with their final poses and fused pointmaps.
+    pub keyframes: KeyframeStore,
+    /// Back-end edges.
+    pub edges: Vec<Edge>,
+    /// Calibration of the pointmaps (None: uncalibrated).
+    pub camera: Option<PinholeCamera>,
+    /// Number of back-end optimisations run.
+    pub backend_runs: usize,
+    /// Largest keyframe-store size in bytes seen.
+    pub keyframe_bytes: usize,
+}
+
+impl SlamResult {
+    /// Camera-to-world pose of every frame: its keyframe's final pose composed with the
+    /// frame's relative pose.
+    pub fn frame_poses(&self) -> Vec<(f64, Sim3)> {
+        self.frames
+            .iter()
+            .map(|f| (f.timestamp, self.keyframes.frames[f.keyframe].t_wc.compose(&f.t_kf_frame)))
+            .collect()
+    }
+
+    /// Keyframe poses as `(timestamp, T_WC)`.
+    pub fn keyframe_poses(&self) -> Vec<(f64, Sim3)> {
+        self.keyframes.frames.iter().map(|k| (k.timestamp, k.t_wc)).collect()
+    }
+}
+
+/// Progress report after each frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Frames processed.
+    pub frame: usize,
+    /// Frames to process.
+    pub total: usize,
+    /// Keyframes so far.
+    pub keyframes: usize,
+    /// State after the frame.
+    pub state: TrackingState,
+}
+
+struct Shared {
+    store: KeyframeStore,
+    edges: Vec<Edge>,
+    runs: usize,
+}
+
+enum Msg {
+    /// A new keyframe, with extra edges to connect (relocalisation).
+    Keyframe(usize, Vec<usize>),
+    /// The last optimisation over the whole graph.
+    Final,
+    Stop,
+}
+
+/// The back end: edge creation and optimisation, with a cache of keyframe views.
+struct Backend {
+    cfg: SlamConfig,
+    cam: Option<PinholeCamera>,
+    optimize_scale: bool,
+    /// View cache: keyframe -> (n_updates it was built at, view).
+    cache: HashMap<usize, (u32, LevelView)>,
+}
+
+impl Backend {
+    fn params(&self) -> ResidualParams {
+        ResidualParams::local_opt(&self.cfg.local_opt, self.cfg.tracking.huber)
+    }
+
+    /// Adds the edges of keyframe `k` and optimises (`k == None`: a final optimisation of the
+    /// whole graph with `final_iters` iterations and no new edges).
+    fn process(&mut self, shared: &Mutex<Shared>, k: Option<usize>, extra: &[usize]) {
+        let (snapshot, mut edges) = {
+            let s = shared.lock().expect("back-end lock");
+            let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
+                s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
+            (snap, s.edges.clone())
+        };
+        if k.is_some_and(|k| k >= snapshot.len()) || snapshot.is_empty() {
+            return;
+        }
+        let p = self.params();
+        let level = self.cfg.rgbd.backend_level;
+        let mut views = Vec::with_capacity(snapshot.len());
+        for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
+            let fresh = matches!(self.cache.get(&i), Some((stamp, _)) if stamp == nu);
+            if !fresh {
+                let v = LevelView::new(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0);
+                self.cache.insert(i, (*nu, v));
+            }
+            views.push(KeyframeView { t_wc: *t, view: self.cache[&i].1.clone() });
+        }
+        // Edges: previous keyframe, relocalisation partners, loop candidates.
+        let mut new_edges: Vec<Edge> = Vec::new();
+        let add = |a: usize, b: usize, list: &mut Vec<Edge>| {
+            let e = Edge { i: a.min(b), j: a.max(b) };
+            if a != b && !edges.contains(&e) && !list.contains(&e) {
+                list.push(e);
+            }
+        };
+        let mut local = self.cfg.local_opt.clone();
+        match k {
+            Some(k) => {
+                if k > 0 {
+                    add(k - 1, k, &mut new_edges);
+                }
+                for &j in extra {
+                    add(j, k, &mut new_edges);
+                }
+                for j in self.loop_candidates(&views, k) {
+                    add(j, k, &mut new_edges);
+                }
+            }
+            None => {
+                if local.final_iters == 0 {
+                    return;
+                }
+                local.max_iters = local.final_iters;
+                local.window_size = usize::MAX;
+            }
+        }
+        let k = k.unwrap_or(views.len() - 1);
+        edges.extend(new_edges.iter().copied());
+        let first_free = local.pin.max(views.len().saturating_sub(local.window_size));
+        let before: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
+        let report = optimize(&mut views, &edges, first_free, &local, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
+        if let Some(r) = &report {
+            tracing::debug!(
+                "back end: keyframe {k}, {} edges, {} iterations, cost {:.1} -> {:.1}",
+                edges.len(),
+                r.iterations,
+                r.initial_cost,
+                r.final_cost
+            );
+        }
+        let mut s = shared.lock().expect("back-end lock");
+        for (i, v) in views.iter().enumerate().skip(first_free) {
+            if report.is_some() && i < s.store.frames.len() {
+                // Apply the correction, keeping changes made meanwhile by the tracker (none to
+                // poses of existing keyframes).
+                let delta = v.t_wc.compose(&before[i].inverse());
+                s.store.frames[i].t_wc = delta.compose(&s.store.frames[i].t_wc);
+            }
+        }
+        // Keyframes added while optimising move with their predecessor.
+        let n_now = s.store.frames.len();
+        if n_now > views.len() && report.is_some() {
+            let last = views.len() - 1;
+            let delta = views[last].t_wc.compose(&before[last].inverse());
+            for i in views.len()..n_now {
+                s.store.frames[i].t_wc = delta.compose(&s.store.frames[i].t_wc);
+            }
+        }
+        s.edges.extend(new_edges);
+        s.runs += 1;
+    }
+
+    /// Up to `retrieval.k` earlier keyframes (not `k - 1`) near `k` in position and viewing
+    /// direction whose views overlap `k`'s by at least `local_opt.min_match_frac` both ways.
+    fn loop_candidates(&self, views: &[KeyframeView], k: usize) -> Vec<usize> {
+        let r = &self.cfg.retrieval;
+        let tk = &views[k].t_wc;
+        let zk = tk.rotation * nalgebra::Vector3::z();
+        let mut near: Vec<(f64, usize)> = Vec::new();
+        for (j, v) in views.iter().enumerate().take(k.saturating_sub(1)) {
+            let d = (v.t_wc.translation - tk.translation).norm();
+            let zj = v.t_wc.rotation * nalgebra::Vector3::z();
+            let angle = zk.dot(&zj).clamp(-1.0, 1.0).acos().to_degrees();
+            if d <= r.max_distance && angle <= r.max_angle_deg {
+                near.push((d, j));
+            }
+        }
+        near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut out = Vec::new();
+        for &(_, j) in near.iter().take(2 * r.k) {
+            let f1 = match_fraction(&views[j], &views[k], &self.cfg.matching);
+            let f2 = match_fraction(&views[k], &views[j], &self.cfg.matching);
+            let score = f1.min(f2);
+            if score >= self.cfg.local_opt.min_match_frac && score >= r.min_thresh {
+                out.push(j);
+                if out.len() >= r.k {
+                    break;
+                }
+            }
+        }
+        out
+    }
+}
+
+enum BackendRunner {
+    Inline(Backend),
+    Thread { tx: Sender<Msg>, handle: Option<JoinHandle<()>> },
+}
+
+impl BackendRunner {
+    fn notify(&mut self, shared: &Arc<Mutex<Shared>>, k: usize, extra: Vec<usize>) {
+        match self {
+            Self::Inline(b) => b.process(shared, Some(k), &extra),
+            Self::Thread { tx, .. } => {
+                // A closed channel means the thread died; its panic surfaces at join.
+                let _ = tx.send(Msg::Keyframe(k, extra));
+            }
+        }
+    }
+
+    fn finish(&mut self, shared: &Arc<Mutex<Shared>>) -> Result<(), SlamError> {
+        if let Self::Inline(b) = self {
+            b.process(shared, None, &[]);
+        }
+        if let Self::Thread { tx, handle } = self {
+            let _ = tx.send(Msg::Final);
+            let _ = tx.send(Msg::Stop);
+            if let Some(h) = handle.take() {
+                h.join().map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BackendRunner {
+    /// Stops the thread without the final optimisation (after an error).
+    fn finish_quietly(&mut self) -> Result<(), SlamError> {
+        if let Self::Thread { tx, handle } = self {
+            let _ = tx.send(Msg::Stop);
+            if let Some(h) = handle.take() {
+                h.join().map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("rust3r-backend".into())
+        .spawn(move || {
+            while let Ok(msg) = rx.recv() {
+                match msg {
+                    Msg::Keyframe(k, extra) => b.process(&shared, Some(k), &extra),
+                    Msg::Final => b.process(&shared, None, &[]),
+                    Msg::Stop => break,
+                }
+            }
+        })
+        .expect("spawning the back-end thread")
+}
+
+/// Runs SLAM over frames `0..max_frames` of `dataset` on the CPU.
+pub fn run_slam(
+    dataset: &dyn Dataset,
+    front: &mut dyn PointmapFrontEnd,
+    cfg: &SlamConfig,
+    max_frames: Option<usize>,
+    progress: impl FnMut(&Progress),
+) -> Result<SlamResult, SlamError> {
+    run_slam_with(dataset, front, cfg, max_frames, None, progress)
+}
+
+/// [`run_slam`], with frame tracking on `gpu` when given (calibrated front ends; the back end
+/// stays on the CPU).
+pub fn run_slam_with(
+    dataset: &dyn Dataset,
+    front: &mut dyn PointmapFrontEnd,
+    cfg: &SlamConfig,
+    max_frames: Option<usize>,
+    gpu: Option<&rust3r_gpu::Gpu>,
+    mut progress: impl FnMut(&Progress),
+) -> Result<SlamResult, SlamError> {
+    let total = max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+    if total == 0 {
+        return Err(SlamError::InvalidInput(format!("data set '{}' has no frames", dataset.name())));
+    }
+    let cam = if cfg.use_calib { front.camera() } else { None };
+    let optimize_scale = !front.is_metric() || cfg.rgbd.optimize_scale;
+    let tracker = Tracker {
+        cfg: cfg.tracking.clone(),
+        matching: cfg.matching.clone(),
+        levels: if cam.is_some() { cfg.rgbd.pyramid_levels } else { 1 },
+        optimize_scale,
+    };
+    let shared = Arc::new(Mutex::new(Shared { store: KeyframeStore::default(), edges: Vec::new(), runs: 0 }));
+    let backend = Backend { cfg: cfg.clone(), cam, optimize_scale, cache: HashMap::new() };
+    let mut runner = if cfg.single_thread {
+        BackendRunner::Inline(backend)
+    } else {
+        let (tx, rx) = channel();
+        let handle = spawn_backend(backend, shared.clone(), rx);
+        BackendRunner::Thread { tx, handle: Some(handle) }
+    };
+    let gpu = if cam.is_some() { gpu } else { None };
+    let result = run_frames(dataset, front, cfg, total, cam, &tracker, gpu, &shared, &mut runner, &mut progress);
+    let finish = if result.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
+    let (frames, peak) = result?;
+    finish?;
+    let s = Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
+    let s = s.into_inner().map_err(|_| SlamError::Backend("the back end panicked".into()))?;
+    let keyframe_bytes = peak.max(s.store.memory_bytes());
+    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes })
+}
+
+fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamError> {
+    s.lock().map_err(|_| SlamError::Backend("the back end panicked".into()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_frames(
+    dataset: &dyn Dataset,
+    front: &mut dyn PointmapFrontEnd,
+    cfg: &SlamConfig,
+    total: usize,
+    cam: Option<PinholeCamera>,
+    tracker: &Tracker,
+    gpu: Option<&rust3r_gpu::Gpu>,
+    shared: &Arc<Mutex<Shared>>,
+    runner: &mut BackendRunner,
+    progress: &mut impl FnMut(&Progress),
+) -> Result<(Vec<FrameRecord>, usize), SlamError> {
+    let mut records: Vec<FrameRecord> = Vec::with_capacity(total);
+    let mut state = TrackingState::Init;
+    let mut peak_bytes = 0usize;
+    for i in 0..total {
+        let frame = dataset.frame(i)?;
+        let pm = front.pointmap(&frame)?;
+        let conf = pm.conf.clone();
+        match state {
+            TrackingState::Init => {
+                let kf = Keyframe::new(i, frame.timestamp, Sim3::identity(), pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                let k = lock(shared)?.store.push(kf);
+                records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                runner.notify(shared, k, Vec::new());
+                state = TrackingState::Tracking;
+            }
+            TrackingState::Tracking => {
+                let last = records.last().expect("a frame precedes tracking").clone();
+                let (k, kf_pm, kf_conf, t_wck, t_wc_last_kf) = {
+                    let s = lock(shared)?;
+                    let k = s.store.len() - 1;
+                    let kf = &s.store.frames[k];
+                    (k, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, s.store.frames[last.keyframe].t_wc)
+                };
+                // Start from the previous frame's pose.
+                let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
+                let res = match (gpu, cam) {
+                    (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
+                    _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
+                };
+                tracing::debug!(
+                    "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
+                    res.iterations,
+                    res.match_frac,
+                    res.keyframe_frac
+                );
+                if res.lost {
+                    tracing::warn!("frame {i}: tracking lost (match fraction {:.3})", res.match_frac);
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: t_init, tracked: false, rgb_path: frame.rgb_path.clone() });
+                    state = TrackingState::Relocalising;
+                } else {
+                    let mut s = lock(shared)?;
+                    if let Some((pts, c)) = &res.observation {
+                        s.store.frames[k].fuse(pts, c, cfg.tracking.filtering_mode, cfg.tracking.filtering_score);
+                    }
+                    if res.new_keyframe {
+                        let t_wc = s.store.frames[k].t_wc.compose(&res.t_kf_frame);
+                        let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                        let nk = s.store.push(kf);
+                        drop(s);
+                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                        runner.notify(shared, nk, Vec::new());
+                    } else {
+                        drop(s);
+                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, rgb_path: frame.rgb_path.clone() });
+                    }
+                }
+            }
+            TrackingState::Relocalising => {
+                let last_good = records.iter().rev().find(|r| r.tracked).expect("frame 0 is tracked").clone();
+                let (cands, t_wc_last) = {
+                    let s = lock(shared)?;
+                    let t_last = s.store.frames[last_good.keyframe].t_wc.compose(&last_good.t_kf_frame);
+                    let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
+                        .store
+                        .frames
+                        .iter()
+                        .enumerate()
+                        .map(|(j, kf)| ((kf.t_wc.translation - t_last.translation).norm(), j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()))
+                        .collect();
+                    c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                    c.truncate(cfg.retrieval.k.max(1));
+                    (c, t_last)
+                };
+                let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
+                let mut all_ok = true;
+                for (_, j, t_wcj, kpm, kconf) in &cands {
+                    let t_init = t_wcj.inverse().compose(&t_wc_last);
+                    let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
+                    if res.match_frac >= cfg.reloc.min_match_frac {
+                        ok.push((*j, t_wcj.compose(&res.t_kf_frame), res.match_frac));
+                    } else {
+                        all_ok = false;
+                    }
+                }
+                let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict);
+                if success {
+                    ok.sort_by(|a, b| b.2.total_cmp(&a.2));
+                    let t_wc = ok[0].1;
+                    let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                    let nk = lock(shared)?.store.push(kf);
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                    tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
+                    runner.notify(shared, nk, ok.iter().map(|o| o.0).collect());
+                    state = TrackingState::Tracking;
+                } else {
+                    let kf_last = last_good.keyframe;
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: kf_last, t_kf_frame: last_good.t_kf_frame, tracked: false, rgb_path: frame.rgb_path.clone() });
+                }
+            }
+        }
+        let nk = {
+            let s = lock(shared)?;
+            peak_bytes = peak_bytes.max(s.store.memory_bytes());
+            s.store.len()
+        };
+        progress(&Progress { frame: i + 1, total, keyframes: nk, state });
+    }
+    Ok((records, peak_bytes))
+}

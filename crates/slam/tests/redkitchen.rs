@@ -1,0 +1,63 @@
+//! End to end on real data: 7-Scenes redkitchen (../shared/data/redkitchen).
+
+use std::path::PathBuf;
+
+use rust3r_io::datasets;
+use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, output, run_slam};
+use rust3r_slam::trajectory::Trajectory;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/redkitchen")
+}
+
+fn run(frames: usize, single_thread: bool, match_frac_thresh: f64) -> rust3r_slam::SlamResult {
+    let ds = datasets::open(&data(), None, 1).expect("redkitchen data set");
+    let mut cfg = SlamConfig::rgbd();
+    cfg.single_thread = single_thread;
+    cfg.tracking.match_frac_thresh = match_frac_thresh;
+    let mut front = RgbdFrontEnd::new(ds.depth_intrinsics().unwrap(), cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    run_slam(ds.as_ref(), &mut front, &cfg, Some(frames), |_| {}).expect("slam runs")
+}
+
+fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
+    let ds = datasets::open(&data(), None, 1).unwrap();
+    let gt = ds.ground_truth().unwrap();
+    let to_traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
+        let mut t = Trajectory::default();
+        for (ts, p) in poses {
+            t.timestamps.push(ts);
+            t.poses.push(p.to_se3());
+        }
+        t
+    };
+    let gt_t = to_traj(gt.iter().map(|(t, m)| (*t, output::pose_to_sim3(m))).collect());
+    let est = to_traj(result.frame_poses());
+    let opts = rust3r_slam::AteOptions { align, ..Default::default() };
+    ate_from_trajectories(&est, &gt_t, &opts).expect("ate").rmse
+}
+
+#[test]
+fn first_60_frames_track_within_3cm() {
+    let r = run(60, false, SlamConfig::rgbd().tracking.match_frac_thresh);
+    assert_eq!(r.frames.len(), 60);
+    assert!(r.frames.iter().all(|f| f.tracked), "a frame was lost");
+    let se3 = ate(&r, Align::Se3);
+    let sim3 = ate(&r, Align::Sim3);
+    eprintln!("redkitchen 60 frames: ATE se3 {se3:.4} m, sim3 {sim3:.4} m, {} keyframes", r.keyframes.len());
+    assert!(se3 < 0.03, "ATE (SE(3)-aligned) {se3} m");
+    assert!(sim3 < 0.03, "ATE (Sim(3)-aligned) {sim3} m");
+}
+
+#[test]
+fn single_thread_runs_are_bit_identical() {
+    // Frequent keyframes, so the back end runs several times within the prefix.
+    let a = run(25, true, 0.75);
+    let b = run(25, true, 0.75);
+    let pa: Vec<[f64; 8]> = a.frame_poses().iter().map(|(_, p)| p.data()).collect();
+    let pb: Vec<[f64; 8]> = b.frame_poses().iter().map(|(_, p)| p.data()).collect();
+    assert!(a.keyframes.len() >= 2 && a.backend_runs >= 2, "the back end must have run");
+    assert_eq!(pa, pb, "poses differ between two single-thread runs");
+    for (ka, kb) in a.keyframes.frames.iter().zip(&b.keyframes.frames) {
+        assert_eq!(ka.pointmap.points, kb.pointmap.points);
+    }
+}
