@@ -295,7 +295,11 @@ impl SlamConfig {
     ///   quantisation noise; the plane term is what ICP on depth relies on;
     /// * `depth_noise`: both depth sigmas grow with depth as a structured-light sensor's noise
     ///   does (quadratically in metres, so linearly in log-depth); sigmas are those at 1 m;
-    /// * tracking iterations are per pyramid level (3 levels) and limited to 20.
+    /// * tracking iterations are per pyramid level (3 levels) and limited to 20;
+    /// * keyframes and the back end, tuned on 7-Scenes redkitchen (BENCHMARKS.md): a new
+    ///   keyframe below a match fraction of 0.5 (0.333: 2.4 cm ATE instead of 1.8 cm), up to six
+    ///   loop edges per keyframe, 20 back-end iterations, and the back end on the full pointmap
+    ///   resolution (`rgbd.backend_level` 0; level 1 is 1.6x faster and gives 2.0 cm).
     pub fn rgbd() -> Self {
         let mut c = Self { use_calib: true, ..Self::default() };
         c.tracking.sigma_depth = 0.01;
@@ -307,6 +311,10 @@ impl SlamConfig {
         c.local_opt.sigma_depth = 0.01;
         c.local_opt.sigma_plane = 0.002;
         c.local_opt.depth_noise = true;
+        c.tracking.match_frac_thresh = 0.5;
+        c.local_opt.max_iters = 20;
+        c.retrieval.k = 6;
+        c.rgbd.backend_level = 0;
         c
     }
 

@@ -437,6 +437,15 @@ impl Tracker {
                 // Calibrated: keep the depth, on the keyframe pixel's ray.
                 let (u, v) = ((q % kv.width) as f64, (q / kv.width) as f64);
                 y = Vector3::new((u - c.cx) / c.fx * y.z, (v - c.cy) / c.fy * y.z, y.z);
+                // Gate fusion on the depth-noise model: an observation more than 3 sigma from
+                // the keyframe's depth (an edge, an occluder, a moved object) is not averaged in.
+                if self.cfg.depth_noise && self.cfg.sigma_plane > 0.0 {
+                    let zq = kv.points[q][2] as f64;
+                    let sigma = self.cfg.sigma_plane * (zq * zq).max(0.25);
+                    if (y.z - zq).abs() > 3.0 * sigma {
+                        continue;
+                    }
+                }
             }
             obs_points[q] = [y.x as f32, y.y as f32, y.z as f32];
             obs_conf[q] = frame_conf[pi];
