@@ -11,7 +11,14 @@
 //! bit-identical; otherwise it runs in a background `std::thread` fed by a channel.
 //!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
-//! every frame) uses the back end's final keyframe poses.
+//! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one
+//! whole-graph optimisation after the last frame (off by default). [`run_slam_with`] tracks
+//! frames with the GPU kernels instead of the CPU code.
+//!
+//! Relocalisation (without learned retrieval): the lost frame is tracked against the
+//! `retrieval.k` keyframes nearest to the last known pose, starting from that pose; it succeeds
+//! when the match fraction reaches `reloc.min_match_frac` (for every candidate when
+//! `reloc.strict`), and the frame becomes a keyframe connected to those candidates.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender, channel};

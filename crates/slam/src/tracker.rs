@@ -387,9 +387,7 @@ impl Tracker {
                     break;
                 }
                 let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
-                if std::env::var("RUST3R_DEBUG_TRACK").is_ok() {
-                    eprintln!("level {level} count {} cost {:.3} |delta| {:.2e} t {:?}", eq.count, eq.cost, delta.norm(), t.translation.as_slice());
-                }
+                tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
                 t = t.retr(&delta);
                 let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
                 old_cost = eq.cost;

@@ -391,7 +391,7 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     for i in (0..n).step_by(10) {
         let p = plan.parent[i] as usize;
         assert!(p % 10 != 0, "dead row {i} copies a live one");
-        assert_eq!(plan.variant[i], 1);
+        assert_eq!(plan.variant[i], 4, "relocated rows keep their own optimizer state");
     }
     assert_eq!(plan.rows.len() * 3, plan.log_scales.len());
     assert!(
@@ -399,6 +399,15 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
             .iter()
             .all(|&o| 1.0 / (1.0 + (-o).exp()) >= 0.005 - 1e-6)
     );
+
+    // Rebuild of a relocated row: parameters from the parent, moments its own; fresh rows zero.
+    let gpu = gpu();
+    let (parent, variant) = (gpu.upload(&[2u32, 1, 2, 0]), gpu.upload(&[4u32, 0, 1, 0]));
+    let src = gpu.upload(&[10f32, 11.0, 20.0, 21.0, 30.0, 31.0]);
+    let params = gpu.read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, false)).unwrap();
+    let moments = gpu.read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, true)).unwrap();
+    assert_eq!(params, [30.0, 31.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
+    assert_eq!(moments, [10.0, 11.0, 20.0, 21.0, 0.0, 0.0, 10.0, 11.0]);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! A rebuild is described by two arrays over the new Gaussians: `parent[j]`, the old row it
 //! comes from, and `variant[j]`: 0 = the old Gaussian itself (keeps its optimizer state),
 //! 1 = a fresh copy (optimizer state zeroed), 2 / 3 = first / second child of a split
-//! (scales divided by 1.6, mean moved by a sample of the parent's Gaussian, state zeroed).
+//! (scales divided by 1.6, mean moved by a sample of the parent's Gaussian, state zeroed),
+//! 4 = an MCMC-relocated row (parameters of the parent, its own optimizer state, as gsplat).
 
 use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, GpuBuffer};
@@ -49,7 +50,11 @@ fn gather_rows(
     }
     let j = i / r;
     let k = i - j * r;
-    if zero_fresh && variant[j] != 0u32 {
+    let var = variant[j];
+    if zero_fresh && var == 4u32 {
+        // Relocated row: parameters from the parent, optimizer state its own (gsplat).
+        dst[i] = src[i];
+    } else if zero_fresh && var != 0u32 {
         dst[i] = 0.0f32;
     } else {
         dst[i] = src[(parent[j] as usize) * r + k];
@@ -72,7 +77,7 @@ fn split_children(
         terminate!();
     }
     let var = variant[j];
-    if var < 2u32 {
+    if var < 2u32 || var > 3u32 {
         terminate!();
     }
     let qw = quats[j * 4];

@@ -219,7 +219,7 @@ pub fn plan(
         for (k, &d) in dead.iter().enumerate() {
             let s = sampled[k];
             parent[d] = parent[s];
-            variant[d] = 1;
+            variant[d] = 4;
             variant[s] = 1;
             touched[d] = true;
             touched[s] = true;
