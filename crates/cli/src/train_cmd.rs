@@ -46,7 +46,7 @@ pub struct TrainArgs {
     /// Extra steps at which to evaluate (comma list); the last step is always evaluated.
     #[arg(long, default_value = "7000")]
     pub eval_at: String,
-    /// Steps at which to also write splats_<step>.ply (comma list).
+    /// Steps at which to also write splats_<step>.ply (and .spz with --spz; comma list).
     #[arg(long, default_value = "")]
     pub save_at: String,
     /// Write a checkpoint every N steps (0: only at the end and on Ctrl-C).
@@ -311,6 +311,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         let last = s == a.steps;
         if save_at.contains(&s) {
             write_splats(&trainer, &a.out.join(format!("splats_{s}.ply")))?;
+            if a.spz {
+                write_splats(&trainer, &a.out.join(format!("splats_{s}.spz")))?;
+            }
         }
         if a.checkpoint_every > 0 && s % a.checkpoint_every == 0 && !last {
             trainer.save_checkpoint(&ck_path)?;
@@ -349,8 +352,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     }
     write_splats(&trainer, &a.out.join("splats.ply"))?;
     if a.spz {
-        let host = trainer.to_host()?;
-        rust3r_io::save_splats(&a.out.join("splats.spz"), &host)?;
+        write_splats(&trainer, &a.out.join("splats.spz"))?;
     }
     trainer.save_checkpoint(&ck_path)?;
     println!(

@@ -222,3 +222,24 @@ fn train_rejects_bad_input_with_the_file_named() {
     let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--downscale", "20", "--memory-budget", "0.001"]);
     assert!(!ok && err.contains("memory budget"), "{err}");
 }
+
+#[test]
+fn slam_export_trains_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let slam_out = dir.path().join("slam");
+    let kitchen = shared("data/redkitchen");
+    let (ok, _, err) = rust3r(&["slam", kitchen.to_str().unwrap(), "--out", slam_out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "12", "--quiet"]);
+    assert!(ok, "{err}");
+    let train_out = dir.path().join("train");
+    let (ok, stdout, err) = rust3r(&[
+        "train", slam_out.to_str().unwrap(), "--out", train_out.to_str().unwrap(), "--steps", "2", "--downscale", "16",
+        "--eval-every", "0", "--sh-degree", "0", "--save-at", "1", "--spz",
+    ]);
+    assert!(ok, "{err}");
+    // The export is a nerfstudio scene whose fused point cloud initialises the Gaussians.
+    assert!(stdout.contains("(transforms): 12 train / 0 held-out views, 40x30"), "{stdout}");
+    assert!(stdout.contains("initialising from"), "{stdout}");
+    let ply = rust3r_io::load_splats(&train_out.join("splats.ply")).unwrap();
+    let spz = rust3r_io::load_splats(&train_out.join("splats_1.spz")).unwrap();
+    assert!(ply.len() > 1000 && spz.len() == ply.len());
+}
