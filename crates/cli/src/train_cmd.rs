@@ -281,7 +281,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         if stop.load(Ordering::SeqCst) {
             bar.abandon_with_message("interrupted");
             trainer.save_checkpoint(&ck_path)?;
-            write_splats(&trainer, &a.out.join("splats.ply"))?;
+            write_splats(&trainer, &[a.out.join("splats.ply")])?;
             println!("interrupted at step {}: wrote {} and splats.ply; resume with --resume {}", trainer.step, ck_path.display(), ck_path.display());
             return Ok(());
         }
@@ -310,10 +310,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         }
         let last = s == a.steps;
         if save_at.contains(&s) {
-            write_splats(&trainer, &a.out.join(format!("splats_{s}.ply")))?;
+            let mut paths = vec![a.out.join(format!("splats_{s}.ply"))];
             if a.spz {
-                write_splats(&trainer, &a.out.join(format!("splats_{s}.spz")))?;
+                paths.push(a.out.join(format!("splats_{s}.spz")));
             }
+            write_splats(&trainer, &paths)?;
         }
         if a.checkpoint_every > 0 && s % a.checkpoint_every == 0 && !last {
             trainer.save_checkpoint(&ck_path)?;
@@ -350,10 +351,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     if let Some(r) = rust3r_gpu::profile::report() {
         println!("RUST3R_PROFILE (device time per phase, synchronised):\n{r}");
     }
-    write_splats(&trainer, &a.out.join("splats.ply"))?;
+    let mut paths = vec![a.out.join("splats.ply")];
     if a.spz {
-        write_splats(&trainer, &a.out.join("splats.spz"))?;
+        paths.push(a.out.join("splats.spz"));
     }
+    write_splats(&trainer, &paths)?;
     trainer.save_checkpoint(&ck_path)?;
     println!(
         "done: {} steps in {:.1} s of training, {} Gaussians -> {}",
@@ -365,9 +367,12 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_splats(trainer: &Trainer, path: &Path) -> Result<()> {
+/// Read the splats back once and write each path (format by extension).
+fn write_splats(trainer: &Trainer, paths: &[PathBuf]) -> Result<()> {
     let host = trainer.to_host()?;
-    rust3r_io::save_splats(path, &host).with_context(|| format!("cannot write {}", path.display()))?;
+    for path in paths {
+        rust3r_io::save_splats(path, &host).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     Ok(())
 }
 

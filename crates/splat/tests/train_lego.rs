@@ -33,7 +33,7 @@ fn lego_views(count: usize) -> Vec<View> {
             let img = image::open(root.join(format!("{rel}.png")))
                 .unwrap()
                 .to_rgba8();
-            let (w0, h0) = img.dimensions();
+            let (w0, _) = img.dimensions();
             let k = (w0 / SIZE) as usize;
             let mut rgb = vec![0u8; (SIZE * SIZE * 3) as usize];
             for y in 0..SIZE as usize {

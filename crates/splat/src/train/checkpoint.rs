@@ -32,21 +32,41 @@ fn err(path: &Path, msg: impl std::fmt::Display) -> SplatError {
     SplatError::Checkpoint(format!("{}: {msg}", path.display()))
 }
 
+/// Names and lengths of the arrays of a checkpoint of `n` Gaussians with per-group row
+/// widths `rows`, in file order (the order of [`Trainer::state_buffers`]).
+fn layout(n: usize, rows: [usize; 5]) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = (0..5).map(|i| (GROUPS[i].to_string(), n * rows[i])).collect();
+    for i in 0..5 {
+        out.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
+        out.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
+    }
+    out.push(("grad2d".into(), n));
+    out.push(("count".into(), n));
+    out
+}
+
 impl Trainer {
+    /// Every device buffer of the training state, in checkpoint order.
+    fn state_buffers(&self) -> Vec<&rust3r_gpu::GpuBuffer<f32>> {
+        let mut out: Vec<_> = Self::param_buffers(&self.splats).to_vec();
+        for i in 0..5 {
+            out.push(&self.m[i]);
+            out.push(&self.v[i]);
+        }
+        out.push(&self.grad2d);
+        out.push(&self.count);
+        out
+    }
+
     /// Write a checkpoint atomically.
     pub fn save_checkpoint(&self, path: &Path) -> Result<(), SplatError> {
         let g = &self.gpu;
-        let params = Self::param_buffers(&self.splats);
-        let mut arrays: Vec<(String, Vec<f32>)> = Vec::new();
-        for i in 0..5 {
-            arrays.push((GROUPS[i].to_string(), g.read(params[i])?));
+        let buffers = self.state_buffers();
+        let names = layout(self.splats.len(), self.rows());
+        let mut arrays: Vec<(String, Vec<f32>)> = Vec::with_capacity(buffers.len());
+        for ((name, _), buf) in names.into_iter().zip(buffers) {
+            arrays.push((name, g.read(buf)?));
         }
-        for i in 0..5 {
-            arrays.push((format!("adam_m.{}", GROUPS[i]), g.read(&self.m[i])?));
-            arrays.push((format!("adam_v.{}", GROUPS[i]), g.read(&self.v[i])?));
-        }
-        arrays.push(("grad2d".into(), g.read(&self.grad2d)?));
-        arrays.push(("count".into(), g.read(&self.count)?));
         let header = Header {
             step: self.step,
             rng: self.rng,
@@ -111,17 +131,7 @@ impl Trainer {
             ));
         }
         let k3 = ((h.sh_degree + 1) * (h.sh_degree + 1)) as usize * 3;
-        let rows = [3usize, 3, 4, 1, k3];
-        let mut expected: Vec<(String, usize)> = Vec::new();
-        for i in 0..5 {
-            expected.push((GROUPS[i].to_string(), n * rows[i]));
-        }
-        for i in 0..5 {
-            expected.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
-            expected.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
-        }
-        expected.push(("grad2d".into(), n));
-        expected.push(("count".into(), n));
+        let expected = layout(n, [3usize, 3, 4, 1, k3]);
         if h.arrays != expected {
             return Err(err(
                 path,

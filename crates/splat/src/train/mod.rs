@@ -359,7 +359,6 @@ impl Trainer {
         }
         let t = self.step + 1;
         let lr = &self.cfg.lr;
-        let k3 = self.splats.num_coeffs() * 3;
         let rates = [
             (3, self.means_lr(self.step), 0.0),
             (3, lr.scales, 0.0),
@@ -378,11 +377,8 @@ impl Trainer {
         let visible = self.cfg.visible_adam.then_some(&out.radii);
         for g in 0..5 {
             let param = Self::param_buffers(&self.splats)[g];
-            let rate = if g == 4 && k3 == 3 {
-                (3, rates[4].1, rates[4].1)
-            } else {
-                rates[g]
-            };
+            // SH degree 0: the DC block is the whole row, so `sh_rest` is never used.
+            let rate = rates[g];
             adam_update(
                 &gpu,
                 param,
