@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
-use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward};
+use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward, render_backward_with};
 
 use crate::DeviceArgs;
 
@@ -54,6 +54,13 @@ pub struct RasterArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Also compare the backward pass's gradients with subgroup (plane) reductions against the
+    /// portable shared-memory path on each scene (only meaningful where the adapter has subgroups).
+    #[arg(long)]
+    check_backward: bool,
+    /// Also compute the camera-pose gradient in the timed backward (gsplat's benchmark does not).
+    #[arg(long)]
+    pose_grad: bool,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -248,7 +255,11 @@ fn raster(a: &RasterArgs) -> Result<()> {
             let mut both = vec![];
             let mut stats = (0, 0);
             for i in 0..a.warmup + a.iters {
+                if i == a.warmup {
+                    rust3r_gpu::profile::reset();
+                }
                 gpu.sync()?;
+                rust3r_gpu::profile::start(&gpu);
                 let t0 = Instant::now();
                 let (out, _) = render(&gpu, &splats, &cam, &opts)?;
                 gpu.sync()?;
@@ -256,9 +267,10 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 stats = (out.num_visible, out.num_intersections);
                 drop(out);
                 gpu.sync()?;
+                rust3r_gpu::profile::start(&gpu);
                 let t1 = Instant::now();
                 let (out, state) = render(&gpu, &splats, &cam, &opts)?;
-                let grads = render_backward(&gpu, &splats, &out, &state, &ones, &zeros, &zeros)?;
+                let grads = render_backward_with(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
                 gpu.sync()?;
                 let dt2 = t1.elapsed().as_secs_f64() * 1e3;
                 peak = peak.max(gpu.memory_reserved());
@@ -268,7 +280,13 @@ fn raster(a: &RasterArgs) -> Result<()> {
                     both.push(dt2);
                 }
             }
+            if a.check_backward {
+                check_backward(&gpu, &splats, &cam, &opts, &ones, &zeros)?;
+            }
             let (fm, bm) = (median(fwd.clone()), median(both.clone()));
+            if let Some(r) = rust3r_gpu::profile::report() {
+                println!("profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}");
+            }
             println!(
                 "| {n} | {w}x{h} | {} | {} | {fm:.3} | {bm:.3} | {:.2} |",
                 stats.0,
@@ -287,10 +305,56 @@ fn raster(a: &RasterArgs) -> Result<()> {
         let doc = serde_json::json!({
             "device": gpu.name(),
             "date_utc": format!("{:?}", std::time::SystemTime::now()),
-            "iters": a.iters, "warmup": a.warmup,
+            "iters": a.iters, "warmup": a.warmup, "pose_grad": a.pose_grad,
             "configs": results,
         });
         std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Gradients of the plane-reduction backward vs the shared-memory backward (max |diff| / max |ref|).
+fn check_backward(
+    gpu: &rust3r_gpu::Gpu,
+    splats: &GpuSplats,
+    cam: &rust3r_splat::Camera,
+    opts: &RenderOptions,
+    ones: &rust3r_gpu::GpuBuffer<f32>,
+    zeros: &rust3r_gpu::GpuBuffer<f32>,
+) -> Result<()> {
+    let grads = |planes: bool| -> Result<Vec<(&'static str, Vec<f32>)>> {
+        // SAFETY: the benchmark is single-threaded here; the variable is read by the next call.
+        unsafe {
+            if planes {
+                std::env::remove_var("RUST3R_NO_PLANES");
+                std::env::set_var("RUST3R_PLANES", "1");
+            } else {
+                std::env::remove_var("RUST3R_PLANES");
+                std::env::set_var("RUST3R_NO_PLANES", "1");
+            }
+        }
+        let (out, state) = render(gpu, splats, cam, opts)?;
+        let g = render_backward(gpu, splats, &out, &state, ones, zeros, zeros)?;
+        Ok(vec![
+            ("means", gpu.read(&g.means)?),
+            ("log_scales", gpu.read(&g.log_scales)?),
+            ("quats", gpu.read(&g.quats)?),
+            ("opacity", gpu.read(&g.opacity_logits)?),
+            ("sh", gpu.read(&g.sh)?),
+            ("projected", gpu.read(&g.projected)?),
+        ])
+    };
+    let (with, without) = (grads(true)?, grads(false)?);
+    unsafe {
+        std::env::remove_var("RUST3R_NO_PLANES");
+        std::env::remove_var("RUST3R_PLANES");
+    }
+    println!("backward check (plane vs shared), adapter planes {:?}:", gpu.plane_sizes());
+    for ((name, a), (_, b)) in with.iter().zip(&without) {
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let nonfinite = a.iter().filter(|v| !v.is_finite()).count();
+        println!("  {name}: max|diff| {diff:.3e} / max|ref| {scale:.3e} = {:.2e}, non-finite {nonfinite}", diff / scale.max(1e-30));
     }
     Ok(())
 }

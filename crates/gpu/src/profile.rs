@@ -31,6 +31,15 @@ pub fn start(gpu: &Gpu) {
     }
 }
 
+/// Forget the totals gathered so far (e.g. after warm-up iterations).
+pub fn reset() {
+    if enabled() {
+        let mut s = state().lock().unwrap();
+        s.phases.clear();
+        s.last = None;
+    }
+}
+
 /// Charge the device time since the last mark to `phase`.
 pub fn mark(gpu: &Gpu, phase: &'static str) {
     if !enabled() {

@@ -189,6 +189,17 @@ impl Gpu {
     pub fn max_shared_memory(&self) -> usize {
         self.client.properties().hardware.max_shared_memory_size
     }
+    /// Subgroup ("plane") size range when the adapter runs plane reductions
+    /// (`subgroupAdd` ...), `None` otherwise (e.g. Mesa's lavapipe: CubeCL turns them off on CPU adapters).
+    pub fn plane_sizes(&self) -> Option<(u32, u32)> {
+        if std::env::var("RUST3R_NO_PLANES").is_ok_and(|v| v != "0") {
+            return None;
+        }
+        let p = self.client.properties();
+        let ops = p.features.plane.contains(cubecl::features::Plane::Ops);
+        (ops && p.hardware.plane_size_min >= 4 && p.hardware.plane_size_max <= 256)
+            .then_some((p.hardware.plane_size_min, p.hardware.plane_size_max))
+    }
     /// Largest single buffer (page) the memory manager hands out, in bytes.
     pub fn max_buffer_bytes(&self) -> u64 {
         self.client.properties().memory.max_page_size

@@ -392,6 +392,31 @@ fn backward_batch(gpu: &Gpu) -> usize {
         .unwrap_or(4)
 }
 
+/// Gaussians per batch of the plane-reduction backward (one unit per (Gaussian, component)
+/// adds the plane partials, so `10 * PLANE_BATCH <= 256`).
+const PLANE_BATCH: usize = 16;
+
+/// Images with fewer tiles than this take the shared-memory backward even where subgroups exist:
+/// measured on an H200 (BENCHMARKS.md), the plane path was 12-15% faster at 1920x1080 (8160
+/// tiles) and 10-16% slower at 648x420 (1107 tiles) at every Gaussian count.
+const PLANE_MIN_TILES: u32 = 2048;
+
+/// `Some(max planes per 256-unit cube)` when the plane-reduction backward runs for an image
+/// of `num_tiles` tiles (`RUST3R_NO_PLANES=1` turns it off, `RUST3R_PLANES=1` forces it on).
+fn plane_backward(gpu: &Gpu, num_tiles: u32) -> Option<usize> {
+    let forced = std::env::var("RUST3R_PLANES").is_ok_and(|v| v == "1");
+    if num_tiles < PLANE_MIN_TILES && !forced {
+        return None;
+    }
+    let (min, max) = gpu.plane_sizes()?;
+    if !min.is_power_of_two() || !max.is_power_of_two() || 256 % max != 0 {
+        return None;
+    }
+    let max_planes = (256 / min) as usize;
+    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 10);
+    (need <= gpu.max_shared_memory()).then_some(max_planes)
+}
+
 /// Backward pass: gradients of `L` given `dL/d rgb`, `dL/d alpha` and
 /// `dL/d depth` (the accumulated depth of [`RenderOutput::depth`]).
 pub fn render_backward(
@@ -436,34 +461,70 @@ pub fn render_backward_with(
     let (tiles_x, tiles_y) = state.camera.tiles();
     // Zero-filled: the backward pass writes only rows in front of each tile's last contributor.
     let isect_grads = gpu.zeros::<f32>(out.num_intersections * project::VPROJ);
-    let batch = backward_batch(gpu);
-    let kb = (state.gaussians_per_dispatch / batch).max(1);
+    rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     let carry = gpu.alloc::<f32>(npix * 5);
-    for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
-        rasterize::rasterize_backward::launch(
-            client,
-            CubeCount::Static(tiles_x, tiles_y, 1),
-            CubeDim::new_1d(256),
-            state.ranges.arg(),
-            state.sorted_gids.arg(),
-            state.isect_orig.arg(),
-            state.proj.arg(),
-            state.cam.arg(),
-            out.alpha.arg(),
-            state.last.arg(),
-            state.tile_last.arg(),
-            v_rgb.arg(),
-            v_alpha.arg(),
-            v_depth.arg(),
-            isect_grads.arg(),
-            carry.arg(),
-            out.width,
-            out.height,
-            tiles_x,
-            (d * kb) as u32,
-            ((d + 1) * kb) as u32,
-            batch,
-        );
+    match plane_backward(gpu, tiles_x * tiles_y) {
+        Some(max_planes) => {
+            let batch = PLANE_BATCH;
+            let kb = (state.gaussians_per_dispatch / batch).max(1);
+            for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
+                rasterize::rasterize_backward_plane::launch(
+                    client,
+                    CubeCount::Static(tiles_x, tiles_y, 1),
+                    CubeDim::new_1d(256),
+                    state.ranges.arg(),
+                    state.sorted_gids.arg(),
+                    state.isect_orig.arg(),
+                    state.proj.arg(),
+                    state.cam.arg(),
+                    out.alpha.arg(),
+                    state.last.arg(),
+                    state.tile_last.arg(),
+                    v_rgb.arg(),
+                    v_alpha.arg(),
+                    v_depth.arg(),
+                    isect_grads.arg(),
+                    carry.arg(),
+                    out.width,
+                    out.height,
+                    tiles_x,
+                    (d * kb) as u32,
+                    ((d + 1) * kb) as u32,
+                    batch,
+                    max_planes,
+                );
+            }
+        }
+        None => {
+            let batch = backward_batch(gpu);
+            let kb = (state.gaussians_per_dispatch / batch).max(1);
+            for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
+                rasterize::rasterize_backward::launch(
+                    client,
+                    CubeCount::Static(tiles_x, tiles_y, 1),
+                    CubeDim::new_1d(256),
+                    state.ranges.arg(),
+                    state.sorted_gids.arg(),
+                    state.isect_orig.arg(),
+                    state.proj.arg(),
+                    state.cam.arg(),
+                    out.alpha.arg(),
+                    state.last.arg(),
+                    state.tile_last.arg(),
+                    v_rgb.arg(),
+                    v_alpha.arg(),
+                    v_depth.arg(),
+                    isect_grads.arg(),
+                    carry.arg(),
+                    out.width,
+                    out.height,
+                    tiles_x,
+                    (d * kb) as u32,
+                    ((d + 1) * kb) as u32,
+                    batch,
+                );
+            }
+        }
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
@@ -487,7 +548,8 @@ pub fn render_backward_with(
     let grads_quats = gpu.alloc::<f32>(n * 4);
     let grads_opac = gpu.alloc::<f32>(n);
     let grads_sh = gpu.alloc::<f32>(n * k * 3);
-    let v_cam = gpu.alloc::<f32>(n * project::VCAM);
+    // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
+    let v_cam = gpu.alloc::<f32>(if pose_grad { n * project::VCAM } else { 1 });
     if n > 0 {
         project::project_backward::launch(
             client,
@@ -513,6 +575,7 @@ pub fn render_backward_with(
             k as u32,
             state.active_coeffs,
             state.antialiased,
+            pose_grad,
         );
     }
     rust3r_gpu::profile::mark(gpu, "bwd 3 project");

@@ -279,6 +279,7 @@ pub fn project_backward(
     num_coeffs: u32,
     active_coeffs: u32,
     #[comptime] antialiased: bool,
+    #[comptime] pose_grad: bool,
 ) {
     let g = rust3r_gpu::global_id();
     if g >= n as usize {
@@ -299,9 +300,11 @@ pub fn project_backward(
         for k in 0..kc * 3 {
             v_sh[g * kc * 3 + k] = 0.0f32;
         }
-        #[unroll]
-        for k in 0..12usize {
-            v_cam[g * 12 + k] = 0.0f32;
+        if pose_grad {
+            #[unroll]
+            for k in 0..12usize {
+                v_cam[g * 12 + k] = 0.0f32;
+            }
         }
         terminate!();
     }
@@ -650,16 +653,18 @@ pub fn project_backward(
     v_means[g * 3] = vmx;
     v_means[g * 3 + 1] = vmy;
     v_means[g * 3 + 2] = vmz;
-    v_cam[g * 12] = vr00;
-    v_cam[g * 12 + 1] = vr01;
-    v_cam[g * 12 + 2] = vr02;
-    v_cam[g * 12 + 3] = vr10;
-    v_cam[g * 12 + 4] = vr11;
-    v_cam[g * 12 + 5] = vr12;
-    v_cam[g * 12 + 6] = vr20;
-    v_cam[g * 12 + 7] = vr21;
-    v_cam[g * 12 + 8] = vr22;
-    v_cam[g * 12 + 9] = vtx;
-    v_cam[g * 12 + 10] = vty;
-    v_cam[g * 12 + 11] = vtz;
+    if pose_grad {
+        v_cam[g * 12] = vr00;
+        v_cam[g * 12 + 1] = vr01;
+        v_cam[g * 12 + 2] = vr02;
+        v_cam[g * 12 + 3] = vr10;
+        v_cam[g * 12 + 4] = vr11;
+        v_cam[g * 12 + 5] = vr12;
+        v_cam[g * 12 + 6] = vr20;
+        v_cam[g * 12 + 7] = vr21;
+        v_cam[g * 12 + 8] = vr22;
+        v_cam[g * 12 + 9] = vtx;
+        v_cam[g * 12 + 10] = vty;
+        v_cam[g * 12 + 11] = vtz;
+    }
 }

@@ -388,3 +388,212 @@ pub fn unpack_image(
         depth[p] = packed[p * 5 + 4];
     }
 }
+
+/// Backward pass with subgroup ("plane") reductions, for adapters that have them.
+///
+/// One unit per pixel walks the tile's Gaussians back to front in batches of `batch`; for each
+/// Gaussian every unit computes its 10 gradient terms, `plane_sum` reduces them inside each
+/// plane, and the plane leaders store one partial row per plane in shared memory; after the
+/// batch, one unit per (Gaussian, component) adds the `256 / PLANE_DIM` partials. Same
+/// arithmetic as [`rasterize_backward`] (which needs no subgroups), fewer barriers and no
+/// per-pair shared-memory round trip. Deterministic run to run.
+///
+/// The per-pixel tests only zero the terms; a plane skips the reductions of a Gaussian none of
+/// its pixels took (naga puts no uniformity requirement on subgroup operations; the skip
+/// condition is uniform across the plane).
+#[cube(launch)]
+pub fn rasterize_backward_plane(
+    ranges: &[u32],
+    sorted_gids: &[u32],
+    isect_orig: &[u32],
+    proj: &[f32],
+    cam: &[f32],
+    out_alpha: &[f32],
+    out_last: &[u32],
+    tile_last: &[u32],
+    v_rgb: &[f32],
+    v_alpha: &[f32],
+    v_depth: &[f32],
+    isect_grads: &mut [f32],
+    carry: &mut [f32],
+    width: u32,
+    height: u32,
+    tiles_x: u32,
+    batch_begin: u32,
+    batch_end: u32,
+    #[comptime] batch: usize,
+    #[comptime] max_planes: usize,
+) {
+    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let t = UNIT_POS as usize;
+    let x = CUBE_POS_X * 16 + UNIT_POS % 16;
+    let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
+    let inside = x < width && y < height;
+    let pxf = f32::cast_from(x) + 0.5f32;
+    let pyf = f32::cast_from(y) + 0.5f32;
+    let start = ranges[tile * 2] as usize;
+    let end = start + tile_last[tile] as usize;
+    let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
+    let planes = (256u32 / PLANE_DIM) as usize;
+    let plane = t / (PLANE_DIM as usize);
+    let leader = UNIT_POS_PLANE == 0u32;
+
+    let bgr = cam[19];
+    let bgg = cam[20];
+    let bgb = cam[21];
+    let mut t_final = 1.0f32;
+    let mut last = 0usize;
+    let mut vcr = 0.0f32;
+    let mut vcg = 0.0f32;
+    let mut vcb = 0.0f32;
+    let mut vd = 0.0f32;
+    let mut va_out = 0.0f32;
+    if inside {
+        let p = (y * width + x) as usize;
+        t_final = 1.0f32 - out_alpha[p];
+        last = out_last[p] as usize;
+        vcr = v_rgb[p * 3];
+        vcg = v_rgb[p * 3 + 1];
+        vcb = v_rgb[p * 3 + 2];
+        vd = v_depth[p];
+        va_out = v_alpha[p];
+    }
+    let final_term = va_out - (bgr * vcr + bgg * vcg + bgb * vcb);
+    let mut tr = t_final;
+    let mut sr = 0.0f32;
+    let mut sg = 0.0f32;
+    let mut sb = 0.0f32;
+    let mut sd = 0.0f32;
+    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    if batch_begin > 0u32 && inside {
+        tr = carry[pc * 5];
+        sr = carry[pc * 5 + 1];
+        sg = carry[pc * 5 + 2];
+        sb = carry[pc * 5 + 3];
+        sd = carry[pc * 5 + 4];
+    }
+
+    let total = end - start;
+    let num_batches = min(total.div_ceil(batch), batch_end as usize);
+    for bi in (batch_begin as usize)..num_batches {
+        let batch_hi = end - bi * batch;
+        let batch_start = max(start, batch_hi - min(batch_hi, batch));
+        let len = batch_hi - batch_start;
+        sync_cube();
+        if t < len {
+            let gid = sorted_gids[batch_start + t] as usize;
+            #[unroll]
+            for k in 0..10usize {
+                sm[t * 10 + k] = proj[gid * 10 + k];
+            }
+        }
+        sync_cube();
+        for jj in 0..len {
+            let j = len - 1 - jj;
+            let pos = batch_start + j;
+            let mut a0 = 0.0f32;
+            let mut a1 = 0.0f32;
+            let mut a2 = 0.0f32;
+            let mut a3 = 0.0f32;
+            let mut a4 = 0.0f32;
+            let mut a5 = 0.0f32;
+            let mut a6 = 0.0f32;
+            let mut a7 = 0.0f32;
+            let mut a8 = 0.0f32;
+            let mut a9 = 0.0f32;
+            let mut took = false;
+            if inside && pos < start + last {
+                let dx = sm[j * 10] - pxf;
+                let dy = sm[j * 10 + 1] - pyf;
+                let ca = sm[j * 10 + 2];
+                let cb2 = sm[j * 10 + 3];
+                let cc = sm[j * 10 + 4];
+                let sigma = 0.5f32 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
+                let gk = (-sigma).exp();
+                let raw = sm[j * 10 + 6] * gk;
+                let alpha = min(0.99f32, raw);
+                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                    let ra = 1.0f32 / (1.0f32 - alpha);
+                    tr = tr * ra;
+                    let vis = alpha * tr;
+                    let z = sm[j * 10 + 5];
+                    let r = sm[j * 10 + 7];
+                    let g = sm[j * 10 + 8];
+                    let b = sm[j * 10 + 9];
+                    let va = (r * vcr + g * vcg + b * vcb) * tr
+                        - (sr * vcr + sg * vcg + sb * vcb) * ra
+                        + (z * tr - sd * ra) * vd
+                        + t_final * ra * final_term;
+                    sr += r * vis;
+                    sg += g * vis;
+                    sb += b * vis;
+                    sd += z * vis;
+                    took = true;
+                    a5 = vis * vd;
+                    a7 = vis * vcr;
+                    a8 = vis * vcg;
+                    a9 = vis * vcb;
+                    if raw < 0.99f32 {
+                        a6 = gk * va;
+                        let vs = -raw * va;
+                        a2 = 0.5f32 * dx * dx * vs;
+                        a3 = dx * dy * vs;
+                        a4 = 0.5f32 * dy * dy * vs;
+                        a0 = vs * (ca * dx + cb2 * dy);
+                        a1 = vs * (cb2 * dx + cc * dy);
+                    }
+                }
+            }
+            // Planes where no pixel took this Gaussian skip the ten reductions (the
+            // condition is uniform across the plane, which is all subgroup operations need).
+            if plane_any(took) {
+                let s0 = plane_sum(a0);
+                let s1 = plane_sum(a1);
+                let s2 = plane_sum(a2);
+                let s3 = plane_sum(a3);
+                let s4 = plane_sum(a4);
+                let s5 = plane_sum(a5);
+                let s6 = plane_sum(a6);
+                let s7 = plane_sum(a7);
+                let s8 = plane_sum(a8);
+                let s9 = plane_sum(a9);
+                if leader {
+                    let o = (plane * batch + j) * 10;
+                    part[o] = s0;
+                    part[o + 1] = s1;
+                    part[o + 2] = s2;
+                    part[o + 3] = s3;
+                    part[o + 4] = s4;
+                    part[o + 5] = s5;
+                    part[o + 6] = s6;
+                    part[o + 7] = s7;
+                    part[o + 8] = s8;
+                    part[o + 9] = s9;
+                }
+            } else if leader {
+                let o = (plane * batch + j) * 10;
+                #[unroll]
+                for k in 0..10usize {
+                    part[o + k] = 0.0f32;
+                }
+            }
+        }
+        sync_cube();
+        if t < len * 10 {
+            let mut sum = 0.0f32;
+            for q in 0..planes {
+                sum += part[q * comptime![batch * 10] + t];
+            }
+            let row = isect_orig[batch_start + t / 10] as usize;
+            isect_grads[row * 10 + t % 10] = sum;
+        }
+    }
+    if inside {
+        carry[pc * 5] = tr;
+        carry[pc * 5 + 1] = sr;
+        carry[pc * 5 + 2] = sg;
+        carry[pc * 5 + 3] = sb;
+        carry[pc * 5 + 4] = sd;
+    }
+}
