@@ -26,6 +26,14 @@ pub fn compact_indices(gpu: &Gpu, mask: &GpuBuffer<u32>) -> Result<GpuBuffer<u32
     let last_pos = gpu.read_at(&positions, n - 1)?;
     let last_flag = gpu.read_at(&normalized, n - 1)?;
     let count = (last_pos + last_flag) as usize;
+    Ok(scatter_indices(gpu, mask, &positions, count))
+}
+
+/// The scatter half of [`compact_indices`], for callers that learn `count` another way (e.g.
+/// together with other totals in one read-back): the indices `i` with `mask[i] != 0`, given
+/// `positions = exclusive_scan(to_unit_mask(mask))` and `count` set entries.
+pub fn scatter_indices(gpu: &Gpu, mask: &GpuBuffer<u32>, positions: &GpuBuffer<u32>, count: usize) -> GpuBuffer<u32> {
+    let n = mask.len();
     let out = gpu.alloc::<u32>(count);
     if count > 0 {
         scatter_set_indices::launch(
@@ -38,5 +46,5 @@ pub fn compact_indices(gpu: &Gpu, mask: &GpuBuffer<u32>) -> Result<GpuBuffer<u32
             n as u32,
         );
     }
-    Ok(out)
+    out
 }

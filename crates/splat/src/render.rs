@@ -3,8 +3,9 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
-    scan::exclusive_scan, sort::bits_for, sort::sort_pairs,
+    Gpu, GpuBuffer, compact::scatter_indices, gather::gather, gather::iota, reduce::ReduceOp,
+    reduce::reduce_columns, reduce::to_unit_mask, scan::exclusive_scan, sort::bits_for,
+    sort::sort_pairs,
 };
 
 use crate::kernels::{project, rasterize, tiles};
@@ -235,30 +236,35 @@ pub fn render(
         );
     }
 
-    // All Gaussians sorted front to back; culled ones (key u32::MAX) last.
-    let ids = iota(gpu, n);
     rust3r_gpu::profile::mark(gpu, "fwd 1 project");
-    let (sorted_keys, sorted_ids) = sort_pairs(gpu, &depth_keys, &ids, 32);
-    let counts = gather(gpu, &tiles_touched, &sorted_ids);
-    let offsets = exclusive_scan(gpu, &counts);
-    // One read-back for the whole forward pass: intersection and visible counts.
-    let (num_isects, num_visible) = if n == 0 {
+    // Only the visible Gaussians are depth-sorted (front to back). One read-back for the whole
+    // forward pass: the visible and intersection counts.
+    let flags = to_unit_mask(gpu, &tiles_touched);
+    let positions = exclusive_scan(gpu, &flags);
+    let (num_visible, num_isects) = if n == 0 {
         (0, 0)
     } else {
+        let isect_total = reduce_columns(gpu, &tiles_touched, 1, ReduceOp::Sum);
         let totals = gpu.alloc::<u32>(2);
-        tiles::finalize_counts::launch(
+        tiles::visible_totals::launch(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
-            offsets.arg(),
-            counts.arg(),
-            sorted_keys.arg(),
+            flags.arg(),
+            positions.arg(),
+            isect_total.arg(),
             totals.arg(),
             n as u32,
         );
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
+    let visible_ids = scatter_indices(gpu, &tiles_touched, &positions, num_visible);
+    drop((flags, positions));
+    let visible_keys = gather(gpu, &depth_keys, &visible_ids);
+    let (_, sorted_ids) = sort_pairs(gpu, &visible_keys, &visible_ids, 32);
+    let counts = gather(gpu, &tiles_touched, &sorted_ids);
+    let offsets = exclusive_scan(gpu, &counts);
     rust3r_gpu::profile::mark(gpu, "fwd 2 depth sort + scan + count read-back");
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // The backward pass keeps one 10-float gradient row per intersection.

@@ -116,31 +116,14 @@ pub fn sum_isect_grads(
     v_proj[o + 9] = a9;
 }
 
-/// One unit: `out[0]` = total intersections (`offsets[n-1] + counts[n-1]`),
-/// `out[1]` = visible Gaussians (first position whose depth key is the culled
-/// marker `u32::MAX`, found by binary search in the sorted keys).
+/// One read-back's worth of totals: `out[0]` = visible Gaussians (`positions[n-1] + flags[n-1]`
+/// of the exclusive scan of the visibility flags), `out[1]` = tile intersections (`isect_total[0]`).
 #[cube(launch)]
-pub fn finalize_counts(
-    offsets: &[u32],
-    counts: &[u32],
-    sorted_keys: &[u32],
-    out: &mut [u32],
-    n: u32,
-) {
+pub fn visible_totals(flags: &[u32], positions: &[u32], isect_total: &[u32], out: &mut [u32], n: u32) {
     if UNIT_POS == 0 {
         let n = n as usize;
-        out[0] = offsets[n - 1] + counts[n - 1];
-        let mut lo = 0usize;
-        let mut hi = n;
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if sorted_keys[mid] == 4294967295u32 {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        out[1] = lo as u32;
+        out[0] = positions[n - 1] + flags[n - 1];
+        out[1] = isect_total[0];
     }
 }
 
