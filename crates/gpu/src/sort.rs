@@ -1,9 +1,11 @@
 //! Stable least-significant-digit radix sort of `u32` keys with `u32` values.
 //!
-//! Four bits per pass. Each pass is three launches: a per-tile digit histogram,
-//! an exclusive scan of the histograms (digit-major, so the scan yields global
-//! output offsets), and a scatter in which every tile computes stable local
-//! ranks with one block-wide scan of 16-bit packed digit counters.
+//! Eight bits per pass (four passes for 32-bit keys). Each pass is three launches: a per-tile
+//! 256-bin digit histogram, an exclusive scan of the histograms (digit-major, so the scan yields
+//! global output offsets), and a scatter in which every tile first sorts its 2048 pairs by the
+//! digit in shared memory (two stable 4-bit splits, each ranked with one block-wide scan of
+//! 16-bit packed counters) and then writes each pair to its digit's global offset plus its rank
+//! inside the tile, so consecutive pairs of one digit land at consecutive addresses.
 //! Any length up to `u32::MAX` elements (grids fold into two dimensions).
 
 use cubecl::prelude::*;
@@ -14,67 +16,51 @@ use crate::{BLOCK, Gpu, GpuBuffer, block_id};
 const ITEMS: usize = 8;
 /// Keys handled by one cube per pass.
 pub const TILE: usize = BLOCK as usize * ITEMS;
-const RADIX_BITS: u32 = 4;
-const BINS: usize = 16;
+const RADIX_BITS: u32 = 8;
+const BINS: usize = 256;
 
 #[cube(launch)]
 fn radix_count(keys: &[u32], counts: &mut [u32], n: u32, shift: u32, num_blocks: u32) {
     let block = block_id();
     let t = UNIT_POS as usize;
-    let hist = Shared::<[Atomic<u32>]>::new_slice(16usize);
-    if t < 16 {
-        hist[t].store(0u32);
-    }
+    let hist = Shared::<[Atomic<u32>]>::new_slice(256usize);
+    hist[t].store(0u32);
     sync_cube();
     let tile_base = block * 2048;
     #[unroll]
     for i in 0..8usize {
         let idx = tile_base + i * 256 + t;
         if idx < n as usize {
-            let d = ((keys[idx] >> shift) & 15u32) as usize;
+            let d = ((keys[idx] >> shift) & 255u32) as usize;
             hist[d].fetch_add(1u32);
         }
     }
     sync_cube();
-    if t < 16 {
-        counts[t * (num_blocks as usize) + block] = hist[t].load();
-    }
+    counts[t * (num_blocks as usize) + block] = hist[t].load();
 }
 
-#[cube(launch)]
-fn radix_scatter(
-    keys_in: &[u32],
-    vals_in: &[u32],
-    keys_out: &mut [u32],
-    vals_out: &mut [u32],
-    offsets: &[u32],
-    n: u32,
-    shift: u32,
-    num_blocks: u32,
-) {
-    let block = block_id();
+/// One stable split of the 2048 pairs in `sk`/`sv` by the nibble `(key >> bit) & 15`. Unit `t`
+/// owns positions `8t..8t+8`; ranks come from one block-wide scan of 16-bit packed counters
+/// (`packed[w * 256 + t]` holds the counters of nibbles `2w` and `2w + 1` of unit `t`).
+#[cube]
+fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u32], bit: u32) {
     let t = UNIT_POS as usize;
-    let n = n as usize;
-    // packed[w * 256 + t]: digit counters 2w (low 16 bits) and 2w+1 (high 16 bits) of unit t.
-    let mut packed = Shared::<[u32]>::new_slice(2048usize);
-    let mut seg = Shared::<[u32]>::new_slice(256usize);
-    let mut gbase = Shared::<[u32]>::new_slice(16usize);
+    let mut keys = Array::<u32>::new(8usize);
+    let mut vals = Array::<u32>::new(8usize);
+    #[unroll]
+    for i in 0..8usize {
+        keys[i] = sk[t * 8 + i];
+        vals[i] = sv[t * 8 + i];
+    }
     #[unroll]
     for w in 0..8usize {
         packed[w * 256 + t] = 0u32;
     }
-    let base = block * 2048 + t * 8;
     #[unroll]
     for i in 0..8usize {
-        let idx = base + i;
-        if idx < n {
-            let d = (keys_in[idx] >> shift) & 15u32;
-            let w = (d / 2) as usize;
-            packed[w * 256 + t] += 1u32 << ((d % 2) * 16);
-        }
-    }
-    if t < 16 {
-        gbase[t] = offsets[t * (num_blocks as usize) + block];
+        let d = (keys[i] >> bit) & 15u32;
+        let w = (d / 2) as usize;
+        packed[w * 256 + t] += 1u32 << ((d % 2) * 16);
     }
     sync_cube();
     // Exclusive scan down each of the 8 columns: unit (w, s) scans rows 8s..8s+8 of column w.
@@ -97,8 +83,20 @@ fn radix_scatter(
             seg[t * 32 + k] = run;
             run += v;
         }
+        seg[256 + t] = run;
     }
     sync_cube();
+    if t == 0 {
+        // Nibble starts inside the tile from the column totals (two 16-bit counts each).
+        let mut start = 0u32;
+        for c in 0..8usize {
+            let tot = seg[256 + c];
+            seg[264 + 2 * c] = start;
+            start += tot & 65535u32;
+            seg[265 + 2 * c] = start;
+            start += tot >> 16u32;
+        }
+    }
     let add = seg[w * 32 + s];
     #[unroll]
     for r in 0..8usize {
@@ -107,17 +105,80 @@ fn radix_scatter(
     sync_cube();
     #[unroll]
     for i in 0..8usize {
-        let idx = base + i;
-        if idx < n {
-            let key = keys_in[idx];
-            let d = (key >> shift) & 15u32;
-            let at = ((d / 2) as usize) * 256 + t;
-            let sh = (d % 2) * 16;
-            let p = packed[at];
-            let pos = (gbase[d as usize] + ((p >> sh) & 65535u32)) as usize;
-            keys_out[pos] = key;
-            vals_out[pos] = vals_in[idx];
-            packed[at] = p + (1u32 << sh);
+        let d = (keys[i] >> bit) & 15u32;
+        let at = ((d / 2) as usize) * 256 + t;
+        let sh = (d % 2) * 16;
+        let p = packed[at];
+        let pos = (seg[264 + d as usize] + ((p >> sh) & 65535u32)) as usize;
+        sk[pos] = keys[i];
+        sv[pos] = vals[i];
+        packed[at] = p + (1u32 << sh);
+    }
+    sync_cube();
+}
+
+#[cube(launch)]
+fn radix_scatter(
+    keys_in: &[u32],
+    vals_in: &[u32],
+    keys_out: &mut [u32],
+    vals_out: &mut [u32],
+    offsets: &[u32],
+    n: u32,
+    shift: u32,
+    num_blocks: u32,
+) {
+    let block = block_id();
+    let t = UNIT_POS as usize;
+    let mut sk = Shared::<[u32]>::new_slice(2048usize);
+    let mut sv = Shared::<[u32]>::new_slice(2048usize);
+    let mut packed = Shared::<[u32]>::new_slice(2048usize);
+    let mut seg = Shared::<[u32]>::new_slice(280usize);
+    let mut start = Shared::<[u32]>::new_slice(256usize);
+    let mut gbase = Shared::<[u32]>::new_slice(256usize);
+    let tile_base = block * 2048;
+    let valid = min(2048usize, n as usize - tile_base);
+    // Pairs past the end get all-ones keys (digit 255) at the tile's end: the stable local
+    // sort keeps them behind every real pair, and they are never written.
+    #[unroll]
+    for i in 0..8usize {
+        let j = i * 256 + t;
+        let mut k = 4294967295u32;
+        let mut v = 0u32;
+        if j < valid {
+            k = keys_in[tile_base + j];
+            v = vals_in[tile_base + j];
+        }
+        sk[j] = k;
+        sv[j] = v;
+    }
+    gbase[t] = offsets[t * (num_blocks as usize) + block];
+    sync_cube();
+    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift);
+    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift + 4u32);
+    // First position of each digit in the sorted tile.
+    #[unroll]
+    for i in 0..8usize {
+        let j = i * 256 + t;
+        let d = (sk[j] >> shift) & 255u32;
+        let mut first = j == 0usize;
+        if j > 0 {
+            first = d != ((sk[j - 1] >> shift) & 255u32);
+        }
+        if first {
+            start[d as usize] = j as u32;
+        }
+    }
+    sync_cube();
+    #[unroll]
+    for i in 0..8usize {
+        let j = i * 256 + t;
+        if j < valid {
+            let k = sk[j];
+            let d = ((k >> shift) & 255u32) as usize;
+            let pos = (gbase[d] + (j as u32 - start[d])) as usize;
+            keys_out[pos] = k;
+            vals_out[pos] = sv[j];
         }
     }
 }

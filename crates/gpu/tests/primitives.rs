@@ -37,7 +37,7 @@ fn radix_sort_matches_std_stable_sort() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(2);
     for &n in LENGTHS {
-        for bits in [4u32, 13, 32] {
+        for bits in [4u32, 8, 13, 20, 32] {
             let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
             // Few distinct keys exercise stability.
             let keys: Vec<u32> = (0..n)
