@@ -77,6 +77,9 @@ pub struct TrainArgs {
     pub spz: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Bit-reproducible training (fixed-order gradient sums instead of float atomics; slower).
+    #[arg(long)]
+    pub deterministic: bool,
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
@@ -204,6 +207,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         memory_budget: budget,
         visible_adam: a.visible_adam,
         seed: a.seed,
+        deterministic: a.deterministic,
         ..Default::default()
     };
     let mut trainer = match &a.resume {

@@ -200,6 +200,19 @@ impl Gpu {
         (ops && p.hardware.plane_size_min >= 4 && p.hardware.plane_size_max <= 256)
             .then_some((p.hardware.plane_size_min, p.hardware.plane_size_max))
     }
+    /// Whether kernels can `fetch_add` into `Atomic<f32>` buffers here (wgpu's
+    /// `SHADER_FLOAT32_ATOMIC`: NVIDIA and AMD Vulkan, lavapipe, recent Metal).
+    /// `RUST3R_NO_F32_ATOMICS=1` turns it off.
+    pub fn f32_atomic_add(&self) -> bool {
+        if std::env::var("RUST3R_NO_F32_ATOMICS").is_ok_and(|v| v != "0") {
+            return false;
+        }
+        use cubecl::ir::{ElemType, FloatKind, Type};
+        self.client
+            .properties()
+            .atomic_type_usage(Type::atomic(ElemType::Float(FloatKind::F32)))
+            .contains(cubecl::features::AtomicUsage::Add)
+    }
     /// Largest single buffer (page) the memory manager hands out, in bytes.
     pub fn max_buffer_bytes(&self) -> u64 {
         self.client.properties().memory.max_page_size

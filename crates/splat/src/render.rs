@@ -113,6 +113,10 @@ pub struct RenderOptions {
     /// tile per dispatch); when a frame has more intersections than that in total,
     /// finding the longest tile costs one extra read-back.
     pub max_batches_per_dispatch: u32,
+    /// Make the backward pass bit-reproducible run to run: gradient rows per intersection
+    /// summed in a fixed order, instead of float atomics (faster, used where the adapter has
+    /// them) whose addition order varies.
+    pub deterministic: bool,
 }
 
 impl Default for RenderOptions {
@@ -124,6 +128,7 @@ impl Default for RenderOptions {
             near: 0.01,
             far: 1e10,
             max_batches_per_dispatch: 4096,
+            deterministic: false,
         }
     }
 }
@@ -164,6 +169,7 @@ pub struct RenderState {
     tile_last: GpuBuffer<u32>,
     max_tile: usize,
     gaussians_per_dispatch: usize,
+    deterministic: bool,
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -383,6 +389,7 @@ pub fn render(
         tile_last,
         max_tile,
         gaussians_per_dispatch: per_dispatch,
+        deterministic: opts.deterministic,
     };
     Ok((out, state))
 }
@@ -465,76 +472,47 @@ pub fn render_backward_with(
     }
     let client = gpu.client();
     let (tiles_x, tiles_y) = state.camera.tiles();
-    // Zero-filled: the backward pass writes only rows in front of each tile's last contributor.
-    let isect_grads = gpu.zeros::<f32>(out.num_intersections * project::VPROJ);
+    // Float atomics add each (tile, Gaussian) sum straight into the per-Gaussian gradient;
+    // otherwise every intersection gets a gradient row (zero-filled: only rows in front of each
+    // tile's last contributor are written) and a second pass sums each Gaussian's rows.
+    let atomic = !state.deterministic && gpu.f32_atomic_add();
+    let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
+    let isect_grads = if atomic {
+        gpu.alloc::<f32>(1)
+    } else {
+        gpu.zeros::<f32>(out.num_intersections * project::VPROJ)
+    };
+    // Placeholder for the atomic binding in the row mode (typed `u32`, never touched).
+    let unused = gpu.alloc::<u32>(1);
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     let carry = gpu.alloc::<f32>(npix * 5);
-    match plane_backward(gpu, tiles_x * tiles_y) {
-        Some(max_planes) => {
-            let batch = PLANE_BATCH;
-            let kb = (state.gaussians_per_dispatch / batch).max(1);
-            for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
-                rasterize::rasterize_backward_plane::launch(
-                    client,
-                    CubeCount::Static(tiles_x, tiles_y, 1),
-                    CubeDim::new_1d(256),
-                    state.ranges.arg(),
-                    state.sorted_gids.arg(),
-                    state.isect_orig.arg(),
-                    state.proj.arg(),
-                    state.cam.arg(),
-                    out.alpha.arg(),
-                    state.last.arg(),
-                    state.tile_last.arg(),
-                    v_rgb.arg(),
-                    v_alpha.arg(),
-                    v_depth.arg(),
-                    isect_grads.arg(),
-                    carry.arg(),
-                    out.width,
-                    out.height,
-                    tiles_x,
-                    (d * kb) as u32,
-                    ((d + 1) * kb) as u32,
-                    batch,
-                    max_planes,
-                );
-            }
+    let plane = plane_backward(gpu, tiles_x * tiles_y);
+    let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
+    let kb = (state.gaussians_per_dispatch / batch).max(1);
+    for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
+        let count = CubeCount::Static(tiles_x, tiles_y, 1);
+        let (b0, b1) = ((d * kb) as u32, ((d + 1) * kb) as u32);
+        macro_rules! launch {
+            ($kernel:ident, $elem:ty, $target:expr $(, $extra:expr)*) => {
+                rasterize::$kernel::launch::<$elem>(
+                    client, count, CubeDim::new_1d(256),
+                    state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
+                    state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
+                    state.tile_last.arg(), v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
+                    isect_grads.arg(), $target, carry.arg(), out.width, out.height, tiles_x,
+                    b0, b1, batch $(, $extra)*, atomic,
+                )
+            };
         }
-        None => {
-            let batch = backward_batch(gpu);
-            let kb = (state.gaussians_per_dispatch / batch).max(1);
-            for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
-                rasterize::rasterize_backward::launch(
-                    client,
-                    CubeCount::Static(tiles_x, tiles_y, 1),
-                    CubeDim::new_1d(256),
-                    state.ranges.arg(),
-                    state.sorted_gids.arg(),
-                    state.isect_orig.arg(),
-                    state.proj.arg(),
-                    state.cam.arg(),
-                    out.alpha.arg(),
-                    state.last.arg(),
-                    state.tile_last.arg(),
-                    v_rgb.arg(),
-                    v_alpha.arg(),
-                    v_depth.arg(),
-                    isect_grads.arg(),
-                    carry.arg(),
-                    out.width,
-                    out.height,
-                    tiles_x,
-                    (d * kb) as u32,
-                    ((d + 1) * kb) as u32,
-                    batch,
-                );
-            }
+        match (plane, atomic) {
+            (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), mp),
+            (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), mp),
+            (None, true) => launch!(rasterize_backward, f32, v_proj.arg()),
+            (None, false) => launch!(rasterize_backward, u32, unused.arg()),
         }
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
-    let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
-    if out.num_visible > 0 {
+    if !atomic && out.num_visible > 0 {
         tiles::sum_isect_grads::launch(
             client,
             gpu.grid(blocks(out.num_visible)),

@@ -141,8 +141,13 @@ pub fn rasterize_forward(
 }
 
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
+///
+/// With `atomic`, the per-(tile, Gaussian) sums are added into `v_atomic[gid * 10 + k]` (the
+/// per-Gaussian projected gradients) with float atomics instead of being stored as one row per
+/// intersection in `isect_grads`; the order of the additions then varies run to run. Without
+/// it, `A` is a placeholder (`u32`) and `v_atomic` is never touched.
 #[cube(launch)]
-pub fn rasterize_backward(
+pub fn rasterize_backward<A: Numeric>(
     ranges: &[u32],
     sorted_gids: &[u32],
     isect_orig: &[u32],
@@ -155,6 +160,7 @@ pub fn rasterize_backward(
     v_alpha: &[f32],
     v_depth: &[f32],
     isect_grads: &mut [f32],
+    v_atomic: &[Atomic<A>],
     carry: &mut [f32],
     width: u32,
     height: u32,
@@ -162,6 +168,7 @@ pub fn rasterize_backward(
     batch_begin: u32,
     batch_end: u32,
     #[comptime] batch: usize,
+    #[comptime] atomic: bool,
 ) {
     let group = comptime![256 / batch];
     let pair_len = comptime![if 2 * batch * 256 > 2560 {
@@ -344,8 +351,13 @@ pub fn rasterize_backward(
             for l in 0..group {
                 sum += pair[(jw * group + l) * 10 + k];
             }
-            let row = isect_orig[batch_start + jw] as usize;
-            isect_grads[row * 10 + k] = sum;
+            if atomic {
+                let gid = sorted_gids[batch_start + jw] as usize;
+                v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
+            } else {
+                let row = isect_orig[batch_start + jw] as usize;
+                isect_grads[row * 10 + k] = sum;
+            }
         }
     }
     if inside {
@@ -401,8 +413,10 @@ pub fn unpack_image(
 /// The per-pixel tests only zero the terms; a plane skips the reductions of a Gaussian none of
 /// its pixels took (naga puts no uniformity requirement on subgroup operations; the skip
 /// condition is uniform across the plane).
+///
+/// `atomic` / `A` / `v_atomic` as in [`rasterize_backward`].
 #[cube(launch)]
-pub fn rasterize_backward_plane(
+pub fn rasterize_backward_plane<A: Numeric>(
     ranges: &[u32],
     sorted_gids: &[u32],
     isect_orig: &[u32],
@@ -415,6 +429,7 @@ pub fn rasterize_backward_plane(
     v_alpha: &[f32],
     v_depth: &[f32],
     isect_grads: &mut [f32],
+    v_atomic: &[Atomic<A>],
     carry: &mut [f32],
     width: u32,
     height: u32,
@@ -423,6 +438,7 @@ pub fn rasterize_backward_plane(
     batch_end: u32,
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
+    #[comptime] atomic: bool,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -585,8 +601,13 @@ pub fn rasterize_backward_plane(
             for q in 0..planes {
                 sum += part[q * comptime![batch * 10] + t];
             }
-            let row = isect_orig[batch_start + t / 10] as usize;
-            isect_grads[row * 10 + t % 10] = sum;
+            if atomic {
+                let gid = sorted_gids[batch_start + t / 10] as usize;
+                v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
+            } else {
+                let row = isect_orig[batch_start + t / 10] as usize;
+                isect_grads[row * 10 + t % 10] = sum;
+            }
         }
     }
     if inside {

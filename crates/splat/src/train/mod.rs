@@ -118,6 +118,10 @@ pub struct TrainConfig {
     pub visible_adam: bool,
     pub adam: AdamConfig,
     pub seed: u64,
+    /// Bit-reproducible steps (the rasterizer's deterministic backward instead of float
+    /// atomics); resuming a checkpoint then continues exactly as the uninterrupted run.
+    #[serde(default)]
+    pub deterministic: bool,
 }
 
 impl Default for TrainConfig {
@@ -136,6 +140,7 @@ impl Default for TrainConfig {
             visible_adam: false,
             adam: AdamConfig::default(),
             seed: 42,
+            deterministic: false,
         }
     }
 }
@@ -327,6 +332,7 @@ impl Trainer {
             background: self.cfg.background,
             antialiased: self.cfg.antialiased,
             sh_degree: Some(self.active_sh_degree()),
+            deterministic: self.cfg.deterministic,
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
