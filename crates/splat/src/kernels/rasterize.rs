@@ -140,6 +140,121 @@ pub fn rasterize_forward(
     }
 }
 
+/// Per-pixel state of the backward walk (back to front): the output gradients, the final
+/// transmittance, and the running transmittance `tr` and colour / depth `s*` behind.
+#[derive(CubeType, Clone, Copy)]
+pub struct BackPixel {
+    tr: f32,
+    sr: f32,
+    sg: f32,
+    sb: f32,
+    sd: f32,
+    t_final: f32,
+    final_term: f32,
+    vcr: f32,
+    vcg: f32,
+    vcb: f32,
+    vd: f32,
+    last: usize,
+}
+
+/// Load pixel `pc`'s gradients and forward results (zeros outside the image); with `resume`,
+/// the blend state carried from the previous dispatch of the tile (`carry[pc * 5..]`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn back_pixel(
+    cam: &[f32],
+    out_alpha: &[f32],
+    out_last: &[u32],
+    v_rgb: &[f32],
+    v_alpha: &[f32],
+    v_depth: &[f32],
+    carry: &mut [f32],
+    pc: usize,
+    inside: bool,
+    resume: bool,
+) -> BackPixel {
+    let mut px = BackPixel {
+        tr: 1.0f32,
+        sr: 0.0f32,
+        sg: 0.0f32,
+        sb: 0.0f32,
+        sd: 0.0f32,
+        t_final: 1.0f32,
+        final_term: 0.0f32,
+        vcr: 0.0f32,
+        vcg: 0.0f32,
+        vcb: 0.0f32,
+        vd: 0.0f32,
+        last: 0usize,
+    };
+    if inside {
+        px.t_final = 1.0f32 - out_alpha[pc];
+        px.last = out_last[pc] as usize;
+        px.vcr = v_rgb[pc * 3];
+        px.vcg = v_rgb[pc * 3 + 1];
+        px.vcb = v_rgb[pc * 3 + 2];
+        px.vd = v_depth[pc];
+        px.final_term = v_alpha[pc] - (cam[19] * px.vcr + cam[20] * px.vcg + cam[21] * px.vcb);
+        px.tr = px.t_final;
+        if resume {
+            px.tr = carry[pc * 5];
+            px.sr = carry[pc * 5 + 1];
+            px.sg = carry[pc * 5 + 2];
+            px.sb = carry[pc * 5 + 3];
+            px.sd = carry[pc * 5 + 4];
+        }
+    }
+    px
+}
+
+/// Store the blend state for the next dispatch of the tile.
+#[cube]
+fn save_back_pixel(px: &BackPixel, carry: &mut [f32], pc: usize, inside: bool) {
+    if inside {
+        carry[pc * 5] = px.tr;
+        carry[pc * 5 + 1] = px.sr;
+        carry[pc * 5 + 2] = px.sg;
+        carry[pc * 5 + 3] = px.sb;
+        carry[pc * 5 + 4] = px.sd;
+    }
+}
+
+/// Undo Gaussian `j` of the batch (its 10 projected values at `sm[j * 10..]`) at pixel
+/// (`pxf`, `pyf`). Returns (took, dL/dalpha, blend weight, dx, dy, Gaussian value, opacity x
+/// Gaussian value); when the pixel did not take the Gaussian only `took = false` matters.
+#[cube]
+fn back_step(px: &mut BackPixel, sm: &[f32], j: usize, pxf: f32, pyf: f32) -> (bool, f32, f32, f32, f32, f32, f32) {
+    let dx = sm[j * 10] - pxf;
+    let dy = sm[j * 10 + 1] - pyf;
+    let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
+    let gk = (-sigma).exp();
+    let raw = sm[j * 10 + 6] * gk;
+    let alpha = min(0.99f32, raw);
+    let mut took = false;
+    let mut va = 0.0f32;
+    let mut vis = 0.0f32;
+    if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+        took = true;
+        let ra = 1.0f32 / (1.0f32 - alpha);
+        px.tr = px.tr * ra;
+        vis = alpha * px.tr;
+        let z = sm[j * 10 + 5];
+        let r = sm[j * 10 + 7];
+        let g = sm[j * 10 + 8];
+        let b = sm[j * 10 + 9];
+        va = (r * px.vcr + g * px.vcg + b * px.vcb) * px.tr
+            - (px.sr * px.vcr + px.sg * px.vcg + px.sb * px.vcb) * ra
+            + (z * px.tr - px.sd * ra) * px.vd
+            + px.t_final * ra * px.final_term;
+        px.sr += r * vis;
+        px.sg += g * vis;
+        px.sb += b * vis;
+        px.sd += z * vis;
+    }
+    (took, va, vis, dx, dy, gk, raw)
+}
+
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
 ///
 /// With `atomic`, the per-(tile, Gaussian) sums are added into `v_atomic[gid * 10 + k]` (the
@@ -190,46 +305,17 @@ pub fn rasterize_backward<A: Numeric>(
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
 
-    let bgr = cam[19];
-    let bgg = cam[20];
-    let bgb = cam[21];
-    let mut t_final = 1.0f32;
-    let mut last = 0usize;
-    let mut vcr = 0.0f32;
-    let mut vcg = 0.0f32;
-    let mut vcb = 0.0f32;
-    let mut vd = 0.0f32;
-    let mut va_out = 0.0f32;
-    if inside {
-        let p = (y * width + x) as usize;
-        t_final = 1.0f32 - out_alpha[p];
-        last = out_last[p] as usize;
-        vcr = v_rgb[p * 3];
-        vcg = v_rgb[p * 3 + 1];
-        vcb = v_rgb[p * 3 + 2];
-        vd = v_depth[p];
-        va_out = v_alpha[p];
-    }
-    pix[t] = vcr;
-    pix[256 + t] = vcg;
-    pix[512 + t] = vcb;
-    pix[768 + t] = vd;
-    let final_term = va_out - (bgr * vcr + bgg * vcg + bgb * vcb);
-    let mut tr = t_final;
-    let mut sr = 0.0f32;
-    let mut sg = 0.0f32;
-    let mut sb = 0.0f32;
-    let mut sd = 0.0f32;
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     // Bounded work per dispatch: batches [batch_begin, batch_end), counted from
     // the back; transmittance and the colour behind are carried between dispatches.
-    if batch_begin > 0u32 && inside {
-        tr = carry[pc * 5];
-        sr = carry[pc * 5 + 1];
-        sg = carry[pc * 5 + 2];
-        sb = carry[pc * 5 + 3];
-        sd = carry[pc * 5 + 4];
-    }
+    let mut px = back_pixel(
+        cam, out_alpha, out_last, v_rgb, v_alpha, v_depth, carry, pc, inside,
+        batch_begin > 0u32,
+    );
+    pix[t] = px.vcr;
+    pix[256 + t] = px.vcg;
+    pix[512 + t] = px.vcb;
+    pix[768 + t] = px.vd;
 
     let total = end - start;
     let num_batches = min(total.div_ceil(batch), batch_end as usize);
@@ -256,28 +342,11 @@ pub fn rasterize_backward<A: Numeric>(
             let pos = batch_start + j;
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
-            if inside && pos < start + last {
-                let dx = sm[j * 10] - pxf;
-                let dy = sm[j * 10 + 1] - pyf;
-                let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy)
-                    + sm[j * 10 + 3] * dx * dy;
-                let alpha = min(0.99f32, sm[j * 10 + 6] * (-sigma).exp());
-                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
-                    let ra = 1.0f32 / (1.0f32 - alpha);
-                    tr = tr * ra;
-                    let vis = alpha * tr;
-                    let z = sm[j * 10 + 5];
-                    let r = sm[j * 10 + 7];
-                    let g = sm[j * 10 + 8];
-                    let b = sm[j * 10 + 9];
-                    va = (r * vcr + g * vcg + b * vcb) * tr - (sr * vcr + sg * vcg + sb * vcb) * ra
-                        + (z * tr - sd * ra) * vd
-                        + t_final * ra * final_term;
+            if inside && pos < start + px.last {
+                let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
+                if took {
+                    va = dl_dalpha;
                     vw = vis;
-                    sr += r * vis;
-                    sg += g * vis;
-                    sb += b * vis;
-                    sd += z * vis;
                 }
             }
             pair[j * 256 + t] = va;
@@ -360,13 +429,7 @@ pub fn rasterize_backward<A: Numeric>(
             }
         }
     }
-    if inside {
-        carry[pc * 5] = tr;
-        carry[pc * 5 + 1] = sr;
-        carry[pc * 5 + 2] = sg;
-        carry[pc * 5 + 3] = sb;
-        carry[pc * 5 + 4] = sd;
-    }
+    save_back_pixel(&px, carry, pc, inside);
 }
 
 /// Pack the three images into one `[h][w][5]` buffer (r, g, b, alpha, depth).
@@ -455,40 +518,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let plane = t / (PLANE_DIM as usize);
     let leader = UNIT_POS_PLANE == 0u32;
 
-    let bgr = cam[19];
-    let bgg = cam[20];
-    let bgb = cam[21];
-    let mut t_final = 1.0f32;
-    let mut last = 0usize;
-    let mut vcr = 0.0f32;
-    let mut vcg = 0.0f32;
-    let mut vcb = 0.0f32;
-    let mut vd = 0.0f32;
-    let mut va_out = 0.0f32;
-    if inside {
-        let p = (y * width + x) as usize;
-        t_final = 1.0f32 - out_alpha[p];
-        last = out_last[p] as usize;
-        vcr = v_rgb[p * 3];
-        vcg = v_rgb[p * 3 + 1];
-        vcb = v_rgb[p * 3 + 2];
-        vd = v_depth[p];
-        va_out = v_alpha[p];
-    }
-    let final_term = va_out - (bgr * vcr + bgg * vcg + bgb * vcb);
-    let mut tr = t_final;
-    let mut sr = 0.0f32;
-    let mut sg = 0.0f32;
-    let mut sb = 0.0f32;
-    let mut sd = 0.0f32;
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
-    if batch_begin > 0u32 && inside {
-        tr = carry[pc * 5];
-        sr = carry[pc * 5 + 1];
-        sg = carry[pc * 5 + 2];
-        sb = carry[pc * 5 + 3];
-        sd = carry[pc * 5 + 4];
-    }
+    let mut px = back_pixel(
+        cam, out_alpha, out_last, v_rgb, v_alpha, v_depth, carry, pc, inside,
+        batch_begin > 0u32,
+    );
 
     let total = end - start;
     let num_batches = min(total.div_ceil(batch), batch_end as usize);
@@ -519,38 +553,18 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a8 = 0.0f32;
             let mut a9 = 0.0f32;
             let mut took = false;
-            if inside && pos < start + last {
-                let dx = sm[j * 10] - pxf;
-                let dy = sm[j * 10 + 1] - pyf;
-                let ca = sm[j * 10 + 2];
-                let cb2 = sm[j * 10 + 3];
-                let cc = sm[j * 10 + 4];
-                let sigma = 0.5f32 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
-                let gk = (-sigma).exp();
-                let raw = sm[j * 10 + 6] * gk;
-                let alpha = min(0.99f32, raw);
-                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
-                    let ra = 1.0f32 / (1.0f32 - alpha);
-                    tr = tr * ra;
-                    let vis = alpha * tr;
-                    let z = sm[j * 10 + 5];
-                    let r = sm[j * 10 + 7];
-                    let g = sm[j * 10 + 8];
-                    let b = sm[j * 10 + 9];
-                    let va = (r * vcr + g * vcg + b * vcb) * tr
-                        - (sr * vcr + sg * vcg + sb * vcb) * ra
-                        + (z * tr - sd * ra) * vd
-                        + t_final * ra * final_term;
-                    sr += r * vis;
-                    sg += g * vis;
-                    sb += b * vis;
-                    sd += z * vis;
+            if inside && pos < start + px.last {
+                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
+                if took_it {
                     took = true;
-                    a5 = vis * vd;
-                    a7 = vis * vcr;
-                    a8 = vis * vcg;
-                    a9 = vis * vcb;
+                    a5 = vis * px.vd;
+                    a7 = vis * px.vcr;
+                    a8 = vis * px.vcg;
+                    a9 = vis * px.vcb;
                     if raw < 0.99f32 {
+                        let ca = sm[j * 10 + 2];
+                        let cb2 = sm[j * 10 + 3];
+                        let cc = sm[j * 10 + 4];
                         a6 = gk * va;
                         let vs = -raw * va;
                         a2 = 0.5f32 * dx * dx * vs;
@@ -610,11 +624,5 @@ pub fn rasterize_backward_plane<A: Numeric>(
             }
         }
     }
-    if inside {
-        carry[pc * 5] = tr;
-        carry[pc * 5 + 1] = sr;
-        carry[pc * 5 + 2] = sg;
-        carry[pc * 5 + 3] = sb;
-        carry[pc * 5 + 4] = sd;
-    }
+    save_back_pixel(&px, carry, pc, inside);
 }
