@@ -333,9 +333,11 @@ fn check_backward(
                 std::env::set_var("RUST3R_NO_PLANES", "1");
             }
         }
-        let (out, state) = render(gpu, splats, cam, opts)?;
+        let opts = RenderOptions { absgrad: true, ..opts.clone() };
+        let (out, state) = render(gpu, splats, cam, &opts)?;
         let g = render_backward(gpu, splats, &out, &state, ones, zeros, zeros)?;
         Ok(vec![
+            ("means2d_abs", gpu.read(g.means2d_abs.as_ref().expect("absgrad"))?),
             ("means", gpu.read(&g.means)?),
             ("log_scales", gpu.read(&g.log_scales)?),
             ("quats", gpu.read(&g.quats)?),

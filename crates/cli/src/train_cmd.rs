@@ -77,6 +77,10 @@ pub struct TrainArgs {
     pub spz: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// ADC grows by the sum of absolute per-pixel 2D-mean gradients (gsplat's absgrad) with
+    /// gsplat's matching threshold 8e-4 instead of 2e-4.
+    #[arg(long)]
+    pub absgrad: bool,
     /// Bit-reproducible training (fixed-order gradient sums instead of float atomics; slower).
     #[arg(long)]
     pub deterministic: bool,
@@ -195,7 +199,12 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let strategy = if mcmc {
         Strategy::Mcmc(McmcConfig { cap_max: a.max_splats.unwrap_or(1_000_000), ..Default::default() })
     } else {
-        Strategy::Adc(AdcConfig::default())
+        let adc = AdcConfig::default();
+        if a.absgrad {
+            Strategy::Adc(AdcConfig { absgrad: true, grad2d_threshold: 8e-4, ..adc })
+        } else {
+            Strategy::Adc(adc)
+        }
     };
     let cfg = TrainConfig {
         sh_degree: a.sh_degree,

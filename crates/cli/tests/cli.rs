@@ -184,6 +184,14 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     }
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
     assert_eq!((splats.len(), splats.sh_degree), (800, 1));
+    // The absgrad densification signal trains too.
+    let out_abs = dir.path().join("lego_absgrad");
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out_abs.to_str().unwrap(), "--steps", "10", "--absgrad"];
+    args.extend(common);
+    let (ok, _, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out_abs.join("eval.json")).unwrap()).unwrap();
+    assert!(eval.as_array().unwrap().last().unwrap()["psnr"].as_f64().unwrap() > 5.0);
     // Held-out renders next to their ground truth.
     let side = image::open(out.join("renders/r_0.png")).unwrap();
     assert_eq!((side.width(), side.height()), (80, 40));

@@ -117,6 +117,9 @@ pub struct RenderOptions {
     /// summed in a fixed order, instead of float atomics (faster, used where the adapter has
     /// them) whose addition order varies.
     pub deterministic: bool,
+    /// Also sum the absolute per-pixel gradients of the 2D means (gsplat's `absgrad`, a
+    /// densification signal): [`SplatGrads::means2d_abs`].
+    pub absgrad: bool,
 }
 
 impl Default for RenderOptions {
@@ -129,6 +132,7 @@ impl Default for RenderOptions {
             far: 1e10,
             max_batches_per_dispatch: 4096,
             deterministic: false,
+            absgrad: false,
         }
     }
 }
@@ -170,6 +174,7 @@ pub struct RenderState {
     max_tile: usize,
     gaussians_per_dispatch: usize,
     deterministic: bool,
+    absgrad: bool,
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -185,6 +190,9 @@ pub struct SplatGrads {
     pub projected: GpuBuffer<f32>,
     /// d loss / d world_to_camera, top three rows (row-major 3x4).
     pub world_to_camera: [[f32; 4]; 3],
+    /// With [`RenderOptions::absgrad`]: per Gaussian, the sums over pixels of the absolute
+    /// per-pixel gradients of the 2D mean (x, y), `[n][2]`.
+    pub means2d_abs: Option<GpuBuffer<f32>>,
 }
 
 fn blocks(n: usize) -> usize {
@@ -390,6 +398,7 @@ pub fn render(
         max_tile,
         gaussians_per_dispatch: per_dispatch,
         deterministic: opts.deterministic,
+        absgrad: opts.absgrad,
     };
     Ok((out, state))
 }
@@ -397,8 +406,8 @@ pub fn render(
 /// Gaussians per backward batch that fit the device's shared memory.
 fn backward_batch(gpu: &Gpu) -> usize {
     let bytes = gpu.max_shared_memory();
-    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads)
-    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024);
+    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
+    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
     [16usize, 8, 4]
         .into_iter()
         .find(|&b| need(b) <= bytes)
@@ -426,7 +435,7 @@ fn plane_backward(gpu: &Gpu, num_tiles: u32) -> Option<usize> {
         return None;
     }
     let max_planes = (256 / min) as usize;
-    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 10);
+    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
     (need <= gpu.max_shared_memory()).then_some(max_planes)
 }
 
@@ -484,6 +493,13 @@ pub fn render_backward_with(
     };
     // Placeholder for the atomic binding in the row mode (typed `u32`, never touched).
     let unused = gpu.alloc::<u32>(1);
+    let absgrad = state.absgrad;
+    let v_abs = gpu.zeros::<f32>(if absgrad { n * 2 } else { 1 });
+    let isect_abs = if absgrad && !atomic {
+        gpu.zeros::<f32>(out.num_intersections * 2)
+    } else {
+        gpu.alloc::<f32>(1)
+    };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     let carry = gpu.alloc::<f32>(npix * 5);
     let plane = plane_backward(gpu, tiles_x * tiles_y);
@@ -493,22 +509,23 @@ pub fn render_backward_with(
         let count = CubeCount::Static(tiles_x, tiles_y, 1);
         let (b0, b1) = ((d * kb) as u32, ((d + 1) * kb) as u32);
         macro_rules! launch {
-            ($kernel:ident, $elem:ty, $target:expr $(, $extra:expr)*) => {
+            ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
                 rasterize::$kernel::launch::<$elem>(
                     client, count, CubeDim::new_1d(256),
                     state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
                     state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
                     state.tile_last.arg(), v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
-                    isect_grads.arg(), $target, carry.arg(), out.width, out.height, tiles_x,
-                    b0, b1, batch $(, $extra)*, atomic,
+                    isect_grads.arg(), $target, isect_abs.arg(), $abs_target, carry.arg(),
+                    out.width, out.height, tiles_x, b0, b1, batch $(, $extra)*, atomic, absgrad,
                 )
             };
         }
+        // In the atomic mode with absgrad off, `v_abs` (1 float) is bound but never touched.
         match (plane, atomic) {
-            (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), mp),
-            (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), mp),
-            (None, true) => launch!(rasterize_backward, f32, v_proj.arg()),
-            (None, false) => launch!(rasterize_backward, u32, unused.arg()),
+            (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
+            (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), unused.arg(), mp),
+            (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
+            (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
         }
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
@@ -522,7 +539,10 @@ pub fn render_backward_with(
             state.tiles_touched.arg(),
             isect_grads.arg(),
             v_proj.arg(),
+            isect_abs.arg(),
+            v_abs.arg(),
             out.num_visible as u32,
+            absgrad,
         );
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
@@ -581,5 +601,6 @@ pub fn render_backward_with(
         sh: grads_sh,
         projected: v_proj,
         world_to_camera,
+        means2d_abs: absgrad.then_some(v_abs),
     })
 }

@@ -418,3 +418,56 @@ fn atomic_and_deterministic_backward_agree() {
         }
     }
 }
+
+#[test]
+fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
+    // Reference by linearity: the loss is a sum over pixels, so the backward of a loss on one
+    // pixel alone gives that pixel's contribution to the 2D-mean gradient; absgrad must equal
+    // the sum over pixels of their magnitudes (per axis), in both backward modes.
+    let gpu = gpu();
+    let s = random_scene(91, 300, 1).rounded();
+    let (w, h) = (20u32, 18u32);
+    let cam = round_camera(test_camera(w, h));
+    let splats = upload(&gpu, &s);
+    let npix = (w * h) as usize;
+    let mut rng = StdRng::seed_from_u64(6);
+    let wr: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for deterministic in [true, false] {
+        let opts = RenderOptions { deterministic, absgrad: true, ..Default::default() };
+        let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+        let full = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&wr), &gpu.upload(&wa), &gpu.upload(&wa))
+            .unwrap();
+        let abs = gpu.read(full.means2d_abs.as_ref().expect("absgrad output")).unwrap();
+        let proj = gpu.read(&full.projected).unwrap();
+        let mut expect = vec![0f64; s.len() * 2];
+        for p in 0..npix {
+            let mut r1 = vec![0f32; npix * 3];
+            r1[p * 3..p * 3 + 3].copy_from_slice(&wr[p * 3..p * 3 + 3]);
+            let mut a1 = vec![0f32; npix];
+            a1[p] = wa[p];
+            let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&r1), &gpu.upload(&a1), &gpu.upload(&a1))
+                .unwrap();
+            let v = gpu.read(&g.projected).unwrap();
+            for i in 0..s.len() {
+                expect[i * 2] += (v[i * 10] as f64).abs();
+                expect[i * 2 + 1] += (v[i * 10 + 1] as f64).abs();
+            }
+        }
+        let scale = expect.iter().fold(0f64, |m, v| m.max(*v));
+        assert!(scale > 0.0);
+        let mut strictly_larger = 0;
+        for i in 0..s.len() {
+            for k in 0..2 {
+                let (got, want) = (abs[i * 2 + k] as f64, expect[i * 2 + k]);
+                assert!((got - want).abs() <= 1e-4 * scale, "gaussian {i} axis {k}: {got} vs {want} (deterministic {deterministic})");
+                // |sum| <= sum |.|
+                assert!(got + 1e-4 * scale >= (proj[i * 10 + k] as f64).abs());
+                if got > (proj[i * 10 + k] as f64).abs() * 1.01 + 1e-6 * scale {
+                    strictly_larger += 1;
+                }
+            }
+        }
+        assert!(strictly_larger > 0, "absgrad never differs from |grad|: the test scene has no cancellation");
+    }
+}

@@ -261,6 +261,10 @@ fn back_step(px: &mut BackPixel, sm: &[f32], j: usize, pxf: f32, pyf: f32) -> (b
 /// per-Gaussian projected gradients) with float atomics instead of being stored as one row per
 /// intersection in `isect_grads`; the order of the additions then varies run to run. Without
 /// it, `A` is a placeholder (`u32`) and `v_atomic` is never touched.
+///
+/// With `absgrad`, the sums of the absolute per-pixel mean2d gradients (gsplat's `absgrad`)
+/// go to `isect_abs` (2 floats per intersection row) or, with `atomic`, into `v_abs_atomic`
+/// (2 per Gaussian).
 #[cube(launch)]
 pub fn rasterize_backward<A: Numeric>(
     ranges: &[u32],
@@ -276,6 +280,8 @@ pub fn rasterize_backward<A: Numeric>(
     v_depth: &[f32],
     isect_grads: &mut [f32],
     v_atomic: &[Atomic<A>],
+    isect_abs: &mut [f32],
+    v_abs_atomic: &[Atomic<A>],
     carry: &mut [f32],
     width: u32,
     height: u32,
@@ -284,6 +290,7 @@ pub fn rasterize_backward<A: Numeric>(
     batch_end: u32,
     #[comptime] batch: usize,
     #[comptime] atomic: bool,
+    #[comptime] absgrad: bool,
 ) {
     let group = comptime![256 / batch];
     let pair_len = comptime![if 2 * batch * 256 > 2560 {
@@ -304,6 +311,7 @@ pub fn rasterize_backward<A: Numeric>(
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
+    let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
 
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     // Bounded work per dispatch: batches [batch_begin, batch_end), counted from
@@ -364,6 +372,8 @@ pub fn rasterize_backward<A: Numeric>(
         let mut a7 = 0.0f32;
         let mut a8 = 0.0f32;
         let mut a9 = 0.0f32;
+        let mut b0 = 0.0f32;
+        let mut b1 = 0.0f32;
         if jb < len {
             let mx = sm[jb * 10];
             let my = sm[jb * 10 + 1];
@@ -393,8 +403,14 @@ pub fn rasterize_backward<A: Numeric>(
                         a2 += 0.5f32 * dx * dx * vs;
                         a3 += dx * dy * vs;
                         a4 += 0.5f32 * dy * dy * vs;
-                        a0 += vs * (ca * dx + cb2 * dy);
-                        a1 += vs * (cb2 * dx + cc * dy);
+                        let g0 = vs * (ca * dx + cb2 * dy);
+                        let g1 = vs * (cb2 * dx + cc * dy);
+                        a0 += g0;
+                        a1 += g1;
+                        if absgrad {
+                            b0 += g0.abs();
+                            b1 += g1.abs();
+                        }
                     }
                 }
             }
@@ -410,6 +426,10 @@ pub fn rasterize_backward<A: Numeric>(
         pair[t * 10 + 7] = a7;
         pair[t * 10 + 8] = a8;
         pair[t * 10 + 9] = a9;
+        if absgrad {
+            pabs[t * 2] = b0;
+            pabs[t * 2 + 1] = b1;
+        }
         sync_cube();
         // One unit per (Gaussian, component) sums the group's partials: one barrier
         // instead of a log2(group)-step tree.
@@ -426,6 +446,21 @@ pub fn rasterize_backward<A: Numeric>(
             } else {
                 let row = isect_orig[batch_start + jw] as usize;
                 isect_grads[row * 10 + k] = sum;
+            }
+        }
+        if absgrad && t >= len * 10 && t < len * 12 {
+            let jw = (t - len * 10) / 2;
+            let k = (t - len * 10) % 2;
+            let mut sum = 0.0f32;
+            for l in 0..group {
+                sum += pabs[(jw * group + l) * 2 + k];
+            }
+            if atomic {
+                let gid = sorted_gids[batch_start + jw] as usize;
+                v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
+            } else {
+                let row = isect_orig[batch_start + jw] as usize;
+                isect_abs[row * 2 + k] = sum;
             }
         }
     }
@@ -493,6 +528,8 @@ pub fn rasterize_backward_plane<A: Numeric>(
     v_depth: &[f32],
     isect_grads: &mut [f32],
     v_atomic: &[Atomic<A>],
+    isect_abs: &mut [f32],
+    v_abs_atomic: &[Atomic<A>],
     carry: &mut [f32],
     width: u32,
     height: u32,
@@ -502,6 +539,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
     #[comptime] atomic: bool,
+    #[comptime] absgrad: bool,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -514,6 +552,8 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let end = start + tile_last[tile] as usize;
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
+    let mut pabs =
+        Shared::<[f32]>::new_slice(comptime![if absgrad { max_planes * batch * 2 } else { 1usize }]);
     let planes = (256u32 / PLANE_DIM) as usize;
     let plane = t / (PLANE_DIM as usize);
     let leader = UNIT_POS_PLANE == 0u32;
@@ -588,6 +628,14 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 let s7 = plane_sum(a7);
                 let s8 = plane_sum(a8);
                 let s9 = plane_sum(a9);
+                if absgrad {
+                    let sa0 = plane_sum(a0.abs());
+                    let sa1 = plane_sum(a1.abs());
+                    if leader {
+                        pabs[(plane * batch + j) * 2] = sa0;
+                        pabs[(plane * batch + j) * 2 + 1] = sa1;
+                    }
+                }
                 if leader {
                     let o = (plane * batch + j) * 10;
                     part[o] = s0;
@@ -607,6 +655,10 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 for k in 0..10usize {
                     part[o + k] = 0.0f32;
                 }
+                if absgrad {
+                    pabs[(plane * batch + j) * 2] = 0.0f32;
+                    pabs[(plane * batch + j) * 2 + 1] = 0.0f32;
+                }
             }
         }
         sync_cube();
@@ -621,6 +673,20 @@ pub fn rasterize_backward_plane<A: Numeric>(
             } else {
                 let row = isect_orig[batch_start + t / 10] as usize;
                 isect_grads[row * 10 + t % 10] = sum;
+            }
+        }
+        if absgrad && t >= len * 10 && t < len * 12 {
+            let u = t - len * 10;
+            let mut sum = 0.0f32;
+            for q in 0..planes {
+                sum += pabs[q * comptime![batch * 2] + u];
+            }
+            if atomic {
+                let gid = sorted_gids[batch_start + u / 2] as usize;
+                v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
+            } else {
+                let row = isect_orig[batch_start + u / 2] as usize;
+                isect_abs[row * 2 + u % 2] = sum;
             }
         }
     }

@@ -61,16 +61,21 @@ pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32) {
     }
 }
 
-/// Per-Gaussian sum of its intersections' gradient rows (10 floats each).
+/// Per-Gaussian sum of its intersections' gradient rows (10 floats each; with `absgrad` also
+/// the 2-float rows of `isect_abs` into `v_abs`).
 /// Rows of depth-sorted visible Gaussian `i` are `offsets[i]..offsets[i]+count`.
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub fn sum_isect_grads(
     sorted_ids: &[u32],
     offsets: &[u32],
     tiles_touched: &[u32],
     isect_grads: &[f32],
     v_proj: &mut [f32],
+    isect_abs: &[f32],
+    v_abs: &mut [f32],
     num_visible: u32,
+    #[comptime] absgrad: bool,
 ) {
     let i = rust3r_gpu::global_id();
     if i >= num_visible as usize {
@@ -114,6 +119,16 @@ pub fn sum_isect_grads(
     v_proj[o + 7] = a7;
     v_proj[o + 8] = a8;
     v_proj[o + 9] = a9;
+    if absgrad {
+        let mut b0 = 0.0f32;
+        let mut b1 = 0.0f32;
+        for r in start..start + count {
+            b0 += isect_abs[r * 2];
+            b1 += isect_abs[r * 2 + 1];
+        }
+        v_abs[g * 2] = b0;
+        v_abs[g * 2 + 1] = b1;
+    }
 }
 
 /// One read-back's worth of totals: `out[0]` = visible Gaussians (`positions[n-1] + flags[n-1]`

@@ -137,10 +137,12 @@ fn zero_rows(dst: &mut [f32], index: &[u32], n: u32, row: u32) {
 }
 
 /// ADC statistics: `grad2d[i] += |d L / d mean2d| * (W/2, H/2)` (gsplat's normalisation to
-/// NDC-like units) and `count[i] += 1` for every Gaussian visible in the step.
+/// NDC-like units) and `count[i] += 1` for every Gaussian visible in the step. The 2D gradient
+/// of Gaussian `i` is `v_proj[i * stride..][..2]` (the projected gradients, or the absgrad sums).
 #[cube(launch)]
 fn accumulate_grad2d(
     v_proj: &[f32],
+    stride: u32,
     radii: &[u32],
     grad2d: &mut [f32],
     count: &mut [f32],
@@ -153,8 +155,9 @@ fn accumulate_grad2d(
         terminate!();
     }
     if radii[i * 2] > 0u32 {
-        let gx = v_proj[i * 10] * half_w;
-        let gy = v_proj[i * 10 + 1] * half_h;
+        let o = i * stride as usize;
+        let gx = v_proj[o] * half_w;
+        let gy = v_proj[o + 1] * half_h;
         grad2d[i] += f32::sqrt(gx * gx + gy * gy);
         count[i] += 1.0f32;
     }
@@ -398,6 +401,7 @@ pub fn zero(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, row: usize)
 pub fn accumulate(
     gpu: &Gpu,
     v_proj: &GpuBuffer<f32>,
+    stride: u32,
     radii: &GpuBuffer<u32>,
     grad2d: &GpuBuffer<f32>,
     count: &GpuBuffer<f32>,
@@ -411,6 +415,7 @@ pub fn accumulate(
             grid(gpu, n),
             CubeDim::new_1d(256),
             v_proj.arg(),
+            stride,
             radii.arg(),
             grad2d.arg(),
             count.arg(),

@@ -73,6 +73,10 @@ pub struct AdcConfig {
     pub refine_every: u64,
     /// Opacities are clamped to `2 · prune_opacity` every this many steps (0 = never).
     pub reset_every: u64,
+    /// Grow by the sum of absolute per-pixel 2D-mean gradients (gsplat's `absgrad`; use a
+    /// larger `grad2d_threshold`, gsplat suggests 8e-4) instead of the norm of their sum.
+    #[serde(default)]
+    pub absgrad: bool,
 }
 
 impl Default for AdcConfig {
@@ -86,6 +90,7 @@ impl Default for AdcConfig {
             refine_stop: 15_000,
             refine_every: 100,
             reset_every: 3_000,
+            absgrad: false,
         }
     }
 }
@@ -333,6 +338,7 @@ impl Trainer {
             antialiased: self.cfg.antialiased,
             sh_degree: Some(self.active_sh_degree()),
             deterministic: self.cfg.deterministic,
+            absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
@@ -405,9 +411,14 @@ impl Trainer {
         match self.cfg.strategy.clone() {
             Strategy::Adc(adc) => {
                 if s < adc.refine_stop {
+                    let (signal, stride) = match &grads.means2d_abs {
+                        Some(abs) => (abs, 2),
+                        None => (&grads.projected, crate::kernels::project::VPROJ as u32),
+                    };
                     densify::accumulate(
                         &gpu,
-                        &grads.projected,
+                        signal,
+                        stride,
                         &out.radii,
                         &self.grad2d,
                         &self.count,
