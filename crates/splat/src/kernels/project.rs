@@ -54,8 +54,8 @@ pub fn project_forward(
     n: u32,
     width: u32,
     height: u32,
-    num_coeffs: u32,
-    active_coeffs: u32,
+    #[comptime] num_coeffs: u32,
+    #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
 ) {
     let g = rust3r_gpu::global_id();
@@ -226,7 +226,8 @@ pub fn project_forward(
     let mut cr = 0.5f32;
     let mut cg = 0.5f32;
     let mut cb = 0.5f32;
-    let base = g * (num_coeffs as usize) * 3;
+    let base = g * comptime![num_coeffs as usize * 3];
+    #[unroll]
     for k in 0..active_coeffs {
         let bk = sh_basis(k, ux, uy, uz);
         let o = base + (k as usize) * 3;
@@ -276,8 +277,8 @@ pub fn project_backward(
     n: u32,
     width: u32,
     height: u32,
-    num_coeffs: u32,
-    active_coeffs: u32,
+    #[comptime] num_coeffs: u32,
+    #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
     #[comptime] pose_grad: bool,
 ) {
@@ -285,7 +286,7 @@ pub fn project_backward(
     if g >= n as usize {
         terminate!();
     }
-    let kc = num_coeffs as usize;
+    let kc = comptime![num_coeffs as usize];
     if tiles_touched[g] == 0u32 {
         #[unroll]
         for k in 0..3usize {
@@ -297,8 +298,9 @@ pub fn project_backward(
             v_quats[g * 4 + k] = 0.0f32;
         }
         v_opacity_logits[g] = 0.0f32;
-        for k in 0..kc * 3 {
-            v_sh[g * kc * 3 + k] = 0.0f32;
+        #[unroll]
+        for k in 0..comptime![kc * 3] {
+            v_sh[g * comptime![kc * 3] + k] = 0.0f32;
         }
         if pose_grad {
             #[unroll]
@@ -587,10 +589,11 @@ pub fn project_backward(
     let ux = dx * inv_dn;
     let uy = dy * inv_dn;
     let uz = dz * inv_dn;
-    let base = g * kc * 3;
+    let base = g * comptime![kc * 3];
     let mut cr = 0.5f32;
     let mut cg = 0.5f32;
     let mut cb = 0.5f32;
+    #[unroll]
     for k in 0..active_coeffs {
         let bk = sh_basis(k, ux, uy, uz);
         let o = base + (k as usize) * 3;
@@ -604,23 +607,25 @@ pub fn project_backward(
     let mut vux = 0.0f32;
     let mut vuy = 0.0f32;
     let mut vuz = 0.0f32;
-    for k in 0..num_coeffs {
+    #[unroll]
+    for k in 0..active_coeffs {
         let o = base + (k as usize) * 3;
-        if k < active_coeffs {
-            let bk = sh_basis(k, ux, uy, uz);
-            v_sh[o] = bk * vsr;
-            v_sh[o + 1] = bk * vsg;
-            v_sh[o + 2] = bk * vsb;
-            let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
-            let w = vsr * sh[o] + vsg * sh[o + 1] + vsb * sh[o + 2];
-            vux += bx * w;
-            vuy += by * w;
-            vuz += bz * w;
-        } else {
-            v_sh[o] = 0.0f32;
-            v_sh[o + 1] = 0.0f32;
-            v_sh[o + 2] = 0.0f32;
-        }
+        let bk = sh_basis(k, ux, uy, uz);
+        v_sh[o] = bk * vsr;
+        v_sh[o + 1] = bk * vsg;
+        v_sh[o + 2] = bk * vsb;
+        let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
+        let w = vsr * sh[o] + vsg * sh[o + 1] + vsb * sh[o + 2];
+        vux += bx * w;
+        vuy += by * w;
+        vuz += bz * w;
+    }
+    #[unroll]
+    for k in active_coeffs..num_coeffs {
+        let o = base + (k as usize) * 3;
+        v_sh[o] = 0.0f32;
+        v_sh[o + 1] = 0.0f32;
+        v_sh[o + 2] = 0.0f32;
     }
     // normalisation: u = d / |d|
     let dotu = vux * ux + vuy * uy + vuz * uz;
