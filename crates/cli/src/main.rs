@@ -1,6 +1,7 @@
 //! `rust3r`: dense 3D reconstruction and Gaussian splatting on any GPU.
 
 mod bench;
+mod live;
 mod render_cmd;
 mod train_cmd;
 mod slam_cmd;

@@ -15,6 +15,7 @@ use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer, images::Pac
 use serde::Serialize;
 
 use crate::DeviceArgs;
+use crate::live::{CameraView, Live, LiveSink};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -87,9 +88,13 @@ pub struct TrainArgs {
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
-    /// Live view in rerun (not compiled into this build).
+    /// Live view in a rerun viewer (loss curves, held-out render vs ground truth, cameras,
+    /// Gaussian centres); needs a build with the `rerun` feature.
     #[arg(long)]
     pub rerun: bool,
+    /// Record the live view to this `.rrd` file instead (open it with `rerun FILE`).
+    #[arg(long)]
+    pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
@@ -154,9 +159,7 @@ impl Targets {
 }
 
 pub fn run(a: &TrainArgs) -> Result<()> {
-    if a.rerun {
-        bail!("--rerun: this build has no rerun viewer support (see README, 'Live view')");
-    }
+    let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref()).map(|s| Live::open("rust3r train", &s)).transpose()?;
     let background = parse_background(&a.background)?;
     let eval_at = parse_steps(&a.eval_at)?;
     let save_at = parse_steps(&a.save_at)?;
@@ -290,6 +293,10 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let mut seg = Instant::now();
     let mut order: Vec<usize> = Vec::new();
     let mut peak = gpu.memory_reserved();
+    if let Some(l) = &live {
+        l.at("step", trainer.step);
+        log_cameras(l, &scene, &train_idx)?;
+    }
     while trainer.step < a.steps {
         if stop.load(Ordering::SeqCst) {
             bar.abandon_with_message("interrupted");
@@ -314,6 +321,12 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             peak = peak.max(gpu.memory_reserved());
             let loss = trainer.last_loss()?.unwrap_or(f32::NAN);
             let psnr = trainer.last_psnr()?.unwrap_or(f32::NAN);
+            if let Some(l) = &live {
+                l.at("step", s);
+                l.scalar("train/loss", loss as f64)?;
+                l.scalar("train/psnr", psnr as f64)?;
+                l.scalar("train/splats", info.num_splats as f64)?;
+            }
             bar.set_message(format!(
                 "loss {loss:.4} | PSNR {psnr:.2} | {} splats | {} visible | GPU {:.2} GB",
                 info.num_splats,
@@ -337,6 +350,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             train_s += seg.elapsed().as_secs_f64();
             let render_dir = a.out.join("renders");
             let (psnr, ssim) = evaluate(&trainer, &scene, &targets.cache, &eval_idx, last.then_some(render_dir.as_path()))?;
+            if let Some(l) = &live {
+                log_eval(l, &trainer, &scene, &targets.cache, eval_idx[0], s, psnr, ssim)?;
+            }
             peak = peak.max(gpu.memory_reserved());
             let rec = EvalRecord {
                 step: s,
@@ -381,6 +397,51 @@ pub fn run(a: &TrainArgs) -> Result<()> {
 }
 
 /// Read the splats back once and write each path (format by extension).
+/// Live view at an evaluation: held-out metrics, the first held-out view rendered next to its
+/// ground truth, and the Gaussian centres coloured by their base colour (at most 200k).
+#[allow(clippy::too_many_arguments)]
+fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view: usize, step: u64, psnr: f64, ssim: f64) -> Result<()> {
+    l.at("step", step);
+    l.scalar("eval/psnr", psnr)?;
+    l.scalar("eval/ssim", ssim)?;
+    let gt = cache.get(view)?;
+    let cam = camera_of(scene, view);
+    let (_, _, pred) = trainer.evaluate_view(&cam, &gt)?;
+    let bytes: Vec<u8> = pred.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect();
+    l.image_rgb("eval/render", &bytes, cam.width, cam.height)?;
+    l.image_rgb("eval/ground_truth", &gt, cam.width, cam.height)?;
+    let splats = trainer.to_host()?;
+    let stride = splats.len().div_ceil(200_000).max(1);
+    let k = (splats.sh_degree as usize + 1).pow(2) * 3;
+    let (mut pts, mut cols) = (Vec::new(), Vec::new());
+    for i in (0..splats.len()).step_by(stride) {
+        pts.push(splats.means[i]);
+        let dc = |c: usize| ((0.5 + rust3r_splat::train::init::SH_C0 * splats.sh[i * k + c] as f64).clamp(0.0, 1.0) * 255.0) as u8;
+        cols.push([dc(0), dc(1), dc(2)]);
+    }
+    l.points("world/gaussians", &pts, &cols)?;
+    Ok(())
+}
+
+/// Training cameras as frusta in the live view.
+fn log_cameras(l: &Live, scene: &Scene, idx: &[usize]) -> Result<()> {
+    for &i in idx {
+        let v = &scene.views[i];
+        let c2w = v.camera_to_world();
+        let rot = std::array::from_fn(|r| std::array::from_fn(|c| c2w[r][c] as f32));
+        let view = CameraView {
+            translation: [c2w[0][3] as f32, c2w[1][3] as f32, c2w[2][3] as f32],
+            rotation: rot,
+            fx: v.fx as f32,
+            fy: v.fy as f32,
+            width: v.width,
+            height: v.height,
+        };
+        l.camera(&format!("world/cameras/{i}"), &view)?;
+    }
+    Ok(())
+}
+
 fn write_splats(trainer: &Trainer, paths: &[PathBuf]) -> Result<()> {
     let host = trainer.to_host()?;
     for path in paths {
