@@ -72,6 +72,10 @@ pub struct MatchingConfig {
     pub radius: usize,
     /// Largest dilation of the refinement window (searched from this down to 1).
     pub dilation_max: usize,
+    /// Calibrated views: match by projecting with the intrinsics (exact for points on their
+    /// pixel rays, [`crate::projective`]) instead of iterative projection on the ray image.
+    /// Not in MASt3R-SLAM; on in [`SlamConfig::rgbd`].
+    pub projective: bool,
 }
 
 /// `tracking` section.
@@ -229,6 +233,7 @@ impl Default for SlamConfig {
                 dist_thresh: 1e-1,
                 radius: 3,
                 dilation_max: 5,
+                projective: false,
             },
             tracking: TrackingConfig {
                 min_match_frac: 0.05,
@@ -302,6 +307,7 @@ impl SlamConfig {
     ///   resolution (`rgbd.backend_level` 0; level 1 is 1.6x faster and gives 2.0 cm).
     pub fn rgbd() -> Self {
         let mut c = Self { use_calib: true, ..Self::default() };
+        c.matching.projective = true;
         c.tracking.sigma_depth = 0.01;
         c.tracking.sigma_plane = 0.002;
         c.tracking.depth_noise = true;
@@ -401,6 +407,7 @@ impl SlamConfig {
                     "dist_thresh" => m.dist_thresh = f(value)?,
                     "radius" => m.radius = u(value)?,
                     "dilation_max" => m.dilation_max = u(value)?,
+                    "projective" => m.projective = b(value)?,
                     _ => return Err(unknown()),
                 }
             }

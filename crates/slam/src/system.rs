@@ -165,7 +165,8 @@ impl Backend {
         for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
             let fresh = matches!(self.cache.get(&i), Some((stamp, _)) if stamp == nu);
             if !fresh {
-                let v = LevelView::new(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0);
+                let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
+                let v = LevelView::build(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0, with_rays);
                 self.cache.insert(i, (*nu, v));
             }
             views.push(KeyframeView { t_wc: *t, view: self.cache[&i].1.clone() });

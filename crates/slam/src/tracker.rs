@@ -109,8 +109,14 @@ pub const NORMAL_MAX_REL_JUMP: f32 = 0.05;
 
 impl LevelView {
     /// Builds the level-`level` view (every `2^level`-th pixel) of a pointmap with average
-    /// confidences `avg_conf`.
+    /// confidences `avg_conf`, with its ray image (for iterative projection).
     pub fn new(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool) -> Self {
+        Self::build(pm, avg_conf, cam, level, p, with_normals, true)
+    }
+
+    /// [`LevelView::new`]; `with_rays` false leaves the ray image empty (projective
+    /// association of calibrated views does not need it).
+    pub fn build(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool, with_rays: bool) -> Self {
         let step = 1usize << level;
         let mut sub = if step == 1 {
             Pointmap { width: pm.width, height: pm.height, points: pm.points.clone(), conf: avg_conf.to_vec(), colors: Vec::new() }
@@ -127,13 +133,17 @@ impl LevelView {
             .collect();
         // Pixels without a point still have a ray when the camera is calibrated.
         let w = sub.width;
-        let rays = ray_image(
+        let rays = if !with_rays {
+            RayImage { width: sub.width, height: sub.height, data: Vec::new() }
+        } else {
+            ray_image(
             sub.width,
             sub.height,
             &sub.points,
             |i| cam.map(|c| [((i % w) as f64 - c.cx) as f32 / c.fx as f32, ((i / w) as f64 - c.cy) as f32 / c.fy as f32, 1.0]),
             |i| valid[i],
-        );
+            )
+        };
         let normals = if with_normals && cam.is_some() {
             let mut masked = sub.clone();
             for (c, v) in masked.conf.iter_mut().zip(&valid) {
@@ -366,6 +376,9 @@ impl Tracker {
     /// (average confidences `kf_conf`), starting from `t_init` (`T_CkCf`). `cam` is the
     /// pointmaps' calibration when known.
     pub fn track(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+        if cam.is_some() && self.matching.projective {
+            return self.track_projective(frame, frame_conf, kf, kf_conf, cam, t_init);
+        }
         let p = ResidualParams::tracking(&self.cfg);
         let mut t = *t_init;
         let mut iterations = 0;
@@ -406,11 +419,58 @@ impl Tracker {
         res
     }
 
+    /// [`Tracker::track`] for calibrated views with projective association
+    /// ([`crate::projective`]): association and normal equations in one parallel pass per
+    /// Gauss-Newton iteration, no ray images.
+    fn track_projective(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+        let p = ResidualParams::tracking(&self.cfg);
+        let mut t = *t_init;
+        let mut iterations = 0;
+        let mut cost = 0.0;
+        let with_normals = p.sigma_plane > 0.0;
+        let mut last = None;
+        for level in (0..self.levels.max(1)).rev() {
+            let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
+            let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
+            let mut old_cost = f64::INFINITY;
+            for _ in 0..self.cfg.max_iters {
+                iterations += 1;
+                let eq = crate::projective::tracking_normal_eq(&fv, &kv, &t, &p, self.matching.dist_thresh, self.optimize_scale);
+                cost = eq.cost;
+                if eq.count < 6 {
+                    break;
+                }
+                let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
+                tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
+                t = t.retr(&delta);
+                let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
+                old_cost = eq.cost;
+                if done {
+                    break;
+                }
+            }
+            if level == 0 {
+                last = Some((fv, kv));
+            }
+        }
+        let (fv, kv) = last.expect("level 0 is always tracked");
+        let m = crate::projective::associate(&fv, &kv, &t.inverse(), &self.matching);
+        let mut res = self.finish_with(&fv, &kv, frame_conf, &t, &m);
+        res.iterations = iterations;
+        res.cost = cost;
+        res
+    }
+
     /// Final association at the optimised pose `t`: match statistics, the keyframe decision
     /// and the fusion observation.
     pub fn finish(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3) -> TrackResult {
         // Final association at the optimised pose, for the statistics and fusion.
         let m = associate(fv, kv, &t.inverse(), None, &self.matching);
+        self.finish_with(fv, kv, frame_conf, t, &m)
+    }
+
+    /// [`Tracker::finish`] with the final matches `m` (keyframe pixels in the frame) given.
+    pub fn finish_with(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3, m: &Matches) -> TrackResult {
         let n = kv.len() as f64;
         let mut n_valid = 0usize;
         let mut seen = vec![false; fv.len()];

@@ -1,0 +1,52 @@
+//! Deterministic parallel reductions.
+//!
+//! The per-pixel sums of tracking and the back end run on rayon's thread pool, split into
+//! chunks of a fixed size ([`CHUNK`]) that does not depend on the number of threads. Each
+//! chunk is summed sequentially, the partial sums are collected in chunk order, and combined
+//! left to right on the calling thread. The floating-point operations and their order are
+//! therefore the same whatever the thread count or scheduling: results are bit-identical run
+//! to run and between `RAYON_NUM_THREADS=1` and any other setting.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+/// Items (pixels) per chunk of a reduction.
+pub const CHUNK: usize = 1024;
+
+/// Sums `map` over the chunks `0..n` (chunk `c` covers `c * chunk .. min(n, (c + 1) * chunk)`)
+/// in parallel, then combines the partial results in chunk order with `combine`.
+/// `None` when `n == 0`.
+pub fn chunked_reduce<A, F, C>(n: usize, chunk: usize, map: F, combine: C) -> Option<A>
+where
+    A: Send,
+    F: Fn(Range<usize>) -> A + Sync + Send,
+    C: FnMut(A, A) -> A,
+{
+    let chunk = chunk.max(1);
+    let parts: Vec<A> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .map(|c| map(c * chunk..((c + 1) * chunk).min(n)))
+        .collect();
+    parts.into_iter().reduce(combine)
+}
+
+/// [`chunked_reduce`] run sequentially on the calling thread (same chunks, same order, same
+/// bits): the reference the parallel version is tested against.
+pub fn chunked_reduce_seq<A, F, C>(n: usize, chunk: usize, map: F, combine: C) -> Option<A>
+where
+    F: Fn(Range<usize>) -> A,
+    C: FnMut(A, A) -> A,
+{
+    let chunk = chunk.max(1);
+    (0..n.div_ceil(chunk)).map(|c| map(c * chunk..((c + 1) * chunk).min(n))).reduce(combine)
+}
+
+/// Fills `out` in parallel: `f(i)` for every index (element-wise, so no ordering question).
+pub fn fill<T: Send, F: Fn(usize) -> T + Sync + Send>(out: &mut [T], f: F) {
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, part)| {
+        for (k, o) in part.iter_mut().enumerate() {
+            *o = f(c * CHUNK + k);
+        }
+    });
+}
