@@ -200,6 +200,7 @@ pub fn optimize(
             kfs[k].t_wc = kfs[k].t_wc.retr(&d);
         }
         report.last_step = step.sqrt();
+        tracing::trace!("back-end iteration {it}: cost {cost:.1}, step {:.3e}", report.last_step);
         if report.last_step < cfg.delta_norm {
             break;
         }

@@ -114,6 +114,10 @@ pub struct TrackingConfig {
     pub depth_eps: f64,
     /// Projections may fall this many pixels outside the image (negative: outside allowed).
     pub pixel_border: f64,
+    /// Finest pyramid level Gauss-Newton iterates on (calibrated, projective association;
+    /// 0: the pointmap resolution). The final association for the statistics and fusion is
+    /// always at level 0. RGB-D addition.
+    pub finest_level: usize,
     /// Keyframe pointmap fusion.
     pub filtering_mode: FusionMode,
     /// Score for [`FusionMode::BestScore`].
@@ -252,6 +256,7 @@ impl Default for SlamConfig {
                 depth_noise: false,
                 depth_eps: 1e-6,
                 pixel_border: -10.0,
+                finest_level: 0,
                 filtering_mode: FusionMode::Weighted,
                 filtering_score: FilteringScore::Median,
             },
@@ -431,6 +436,7 @@ impl SlamConfig {
                     "sigma_point" => {}
                     "pixel_border" => t.pixel_border = f(value)?,
                     "depth_eps" => t.depth_eps = f(value)?,
+                    "finest_level" => t.finest_level = u(value)?,
                     "filtering_mode" => t.filtering_mode = value.parse()?,
                     "filtering_score" => {
                         t.filtering_score = match value {

@@ -43,7 +43,7 @@ pub use ate::{
 pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;
 pub use pointmap::{Pointmap, PointmapFrontEnd, RgbdFrontEnd};
-pub use system::{Progress, SlamResult, TrackingState, run_slam, run_slam_with};
+pub use system::{FrameSource, Progress, SlamResult, Timings, TrackingState, run_slam, run_slam_source, run_slam_with};
 pub use trajectory::{
     Trajectory, TrajectoryFormat, detect_format, format_tum, parse_euroc, parse_tum, read_euroc,
     read_trajectory, read_trajectory_with_format, read_tum, write_tum,

@@ -158,25 +158,119 @@ impl Default for Acc {
     }
 }
 
+/// Packed index of `(a, b)`, `a <= b < 7`, in [`Acc::h`].
+#[inline(always)]
+const fn upper(a: usize, b: usize) -> usize {
+    a * 7 - a * (a.wrapping_sub(1)) / 2 + (b - a)
+}
+
+/// Information of one correspondence in the measurement camera: `M = sum_rows w e e^T`
+/// (symmetric, `[m00 m01 m02 m11 m12 m22]`), `v = sum_rows w r e`, with `e = dh/dY`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Info {
+    m: [f64; 6],
+    v: [f64; 3],
+    cost: f64,
+}
+
+impl Info {
+    /// A residual row whose `e` is `[a, 0, c]`.
+    #[inline(always)]
+    fn row_x(&mut self, r: f64, a: f64, c: f64, w: f64) {
+        let (wa, wc) = (w * a, w * c);
+        self.m[0] += wa * a;
+        self.m[2] += wa * c;
+        self.m[5] += wc * c;
+        self.v[0] += wa * r;
+        self.v[2] += wc * r;
+        self.cost += 0.5 * w * r * r;
+    }
+    /// A residual row whose `e` is `[0, b, d]`.
+    #[inline(always)]
+    fn row_y(&mut self, r: f64, b: f64, d: f64, w: f64) {
+        let (wb, wd) = (w * b, w * d);
+        self.m[3] += wb * b;
+        self.m[4] += wb * d;
+        self.m[5] += wd * d;
+        self.v[1] += wb * r;
+        self.v[2] += wd * r;
+        self.cost += 0.5 * w * r * r;
+    }
+    /// A residual row whose `e` is `[0, 0, c]`.
+    #[inline(always)]
+    fn row_z(&mut self, r: f64, c: f64, w: f64) {
+        let wc = w * c;
+        self.m[5] += wc * c;
+        self.v[2] += wc * r;
+        self.cost += 0.5 * w * r * r;
+    }
+    /// A residual row with a general `e`.
+    #[inline(always)]
+    fn row(&mut self, r: f64, e: [f64; 3], w: f64) {
+        let we = [w * e[0], w * e[1], w * e[2]];
+        self.m[0] += we[0] * e[0];
+        self.m[1] += we[0] * e[1];
+        self.m[2] += we[0] * e[2];
+        self.m[3] += we[1] * e[1];
+        self.m[4] += we[1] * e[2];
+        self.m[5] += we[2] * e[2];
+        self.v[0] += we[0] * r;
+        self.v[1] += we[1] * r;
+        self.v[2] += we[2] * r;
+        self.cost += 0.5 * w * r * r;
+    }
+}
+
 impl Acc {
-    /// Adds one residual row `r` with Jacobian row `j` and weight `w`; only the first `D`
+    /// Adds a correspondence with information `info` whose Jacobian rows are
+    /// `G e` with `G = [I; [P]x; P^T]` (7x3): `H += G M G^T`, `g += G v`. Only the first `D`
     /// pose coordinates (6: SE(3), 7: Sim(3)).
     #[inline(always)]
-    pub fn add_row<const D: usize>(&mut self, j: &[f64; 7], r: f64, w: f64) {
-        let mut k = 0;
-        for a in 0..7 {
-            let wj = w * j[a];
-            for b in a..7 {
-                if a < D && b < D {
-                    self.h[k] += wj * j[b];
-                }
-                k += 1;
-            }
-            if a < D {
-                self.g[a] += wj * r;
+    fn add<const D: usize>(&mut self, info: &Info, p: [f64; 3]) {
+        let [m00, m01, m02, m11, m12, m22] = info.m;
+        let m = [[m00, m01, m02], [m01, m11, m12], [m02, m12, m22]];
+        // N = G M (7x3): rows of M, then [P]x M and P^T M.
+        let mut n = [[0.0f64; 3]; 7];
+        for c in 0..3 {
+            n[0][c] = m[0][c];
+            n[1][c] = m[1][c];
+            n[2][c] = m[2][c];
+            n[3][c] = p[1] * m[2][c] - p[2] * m[1][c];
+            n[4][c] = p[2] * m[0][c] - p[0] * m[2][c];
+            n[5][c] = p[0] * m[1][c] - p[1] * m[0][c];
+            n[6][c] = p[0] * m[0][c] + p[1] * m[1][c] + p[2] * m[2][c];
+        }
+        // H_ab = N_a . G_b.
+        for a in 0..D {
+            let na = n[a];
+            let gb = [
+                na[0],
+                na[1],
+                na[2],
+                p[1] * na[2] - p[2] * na[1],
+                p[2] * na[0] - p[0] * na[2],
+                p[0] * na[1] - p[1] * na[0],
+                p[0] * na[0] + p[1] * na[1] + p[2] * na[2],
+            ];
+            for b in a..D {
+                self.h[upper(a, b)] += gb[b];
             }
         }
-        self.cost += 0.5 * w * r * r;
+        let v = info.v;
+        let g = [
+            v[0],
+            v[1],
+            v[2],
+            p[1] * v[2] - p[2] * v[1],
+            p[2] * v[0] - p[0] * v[2],
+            p[0] * v[1] - p[1] * v[0],
+            p[0] * v[0] + p[1] * v[1] + p[2] * v[2],
+        ];
+        for a in 0..D {
+            self.g[a] += g[a];
+        }
+        self.cost += info.cost;
+        self.count += 1;
     }
 
     /// `self + other`, element-wise in a fixed order.
@@ -195,12 +289,10 @@ impl Acc {
     /// Full (symmetric) normal equations.
     pub fn to_normal_eq(&self) -> NormalEq {
         let mut eq = NormalEq::default();
-        let mut k = 0;
         for a in 0..7 {
             for b in a..7 {
-                eq.h[(a, b)] = self.h[k];
-                eq.h[(b, a)] = self.h[k];
-                k += 1;
+                eq.h[(a, b)] = self.h[upper(a, b)];
+                eq.h[(b, a)] = self.h[upper(a, b)];
             }
             eq.g[a] = self.g[a];
         }
@@ -210,89 +302,130 @@ impl Acc {
     }
 }
 
-/// Adds the calibrated residuals of measurement pixel `q` (point `xq`) against the prediction
-/// `y` (in the measurement camera): pixel (2), log-depth, point-to-plane. The Jacobian rows are
-/// `[e, P x e, e . P]` with `e = dh/dY A` (`A` the identity when `None`). Returns whether the
-/// correspondence was used ([`crate::tracker::point_info`]'s validity rules).
+/// `ln(a / b)` for positive `a`, `b`: `2 atanh(s)` with `s = (a - b) / (a + b)` by its series
+/// when `|s| < 0.1` (ratios within about 20 %; the first omitted term is below 1e-13
+/// relative), `ln` otherwise. One division instead of two logarithms.
+#[inline(always)]
+pub fn ln_ratio(a: f64, b: f64) -> f64 {
+    let s = (a - b) / (a + b);
+    if s.abs() < 0.1 {
+        let s2 = s * s;
+        // 2 (s + s^3/3 + ... + s^13/13)
+        let p = 1.0 / 13.0;
+        let p = p * s2 + 1.0 / 11.0;
+        let p = p * s2 + 1.0 / 9.0;
+        let p = p * s2 + 1.0 / 7.0;
+        let p = p * s2 + 1.0 / 5.0;
+        let p = p * s2 + 1.0 / 3.0;
+        let p = p * s2 + 1.0;
+        2.0 * s * p
+    } else {
+        (a / b).ln()
+    }
+}
+
+/// Weight of a residual `r` with sigma `sigma`: `huber(r / sigma) / sigma^2`.
+#[inline(always)]
+fn weight(r: f64, sigma: f64, k: f64) -> f64 {
+    let si = 1.0 / sigma;
+    si * si * huber_weight(si * r, k)
+}
+
+/// Residual model constants of a measurement view.
+#[derive(Clone, Copy)]
+struct Model {
+    cam: PinholeCamera,
+    wmax: f64,
+    hmax: f64,
+    p: ResidualParams,
+}
+
+impl Model {
+    fn new(meas: &LevelView, p: &ResidualParams) -> Self {
+        let cam = meas.cam.expect("calibrated measurement view");
+        let b = p.pixel_border;
+        Self { cam, wmax: cam.width as f64 - 1.0 - b, hmax: cam.height as f64 - 1.0 - b, p: *p }
+    }
+
+    /// The calibrated residuals of measurement pixel `(u, v)` with point `xq` and normal
+    /// `normal` against the prediction `y` (measurement camera): pixel (2), log-depth,
+    /// point-to-plane ([`crate::tracker::point_info`]'s model and validity rules).
+    #[inline(always)]
+    fn info(&self, u: f64, v: f64, xq: [f64; 3], normal: Option<[f32; 3]>, y: [f64; 3]) -> Option<Info> {
+        let p = &self.p;
+        if !(y[2] > p.depth_eps) || !(xq[2] > p.depth_eps) {
+            return None;
+        }
+        let cam = &self.cam;
+        let iz = 1.0 / y[2];
+        let pu = cam.fx * y[0] * iz + cam.cx;
+        let pv = cam.fy * y[1] * iz + cam.cy;
+        let b = p.pixel_border;
+        if !(pu >= b && pu <= self.wmax && pv >= b && pv <= self.hmax) {
+            return None;
+        }
+        let (zs_log, zs_plane) = if p.depth_noise { (xq[2].max(0.5), (xq[2] * xq[2]).max(0.25)) } else { (1.0, 1.0) };
+        let k = p.huber;
+        let mut info = Info::default();
+        let ru = u - pu;
+        info.row_x(ru, cam.fx * iz, -cam.fx * y[0] * iz * iz, weight(ru, p.sigma_pixel, k));
+        let rv = v - pv;
+        info.row_y(rv, cam.fy * iz, -cam.fy * y[1] * iz * iz, weight(rv, p.sigma_pixel, k));
+        let rz = ln_ratio(xq[2], y[2]);
+        info.row_z(rz, iz, weight(rz, p.sigma_depth * zs_log, k));
+        if p.sigma_plane > 0.0 {
+            if let Some(n) = normal {
+                let n = f64x3(n);
+                let r = n[0] * (xq[0] - y[0]) + n[1] * (xq[1] - y[1]) + n[2] * (xq[2] - y[2]);
+                info.row(r, n, weight(r, p.sigma_plane * zs_plane, k));
+            }
+        }
+        Some(info)
+    }
+}
+
+/// Sums the correspondences of measurement pixels `range`: each valid pixel's point `xq` is
+/// matched in `src` through `t_sm`, the matched source point moved into the measurement camera
+/// by `t_ms`, and its residuals added with the Jacobian point `P = s * y + c`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn calib_point<const D: usize>(
-    acc: &mut Acc,
-    meas: &LevelView,
-    cam: &PinholeCamera,
-    q: usize,
-    xq: [f64; 3],
-    y: [f64; 3],
-    p: &ResidualParams,
-    pj: [f64; 3],
-    a: Option<&[[f64; 3]; 3]>,
-) {
-    if !(y[2] > p.depth_eps) || !(xq[2] > p.depth_eps) {
-        return;
-    }
-    let iz = 1.0 / y[2];
-    let pu = cam.fx * y[0] * iz + cam.cx;
-    let pv = cam.fy * y[1] * iz + cam.cy;
-    let b = p.pixel_border;
-    if !(pu >= b && pu <= cam.width as f64 - 1.0 - b && pv >= b && pv <= cam.height as f64 - 1.0 - b) {
-        return;
-    }
-    let u = (q % meas.width) as f64;
-    let v = (q / meas.width) as f64;
-    let (zs_log, zs_plane) = if p.depth_noise { (xq[2].max(0.5), (xq[2] * xq[2]).max(0.25)) } else { (1.0, 1.0) };
-    let mut row = |r: f64, dh: [f64; 3], sigma: f64| {
-        let sqrt_info = 1.0 / sigma;
-        let w = sqrt_info * sqrt_info * huber_weight(sqrt_info * r, p.huber);
-        let e = match a {
-            None => dh,
-            Some(a) => [
-                dh[0] * a[0][0] + dh[1] * a[1][0] + dh[2] * a[2][0],
-                dh[0] * a[0][1] + dh[1] * a[1][1] + dh[2] * a[2][1],
-                dh[0] * a[0][2] + dh[1] * a[1][2] + dh[2] * a[2][2],
-            ],
-        };
-        let j = [
-            e[0],
-            e[1],
-            e[2],
-            pj[1] * e[2] - pj[2] * e[1],
-            pj[2] * e[0] - pj[0] * e[2],
-            pj[0] * e[1] - pj[1] * e[0],
-            e[0] * pj[0] + e[1] * pj[1] + e[2] * pj[2],
-        ];
-        acc.add_row::<D>(&j, r, w);
-    };
-    row(u - pu, [cam.fx * iz, 0.0, -cam.fx * y[0] * iz * iz], p.sigma_pixel);
-    row(v - pv, [0.0, cam.fy * iz, -cam.fy * y[1] * iz * iz], p.sigma_pixel);
-    row(xq[2].ln() - y[2].ln(), [0.0, 0.0, iz], p.sigma_depth * zs_log);
-    if p.sigma_plane > 0.0 {
-        if let Some(Some(n)) = meas.normals.get(q) {
-            let n = f64x3(*n);
-            let r = n[0] * (xq[0] - y[0]) + n[1] * (xq[1] - y[1]) + n[2] * (xq[2] - y[2]);
-            row(r, n, p.sigma_plane * zs_plane);
-        }
-    }
-    acc.count += 1;
-}
-
-fn reduce(n: usize, f: impl Fn(std::ops::Range<usize>) -> Acc + Sync + Send) -> NormalEq {
-    par::chunked_reduce(n, CHUNK, f, Acc::merge).unwrap_or_default().to_normal_eq()
-}
-
-fn tracking_terms<const D: usize>(src: &LevelView, meas: &LevelView, t_ms: &Affine, t_sm: &Affine, p: &ResidualParams, dist2: f64, range: std::ops::Range<usize>) -> Acc {
+fn terms<const D: usize>(src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
     let cam_s = src.cam.expect("calibrated source view");
-    let cam_m = meas.cam.expect("calibrated measurement view");
     let mut acc = Acc::default();
+    let w = meas.width;
+    let (mut u, mut v) = (range.start % w, range.start / w);
     for q in range {
+        let (uu, vv) = (u, v);
+        u += 1;
+        if u == w {
+            u = 0;
+            v += 1;
+        }
         if !meas.valid[q] {
             continue;
         }
         let xq = f64x3(meas.points[q]);
         let Some(j) = match_point(src, &cam_s, t_sm, xq, dist2) else { continue };
         let y = t_ms.act(f64x3(src.points[j]));
-        calib_point::<D>(&mut acc, meas, &cam_m, q, xq, y, p, y, None);
+        let normal = meas.normals.get(q).copied().flatten();
+        let Some(info) = model.info(uu as f64, vv as f64, xq, normal, y) else { continue };
+        acc.add::<D>(&info, [ps * y[0] + pc[0], ps * y[1] + pc[1], ps * y[2] + pc[2]]);
     }
     acc
+}
+
+fn reduce(n: usize, f: impl Fn(std::ops::Range<usize>) -> Acc + Sync + Send) -> Acc {
+    par::chunked_reduce(n, CHUNK, f, Acc::merge).unwrap_or_default()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sum_terms(src: &LevelView, meas: &LevelView, p: &ResidualParams, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], optimize_scale: bool) -> Acc {
+    let model = Model::new(meas, p);
+    if optimize_scale {
+        reduce(meas.len(), |r| terms::<7>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r))
+    } else {
+        reduce(meas.len(), |r| terms::<6>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r))
+    }
 }
 
 /// Normal equations of the relative pose `t_meas_src` (`Y = T X_src`) with projective
@@ -302,59 +435,43 @@ fn tracking_terms<const D: usize>(src: &LevelView, meas: &LevelView, t_ms: &Affi
 pub fn tracking_normal_eq(src: &LevelView, meas: &LevelView, t_meas_src: &Sim3, p: &ResidualParams, dist_thresh: f64, optimize_scale: bool) -> NormalEq {
     let t_ms = Affine::from_sim3(t_meas_src);
     let t_sm = Affine::from_sim3(&t_meas_src.inverse());
-    let dist2 = dist_thresh * dist_thresh;
-    if optimize_scale {
-        reduce(meas.len(), |r| tracking_terms::<7>(src, meas, &t_ms, &t_sm, p, dist2, r))
-    } else {
-        reduce(meas.len(), |r| tracking_terms::<6>(src, meas, &t_ms, &t_sm, p, dist2, r))
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn edge_terms<const D: usize>(
-    src: &LevelView,
-    meas: &LevelView,
-    t_ms: &Affine,
-    t_sm: &Affine,
-    t_ws: &Affine,
-    a: &[[f64; 3]; 3],
-    p: &ResidualParams,
-    dist2: f64,
-    range: std::ops::Range<usize>,
-) -> Acc {
-    let cam_s = src.cam.expect("calibrated source view");
-    let cam_m = meas.cam.expect("calibrated measurement view");
-    let mut acc = Acc::default();
-    for q in range {
-        if !meas.valid[q] {
-            continue;
-        }
-        let xq = f64x3(meas.points[q]);
-        let Some(j) = match_point(src, &cam_s, t_sm, xq, dist2) else { continue };
-        let x = f64x3(src.points[j]);
-        let y = t_ms.act(x);
-        let pw = t_ws.act(x);
-        calib_point::<D>(&mut acc, meas, &cam_m, q, xq, y, p, pw, Some(a));
-    }
-    acc
+    sum_terms(src, meas, p, &t_ms, &t_sm, dist_thresh * dist_thresh, 1.0, [0.0; 3], optimize_scale).to_normal_eq()
 }
 
 /// Normal equations of one directed back-end edge: points of `src` (camera-to-world
 /// `t_wc_src`) seen from `meas` (`t_wc_meas`), with the Jacobian with respect to the *source*
-/// world pose, `dY/dxi_s = (s_m R_m)^-1 [I, -[P]x, P]` (that of the measurement pose is its
-/// negative; [`crate::residuals::world_point_jacobian`]). Projective association at the
-/// current poses, in the same pass.
+/// world pose, `dY/dxi_s = A [I, -[P]x, P]` with `A = (s_m R_m)^-1` and `P` the world point
+/// (that of the measurement pose is its negative; [`crate::residuals::world_point_jacobian`]).
+/// Projective association at the current poses, in the same pass.
+///
+/// Since `[P]x R_m = R_m [R_m^T P]x`, the Jacobian rows are `D G' e` with
+/// `D = diag(A^T, A^T, 1/s_m)` and `G' = [I; [P']x; P'^T]`, `P' = R_m^T P = s_m y + R_m^T t_m`:
+/// the pixels are summed as in tracking (with `P'`) and `D` is applied once to the sums.
 pub fn edge_normal_eq(src: &LevelView, t_wc_src: &Sim3, meas: &LevelView, t_wc_meas: &Sim3, p: &ResidualParams, dist_thresh: f64, optimize_scale: bool) -> NormalEq {
     let t_m_inv = t_wc_meas.inverse();
     let t_ms_s = t_m_inv.compose(t_wc_src);
     let t_ms = Affine::from_sim3(&t_ms_s);
     let t_sm = Affine::from_sim3(&t_ms_s.inverse());
-    let t_ws = Affine::from_sim3(t_wc_src);
-    let a = Affine::from_sim3(&t_m_inv).m;
-    let dist2 = dist_thresh * dist_thresh;
-    if optimize_scale {
-        reduce(meas.len(), |r| edge_terms::<7>(src, meas, &t_ms, &t_sm, &t_ws, &a, p, dist2, r))
-    } else {
-        reduce(meas.len(), |r| edge_terms::<6>(src, meas, &t_ms, &t_sm, &t_ws, &a, p, dist2, r))
+    let rm = t_wc_meas.rotation_matrix();
+    let sm = t_wc_meas.scale;
+    let c = rm.transpose() * t_wc_meas.translation;
+    let acc = sum_terms(src, meas, p, &t_ms, &t_sm, dist_thresh * dist_thresh, sm, [c.x, c.y, c.z], optimize_scale);
+    let mut eq = acc.to_normal_eq();
+    // D = diag(A^T, A^T, 1/s_m), A^T = R_m / s_m.
+    let mut d = rust3r_geometry::Matrix7::zeros();
+    let at = rm / sm;
+    d.fixed_view_mut::<3, 3>(0, 0).copy_from(&at);
+    d.fixed_view_mut::<3, 3>(3, 3).copy_from(&at);
+    d[(6, 6)] = 1.0 / sm;
+    eq.h = d * eq.h * d.transpose();
+    eq.g = d * eq.g;
+    if !optimize_scale {
+        // D keeps the scale row and column apart; make them exactly zero as in tracking.
+        for k in 0..7 {
+            eq.h[(6, k)] = 0.0;
+            eq.h[(k, 6)] = 0.0;
+        }
+        eq.g[6] = 0.0;
     }
+    eq
 }

@@ -429,7 +429,9 @@ impl Tracker {
         let mut cost = 0.0;
         let with_normals = p.sigma_plane > 0.0;
         let mut last = None;
-        for level in (0..self.levels.max(1)).rev() {
+        let levels = self.levels.max(1);
+        let finest = self.cfg.finest_level.min(levels - 1);
+        for level in (finest..levels).rev() {
             let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
             let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
             let mut old_cost = f64::INFINITY;
@@ -453,7 +455,10 @@ impl Tracker {
                 last = Some((fv, kv));
             }
         }
-        let (fv, kv) = last.expect("level 0 is always tracked");
+        let (fv, kv) = match last {
+            Some(v) => v,
+            None => (LevelView::build(frame, frame_conf, cam, 0, &p, false, false), LevelView::build(kf, kf_conf, cam, 0, &p, false, false)),
+        };
         let m = crate::projective::associate(&fv, &kv, &t.inverse(), &self.matching);
         let mut res = self.finish_with(&fv, &kv, frame_conf, &t, &m);
         res.iterations = iterations;
