@@ -91,38 +91,39 @@ impl Pointmap {
     /// `max_rel_jump` relative to the centre (a depth discontinuity).
     pub fn normals(&self, max_rel_jump: f32) -> Vec<Option<[f32; 3]>> {
         let (w, h) = (self.width, self.height);
-        let mut out = vec![None; w * h];
-        if w < 3 || h < 3 {
-            return out;
-        }
-        for v in 1..h - 1 {
-            for u in 1..w - 1 {
-                let i = v * w + u;
-                let idx = [i - 1, i + 1, i - w, i + w];
-                if self.conf[i] <= 0.0 || idx.iter().any(|&j| self.conf[j] <= 0.0) {
-                    continue;
-                }
-                let z = self.points[i][2];
-                if idx.iter().any(|&j| (self.points[j][2] - z).abs() > max_rel_jump * z) {
-                    continue;
-                }
-                let p = |j: usize| Vector3::new(self.points[j][0], self.points[j][1], self.points[j][2]);
-                let dx = p(i + 1) - p(i - 1);
-                let dy = p(i + w) - p(i - w);
-                let mut n = dx.cross(&dy);
-                let norm = n.norm();
-                if !(norm > 0.0) {
-                    continue;
-                }
-                n /= norm;
-                if n.dot(&p(i)) > 0.0 {
-                    n = -n;
-                }
-                out[i] = Some([n.x, n.y, n.z]);
-            }
-        }
-        out
+        (0..w * h).map(|i| normal_at(&self.points, |j| self.conf[j] > 0.0, w, h, i, max_rel_jump)).collect()
     }
+}
+
+/// Unit normal of pixel `i` of a `w x h` point grid from central differences (see
+/// [`Pointmap::normals`]); `has(j)` tells whether pixel `j` has a point.
+#[inline]
+pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: usize, i: usize, max_rel_jump: f32) -> Option<[f32; 3]> {
+    let (u, v) = (i % w, i / w);
+    if w < 3 || h < 3 || u == 0 || v == 0 || u == w - 1 || v == h - 1 {
+        return None;
+    }
+    let idx = [i - 1, i + 1, i - w, i + w];
+    if !has(i) || idx.iter().any(|&j| !has(j)) {
+        return None;
+    }
+    let z = points[i][2];
+    if idx.iter().any(|&j| (points[j][2] - z).abs() > max_rel_jump * z) {
+        return None;
+    }
+    let p = |j: usize| Vector3::new(points[j][0], points[j][1], points[j][2]);
+    let dx = p(i + 1) - p(i - 1);
+    let dy = p(i + w) - p(i - w);
+    let mut n = dx.cross(&dy);
+    let norm = n.norm();
+    if !(norm > 0.0) {
+        return None;
+    }
+    n /= norm;
+    if n.dot(&p(i)) > 0.0 {
+        n = -n;
+    }
+    Some([n.x, n.y, n.z])
 }
 
 /// Camera of a pyramid level made by [`Pointmap::subsample`] with `step`.

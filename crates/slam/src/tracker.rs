@@ -118,6 +118,9 @@ impl LevelView {
     /// association of calibrated views does not need it).
     pub fn build(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool, with_rays: bool) -> Self {
         let step = 1usize << level;
+        if let (Some(c), false) = (cam, with_rays) {
+            return Self::build_calibrated(pm, avg_conf, level_camera(&c, step), step, p, with_normals);
+        }
         let mut sub = if step == 1 {
             Pointmap { width: pm.width, height: pm.height, points: pm.points.clone(), conf: avg_conf.to_vec(), colors: Vec::new() }
         } else {
@@ -154,6 +157,32 @@ impl LevelView {
             Vec::new()
         };
         Self { cam, width: sub.width, height: sub.height, points: sub.points, valid, rays, normals }
+    }
+
+    /// [`LevelView::build`] for a calibrated camera without a ray image: the same values,
+    /// computed per pixel in parallel straight from the full-resolution pointmap.
+    fn build_calibrated(pm: &Pointmap, avg_conf: &[f32], c: PinholeCamera, step: usize, p: &ResidualParams, with_normals: bool) -> Self {
+        let (w, h) = (pm.width.div_ceil(step), pm.height.div_ceil(step));
+        let mut points = vec![[0.0f32; 3]; w * h];
+        crate::par::fill(&mut points, |i| {
+            let (u, v) = (i % w, i / w);
+            let z = pm.points[v * step * pm.width + u * step][2];
+            [((u as f64 - c.cx) / c.fx) as f32 * z, ((v as f64 - c.cy) / c.fy) as f32 * z, z]
+        });
+        let mut valid = vec![false; w * h];
+        crate::par::fill(&mut valid, |i| {
+            let (u, v) = (i % w, i / w);
+            avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf && points[i][2] as f64 > p.depth_eps
+        });
+        let normals = if with_normals {
+            let mut n = vec![None; w * h];
+            crate::par::fill(&mut n, |i| crate::pointmap::normal_at(&points, |j| valid[j], w, h, i, NORMAL_MAX_REL_JUMP));
+            n
+        } else {
+            Vec::new()
+        };
+        let rays = RayImage { width: w, height: h, data: Vec::new() };
+        Self { cam: Some(c), width: w, height: h, points, valid, rays, normals }
     }
 
     /// Number of pixels.
@@ -477,25 +506,21 @@ impl Tracker {
     /// [`Tracker::finish`] with the final matches `m` (keyframe pixels in the frame) given.
     pub fn finish_with(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3, m: &Matches) -> TrackResult {
         let n = kv.len() as f64;
-        let mut n_valid = 0usize;
-        let mut seen = vec![false; fv.len()];
-        let mut n_unique = 0usize;
-        let mut obs_points = vec![[0.0f32; 3]; kv.len()];
-        let mut obs_conf = vec![0.0f32; kv.len()];
-        for q in 0..kv.len() {
+        // Per keyframe pixel, in parallel: the matched frame pixel (u32::MAX: none) and the
+        // observation for fusion (confidence 0: none).
+        let mut per_q = vec![(u32::MAX, [0.0f32; 3], 0.0f32); kv.len()];
+        let tq = crate::projective::Affine::from_sim3(t);
+        crate::par::fill(&mut per_q, |q| {
             if !m.valid[q] {
-                continue;
+                return (u32::MAX, [0.0; 3], 0.0);
             }
             let pi = m.idx[q] as usize;
             if !fv.valid[pi] {
-                continue;
+                return (u32::MAX, [0.0; 3], 0.0);
             }
-            n_valid += 1;
-            if !seen[pi] {
-                seen[pi] = true;
-                n_unique += 1;
-            }
-            let mut y = t.act(&fv.point(pi));
+            let x = fv.points[pi];
+            let y = tq.act([x[0] as f64, x[1] as f64, x[2] as f64]);
+            let mut y = Vector3::new(y[0], y[1], y[2]);
             if let Some(c) = &kv.cam {
                 // Calibrated: keep the depth, on the keyframe pixel's ray.
                 let (u, v) = ((q % kv.width) as f64, (q / kv.width) as f64);
@@ -506,13 +531,25 @@ impl Tracker {
                     let zq = kv.points[q][2] as f64;
                     let sigma = self.cfg.sigma_plane * (zq * zq).max(0.25);
                     if (y.z - zq).abs() > 3.0 * sigma {
-                        continue;
+                        return (pi as u32, [0.0; 3], 0.0);
                     }
                 }
             }
-            obs_points[q] = [y.x as f32, y.y as f32, y.z as f32];
-            obs_conf[q] = frame_conf[pi];
+            (pi as u32, [y.x as f32, y.y as f32, y.z as f32], frame_conf[pi])
+        });
+        let mut n_valid = 0usize;
+        let mut seen = vec![false; fv.len()];
+        let mut n_unique = 0usize;
+        for (pi, _, _) in &per_q {
+            if *pi != u32::MAX {
+                n_valid += 1;
+                let s = &mut seen[*pi as usize];
+                n_unique += !*s as usize;
+                *s = true;
+            }
         }
+        let obs_points: Vec<[f32; 3]> = per_q.iter().map(|o| o.1).collect();
+        let obs_conf: Vec<f32> = per_q.iter().map(|o| o.2).collect();
         let match_frac = n_valid as f64 / n;
         let keyframe_frac = match_frac.min(n_unique as f64 / n);
         let lost = match_frac < self.cfg.min_match_frac;
