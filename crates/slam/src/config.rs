@@ -114,9 +114,9 @@ pub struct TrackingConfig {
     pub depth_eps: f64,
     /// Projections may fall this many pixels outside the image (negative: outside allowed).
     pub pixel_border: f64,
-    /// Finest pyramid level Gauss-Newton iterates on (calibrated, projective association;
-    /// 0: the pointmap resolution). The final association for the statistics and fusion is
-    /// always at level 0. RGB-D addition.
+    /// Finest pyramid level Gauss-Newton iterates on (0: the pointmap resolution; capped at
+    /// the coarsest level). The final association for the statistics and fusion is always at
+    /// level 0. RGB-D addition.
     pub finest_level: usize,
     /// Keyframe pointmap fusion.
     pub filtering_mode: FusionMode,

@@ -414,7 +414,8 @@ impl Tracker {
         let mut last = None;
         let mut cost = 0.0;
         let with_normals = p.sigma_plane > 0.0;
-        for level in (0..self.levels.max(1)).rev() {
+        let levels = self.levels.max(1);
+        for level in (self.cfg.finest_level.min(levels - 1)..levels).rev() {
             let fv = LevelView::new(frame, frame_conf, cam, level, &p, false);
             let kv = LevelView::new(kf, kf_conf, cam, level, &p, with_normals);
             let mut warm: Option<Vec<[f32; 2]>> = None;
@@ -441,7 +442,7 @@ impl Tracker {
                 last = Some((fv, kv));
             }
         }
-        let (fv, kv) = last.expect("level 0 is always tracked");
+        let (fv, kv) = last.unwrap_or_else(|| (LevelView::new(frame, frame_conf, cam, 0, &p, false), LevelView::new(kf, kf_conf, cam, 0, &p, false)));
         let mut res = self.finish(&fv, &kv, frame_conf, &t);
         res.iterations = iterations;
         res.cost = cost;
