@@ -32,9 +32,17 @@ fn main() {
     let f1 = ds.frame(10).unwrap();
     println!("decode 2 frames: {:.2} ms", start.elapsed().as_secs_f64() * 1e3);
     let start = Instant::now();
+    for _ in 0..20 {
+        let _ = ds.frame(0).unwrap();
+    }
+    println!("decode: {:.2} ms per frame", start.elapsed().as_secs_f64() * 1e3 / 20.0);
+    let start = Instant::now();
+    for _ in 0..20 {
+        let _ = fe.pointmap(&f0).unwrap();
+    }
+    println!("pointmap: {:.2} ms per frame", start.elapsed().as_secs_f64() * 1e3 / 20.0);
     let kf = fe.pointmap(&f0).unwrap();
     let fr = fe.pointmap(&f1).unwrap();
-    println!("2 pointmaps: {:.2} ms", start.elapsed().as_secs_f64() * 1e3);
     let tracker = Tracker { cfg: cfg.tracking.clone(), matching: cfg.matching.clone(), levels: cfg.rgbd.pyramid_levels, optimize_scale: false };
     let start = Instant::now();
     let r = tracker.track(&fr, &fr.conf, &kf, &kf.conf, cam, &rust3r_geometry::Sim3::identity());

@@ -327,18 +327,11 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
     std::thread::Builder::new()
         .name("rust3r-backend".into())
         .spawn(move || {
-            // The back end sums on its own small pool so that it never holds up the tracking
-            // thread's reductions on the global pool (fixed chunks: same bits either way).
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads((cores / 4).max(1))
-                .thread_name(|i| format!("rust3r-backend-{i}"))
-                .build()
-                .ok();
-            let run = |b: &mut Backend, batch: &[(usize, Vec<usize>)]| match &pool {
-                Some(p) => p.install(|| b.process(&shared, batch)),
-                None => b.process(&shared, batch),
-            };
+            // The back end's per-pixel sums share rayon's global pool with tracking: both
+            // submit short parallel calls (one edge direction, one Gauss-Newton iteration), so
+            // they interleave at chunk granularity and neither waits for the other's whole
+            // optimisation; after the last frame the back end has every core.
+            let run = |b: &mut Backend, batch: &[(usize, Vec<usize>)]| b.process(&shared, batch);
             let mut pending: Vec<Msg> = Vec::new();
             loop {
                 if pending.is_empty() {
