@@ -21,7 +21,6 @@ use rust3r_geometry::{PinholeCamera, Sim3};
 use crate::config::MatchingConfig;
 use crate::matching::Matches;
 use crate::par::{self, CHUNK};
-use crate::residuals::huber_weight;
 use crate::tracker::{LevelView, NormalEq, ResidualParams};
 
 /// `s R` (row-major) and `t` of a transform, for inner loops (no quaternion per point).
@@ -164,115 +163,7 @@ const fn upper(a: usize, b: usize) -> usize {
     a * 7 - a * (a.wrapping_sub(1)) / 2 + (b - a)
 }
 
-/// Information of one correspondence in the measurement camera: `M = sum_rows w e e^T`
-/// (symmetric, `[m00 m01 m02 m11 m12 m22]`), `v = sum_rows w r e`, with `e = dh/dY`.
-#[derive(Debug, Clone, Copy, Default)]
-struct Info {
-    m: [f64; 6],
-    v: [f64; 3],
-    cost: f64,
-}
-
-impl Info {
-    /// A residual row whose `e` is `[a, 0, c]`.
-    #[inline(always)]
-    fn row_x(&mut self, r: f64, a: f64, c: f64, w: f64) {
-        let (wa, wc) = (w * a, w * c);
-        self.m[0] += wa * a;
-        self.m[2] += wa * c;
-        self.m[5] += wc * c;
-        self.v[0] += wa * r;
-        self.v[2] += wc * r;
-        self.cost += 0.5 * w * r * r;
-    }
-    /// A residual row whose `e` is `[0, b, d]`.
-    #[inline(always)]
-    fn row_y(&mut self, r: f64, b: f64, d: f64, w: f64) {
-        let (wb, wd) = (w * b, w * d);
-        self.m[3] += wb * b;
-        self.m[4] += wb * d;
-        self.m[5] += wd * d;
-        self.v[1] += wb * r;
-        self.v[2] += wd * r;
-        self.cost += 0.5 * w * r * r;
-    }
-    /// A residual row whose `e` is `[0, 0, c]`.
-    #[inline(always)]
-    fn row_z(&mut self, r: f64, c: f64, w: f64) {
-        let wc = w * c;
-        self.m[5] += wc * c;
-        self.v[2] += wc * r;
-        self.cost += 0.5 * w * r * r;
-    }
-    /// A residual row with a general `e`.
-    #[inline(always)]
-    fn row(&mut self, r: f64, e: [f64; 3], w: f64) {
-        let we = [w * e[0], w * e[1], w * e[2]];
-        self.m[0] += we[0] * e[0];
-        self.m[1] += we[0] * e[1];
-        self.m[2] += we[0] * e[2];
-        self.m[3] += we[1] * e[1];
-        self.m[4] += we[1] * e[2];
-        self.m[5] += we[2] * e[2];
-        self.v[0] += we[0] * r;
-        self.v[1] += we[1] * r;
-        self.v[2] += we[2] * r;
-        self.cost += 0.5 * w * r * r;
-    }
-}
-
 impl Acc {
-    /// Adds a correspondence with information `info` whose Jacobian rows are
-    /// `G e` with `G = [I; [P]x; P^T]` (7x3): `H += G M G^T`, `g += G v`. Only the first `D`
-    /// pose coordinates (6: SE(3), 7: Sim(3)).
-    #[inline(always)]
-    fn add<const D: usize>(&mut self, info: &Info, p: [f64; 3]) {
-        let [m00, m01, m02, m11, m12, m22] = info.m;
-        let m = [[m00, m01, m02], [m01, m11, m12], [m02, m12, m22]];
-        // N = G M (7x3): rows of M, then [P]x M and P^T M.
-        let mut n = [[0.0f64; 3]; 7];
-        for c in 0..3 {
-            n[0][c] = m[0][c];
-            n[1][c] = m[1][c];
-            n[2][c] = m[2][c];
-            n[3][c] = p[1] * m[2][c] - p[2] * m[1][c];
-            n[4][c] = p[2] * m[0][c] - p[0] * m[2][c];
-            n[5][c] = p[0] * m[1][c] - p[1] * m[0][c];
-            n[6][c] = p[0] * m[0][c] + p[1] * m[1][c] + p[2] * m[2][c];
-        }
-        // H_ab = N_a . G_b.
-        for a in 0..D {
-            let na = n[a];
-            let gb = [
-                na[0],
-                na[1],
-                na[2],
-                p[1] * na[2] - p[2] * na[1],
-                p[2] * na[0] - p[0] * na[2],
-                p[0] * na[1] - p[1] * na[0],
-                p[0] * na[0] + p[1] * na[1] + p[2] * na[2],
-            ];
-            for b in a..D {
-                self.h[upper(a, b)] += gb[b];
-            }
-        }
-        let v = info.v;
-        let g = [
-            v[0],
-            v[1],
-            v[2],
-            p[1] * v[2] - p[2] * v[1],
-            p[2] * v[0] - p[0] * v[2],
-            p[0] * v[1] - p[1] * v[0],
-            p[0] * v[0] + p[1] * v[1] + p[2] * v[2],
-        ];
-        for a in 0..D {
-            self.g[a] += g[a];
-        }
-        self.cost += info.cost;
-        self.count += 1;
-    }
-
     /// `self + other`, element-wise in a fixed order.
     pub fn merge(mut self, o: Self) -> Self {
         for (a, b) in self.h.iter_mut().zip(&o.h) {
@@ -324,13 +215,6 @@ pub fn ln_ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Weight of a residual `r` with sigma `sigma`: `huber(r / sigma) / sigma^2`.
-#[inline(always)]
-fn weight(r: f64, sigma: f64, k: f64) -> f64 {
-    let si = 1.0 / sigma;
-    si * si * huber_weight(si * r, k)
-}
-
 /// Residual model constants of a measurement view.
 #[derive(Clone, Copy)]
 struct Model {
@@ -346,54 +230,388 @@ impl Model {
         let b = p.pixel_border;
         Self { cam, wmax: cam.width as f64 - 1.0 - b, hmax: cam.height as f64 - 1.0 - b, p: *p }
     }
+}
 
-    /// The calibrated residuals of measurement pixel `(u, v)` with point `xq` and normal
-    /// `normal` against the prediction `y` (measurement camera): pixel (2), log-depth,
-    /// point-to-plane ([`crate::tracker::point_info`]'s model and validity rules).
+/// Lanes of the correspondence kernel (4 x f64: one AVX2 register).
+const LANES: usize = 4;
+
+/// Up to [`CHUNK`] matched pairs of a chunk, structure of arrays, for the lane kernel: the
+/// measurement pixel `(u, v)`, its point `x` and normal `n` (zero without one), the matched
+/// source point moved into the measurement camera `y`, and the Jacobian point `P`. `s` and
+/// `rz` are the kernel's scratch for the log-depth residual. The tail up to a multiple of
+/// [`LANES`] is padded with invalid entries.
+struct Batch {
+    n: usize,
+    u: [f64; CHUNK],
+    v: [f64; CHUNK],
+    xx: [f64; CHUNK],
+    xy: [f64; CHUNK],
+    xz: [f64; CHUNK],
+    yx: [f64; CHUNK],
+    yy: [f64; CHUNK],
+    yz: [f64; CHUNK],
+    nx: [f64; CHUNK],
+    ny: [f64; CHUNK],
+    nz: [f64; CHUNK],
+    px: [f64; CHUNK],
+    py: [f64; CHUNK],
+    pz: [f64; CHUNK],
+    s: [f64; CHUNK],
+    rz: [f64; CHUNK],
+}
+
+thread_local! {
+    /// One batch per thread, reused by every chunk the thread sums (34 KiB; no allocation or
+    /// initialisation per chunk: entries past the padded length are never read).
+    static BATCH: std::cell::RefCell<Box<Batch>> = std::cell::RefCell::new(Batch::zeroed());
+}
+
+impl Batch {
+    fn zeroed() -> Box<Self> {
+        let z = [0.0; CHUNK];
+        Box::new(Self { n: 0, u: z, v: z, xx: z, xy: z, xz: z, yx: z, yy: z, yz: z, nx: z, ny: z, nz: z, px: z, py: z, pz: z, s: z, rz: z })
+    }
+
     #[inline(always)]
-    fn info(&self, u: f64, v: f64, xq: [f64; 3], normal: Option<[f32; 3]>, y: [f64; 3]) -> Option<Info> {
-        let p = &self.p;
-        if !(y[2] > p.depth_eps) || !(xq[2] > p.depth_eps) {
-            return None;
+    fn push(&mut self, u: f64, v: f64, x: [f64; 3], n: [f64; 3], y: [f64; 3], p: [f64; 3]) {
+        let k = self.n;
+        (self.u[k], self.v[k]) = (u, v);
+        (self.xx[k], self.xy[k], self.xz[k]) = (x[0], x[1], x[2]);
+        (self.nx[k], self.ny[k], self.nz[k]) = (n[0], n[1], n[2]);
+        (self.yx[k], self.yy[k], self.yz[k]) = (y[0], y[1], y[2]);
+        (self.px[k], self.py[k], self.pz[k]) = (p[0], p[1], p[2]);
+        self.n += 1;
+    }
+
+    /// Pads to a multiple of [`LANES`] with entries the kernel rejects (`y_z = 0`).
+    fn pad(&mut self) -> usize {
+        let end = self.n.next_multiple_of(LANES);
+        for _ in self.n..end {
+            self.push(0.0, 0.0, [0.0, 0.0, 1.0], [0.0; 3], [0.0; 3], [0.0; 3]);
         }
-        let cam = &self.cam;
-        let iz = 1.0 / y[2];
-        let pu = cam.fx * y[0] * iz + cam.cx;
-        let pv = cam.fy * y[1] * iz + cam.cy;
-        let b = p.pixel_border;
-        if !(pu >= b && pu <= self.wmax && pv >= b && pv <= self.hmax) {
-            return None;
-        }
-        let (zs_log, zs_plane) = if p.depth_noise { (xq[2].max(0.5), (xq[2] * xq[2]).max(0.25)) } else { (1.0, 1.0) };
-        let k = p.huber;
-        let mut info = Info::default();
-        let ru = u - pu;
-        info.row_x(ru, cam.fx * iz, -cam.fx * y[0] * iz * iz, weight(ru, p.sigma_pixel, k));
-        let rv = v - pv;
-        info.row_y(rv, cam.fy * iz, -cam.fy * y[1] * iz * iz, weight(rv, p.sigma_pixel, k));
-        let rz = ln_ratio(xq[2], y[2]);
-        info.row_z(rz, iz, weight(rz, p.sigma_depth * zs_log, k));
-        if p.sigma_plane > 0.0 {
-            if let Some(n) = normal {
-                let n = f64x3(n);
-                let r = n[0] * (xq[0] - y[0]) + n[1] * (xq[1] - y[1]) + n[2] * (xq[2] - y[2]);
-                info.row(r, n, weight(r, p.sigma_plane * zs_plane, k));
-            }
-        }
-        Some(info)
+        end
     }
 }
 
-/// Sums the correspondences of measurement pixels `range`: each valid pixel's point `xq` is
-/// matched in `src` through `t_sm`, the matched source point moved into the measurement camera
-/// by `t_ms`, and its residuals added with the Jacobian point `P = s * y + c`.
+/// Four f64 lanes: AVX registers ([`Avx`]) or plain arrays ([`Portable`]). Only add, sub,
+/// mul, div, compare, bit-select and abs are used, which are exact IEEE operations in both,
+/// so both give the same bits.
+trait F4: Copy + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> {
+    fn splat(x: f64) -> Self;
+    fn load(a: &[f64; CHUNK], k: usize) -> Self;
+    fn to_array(self) -> [f64; LANES];
+    /// All-ones lanes where `self < o`.
+    fn lt(self, o: Self) -> Self;
+    /// All-ones lanes where `self <= o`.
+    fn le(self, o: Self) -> Self;
+    /// All-ones lanes where `self != o`.
+    fn ne(self, o: Self) -> Self;
+    fn and(self, o: Self) -> Self;
+    fn or(self, o: Self) -> Self;
+    /// `if mask { a } else { b }` per lane (`mask` all-ones or zero).
+    fn select(mask: Self, a: Self, b: Self) -> Self;
+    fn abs(self) -> Self;
+}
+
+/// Portable lanes.
+#[derive(Clone, Copy)]
+struct Portable([f64; LANES]);
+
+macro_rules! portable_op {
+    ($tr:ident, $f:ident, $op:tt) => {
+        impl std::ops::$tr for Portable {
+            type Output = Self;
+            #[inline(always)]
+            fn $f(self, o: Self) -> Self {
+                Portable(std::array::from_fn(|l| self.0[l] $op o.0[l]))
+            }
+        }
+    };
+}
+portable_op!(Add, add, +);
+portable_op!(Sub, sub, -);
+portable_op!(Mul, mul, *);
+portable_op!(Div, div, /);
+
+impl F4 for Portable {
+    #[inline(always)]
+    fn splat(x: f64) -> Self {
+        Portable([x; LANES])
+    }
+    #[inline(always)]
+    fn load(a: &[f64; CHUNK], k: usize) -> Self {
+        Portable([a[k], a[k + 1], a[k + 2], a[k + 3]])
+    }
+    #[inline(always)]
+    fn to_array(self) -> [f64; LANES] {
+        self.0
+    }
+    #[inline(always)]
+    fn lt(self, o: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] < o.0[l] { u64::MAX } else { 0 })))
+    }
+    #[inline(always)]
+    fn le(self, o: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] <= o.0[l] { u64::MAX } else { 0 })))
+    }
+    #[inline(always)]
+    fn ne(self, o: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] != o.0[l] { u64::MAX } else { 0 })))
+    }
+    #[inline(always)]
+    fn and(self, o: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits(self.0[l].to_bits() & o.0[l].to_bits())))
+    }
+    #[inline(always)]
+    fn or(self, o: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits(self.0[l].to_bits() | o.0[l].to_bits())))
+    }
+    #[inline(always)]
+    fn select(m: Self, a: Self, b: Self) -> Self {
+        Portable(std::array::from_fn(|l| f64::from_bits((m.0[l].to_bits() & a.0[l].to_bits()) | (!m.0[l].to_bits() & b.0[l].to_bits()))))
+    }
+    #[inline(always)]
+    fn abs(self) -> Self {
+        Portable(std::array::from_fn(|l| self.0[l].abs()))
+    }
+}
+
+/// AVX lanes. Only used inside [`terms_avx2`] (compiled with AVX2 after a runtime check), so
+/// the intrinsics always run on a CPU that has them.
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use super::{CHUNK, F4, LANES};
+    use std::arch::x86_64::*;
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Avx(__m256d);
+
+    macro_rules! avx_op {
+        ($tr:ident, $f:ident, $intr:ident) => {
+            impl std::ops::$tr for Avx {
+                type Output = Self;
+                #[inline(always)]
+                fn $f(self, o: Self) -> Self {
+                    // SAFETY: only reached from AVX2-enabled code after a runtime check.
+                    Avx(unsafe { $intr(self.0, o.0) })
+                }
+            }
+        };
+    }
+    avx_op!(Add, add, _mm256_add_pd);
+    avx_op!(Sub, sub, _mm256_sub_pd);
+    avx_op!(Mul, mul, _mm256_mul_pd);
+    avx_op!(Div, div, _mm256_div_pd);
+
+    impl F4 for Avx {
+        #[inline(always)]
+        fn splat(x: f64) -> Self {
+            // SAFETY: see the type's documentation (same for every method).
+            Avx(unsafe { _mm256_set1_pd(x) })
+        }
+        #[inline(always)]
+        fn load(a: &[f64; CHUNK], k: usize) -> Self {
+            assert!(k + LANES <= CHUNK);
+            Avx(unsafe { _mm256_loadu_pd(a.as_ptr().add(k)) })
+        }
+        #[inline(always)]
+        fn to_array(self) -> [f64; LANES] {
+            let mut out = [0.0; LANES];
+            unsafe { _mm256_storeu_pd(out.as_mut_ptr(), self.0) };
+            out
+        }
+        #[inline(always)]
+        fn lt(self, o: Self) -> Self {
+            Avx(unsafe { _mm256_cmp_pd::<_CMP_LT_OQ>(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn le(self, o: Self) -> Self {
+            Avx(unsafe { _mm256_cmp_pd::<_CMP_LE_OQ>(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn ne(self, o: Self) -> Self {
+            // Unordered or not equal, as Rust's `!=`.
+            Avx(unsafe { _mm256_cmp_pd::<_CMP_NEQ_UQ>(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn and(self, o: Self) -> Self {
+            Avx(unsafe { _mm256_and_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn or(self, o: Self) -> Self {
+            Avx(unsafe { _mm256_or_pd(self.0, o.0) })
+        }
+        #[inline(always)]
+        fn select(m: Self, a: Self, b: Self) -> Self {
+            Avx(unsafe { _mm256_blendv_pd(b.0, a.0, m.0) })
+        }
+        #[inline(always)]
+        fn abs(self) -> Self {
+            Avx(unsafe { _mm256_andnot_pd(_mm256_set1_pd(-0.0), self.0) })
+        }
+    }
+}
+
+/// Per-lane partial sums of [`Acc`].
+struct Lanes<V> {
+    h: [V; 28],
+    g: [V; 7],
+    cost: V,
+    count: V,
+}
+
+/// Huber weight of residuals `r` with sigmas `s` over `s^2`: `huber(r / s) / s^2`, Huber's
+/// weight being 1 inside `k` and `k / |r/s|` outside ([`crate::residuals::huber_weight`]).
+#[inline(always)]
+fn lane_weight<V: F4>(r: V, s: V, k: V) -> V {
+    let one = V::splat(1.0);
+    let si = one / s;
+    let wr = (si * r).abs();
+    // k / wr is inf or NaN for wr = 0; the select takes 1 there.
+    let h = V::select(wr.lt(k), one, k / wr);
+    si * si * h
+}
+
+/// The log-depth residuals `ln(x_z / y_z)` of the first `end` entries: [`ln_ratio`]'s series
+/// for all, then `ln` for the few pairs whose depths differ by more than about 20 %.
+#[inline(always)]
+fn lane_log_depth<V: F4>(bt: &mut Batch, end: usize, n_real: usize) {
+    let two = V::splat(2.0);
+    let mut k = 0;
+    while k < end {
+        let (a, b) = (V::load(&bt.xz, k), V::load(&bt.yz, k));
+        let s = (a - b) / (a + b);
+        let s2 = s * s;
+        let p = V::splat(1.0 / 13.0);
+        let p = p * s2 + V::splat(1.0 / 11.0);
+        let p = p * s2 + V::splat(1.0 / 9.0);
+        let p = p * s2 + V::splat(1.0 / 7.0);
+        let p = p * s2 + V::splat(1.0 / 5.0);
+        let p = p * s2 + V::splat(1.0 / 3.0);
+        let p = p * s2 + V::splat(1.0);
+        bt.s[k..k + LANES].copy_from_slice(&s.to_array());
+        bt.rz[k..k + LANES].copy_from_slice(&(two * s * p).to_array());
+        k += LANES;
+    }
+    for k in 0..n_real {
+        if !(bt.s[k].abs() < 0.1) {
+            // (A pair behind the camera is rejected by the kernel; keep its value finite.)
+            bt.rz[k] = if bt.xz[k] > 0.0 && bt.yz[k] > 0.0 { (bt.xz[k] / bt.yz[k]).ln() } else { 0.0 };
+        }
+    }
+}
+
+/// Sums the batch into lanes: per pair the residuals of [`crate::tracker::point_info`]
+/// (pixel, log-depth, point-to-plane; its validity rules as a mask), `M = sum_rows w e e^T` and
+/// `v = sum_rows w r e` in the measurement camera (`e = dh/dY`), then `H += G M G^T`,
+/// `g += G v` with `G = [I; [P]x; P^T]` (7x3). Entry `k` goes to lane `k % LANES`. Only the
+/// first `D` pose coordinates (6: SE(3), 7: Sim(3)).
+#[inline(always)]
+fn lane_kernel<V: F4, const D: usize>(bt: &Batch, end: usize, m: &Model) -> Lanes<V> {
+    let p = &m.p;
+    let zero = V::splat(0.0);
+    let one = V::splat(1.0);
+    let (fx, fy, cx, cy) = (V::splat(m.cam.fx), V::splat(m.cam.fy), V::splat(m.cam.cx), V::splat(m.cam.cy));
+    let (eps, border, k_h) = (V::splat(p.depth_eps), V::splat(p.pixel_border), V::splat(p.huber));
+    let (wmax, hmax) = (V::splat(m.wmax), V::splat(m.hmax));
+    let (s_pix, s_depth, s_plane) = (V::splat(p.sigma_pixel), V::splat(p.sigma_depth), V::splat(p.sigma_plane));
+    let (half, quarter) = (V::splat(0.5), V::splat(0.25));
+    let mut out = Lanes { h: [zero; 28], g: [zero; 7], cost: zero, count: zero };
+    let mut k = 0;
+    while k < end {
+        let (xx, xy, xz) = (V::load(&bt.xx, k), V::load(&bt.xy, k), V::load(&bt.xz, k));
+        let (yx, yy, yz) = (V::load(&bt.yx, k), V::load(&bt.yy, k), V::load(&bt.yz, k));
+        let depth_ok = eps.lt(yz).and(eps.lt(xz));
+        let iz = one / V::select(depth_ok, yz, one);
+        let pu = fx * yx * iz + cx;
+        let pv = fy * yy * iz + cy;
+        let ok = depth_ok.and(border.le(pu)).and(pu.le(wmax)).and(border.le(pv)).and(pv.le(hmax));
+        let (zs_log, zs_plane) = if p.depth_noise {
+            // max(x, c) for finite x: select(x < c, c, x).
+            let zz = xz * xz;
+            (V::select(xz.lt(half), half, xz), V::select(zz.lt(quarter), quarter, zz))
+        } else {
+            (one, one)
+        };
+        let (nx, ny, nz) = (V::load(&bt.nx, k), V::load(&bt.ny, k), V::load(&bt.nz, k));
+        // Residuals, zero when rejected (every product below stays finite).
+        let ru = V::select(ok, V::load(&bt.u, k) - pu, zero);
+        let rv = V::select(ok, V::load(&bt.v, k) - pv, zero);
+        let rz = V::select(ok, V::load(&bt.rz, k), zero);
+        let rp = V::select(ok, nx * (xx - yx) + ny * (xy - yy) + nz * (xz - yz), zero);
+        let has_plane = nx.ne(zero).or(ny.ne(zero)).or(nz.ne(zero));
+        let sp = V::select(has_plane, s_plane * zs_plane, one);
+        let wu = V::select(ok, lane_weight(ru, s_pix, k_h), zero);
+        let wv = V::select(ok, lane_weight(rv, s_pix, k_h), zero);
+        let wz = V::select(ok, lane_weight(rz, s_depth * zs_log, k_h), zero);
+        let wp = V::select(ok, lane_weight(rp, sp, k_h), zero);
+        let (a, c) = (fx * iz, zero - fx * yx * iz * iz);
+        let (b, d) = (fy * iz, zero - fy * yy * iz * iz);
+        let (wa, wc, wb, wd, wzi) = (wu * a, wu * c, wv * b, wv * d, wz * iz);
+        let (wnx, wny, wnz) = (wp * nx, wp * ny, wp * nz);
+        // M (symmetric) and v.
+        let m00 = wa * a + wnx * nx;
+        let m01 = wnx * ny;
+        let m02 = wa * c + wnx * nz;
+        let m11 = wb * b + wny * ny;
+        let m12 = wb * d + wny * nz;
+        let m22 = wc * c + wd * d + wzi * iz + wnz * nz;
+        let v0 = wa * ru + wnx * rp;
+        let v1 = wb * rv + wny * rp;
+        let v2 = wc * ru + wd * rv + wzi * rz + wnz * rp;
+        out.cost = out.cost + half * (wu * ru * ru + wv * rv * rv + wz * rz * rz + wp * rp * rp);
+        out.count = out.count + V::select(ok, one, zero);
+        let (px, py, pz) = (V::load(&bt.px, k), V::load(&bt.py, k), V::load(&bt.pz, k));
+        let mm = [[m00, m01, m02], [m01, m11, m12], [m02, m12, m22]];
+        // N = G M (7x3), then H_rc = N_r . G_c.
+        let mut n = [[zero; 3]; 7];
+        for cc in 0..3 {
+            n[0][cc] = mm[0][cc];
+            n[1][cc] = mm[1][cc];
+            n[2][cc] = mm[2][cc];
+            n[3][cc] = py * mm[2][cc] - pz * mm[1][cc];
+            n[4][cc] = pz * mm[0][cc] - px * mm[2][cc];
+            n[5][cc] = px * mm[1][cc] - py * mm[0][cc];
+            n[6][cc] = px * mm[0][cc] + py * mm[1][cc] + pz * mm[2][cc];
+        }
+        for r in 0..D {
+            let na = n[r];
+            let gb = [
+                na[0],
+                na[1],
+                na[2],
+                py * na[2] - pz * na[1],
+                pz * na[0] - px * na[2],
+                px * na[1] - py * na[0],
+                px * na[0] + py * na[1] + pz * na[2],
+            ];
+            for cc in r..D {
+                out.h[upper(r, cc)] = out.h[upper(r, cc)] + gb[cc];
+            }
+        }
+        let gv = [v0, v1, v2, py * v2 - pz * v1, pz * v0 - px * v2, px * v1 - py * v0, px * v0 + py * v1 + pz * v2];
+        for r in 0..D {
+            out.g[r] = out.g[r] + gv[r];
+        }
+        k += LANES;
+    }
+    out
+}
+
+/// Sums the pairs of measurement pixels `range` (at most [`CHUNK`]): each valid pixel's
+/// point `x` is matched in `src` through `t_sm` (scalar: projection, rounding, occlusion
+/// check), the matched source point moved into the measurement camera by `t_ms`, and the
+/// pair's residuals summed in [`LANES`] lanes combined in a fixed order, with the Jacobian
+/// point `P = ps * y + pc`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn terms<const D: usize>(src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+    debug_assert!(range.len() <= CHUNK);
     let cam_s = src.cam.expect("calibrated source view");
-    let mut acc = Acc::default();
+    let with_normals = model.p.sigma_plane > 0.0 && !meas.normals.is_empty();
     let w = meas.width;
     let (mut u, mut v) = (range.start % w, range.start / w);
+    bt.n = 0;
     for q in range {
         let (uu, vv) = (u, v);
         u += 1;
@@ -407,11 +625,60 @@ fn terms<const D: usize>(src: &LevelView, meas: &LevelView, model: &Model, t_ms:
         let xq = f64x3(meas.points[q]);
         let Some(j) = match_point(src, &cam_s, t_sm, xq, dist2) else { continue };
         let y = t_ms.act(f64x3(src.points[j]));
-        let normal = meas.normals.get(q).copied().flatten();
-        let Some(info) = model.info(uu as f64, vv as f64, xq, normal, y) else { continue };
-        acc.add::<D>(&info, [ps * y[0] + pc[0], ps * y[1] + pc[1], ps * y[2] + pc[2]]);
+        let n = if with_normals { meas.normals[q].map_or([0.0; 3], f64x3) } else { [0.0; 3] };
+        let pj = [ps * y[0] + pc[0], ps * y[1] + pc[1], ps * y[2] + pc[2]];
+        bt.push(uu as f64, vv as f64, xq, n, y, pj);
+    }
+    let n_real = bt.n;
+    let end = bt.pad();
+    lane_log_depth::<V>(bt, end, n_real);
+    let lanes = lane_kernel::<V, D>(bt, end, model);
+    let sum = |x: V| {
+        let x = x.to_array();
+        ((x[0] + x[1]) + x[2]) + x[3]
+    };
+    let mut acc = Acc { count: sum(lanes.count) as usize, cost: sum(lanes.cost), ..Acc::default() };
+    for (o, x) in acc.h.iter_mut().zip(lanes.h) {
+        *o = sum(x);
+    }
+    for (o, x) in acc.g.iter_mut().zip(lanes.g) {
+        *o = sum(x);
     }
     acc
+}
+
+/// Testing aid: sum with the portable lanes even where AVX2 is available (both give the same
+/// bits; the tests check that).
+#[doc(hidden)]
+pub static FORCE_PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// [`terms_generic`] compiled for AVX2 (4 f64 lanes per instruction). No FMA: the same
+/// operations as the portable build, so both give the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+fn terms_avx2<const D: usize>(bt: &mut Batch, src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+    terms_generic::<avx::Avx, D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range)
+}
+
+/// Sums the correspondences of measurement pixels `range` (at most [`CHUNK`]): each valid
+/// pixel's point `xq` is matched in `src` through `t_sm`, the matched source point moved into
+/// the measurement camera by `t_ms`, and its residuals added with the Jacobian point
+/// `P = ps * y + pc`. Matching is scalar; the sums run in [`LANES`] lanes combined in a fixed
+/// order (AVX2 when the CPU has it; the same bits either way).
+#[allow(clippy::too_many_arguments)]
+fn terms<const D: usize>(src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+    BATCH.with_borrow_mut(|bt| {
+        bt.n = 0;
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && !FORCE_PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: the CPU supports AVX2 (checked above).
+                return unsafe { terms_avx2::<D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range) };
+            }
+        }
+        terms_generic::<Portable, D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range)
+    })
 }
 
 fn reduce(n: usize, f: impl Fn(std::ops::Range<usize>) -> Acc + Sync + Send) -> Acc {

@@ -154,3 +154,15 @@ fn normal_equations_are_bit_identical_for_any_thread_count() {
         assert_eq!(a.cost.to_bits(), b.cost.to_bits());
     }
 }
+
+#[test]
+fn vector_and_portable_lanes_give_the_same_bits() {
+    let (fv, kv, t, p, cfg) = views(160, 120);
+    let bits = |eq: &rust3r_slam::tracker::NormalEq| -> Vec<u64> { eq.h.iter().chain(eq.g.iter()).chain([&eq.cost]).map(|v| v.to_bits()).collect() };
+    let a = projective::tracking_normal_eq(&fv, &kv, &t, &p, cfg.matching.dist_thresh, true);
+    projective::FORCE_PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let b = projective::tracking_normal_eq(&fv, &kv, &t, &p, cfg.matching.dist_thresh, true);
+    projective::FORCE_PORTABLE.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(a.count, b.count);
+    assert_eq!(bits(&a), bits(&b));
+}
