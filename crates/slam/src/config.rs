@@ -160,6 +160,9 @@ pub struct LocalOptConfig {
     /// Iterations of a last optimisation over the whole graph after the final frame
     /// (0: none, as MASt3R-SLAM).
     pub final_iters: usize,
+    /// Of `max_iters`, how many run first on the next coarser pyramid level than
+    /// `rgbd.backend_level` (a quarter of the pixels). RGB-D addition; 0: none.
+    pub coarse_iters: usize,
 }
 
 /// `retrieval` section (loop candidates).
@@ -277,6 +280,7 @@ impl Default for SlamConfig {
                 depth_noise: false,
                 delta_norm: 1e-8,
                 final_iters: 0,
+                coarse_iters: 0,
             },
             retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
             reloc: RelocConfig { min_match_frac: 0.3, strict: true },
@@ -475,6 +479,7 @@ impl SlamConfig {
                     "sigma_point" | "use_cuda" => {}
                     "delta_norm" => l.delta_norm = f(value)?,
                     "final_iters" => l.final_iters = u(value)?,
+                    "coarse_iters" => l.coarse_iters = u(value)?,
                     _ => return Err(unknown()),
                 }
             }

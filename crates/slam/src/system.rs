@@ -143,7 +143,7 @@ struct Backend {
     cam: Option<PinholeCamera>,
     optimize_scale: bool,
     /// View cache: keyframe -> (n_updates it was built at, view).
-    cache: HashMap<usize, (u32, LevelView)>,
+    cache: HashMap<(usize, usize), (u32, LevelView)>,
 }
 
 impl Backend {
@@ -173,16 +173,20 @@ impl Backend {
         }
         let p = self.params();
         let level = self.cfg.rgbd.backend_level;
-        let mut views = Vec::with_capacity(snapshot.len());
-        for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
-            let fresh = matches!(self.cache.get(&i), Some((stamp, _)) if stamp == nu);
-            if !fresh {
-                let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
-                let v = LevelView::build(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0, with_rays);
-                self.cache.insert(i, (*nu, v));
+        let views_at = |cache: &mut HashMap<(usize, usize), (u32, LevelView)>, level: usize| -> Vec<KeyframeView> {
+            let mut views = Vec::with_capacity(snapshot.len());
+            for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
+                let fresh = matches!(cache.get(&(i, level)), Some((stamp, _)) if stamp == nu);
+                if !fresh {
+                    let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
+                    let v = LevelView::build(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0, with_rays);
+                    cache.insert((i, level), (*nu, v));
+                }
+                views.push(KeyframeView { t_wc: *t, view: cache[&(i, level)].1.clone() });
             }
-            views.push(KeyframeView { t_wc: *t, view: self.cache[&i].1.clone() });
-        }
+            views
+        };
+        let mut views = views_at(&mut self.cache, level);
         // Edges: previous keyframe, relocalisation partners, loop candidates.
         let mut new_edges: Vec<Edge> = Vec::new();
         let add = |a: usize, b: usize, list: &mut Vec<Edge>| {
@@ -215,6 +219,19 @@ impl Backend {
         edges.extend(new_edges.iter().copied());
         let first_free = local.pin.max(views.len().saturating_sub(local.window_size));
         let before: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
+        // Coarse to fine: the first `coarse_iters` iterations on the next coarser level.
+        let coarse = local.coarse_iters.min(local.max_iters.saturating_sub(1));
+        if coarse > 0 {
+            let mut cv = views_at(&mut self.cache, level + 1);
+            let mut lc = local.clone();
+            lc.max_iters = coarse;
+            if optimize(&mut cv, &edges, first_free, &lc, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale).is_some() {
+                for (v, c) in views.iter_mut().zip(&cv) {
+                    v.t_wc = c.t_wc;
+                }
+            }
+            local.max_iters -= coarse;
+        }
         let report = optimize(&mut views, &edges, first_free, &local, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
         if let Some(r) = &report {
             tracing::debug!(
