@@ -222,13 +222,15 @@ struct Model {
     wmax: f64,
     hmax: f64,
     p: ResidualParams,
+    /// Use only the pixels with `u + v` even (a checkerboard: half the pixels).
+    checker: bool,
 }
 
 impl Model {
     fn new(meas: &LevelView, p: &ResidualParams) -> Self {
         let cam = meas.cam.expect("calibrated measurement view");
         let b = p.pixel_border;
-        Self { cam, wmax: cam.width as f64 - 1.0 - b, hmax: cam.height as f64 - 1.0 - b, p: *p }
+        Self { cam, wmax: cam.width as f64 - 1.0 - b, hmax: cam.height as f64 - 1.0 - b, p: *p, checker: p.checkerboard }
     }
 }
 
@@ -619,7 +621,7 @@ fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &
             u = 0;
             v += 1;
         }
-        if !meas.valid[q] {
+        if !meas.valid[q] || (model.checker && (uu + vv) & 1 == 1) {
             continue;
         }
         let xq = f64x3(meas.points[q]);

@@ -50,6 +50,8 @@ pub struct ResidualParams {
     pub pixel_border: f64,
     /// Minimum average confidence.
     pub c_conf: f64,
+    /// Sum only the pixels with `u + v` even (projective association path; RGB-D addition).
+    pub checkerboard: bool,
 }
 
 impl ResidualParams {
@@ -66,6 +68,7 @@ impl ResidualParams {
             depth_eps: t.depth_eps,
             pixel_border: t.pixel_border,
             c_conf: t.c_conf,
+            checkerboard: t.checkerboard,
         }
     }
     /// From the local_opt section.
@@ -81,6 +84,7 @@ impl ResidualParams {
             depth_eps: l.depth_eps,
             pixel_border: l.pixel_border,
             c_conf: l.c_conf,
+            checkerboard: l.checkerboard,
         }
     }
 }

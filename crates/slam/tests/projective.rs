@@ -17,7 +17,9 @@ fn views(w: u32, h: u32) -> (LevelView, LevelView, Sim3, ResidualParams, SlamCon
     let cam = common::camera(w, h);
     let scene = common::room();
     let cfg = SlamConfig::rgbd();
-    let p = ResidualParams::tracking(&cfg.tracking);
+    let mut p = ResidualParams::tracking(&cfg.tracking);
+    // Every pixel, as the reference code sums them.
+    p.checkerboard = false;
     let t_wf = common::se3([0.1, 1.0, 0.3], 3.0, [0.05, -0.02, 0.03]);
     let kf = common::render(&scene, &cam, &Sim3::identity(), 10.0);
     let fr = common::render(&scene, &cam, &t_wf, 10.0);
@@ -165,4 +167,22 @@ fn vector_and_portable_lanes_give_the_same_bits() {
     projective::FORCE_PORTABLE.store(false, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(a.count, b.count);
     assert_eq!(bits(&a), bits(&b));
+}
+
+#[test]
+fn checkerboard_sums_half_the_pixels() {
+    let (fv, kv, t, mut p, cfg) = views(96, 72);
+    let full = projective::tracking_normal_eq(&fv, &kv, &t, &p, cfg.matching.dist_thresh, false);
+    p.checkerboard = true;
+    let half = projective::tracking_normal_eq(&fv, &kv, &t, &p, cfg.matching.dist_thresh, false);
+    // The reference over the even pixels only.
+    let mut m = projective::associate(&fv, &kv, &t.inverse(), &cfg.matching);
+    for (q, v) in m.valid.iter_mut().enumerate() {
+        *v &= (q % kv.width + q / kv.width) % 2 == 0;
+    }
+    let r = build_normal_eq(&fv, &kv, &m, &t, &p);
+    assert_eq!(half.count, r.count);
+    assert!((half.count as f64 - full.count as f64 / 2.0).abs() < 0.02 * full.count as f64, "{} of {}", half.count, full.count);
+    let (hh, rh) = (half.h.view((0, 0), (6, 6)).into_owned(), r.h.view((0, 0), (6, 6)).into_owned());
+    assert!((hh - &rh).abs().max() < 1e-9 * rh.abs().max());
 }
