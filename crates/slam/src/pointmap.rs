@@ -91,15 +91,15 @@ impl Pointmap {
     /// `max_rel_jump` relative to the centre (a depth discontinuity).
     pub fn normals(&self, max_rel_jump: f32) -> Vec<Option<[f32; 3]>> {
         let (w, h) = (self.width, self.height);
-        (0..w * h).map(|i| normal_at(&self.points, |j| self.conf[j] > 0.0, w, h, i, max_rel_jump)).collect()
+        (0..w * h).map(|i| normal_at(&self.points, |j| self.conf[j] > 0.0, w, h, i % w, i / w, max_rel_jump)).collect()
     }
 }
 
-/// Unit normal of pixel `i` of a `w x h` point grid from central differences (see
+/// Unit normal of pixel `(u, v)` of a `w x h` point grid from central differences (see
 /// [`Pointmap::normals`]); `has(j)` tells whether pixel `j` has a point.
 #[inline]
-pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: usize, i: usize, max_rel_jump: f32) -> Option<[f32; 3]> {
-    let (u, v) = (i % w, i / w);
+pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: usize, u: usize, v: usize, max_rel_jump: f32) -> Option<[f32; 3]> {
+    let i = v * w + u;
     if w < 3 || h < 3 || u == 0 || v == 0 || u == w - 1 || v == h - 1 {
         return None;
     }

@@ -104,7 +104,7 @@ pub fn associate(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, cfg: &Mat
     let dist2 = cfg.dist_thresh * cfg.dist_thresh;
     let n = meas.len();
     let mut out = vec![(0u32, [0.0f32; 2], false); n];
-    par::fill(&mut out, |q| {
+    par::fill_rows(&mut out, meas.width, |_, _, q| {
         if !meas.valid[q] {
             return (0, [0.0; 2], false);
         }

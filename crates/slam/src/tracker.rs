@@ -167,20 +167,19 @@ impl LevelView {
     /// computed per pixel in parallel straight from the full-resolution pointmap.
     fn build_calibrated(pm: &Pointmap, avg_conf: &[f32], c: PinholeCamera, step: usize, p: &ResidualParams, with_normals: bool) -> Self {
         let (w, h) = (pm.width.div_ceil(step), pm.height.div_ceil(step));
+        // Ray directions per column and row (the same expressions as `constrain_to_rays`).
+        let rx: Vec<f32> = (0..w).map(|u| ((u as f64 - c.cx) / c.fx) as f32).collect();
+        let ry: Vec<f32> = (0..h).map(|v| ((v as f64 - c.cy) / c.fy) as f32).collect();
         let mut points = vec![[0.0f32; 3]; w * h];
-        crate::par::fill(&mut points, |i| {
-            let (u, v) = (i % w, i / w);
+        crate::par::fill_rows(&mut points, w, |u, v, _| {
             let z = pm.points[v * step * pm.width + u * step][2];
-            [((u as f64 - c.cx) / c.fx) as f32 * z, ((v as f64 - c.cy) / c.fy) as f32 * z, z]
+            [rx[u] * z, ry[v] * z, z]
         });
         let mut valid = vec![false; w * h];
-        crate::par::fill(&mut valid, |i| {
-            let (u, v) = (i % w, i / w);
-            avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf && points[i][2] as f64 > p.depth_eps
-        });
+        crate::par::fill_rows(&mut valid, w, |u, v, i| avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf && points[i][2] as f64 > p.depth_eps);
         let normals = if with_normals {
             let mut n = vec![None; w * h];
-            crate::par::fill(&mut n, |i| crate::pointmap::normal_at(&points, |j| valid[j], w, h, i, NORMAL_MAX_REL_JUMP));
+            crate::par::fill_rows(&mut n, w, |u, v, _| crate::pointmap::normal_at(&points, |j| valid[j], w, h, u, v, NORMAL_MAX_REL_JUMP));
             n
         } else {
             Vec::new()
@@ -515,7 +514,7 @@ impl Tracker {
         // observation for fusion (confidence 0: none).
         let mut per_q = vec![(u32::MAX, [0.0f32; 3], 0.0f32); kv.len()];
         let tq = crate::projective::Affine::from_sim3(t);
-        crate::par::fill(&mut per_q, |q| {
+        crate::par::fill_rows(&mut per_q, kv.width, |u, v, q| {
             if !m.valid[q] {
                 return (u32::MAX, [0.0; 3], 0.0);
             }
@@ -528,7 +527,7 @@ impl Tracker {
             let mut y = Vector3::new(y[0], y[1], y[2]);
             if let Some(c) = &kv.cam {
                 // Calibrated: keep the depth, on the keyframe pixel's ray.
-                let (u, v) = ((q % kv.width) as f64, (q / kv.width) as f64);
+                let (u, v) = (u as f64, v as f64);
                 y = Vector3::new((u - c.cx) / c.fx * y.z, (v - c.cy) / c.fy * y.z, y.z);
                 // Gate fusion on the depth-noise model: an observation more than 3 sigma from
                 // the keyframe's depth (an edge, an occluder, a moved object) is not averaged in.
