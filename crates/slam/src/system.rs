@@ -8,7 +8,11 @@
 //! the last known pose. Each new keyframe is handed to the back end, which adds the edge to
 //! the previous keyframe and loop edges (pose proximity + view overlap) and runs Gauss-Newton
 //! over the graph. With `single_thread` the back end runs inline, which makes runs
-//! bit-identical; otherwise it runs in a background `std::thread` fed by a channel.
+//! bit-identical; otherwise it runs in a background `std::thread` fed by a channel, adding the
+//! keyframes that arrived while it was busy together. Frames can be decoded ahead of tracking
+//! on loader threads ([`FrameSource::Prefetch`], bounded queue, in order); [`Timings`] reports
+//! the time per phase. Per-pixel sums use rayon's global pool with fixed-chunk reductions
+//! ([`crate::par`]), so they do not depend on the thread count.
 //!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one

@@ -5,8 +5,10 @@
 //! 1. **Match** (projective association): every keyframe point is moved into the frame's
 //!    camera with the current relative pose and located in the frame by iterative projection
 //!    on the frame's ray image ([`crate::matching`]), then rounded and checked for occlusion.
-//!    Matching is redone every iteration, as ICP does: an RGB-D frame has no network
-//!    prediction that is independent of the pose.
+//!    For calibrated views with `matching.projective` (RGB-D) the point is projected with the
+//!    intrinsics instead, which lands on the same pixel, and steps 1 and 2 run fused and in
+//!    parallel ([`crate::projective`]). Matching is redone every iteration, as ICP does: an
+//!    RGB-D frame has no network prediction that is independent of the pose.
 //! 2. **Linearise** the residual of each match: the frame point `X_f(p)` moved into the
 //!    keyframe, `Y = T_CkCf X_f(p)`, against keyframe pixel `q`'s measurement: pixel + log-depth
 //!    ([`crate::residuals::calib_residual`]) plus point-to-plane along `q`'s normal for a
@@ -16,8 +18,9 @@
 //!    scale is then known, and a free scale would only absorb noise) and retract
 //!    `T <- Exp(d) T`; stop on a small relative cost decrease or a small step.
 //!
-//! The normal-equation reductions over pixels are also available on the GPU
-//! ([`crate::kernels`]).
+//! Gauss-Newton runs coarse to fine down to `tracking.finest_level`; the final association
+//! (statistics, keyframe rule, fusion observation) is at level 0. The normal-equation
+//! reductions over pixels are also available on the GPU ([`crate::kernels`]).
 
 use nalgebra::{Matrix3, SMatrix, Vector3};
 use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
