@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::{self, DatasetKind};
-use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_with};
+use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_source};
 
 /// Arguments of `rust3r slam`.
 #[derive(Args, Debug)]
@@ -68,7 +68,15 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let depth_k = dataset.depth_intrinsics().with_context(|| {
         format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())
     })?;
-    let mut front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    // Frames are decoded and turned into pointmaps on loader threads (each with its own handle
+    // on the data set), a few frames ahead of tracking.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n_loaders = (cores / 4).clamp(1, 4);
+    let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::with_capacity(n_loaders);
+    for _ in 0..n_loaders {
+        loaders.push((datasets::open(&args.dataset, kind, args.stride)?, Box::new(front.clone())));
+    }
     let total = args.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
 
     let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(total as u64) };
@@ -77,7 +85,8 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     );
     let gpu = if args.gpu { Some(args.device.open()?) } else { None };
     let start = Instant::now();
-    let result = run_slam_with(dataset.as_ref(), &mut front, &cfg, args.max_frames, gpu.as_ref(), |p| {
+    let source = FrameSource::Prefetch { loaders, ahead: 4 * n_loaders };
+    let result = run_slam_source(source, &cfg, args.max_frames, gpu.as_ref(), |p| {
         let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(p.frame as u64);
         bar.set_message(format!("{fps:.1} FPS, {} keyframes, {}", p.keyframes, p.state));
@@ -93,6 +102,18 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         result.keyframes.len(),
         result.edges.len(),
         result.backend_runs,
+    );
+    let t = &result.timings;
+    println!(
+        "time: tracking {:.1} s, mapping {:.1} s, back end {:.1} s{}, waiting for frames {:.1} s / for the back end {:.1} s, decoding {:.1} s ({n_loaders} loader thread{})",
+        t.track_s,
+        t.map_s,
+        t.backend_s,
+        if cfg.single_thread { " (inline)" } else { " (own thread)" },
+        t.wait_frames_s,
+        t.backend_wait_s,
+        t.load_s,
+        if n_loaders == 1 { "" } else { "s" },
     );
     println!(
         "keyframe memory: {:.1} MiB ({:.2} MiB per keyframe)",

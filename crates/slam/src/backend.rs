@@ -61,10 +61,56 @@ fn directed(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> Ma
     associate(&src.view, &meas.view, &t_src_meas, None, cfg)
 }
 
+/// Whether an edge between these views uses projective association ([`crate::projective`]).
+fn projective(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> bool {
+    cfg.projective && src.view.cam.is_some() && meas.view.cam.is_some()
+}
+
 /// Fraction of `meas`'s pixels with a valid match to `src` at the current poses.
 pub fn match_fraction(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> f64 {
-    let m = directed(src, meas, cfg);
-    m.valid.iter().filter(|v| **v).count() as f64 / meas.view.len().max(1) as f64
+    let n = if projective(src, meas, cfg) {
+        let t_src_meas = src.t_wc.inverse().compose(&meas.t_wc);
+        crate::projective::match_count(&src.view, &meas.view, &t_src_meas, cfg)
+    } else {
+        directed(src, meas, cfg).valid.iter().filter(|v| **v).count()
+    };
+    n as f64 / meas.view.len().max(1) as f64
+}
+
+/// `J^T W J`, `J^T W r` and the cost of the directed edge `s -> m` (points of `s` seen from
+/// `m`), with the Jacobian with respect to `s`'s world pose.
+fn edge_terms(kfs: &[KeyframeView], s: usize, m: usize, p: &ResidualParams, matching: &MatchingConfig, optimize_scale: bool) -> (Matrix7, Vector7, f64) {
+    if projective(&kfs[s], &kfs[m], matching) {
+        let eq = crate::projective::edge_normal_eq(&kfs[s].view, &kfs[s].t_wc, &kfs[m].view, &kfs[m].t_wc, p, matching.dist_thresh, optimize_scale);
+        return (eq.h, eq.g, eq.cost);
+    }
+    let matches = directed(&kfs[s], &kfs[m], matching);
+    let t_m_inv = kfs[m].t_wc.inverse();
+    let t_ms = t_m_inv.compose(&kfs[s].t_wc);
+    let mut h = Matrix7::zeros();
+    let mut g = Vector7::zeros();
+    let mut cost = 0.0;
+    let sv = &kfs[s].view;
+    let mv = &kfs[m].view;
+    for q in 0..mv.len() {
+        if !matches.valid[q] {
+            continue;
+        }
+        let pi = matches.idx[q] as usize;
+        if !sv.valid[pi] {
+            continue;
+        }
+        let x = sv.points[pi];
+        let x = nalgebra::Vector3::new(x[0] as f64, x[1] as f64, x[2] as f64);
+        let y = t_ms.act(&x);
+        let Some(info) = point_info(mv, q, &y, p) else { continue };
+        let pw = kfs[s].t_wc.act(&x);
+        let d = residuals::world_point_jacobian(&t_m_inv, &pw);
+        h += d.transpose() * (info.m * d);
+        g += d.transpose() * info.v;
+        cost += info.cost;
+    }
+    (h, g, cost)
 }
 
 /// Gauss-Newton over the poses of `kfs` along `edges`. Keyframes with index `< first_free`
@@ -93,31 +139,8 @@ pub fn optimize(
         let mut cost = 0.0;
         for e in edges {
             for (s, m) in [(e.i, e.j), (e.j, e.i)] {
-                let matches = directed(&kfs[s], &kfs[m], matching);
-                let t_m_inv = kfs[m].t_wc.inverse();
-                let t_ms = t_m_inv.compose(&kfs[s].t_wc);
-                let mut h = Matrix7::zeros();
-                let mut g = Vector7::zeros();
-                let sv = &kfs[s].view;
-                let mv = &kfs[m].view;
-                for q in 0..mv.len() {
-                    if !matches.valid[q] {
-                        continue;
-                    }
-                    let pi = matches.idx[q] as usize;
-                    if !sv.valid[pi] {
-                        continue;
-                    }
-                    let x = sv.points[pi];
-                    let x = nalgebra::Vector3::new(x[0] as f64, x[1] as f64, x[2] as f64);
-                    let y = t_ms.act(&x);
-                    let Some(info) = point_info(mv, q, &y, &p) else { continue };
-                    let pw = kfs[s].t_wc.act(&x);
-                    let d = residuals::world_point_jacobian(&t_m_inv, &pw);
-                    h += d.transpose() * (info.m * d);
-                    g += d.transpose() * info.v;
-                    cost += info.cost;
-                }
+                let (h, g, c) = edge_terms(kfs, s, m, &p, matching, optimize_scale);
+                cost += c;
                 // d/dxi_s = D, d/dxi_m = -D.
                 *blocks.entry((s, s)).or_insert_with(Matrix7::zeros) += h;
                 *blocks.entry((m, m)).or_insert_with(Matrix7::zeros) += h;
@@ -177,6 +200,7 @@ pub fn optimize(
             kfs[k].t_wc = kfs[k].t_wc.retr(&d);
         }
         report.last_step = step.sqrt();
+        tracing::trace!("back-end iteration {it}: cost {cost:.1}, step {:.3e}", report.last_step);
         if report.last_step < cfg.delta_norm {
             break;
         }

@@ -72,6 +72,10 @@ pub struct MatchingConfig {
     pub radius: usize,
     /// Largest dilation of the refinement window (searched from this down to 1).
     pub dilation_max: usize,
+    /// Calibrated views: match by projecting with the intrinsics (exact for points on their
+    /// pixel rays, [`crate::projective`]) instead of iterative projection on the ray image.
+    /// Not in MASt3R-SLAM; on in [`SlamConfig::rgbd`].
+    pub projective: bool,
 }
 
 /// `tracking` section.
@@ -110,6 +114,13 @@ pub struct TrackingConfig {
     pub depth_eps: f64,
     /// Projections may fall this many pixels outside the image (negative: outside allowed).
     pub pixel_border: f64,
+    /// Finest pyramid level Gauss-Newton iterates on (0: the pointmap resolution; capped at
+    /// the coarsest level). The final association for the statistics and fusion is always at
+    /// level 0. RGB-D addition.
+    pub finest_level: usize,
+    /// Gauss-Newton sums only the pixels with `u + v` even (a checkerboard, half the pixels;
+    /// projective association path). RGB-D addition.
+    pub checkerboard: bool,
     /// Keyframe pointmap fusion.
     pub filtering_mode: FusionMode,
     /// Score for [`FusionMode::BestScore`].
@@ -152,6 +163,11 @@ pub struct LocalOptConfig {
     /// Iterations of a last optimisation over the whole graph after the final frame
     /// (0: none, as MASt3R-SLAM).
     pub final_iters: usize,
+    /// Sum only the pixels with `u + v` even (see [`TrackingConfig::checkerboard`]).
+    pub checkerboard: bool,
+    /// Of `max_iters`, how many run first on the next coarser pyramid level than
+    /// `rgbd.backend_level` (a quarter of the pixels). RGB-D addition; 0: none.
+    pub coarse_iters: usize,
 }
 
 /// `retrieval` section (loop candidates).
@@ -229,6 +245,7 @@ impl Default for SlamConfig {
                 dist_thresh: 1e-1,
                 radius: 3,
                 dilation_max: 5,
+                projective: false,
             },
             tracking: TrackingConfig {
                 min_match_frac: 0.05,
@@ -247,6 +264,8 @@ impl Default for SlamConfig {
                 depth_noise: false,
                 depth_eps: 1e-6,
                 pixel_border: -10.0,
+                finest_level: 0,
+                checkerboard: false,
                 filtering_mode: FusionMode::Weighted,
                 filtering_score: FilteringScore::Median,
             },
@@ -267,6 +286,8 @@ impl Default for SlamConfig {
                 depth_noise: false,
                 delta_norm: 1e-8,
                 final_iters: 0,
+                checkerboard: false,
+                coarse_iters: 0,
             },
             retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
             reloc: RelocConfig { min_match_frac: 0.3, strict: true },
@@ -295,24 +316,37 @@ impl SlamConfig {
     ///   quantisation noise; the plane term is what ICP on depth relies on;
     /// * `depth_noise`: both depth sigmas grow with depth as a structured-light sensor's noise
     ///   does (quadratically in metres, so linearly in log-depth); sigmas are those at 1 m;
-    /// * tracking iterations are per pyramid level (3 levels) and limited to 20;
+    /// * projective association (`matching.projective`: exact for calibrated views, one
+    ///   projection per point instead of iterative projection);
+    /// * tracking iterations are per pyramid level (3 levels) and limited to 20; Gauss-Newton
+    ///   iterates at 80x60 and 160x120 only (`tracking.finest_level` 1; the final association
+    ///   for fusion and the keyframe rule is at 320x240): 1.82 cm instead of 1.79 cm on
+    ///   redkitchen at a third of the tracking time;
+    /// * tracking and the back end sum every other pixel in a checkerboard
+    ///   (`tracking.checkerboard`, `local_opt.checkerboard`): 1.82 cm either way on redkitchen,
+    ///   a quarter less CPU time;
     /// * keyframes and the back end, tuned on 7-Scenes redkitchen (BENCHMARKS.md): a new
     ///   keyframe below a match fraction of 0.5 (0.333: 2.4 cm ATE instead of 1.8 cm), up to six
-    ///   loop edges per keyframe, 20 back-end iterations, and the back end on the full pointmap
-    ///   resolution (`rgbd.backend_level` 0; level 1 is 1.6x faster and gives 2.0 cm).
+    ///   loop edges per keyframe, 10 back-end iterations (20: 1.79 cm at twice the back-end
+    ///   time), and the back end on the full pointmap resolution (`rgbd.backend_level` 0;
+    ///   level 1 is 4x cheaper and gives 2.0-2.1 cm).
     pub fn rgbd() -> Self {
         let mut c = Self { use_calib: true, ..Self::default() };
+        c.matching.projective = true;
         c.tracking.sigma_depth = 0.01;
         c.tracking.sigma_plane = 0.002;
         c.tracking.depth_noise = true;
         c.tracking.max_iters = 20;
-        c.tracking.rel_error = 1e-4;
+        c.tracking.rel_error = 1e-3;
+        c.tracking.finest_level = 1;
+        c.tracking.checkerboard = true;
+        c.local_opt.checkerboard = true;
         c.tracking.delta_norm = 1e-5;
         c.local_opt.sigma_depth = 0.01;
         c.local_opt.sigma_plane = 0.002;
         c.local_opt.depth_noise = true;
         c.tracking.match_frac_thresh = 0.5;
-        c.local_opt.max_iters = 20;
+        c.local_opt.max_iters = 10;
         c.retrieval.k = 6;
         c.rgbd.backend_level = 0;
         c
@@ -401,6 +435,7 @@ impl SlamConfig {
                     "dist_thresh" => m.dist_thresh = f(value)?,
                     "radius" => m.radius = u(value)?,
                     "dilation_max" => m.dilation_max = u(value)?,
+                    "projective" => m.projective = b(value)?,
                     _ => return Err(unknown()),
                 }
             }
@@ -424,6 +459,8 @@ impl SlamConfig {
                     "sigma_point" => {}
                     "pixel_border" => t.pixel_border = f(value)?,
                     "depth_eps" => t.depth_eps = f(value)?,
+                    "finest_level" => t.finest_level = u(value)?,
+                    "checkerboard" => t.checkerboard = b(value)?,
                     "filtering_mode" => t.filtering_mode = value.parse()?,
                     "filtering_score" => {
                         t.filtering_score = match value {
@@ -455,6 +492,8 @@ impl SlamConfig {
                     "sigma_point" | "use_cuda" => {}
                     "delta_norm" => l.delta_norm = f(value)?,
                     "final_iters" => l.final_iters = u(value)?,
+                    "coarse_iters" => l.coarse_iters = u(value)?,
+                    "checkerboard" => l.checkerboard = b(value)?,
                     _ => return Err(unknown()),
                 }
             }

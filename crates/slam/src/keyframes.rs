@@ -117,16 +117,19 @@ impl Keyframe {
                 self.n = 1;
             }
             FusionMode::Weighted => {
-                for i in 0..points.len() {
-                    let (c0, c1) = (pm.conf[i], conf[i]);
-                    if c1 <= 0.0 {
-                        continue;
-                    }
-                    let s = c0 + c1;
-                    let (a, b) = (pm.points[i], points[i]);
-                    pm.points[i] = [(c0 * a[0] + c1 * b[0]) / s, (c0 * a[1] + c1 * b[1]) / s, (c0 * a[2] + c1 * b[2]) / s];
-                    pm.conf[i] = s;
-                }
+                // Element-wise, so parallel is the same as sequential.
+                use rayon::prelude::*;
+                pm.points.par_iter_mut().zip(pm.conf.par_iter_mut()).zip(points.par_iter().zip(conf.par_iter())).with_min_len(4096).for_each(
+                    |((a, c0), (b, &c1))| {
+                        if c1 <= 0.0 {
+                            return;
+                        }
+                        let s = *c0 + c1;
+                        let c = *c0;
+                        *a = [(c * a[0] + c1 * b[0]) / s, (c * a[1] + c1 * b[1]) / s, (c * a[2] + c1 * b[2]) / s];
+                        *c0 = s;
+                    },
+                );
                 self.n += 1;
             }
             FusionMode::WeightedSpherical => {

@@ -3,6 +3,8 @@
 //! * [`pointmap`]: pointmaps and the [`PointmapFrontEnd`] trait, with the RGB-D front end
 //!   ([`RgbdFrontEnd`]); the MASt3R network plugs in as another front end later.
 //! * [`matching`]: iterative-projection matching, occlusion check, descriptor refinement.
+//! * [`projective`]: projective association and fused normal equations for calibrated views
+//!   (RGB-D), summed in parallel with deterministic fixed-chunk reductions ([`par`]).
 //! * [`residuals`]: calibrated (pixel + log-depth), point-to-plane and uncalibrated (ray +
 //!   distance) residuals with analytic Jacobians.
 //! * [`tracker`]: frame-to-keyframe Gauss-Newton with Huber weights (coarse to fine for RGB-D).
@@ -25,7 +27,9 @@ pub mod keyframes;
 pub mod kernels;
 pub mod matching;
 pub mod output;
+pub mod par;
 pub mod pointmap;
+pub mod projective;
 pub mod residuals;
 pub mod system;
 pub mod tracker;
@@ -39,7 +43,7 @@ pub use ate::{
 pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;
 pub use pointmap::{Pointmap, PointmapFrontEnd, RgbdFrontEnd};
-pub use system::{Progress, SlamResult, TrackingState, run_slam, run_slam_with};
+pub use system::{FrameSource, Progress, SlamResult, Timings, TrackingState, run_slam, run_slam_source, run_slam_with};
 pub use trajectory::{
     Trajectory, TrajectoryFormat, detect_format, format_tum, parse_euroc, parse_tum, read_euroc,
     read_trajectory, read_trajectory_with_format, read_tum, write_tum,

@@ -91,38 +91,39 @@ impl Pointmap {
     /// `max_rel_jump` relative to the centre (a depth discontinuity).
     pub fn normals(&self, max_rel_jump: f32) -> Vec<Option<[f32; 3]>> {
         let (w, h) = (self.width, self.height);
-        let mut out = vec![None; w * h];
-        if w < 3 || h < 3 {
-            return out;
-        }
-        for v in 1..h - 1 {
-            for u in 1..w - 1 {
-                let i = v * w + u;
-                let idx = [i - 1, i + 1, i - w, i + w];
-                if self.conf[i] <= 0.0 || idx.iter().any(|&j| self.conf[j] <= 0.0) {
-                    continue;
-                }
-                let z = self.points[i][2];
-                if idx.iter().any(|&j| (self.points[j][2] - z).abs() > max_rel_jump * z) {
-                    continue;
-                }
-                let p = |j: usize| Vector3::new(self.points[j][0], self.points[j][1], self.points[j][2]);
-                let dx = p(i + 1) - p(i - 1);
-                let dy = p(i + w) - p(i - w);
-                let mut n = dx.cross(&dy);
-                let norm = n.norm();
-                if !(norm > 0.0) {
-                    continue;
-                }
-                n /= norm;
-                if n.dot(&p(i)) > 0.0 {
-                    n = -n;
-                }
-                out[i] = Some([n.x, n.y, n.z]);
-            }
-        }
-        out
+        (0..w * h).map(|i| normal_at(&self.points, |j| self.conf[j] > 0.0, w, h, i % w, i / w, max_rel_jump)).collect()
     }
+}
+
+/// Unit normal of pixel `(u, v)` of a `w x h` point grid from central differences (see
+/// [`Pointmap::normals`]); `has(j)` tells whether pixel `j` has a point.
+#[inline]
+pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: usize, u: usize, v: usize, max_rel_jump: f32) -> Option<[f32; 3]> {
+    let i = v * w + u;
+    if w < 3 || h < 3 || u == 0 || v == 0 || u == w - 1 || v == h - 1 {
+        return None;
+    }
+    let idx = [i - 1, i + 1, i - w, i + w];
+    if !has(i) || idx.iter().any(|&j| !has(j)) {
+        return None;
+    }
+    let z = points[i][2];
+    if idx.iter().any(|&j| (points[j][2] - z).abs() > max_rel_jump * z) {
+        return None;
+    }
+    let p = |j: usize| Vector3::new(points[j][0], points[j][1], points[j][2]);
+    let dx = p(i + 1) - p(i - 1);
+    let dy = p(i + w) - p(i - w);
+    let mut n = dx.cross(&dy);
+    let norm = n.norm();
+    if !(norm > 0.0) {
+        return None;
+    }
+    n /= norm;
+    if n.dot(&p(i)) > 0.0 {
+        n = -n;
+    }
+    Some([n.x, n.y, n.z])
 }
 
 /// Camera of a pyramid level made by [`Pointmap::subsample`] with `step`.
@@ -220,15 +221,25 @@ impl PointmapFrontEnd for RgbdFrontEnd {
             conf: vec![0.0; w * h],
             colors: vec![[0; 3]; w * h],
         };
+        // Colour texture at the block centre, scaled to the colour image (columns and rows
+        // precomputed).
+        let (cw, ch) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
+        let rgb = frame.rgb.as_raw();
+        let col: Vec<usize> = (0..w).map(|u| ((((u * s) as f64 + (s as f64 - 1.0) / 2.0) * rw / dw as f64) as usize).min(cw - 1)).collect();
+        let row: Vec<usize> = (0..h).map(|v| ((((v * s) as f64 + (s as f64 - 1.0) / 2.0) * rh / dh as f64) as usize).min(ch - 1)).collect();
+        let rays_x: Vec<f32> = (0..w).map(|u| ((u as f64 - cam.cx) / cam.fx) as f32).collect();
+        let (lo_d, hi_d) = (self.min_depth, self.max_depth);
         for v in 0..h {
+            let ray_y = ((v as f64 - cam.cy) / cam.fy) as f32;
+            let crow = &rgb[row[v] * cw * 3..(row[v] + 1) * cw * 3];
             for u in 0..w {
                 // Mean of the valid depths of the block when they agree within 2 %; else invalid
                 // (a block straddling a depth edge would make a point floating between surfaces).
                 let (mut sum, mut n, mut lo, mut hi) = (0.0f32, 0u32, f32::INFINITY, 0.0f32);
                 for dy in 0..s {
-                    for dx in 0..s {
-                        let d = raw[(v * s + dy) * dw + u * s + dx];
-                        if d.is_finite() && d >= self.min_depth && d <= self.max_depth {
+                    let line = &raw[(v * s + dy) * dw + u * s..][..s];
+                    for &d in line {
+                        if d.is_finite() && d >= lo_d && d <= hi_d {
                             sum += d;
                             n += 1;
                             lo = lo.min(d);
@@ -239,18 +250,11 @@ impl PointmapFrontEnd for RgbdFrontEnd {
                 let i = v * w + u;
                 if n * 2 > (s * s) as u32 && hi - lo <= 0.02 * lo {
                     let z = sum / n as f32;
-                    pm.points[i] = [
-                        ((u as f64 - cam.cx) / cam.fx) as f32 * z,
-                        ((v as f64 - cam.cy) / cam.fy) as f32 * z,
-                        z,
-                    ];
+                    pm.points[i] = [rays_x[u] * z, ray_y * z, z];
                     pm.conf[i] = 1.0;
                 }
-                // Colour texture at the block centre, scaled to the colour image.
-                let cu = ((u * s) as f64 + (s as f64 - 1.0) / 2.0) * rw / dw as f64;
-                let cv = ((v * s) as f64 + (s as f64 - 1.0) / 2.0) * rh / dh as f64;
-                let px = frame.rgb.get_pixel((cu as u32).min(frame.rgb.width() - 1), (cv as u32).min(frame.rgb.height() - 1));
-                pm.colors[i] = px.0;
+                let c = col[u] * 3;
+                pm.colors[i] = [crow[c], crow[c + 1], crow[c + 2]];
             }
         }
         Ok(pm)

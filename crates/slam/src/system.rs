@@ -8,7 +8,11 @@
 //! the last known pose. Each new keyframe is handed to the back end, which adds the edge to
 //! the previous keyframe and loop edges (pose proximity + view overlap) and runs Gauss-Newton
 //! over the graph. With `single_thread` the back end runs inline, which makes runs
-//! bit-identical; otherwise it runs in a background `std::thread` fed by a channel.
+//! bit-identical; otherwise it runs in a background `std::thread` fed by a channel, adding the
+//! keyframes that arrived while it was busy together. Frames can be decoded ahead of tracking
+//! on loader threads ([`FrameSource::Prefetch`], bounded queue, in order); [`Timings`] reports
+//! the time per phase. Per-pixel sums use rayon's global pool with fixed-chunk reductions
+//! ([`crate::par`]), so they do not depend on the thread count.
 //!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one
@@ -88,6 +92,8 @@ pub struct SlamResult {
     pub backend_runs: usize,
     /// Largest keyframe-store size in bytes seen.
     pub keyframe_bytes: usize,
+    /// Time per phase.
+    pub timings: Timings,
 }
 
 impl SlamResult {
@@ -123,6 +129,8 @@ struct Shared {
     store: KeyframeStore,
     edges: Vec<Edge>,
     runs: usize,
+    /// Seconds spent in back-end optimisations.
+    backend_s: f64,
 }
 
 enum Msg {
@@ -139,7 +147,7 @@ struct Backend {
     cam: Option<PinholeCamera>,
     optimize_scale: bool,
     /// View cache: keyframe -> (n_updates it was built at, view).
-    cache: HashMap<usize, (u32, LevelView)>,
+    cache: HashMap<(usize, usize), (u32, LevelView)>,
 }
 
 impl Backend {
@@ -147,29 +155,42 @@ impl Backend {
         ResidualParams::local_opt(&self.cfg.local_opt, self.cfg.tracking.huber)
     }
 
-    /// Adds the edges of keyframe `k` and optimises (`k == None`: a final optimisation of the
-    /// whole graph with `final_iters` iterations and no new edges).
-    fn process(&mut self, shared: &Mutex<Shared>, k: Option<usize>, extra: &[usize]) {
+    /// Adds the edges of the keyframes in `batch` (keyframe, relocalisation partners) and
+    /// optimises once; an empty batch is the final optimisation of the whole graph with
+    /// `final_iters` iterations and no new edges. The back-end thread batches keyframes that
+    /// arrived while it was busy; inline (single-thread) batches hold one keyframe.
+    fn process(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
+        let start = std::time::Instant::now();
+        self.process_inner(shared, batch);
+        shared.lock().expect("back-end lock").backend_s += start.elapsed().as_secs_f64();
+    }
+
+    fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
         let (snapshot, mut edges) = {
             let s = shared.lock().expect("back-end lock");
             let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
                 s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
             (snap, s.edges.clone())
         };
-        if k.is_some_and(|k| k >= snapshot.len()) || snapshot.is_empty() {
+        if batch.iter().any(|(k, _)| *k >= snapshot.len()) || snapshot.is_empty() {
             return;
         }
         let p = self.params();
         let level = self.cfg.rgbd.backend_level;
-        let mut views = Vec::with_capacity(snapshot.len());
-        for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
-            let fresh = matches!(self.cache.get(&i), Some((stamp, _)) if stamp == nu);
-            if !fresh {
-                let v = LevelView::new(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0);
-                self.cache.insert(i, (*nu, v));
+        let views_at = |cache: &mut HashMap<(usize, usize), (u32, LevelView)>, level: usize| -> Vec<KeyframeView> {
+            let mut views = Vec::with_capacity(snapshot.len());
+            for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
+                let fresh = matches!(cache.get(&(i, level)), Some((stamp, _)) if stamp == nu);
+                if !fresh {
+                    let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
+                    let v = LevelView::build(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0, with_rays);
+                    cache.insert((i, level), (*nu, v));
+                }
+                views.push(KeyframeView { t_wc: *t, view: cache[&(i, level)].1.clone() });
             }
-            views.push(KeyframeView { t_wc: *t, view: self.cache[&i].1.clone() });
-        }
+            views
+        };
+        let mut views = views_at(&mut self.cache, level);
         // Edges: previous keyframe, relocalisation partners, loop candidates.
         let mut new_edges: Vec<Edge> = Vec::new();
         let add = |a: usize, b: usize, list: &mut Vec<Edge>| {
@@ -179,30 +200,42 @@ impl Backend {
             }
         };
         let mut local = self.cfg.local_opt.clone();
-        match k {
-            Some(k) => {
-                if k > 0 {
-                    add(k - 1, k, &mut new_edges);
-                }
-                for &j in extra {
-                    add(j, k, &mut new_edges);
-                }
-                for j in self.loop_candidates(&views, k) {
-                    add(j, k, &mut new_edges);
-                }
+        if batch.is_empty() {
+            if local.final_iters == 0 {
+                return;
             }
-            None => {
-                if local.final_iters == 0 {
-                    return;
-                }
-                local.max_iters = local.final_iters;
-                local.window_size = usize::MAX;
+            local.max_iters = local.final_iters;
+            local.window_size = usize::MAX;
+        }
+        for (k, extra) in batch {
+            let k = *k;
+            if k > 0 {
+                add(k - 1, k, &mut new_edges);
+            }
+            for &j in extra {
+                add(j, k, &mut new_edges);
+            }
+            for j in self.loop_candidates(&views, k) {
+                add(j, k, &mut new_edges);
             }
         }
-        let k = k.unwrap_or(views.len() - 1);
+        let k = batch.last().map_or(views.len() - 1, |b| b.0);
         edges.extend(new_edges.iter().copied());
         let first_free = local.pin.max(views.len().saturating_sub(local.window_size));
         let before: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
+        // Coarse to fine: the first `coarse_iters` iterations on the next coarser level.
+        let coarse = local.coarse_iters.min(local.max_iters.saturating_sub(1));
+        if coarse > 0 {
+            let mut cv = views_at(&mut self.cache, level + 1);
+            let mut lc = local.clone();
+            lc.max_iters = coarse;
+            if optimize(&mut cv, &edges, first_free, &lc, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale).is_some() {
+                for (v, c) in views.iter_mut().zip(&cv) {
+                    v.t_wc = c.t_wc;
+                }
+            }
+            local.max_iters -= coarse;
+        }
         let report = optimize(&mut views, &edges, first_free, &local, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
         if let Some(r) = &report {
             tracing::debug!(
@@ -275,7 +308,7 @@ enum BackendRunner {
 impl BackendRunner {
     fn notify(&mut self, shared: &Arc<Mutex<Shared>>, k: usize, extra: Vec<usize>) {
         match self {
-            Self::Inline(b) => b.process(shared, Some(k), &extra),
+            Self::Inline(b) => b.process(shared, &[(k, extra)]),
             Self::Thread { tx, .. } => {
                 // A closed channel means the thread died; its panic surfaces at join.
                 let _ = tx.send(Msg::Keyframe(k, extra));
@@ -285,7 +318,7 @@ impl BackendRunner {
 
     fn finish(&mut self, shared: &Arc<Mutex<Shared>>) -> Result<(), SlamError> {
         if let Self::Inline(b) = self {
-            b.process(shared, None, &[]);
+            b.process(shared, &[]);
         }
         if let Self::Thread { tx, handle } = self {
             let _ = tx.send(Msg::Final);
@@ -315,12 +348,43 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
     std::thread::Builder::new()
         .name("rust3r-backend".into())
         .spawn(move || {
-            while let Ok(msg) = rx.recv() {
-                match msg {
-                    Msg::Keyframe(k, extra) => b.process(&shared, Some(k), &extra),
-                    Msg::Final => b.process(&shared, None, &[]),
-                    Msg::Stop => break,
+            // The back end's per-pixel sums share rayon's global pool with tracking: both
+            // submit short parallel calls (one edge direction, one Gauss-Newton iteration), so
+            // they interleave at chunk granularity and neither waits for the other's whole
+            // optimisation; after the last frame the back end has every core.
+            let run = |b: &mut Backend, batch: &[(usize, Vec<usize>)]| b.process(&shared, batch);
+            let mut pending: Vec<Msg> = Vec::new();
+            loop {
+                if pending.is_empty() {
+                    match rx.recv() {
+                        Ok(m) => pending.push(m),
+                        Err(_) => break,
+                    }
                 }
+                // Keyframes that arrived while the last optimisation ran are added together
+                // and optimised once, so the back end never falls behind tracking.
+                pending.extend(rx.try_iter());
+                let mut batch = Vec::new();
+                let mut rest = pending.drain(..).collect::<Vec<_>>().into_iter();
+                let mut next = None;
+                for m in rest.by_ref() {
+                    match m {
+                        Msg::Keyframe(k, extra) => batch.push((k, extra)),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    run(&mut b, &batch);
+                }
+                match next {
+                    Some(Msg::Final) => run(&mut b, &[]),
+                    Some(Msg::Stop) => break,
+                    _ => {}
+                }
+                pending.extend(rest);
             }
         })
         .expect("spawning the back-end thread")
@@ -345,21 +409,116 @@ pub fn run_slam_with(
     cfg: &SlamConfig,
     max_frames: Option<usize>,
     gpu: Option<&rust3r_gpu::Gpu>,
+    progress: impl FnMut(&Progress),
+) -> Result<SlamResult, SlamError> {
+    run_slam_source(FrameSource::Inline { dataset, front }, cfg, max_frames, gpu, progress)
+}
+
+/// Where the frames' pointmaps come from.
+pub enum FrameSource<'a> {
+    /// Decoded and turned into pointmaps on the tracking thread.
+    Inline {
+        /// The data set.
+        dataset: &'a dyn Dataset,
+        /// Its front end.
+        front: &'a mut dyn PointmapFrontEnd,
+    },
+    /// Decoded and turned into pointmaps on loader threads, one per entry of `loaders` (each
+    /// with its own handle on the same data set and its own front end; loader `k` takes frames
+    /// `k, k + L, ...`), at most `ahead` frames ahead of tracking (bounded memory). Frames reach
+    /// tracking in order, so results equal those of [`FrameSource::Inline`].
+    Prefetch {
+        /// Data set handles and front ends, one pair per loader thread (at least one).
+        loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)>,
+        /// Queue bound in frames.
+        ahead: usize,
+    },
+}
+
+/// Wall-clock seconds per phase of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Timings {
+    /// Decoding and pointmap construction (summed over loader threads when prefetching).
+    pub load_s: f64,
+    /// Tracking thread waiting for decoded frames (prefetching).
+    pub wait_frames_s: f64,
+    /// Frame-to-keyframe tracking.
+    pub track_s: f64,
+    /// Fusion, keyframe creation and bookkeeping on the tracking thread.
+    pub map_s: f64,
+    /// Back-end optimisations (on the back-end thread, or inline with `single_thread`).
+    pub backend_s: f64,
+    /// Tracking thread waiting for the back end to finish after the last frame.
+    pub backend_wait_s: f64,
+}
+
+/// What the tracking loop keeps of a frame.
+struct FrameMeta {
+    timestamp: f64,
+    rgb_path: std::path::PathBuf,
+}
+
+/// A frame ready for tracking.
+struct Loaded {
+    timestamp: f64,
+    rgb_path: std::path::PathBuf,
+    pm: Pointmap,
+    load_s: f64,
+}
+
+fn load(dataset: &dyn Dataset, front: &mut dyn PointmapFrontEnd, i: usize) -> Result<Loaded, SlamError> {
+    let start = std::time::Instant::now();
+    let frame = dataset.frame(i)?;
+    let pm = front.pointmap(&frame)?;
+    Ok(Loaded { timestamp: frame.timestamp, rgb_path: frame.rgb_path, pm, load_s: start.elapsed().as_secs_f64() })
+}
+
+enum Source<'a> {
+    Inline(&'a dyn Dataset, &'a mut dyn PointmapFrontEnd),
+    Channels(Vec<std::sync::mpsc::Receiver<Result<Loaded, SlamError>>>),
+}
+
+impl Source<'_> {
+    fn next(&mut self, i: usize) -> Result<Loaded, SlamError> {
+        match self {
+            Self::Inline(d, f) => load(*d, &mut **f, i),
+            Self::Channels(rx) => {
+                let n = rx.len();
+                rx[i % n].recv().map_err(|_| SlamError::Backend("a frame loader thread stopped".into()))?
+            }
+        }
+    }
+}
+
+/// [`run_slam_with`] with frames from `source` (see [`FrameSource::Prefetch`] for decoding
+/// ahead on loader threads).
+pub fn run_slam_source(
+    source: FrameSource<'_>,
+    cfg: &SlamConfig,
+    max_frames: Option<usize>,
+    gpu: Option<&rust3r_gpu::Gpu>,
     mut progress: impl FnMut(&Progress),
 ) -> Result<SlamResult, SlamError> {
-    let total = max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+    let (len, name, camera, metric) = match &source {
+        FrameSource::Inline { dataset, front } => (dataset.len(), dataset.name().to_string(), front.camera(), front.is_metric()),
+        FrameSource::Prefetch { loaders, .. } => {
+            let (d, f) = loaders.first().ok_or_else(|| SlamError::InvalidInput("no frame loaders given".into()))?;
+            (d.len(), d.name().to_string(), f.camera(), f.is_metric())
+        }
+    };
+    let total = max_frames.map_or(len, |m| m.min(len));
     if total == 0 {
-        return Err(SlamError::InvalidInput(format!("data set '{}' has no frames", dataset.name())));
+        return Err(SlamError::InvalidInput(format!("data set '{name}' has no frames")));
     }
-    let cam = if cfg.use_calib { front.camera() } else { None };
-    let optimize_scale = !front.is_metric() || cfg.rgbd.optimize_scale;
+    let cam = if cfg.use_calib { camera } else { None };
+    let optimize_scale = !metric || cfg.rgbd.optimize_scale;
     let tracker = Tracker {
         cfg: cfg.tracking.clone(),
         matching: cfg.matching.clone(),
         levels: if cam.is_some() { cfg.rgbd.pyramid_levels } else { 1 },
         optimize_scale,
     };
-    let shared = Arc::new(Mutex::new(Shared { store: KeyframeStore::default(), edges: Vec::new(), runs: 0 }));
+    let shared = Arc::new(Mutex::new(Shared { store: KeyframeStore::default(), edges: Vec::new(), runs: 0, backend_s: 0.0 }));
     let backend = Backend { cfg: cfg.clone(), cam, optimize_scale, cache: HashMap::new() };
     let mut runner = if cfg.single_thread {
         BackendRunner::Inline(backend)
@@ -369,14 +528,56 @@ pub fn run_slam_with(
         BackendRunner::Thread { tx, handle: Some(handle) }
     };
     let gpu = if cam.is_some() { gpu } else { None };
-    let result = run_frames(dataset, front, cfg, total, cam, &tracker, gpu, &shared, &mut runner, &mut progress);
-    let finish = if result.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
+    let mut timings = Timings::default();
+    let load_s = Arc::new(Mutex::new(0.0f64));
+    let result = std::thread::scope(|scope| {
+        let src = match source {
+            FrameSource::Inline { dataset, front } => Source::Inline(dataset, front),
+            FrameSource::Prefetch { loaders, ahead } => {
+                let nl = loaders.len();
+                let bound = ahead.div_ceil(nl).max(1);
+                let mut rxs = Vec::with_capacity(nl);
+                for (k, (dataset, mut front)) in loaders.into_iter().enumerate() {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(bound);
+                    rxs.push(rx);
+                    let load_s = load_s.clone();
+                    std::thread::Builder::new()
+                        .name(format!("rust3r-loader-{k}"))
+                        .spawn_scoped(scope, move || {
+                            let mut spent = 0.0;
+                            for i in (k..total).step_by(nl) {
+                                let item = load(dataset.as_ref(), front.as_mut(), i);
+                                let stop = item.is_err();
+                                if let Ok(l) = &item {
+                                    spent += l.load_s;
+                                }
+                                // The receiver is gone when tracking stopped early.
+                                if tx.send(item).is_err() || stop {
+                                    break;
+                                }
+                            }
+                            *load_s.lock().expect("timing lock") += spent;
+                        })
+                        .expect("spawning a frame loader thread");
+                }
+                Source::Channels(rxs)
+            }
+        };
+        let r = run_frames(src, cfg, total, cam, &tracker, gpu, &shared, &mut runner, &mut timings, &mut progress);
+        let wait = std::time::Instant::now();
+        let finish = if r.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
+        timings.backend_wait_s = wait.elapsed().as_secs_f64();
+        (r, finish)
+    });
+    let (result, finish) = result;
     let (frames, peak) = result?;
     finish?;
     let s = Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
     let s = s.into_inner().map_err(|_| SlamError::Backend("the back end panicked".into()))?;
     let keyframe_bytes = peak.max(s.store.memory_bytes());
-    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes })
+    timings.backend_s = s.backend_s;
+    timings.load_s += *load_s.lock().expect("timing lock");
+    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes, timings })
 }
 
 fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamError> {
@@ -385,8 +586,7 @@ fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamErro
 
 #[allow(clippy::too_many_arguments)]
 fn run_frames(
-    dataset: &dyn Dataset,
-    front: &mut dyn PointmapFrontEnd,
+    mut source: Source<'_>,
     cfg: &SlamConfig,
     total: usize,
     cam: Option<PinholeCamera>,
@@ -394,14 +594,28 @@ fn run_frames(
     gpu: Option<&rust3r_gpu::Gpu>,
     shared: &Arc<Mutex<Shared>>,
     runner: &mut BackendRunner,
+    timings: &mut Timings,
     progress: &mut impl FnMut(&Progress),
 ) -> Result<(Vec<FrameRecord>, usize), SlamError> {
     let mut records: Vec<FrameRecord> = Vec::with_capacity(total);
     let mut state = TrackingState::Init;
     let mut peak_bytes = 0usize;
     for i in 0..total {
-        let frame = dataset.frame(i)?;
-        let pm = front.pointmap(&frame)?;
+        let t0 = std::time::Instant::now();
+        let inline = matches!(source, Source::Inline(..));
+        let Loaded { timestamp, rgb_path, pm, load_s } = source.next(i)?;
+        let frame = FrameMeta { timestamp, rgb_path };
+        let waited = t0.elapsed().as_secs_f64();
+        if inline {
+            timings.load_s += load_s;
+        } else {
+            timings.wait_frames_s += waited;
+        }
+        let t_frame = std::time::Instant::now();
+        let mut tracked_s = 0.0;
+        // Inline back-end time is counted as back end, not mapping.
+        let backend_inline = matches!(runner, BackendRunner::Inline(_));
+        let backend_before = if backend_inline { lock(shared)?.backend_s } else { 0.0 };
         let conf = pm.conf.clone();
         match state {
             TrackingState::Init => {
@@ -421,10 +635,12 @@ fn run_frames(
                 };
                 // Start from the previous frame's pose.
                 let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
+                let t_track = std::time::Instant::now();
                 let res = match (gpu, cam) {
                     (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
                     _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
                 };
+                tracked_s += t_track.elapsed().as_secs_f64();
                 tracing::debug!(
                     "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
                     res.iterations,
@@ -473,7 +689,9 @@ fn run_frames(
                 let mut all_ok = true;
                 for (_, j, t_wcj, kpm, kconf) in &cands {
                     let t_init = t_wcj.inverse().compose(&t_wc_last);
+                    let t_track = std::time::Instant::now();
                     let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
+                    tracked_s += t_track.elapsed().as_secs_f64();
                     if res.match_frac >= cfg.reloc.min_match_frac {
                         ok.push((*j, t_wcj.compose(&res.t_kf_frame), res.match_frac));
                     } else {
@@ -496,11 +714,13 @@ fn run_frames(
                 }
             }
         }
-        let nk = {
+        let (nk, backend_after) = {
             let s = lock(shared)?;
             peak_bytes = peak_bytes.max(s.store.memory_bytes());
-            s.store.len()
+            (s.store.len(), if backend_inline { s.backend_s } else { 0.0 })
         };
+        timings.track_s += tracked_s;
+        timings.map_s += t_frame.elapsed().as_secs_f64() - tracked_s - (backend_after - backend_before);
         progress(&Progress { frame: i + 1, total, keyframes: nk, state });
     }
     Ok((records, peak_bytes))

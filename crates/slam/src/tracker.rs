@@ -5,8 +5,10 @@
 //! 1. **Match** (projective association): every keyframe point is moved into the frame's
 //!    camera with the current relative pose and located in the frame by iterative projection
 //!    on the frame's ray image ([`crate::matching`]), then rounded and checked for occlusion.
-//!    Matching is redone every iteration, as ICP does: an RGB-D frame has no network
-//!    prediction that is independent of the pose.
+//!    For calibrated views with `matching.projective` (RGB-D) the point is projected with the
+//!    intrinsics instead, which lands on the same pixel, and steps 1 and 2 run fused and in
+//!    parallel ([`crate::projective`]). Matching is redone every iteration, as ICP does: an
+//!    RGB-D frame has no network prediction that is independent of the pose.
 //! 2. **Linearise** the residual of each match: the frame point `X_f(p)` moved into the
 //!    keyframe, `Y = T_CkCf X_f(p)`, against keyframe pixel `q`'s measurement: pixel + log-depth
 //!    ([`crate::residuals::calib_residual`]) plus point-to-plane along `q`'s normal for a
@@ -16,8 +18,9 @@
 //!    scale is then known, and a free scale would only absorb noise) and retract
 //!    `T <- Exp(d) T`; stop on a small relative cost decrease or a small step.
 //!
-//! The normal-equation reductions over pixels are also available on the GPU
-//! ([`crate::kernels`]).
+//! Gauss-Newton runs coarse to fine down to `tracking.finest_level`; the final association
+//! (statistics, keyframe rule, fusion observation) is at level 0. The normal-equation
+//! reductions over pixels are also available on the GPU ([`crate::kernels`]).
 
 use nalgebra::{Matrix3, SMatrix, Vector3};
 use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
@@ -50,6 +53,8 @@ pub struct ResidualParams {
     pub pixel_border: f64,
     /// Minimum average confidence.
     pub c_conf: f64,
+    /// Sum only the pixels with `u + v` even (projective association path; RGB-D addition).
+    pub checkerboard: bool,
 }
 
 impl ResidualParams {
@@ -66,6 +71,7 @@ impl ResidualParams {
             depth_eps: t.depth_eps,
             pixel_border: t.pixel_border,
             c_conf: t.c_conf,
+            checkerboard: t.checkerboard,
         }
     }
     /// From the local_opt section.
@@ -81,6 +87,7 @@ impl ResidualParams {
             depth_eps: l.depth_eps,
             pixel_border: l.pixel_border,
             c_conf: l.c_conf,
+            checkerboard: l.checkerboard,
         }
     }
 }
@@ -109,9 +116,18 @@ pub const NORMAL_MAX_REL_JUMP: f32 = 0.05;
 
 impl LevelView {
     /// Builds the level-`level` view (every `2^level`-th pixel) of a pointmap with average
-    /// confidences `avg_conf`.
+    /// confidences `avg_conf`, with its ray image (for iterative projection).
     pub fn new(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool) -> Self {
+        Self::build(pm, avg_conf, cam, level, p, with_normals, true)
+    }
+
+    /// [`LevelView::new`]; `with_rays` false leaves the ray image empty (projective
+    /// association of calibrated views does not need it).
+    pub fn build(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool, with_rays: bool) -> Self {
         let step = 1usize << level;
+        if let (Some(c), false) = (cam, with_rays) {
+            return Self::build_calibrated(pm, avg_conf, level_camera(&c, step), step, p, with_normals);
+        }
         let mut sub = if step == 1 {
             Pointmap { width: pm.width, height: pm.height, points: pm.points.clone(), conf: avg_conf.to_vec(), colors: Vec::new() }
         } else {
@@ -127,13 +143,17 @@ impl LevelView {
             .collect();
         // Pixels without a point still have a ray when the camera is calibrated.
         let w = sub.width;
-        let rays = ray_image(
+        let rays = if !with_rays {
+            RayImage { width: sub.width, height: sub.height, data: Vec::new() }
+        } else {
+            ray_image(
             sub.width,
             sub.height,
             &sub.points,
             |i| cam.map(|c| [((i % w) as f64 - c.cx) as f32 / c.fx as f32, ((i / w) as f64 - c.cy) as f32 / c.fy as f32, 1.0]),
             |i| valid[i],
-        );
+            )
+        };
         let normals = if with_normals && cam.is_some() {
             let mut masked = sub.clone();
             for (c, v) in masked.conf.iter_mut().zip(&valid) {
@@ -144,6 +164,31 @@ impl LevelView {
             Vec::new()
         };
         Self { cam, width: sub.width, height: sub.height, points: sub.points, valid, rays, normals }
+    }
+
+    /// [`LevelView::build`] for a calibrated camera without a ray image: the same values,
+    /// computed per pixel in parallel straight from the full-resolution pointmap.
+    fn build_calibrated(pm: &Pointmap, avg_conf: &[f32], c: PinholeCamera, step: usize, p: &ResidualParams, with_normals: bool) -> Self {
+        let (w, h) = (pm.width.div_ceil(step), pm.height.div_ceil(step));
+        // Ray directions per column and row (the same expressions as `constrain_to_rays`).
+        let rx: Vec<f32> = (0..w).map(|u| ((u as f64 - c.cx) / c.fx) as f32).collect();
+        let ry: Vec<f32> = (0..h).map(|v| ((v as f64 - c.cy) / c.fy) as f32).collect();
+        let mut points = vec![[0.0f32; 3]; w * h];
+        crate::par::fill_rows(&mut points, w, |u, v, _| {
+            let z = pm.points[v * step * pm.width + u * step][2];
+            [rx[u] * z, ry[v] * z, z]
+        });
+        let mut valid = vec![false; w * h];
+        crate::par::fill_rows(&mut valid, w, |u, v, i| avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf && points[i][2] as f64 > p.depth_eps);
+        let normals = if with_normals {
+            let mut n = vec![None; w * h];
+            crate::par::fill_rows(&mut n, w, |u, v, _| crate::pointmap::normal_at(&points, |j| valid[j], w, h, u, v, NORMAL_MAX_REL_JUMP));
+            n
+        } else {
+            Vec::new()
+        };
+        let rays = RayImage { width: w, height: h, data: Vec::new() };
+        Self { cam: Some(c), width: w, height: h, points, valid, rays, normals }
     }
 
     /// Number of pixels.
@@ -366,13 +411,17 @@ impl Tracker {
     /// (average confidences `kf_conf`), starting from `t_init` (`T_CkCf`). `cam` is the
     /// pointmaps' calibration when known.
     pub fn track(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+        if cam.is_some() && self.matching.projective {
+            return self.track_projective(frame, frame_conf, kf, kf_conf, cam, t_init);
+        }
         let p = ResidualParams::tracking(&self.cfg);
         let mut t = *t_init;
         let mut iterations = 0;
         let mut last = None;
         let mut cost = 0.0;
         let with_normals = p.sigma_plane > 0.0;
-        for level in (0..self.levels.max(1)).rev() {
+        let levels = self.levels.max(1);
+        for level in (self.cfg.finest_level.min(levels - 1)..levels).rev() {
             let fv = LevelView::new(frame, frame_conf, cam, level, &p, false);
             let kv = LevelView::new(kf, kf_conf, cam, level, &p, with_normals);
             let mut warm: Option<Vec<[f32; 2]>> = None;
@@ -399,8 +448,55 @@ impl Tracker {
                 last = Some((fv, kv));
             }
         }
-        let (fv, kv) = last.expect("level 0 is always tracked");
+        let (fv, kv) = last.unwrap_or_else(|| (LevelView::new(frame, frame_conf, cam, 0, &p, false), LevelView::new(kf, kf_conf, cam, 0, &p, false)));
         let mut res = self.finish(&fv, &kv, frame_conf, &t);
+        res.iterations = iterations;
+        res.cost = cost;
+        res
+    }
+
+    /// [`Tracker::track`] for calibrated views with projective association
+    /// ([`crate::projective`]): association and normal equations in one parallel pass per
+    /// Gauss-Newton iteration, no ray images.
+    fn track_projective(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+        let p = ResidualParams::tracking(&self.cfg);
+        let mut t = *t_init;
+        let mut iterations = 0;
+        let mut cost = 0.0;
+        let with_normals = p.sigma_plane > 0.0;
+        let mut last = None;
+        let levels = self.levels.max(1);
+        let finest = self.cfg.finest_level.min(levels - 1);
+        for level in (finest..levels).rev() {
+            let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
+            let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
+            let mut old_cost = f64::INFINITY;
+            for _ in 0..self.cfg.max_iters {
+                iterations += 1;
+                let eq = crate::projective::tracking_normal_eq(&fv, &kv, &t, &p, self.matching.dist_thresh, self.optimize_scale);
+                cost = eq.cost;
+                if eq.count < 6 {
+                    break;
+                }
+                let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
+                tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
+                t = t.retr(&delta);
+                let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
+                old_cost = eq.cost;
+                if done {
+                    break;
+                }
+            }
+            if level == 0 {
+                last = Some((fv, kv));
+            }
+        }
+        let (fv, kv) = match last {
+            Some(v) => v,
+            None => (LevelView::build(frame, frame_conf, cam, 0, &p, false, false), LevelView::build(kf, kf_conf, cam, 0, &p, false, false)),
+        };
+        let m = crate::projective::associate(&fv, &kv, &t.inverse(), &self.matching);
+        let mut res = self.finish_with(&fv, &kv, frame_conf, &t, &m);
         res.iterations = iterations;
         res.cost = cost;
         res
@@ -411,29 +507,30 @@ impl Tracker {
     pub fn finish(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3) -> TrackResult {
         // Final association at the optimised pose, for the statistics and fusion.
         let m = associate(fv, kv, &t.inverse(), None, &self.matching);
+        self.finish_with(fv, kv, frame_conf, t, &m)
+    }
+
+    /// [`Tracker::finish`] with the final matches `m` (keyframe pixels in the frame) given.
+    pub fn finish_with(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3, m: &Matches) -> TrackResult {
         let n = kv.len() as f64;
-        let mut n_valid = 0usize;
-        let mut seen = vec![false; fv.len()];
-        let mut n_unique = 0usize;
-        let mut obs_points = vec![[0.0f32; 3]; kv.len()];
-        let mut obs_conf = vec![0.0f32; kv.len()];
-        for q in 0..kv.len() {
+        // Per keyframe pixel, in parallel: the matched frame pixel (u32::MAX: none) and the
+        // observation for fusion (confidence 0: none).
+        let mut per_q = vec![(u32::MAX, [0.0f32; 3], 0.0f32); kv.len()];
+        let tq = crate::projective::Affine::from_sim3(t);
+        crate::par::fill_rows(&mut per_q, kv.width, |u, v, q| {
             if !m.valid[q] {
-                continue;
+                return (u32::MAX, [0.0; 3], 0.0);
             }
             let pi = m.idx[q] as usize;
             if !fv.valid[pi] {
-                continue;
+                return (u32::MAX, [0.0; 3], 0.0);
             }
-            n_valid += 1;
-            if !seen[pi] {
-                seen[pi] = true;
-                n_unique += 1;
-            }
-            let mut y = t.act(&fv.point(pi));
+            let x = fv.points[pi];
+            let y = tq.act([x[0] as f64, x[1] as f64, x[2] as f64]);
+            let mut y = Vector3::new(y[0], y[1], y[2]);
             if let Some(c) = &kv.cam {
                 // Calibrated: keep the depth, on the keyframe pixel's ray.
-                let (u, v) = ((q % kv.width) as f64, (q / kv.width) as f64);
+                let (u, v) = (u as f64, v as f64);
                 y = Vector3::new((u - c.cx) / c.fx * y.z, (v - c.cy) / c.fy * y.z, y.z);
                 // Gate fusion on the depth-noise model: an observation more than 3 sigma from
                 // the keyframe's depth (an edge, an occluder, a moved object) is not averaged in.
@@ -441,13 +538,25 @@ impl Tracker {
                     let zq = kv.points[q][2] as f64;
                     let sigma = self.cfg.sigma_plane * (zq * zq).max(0.25);
                     if (y.z - zq).abs() > 3.0 * sigma {
-                        continue;
+                        return (pi as u32, [0.0; 3], 0.0);
                     }
                 }
             }
-            obs_points[q] = [y.x as f32, y.y as f32, y.z as f32];
-            obs_conf[q] = frame_conf[pi];
+            (pi as u32, [y.x as f32, y.y as f32, y.z as f32], frame_conf[pi])
+        });
+        let mut n_valid = 0usize;
+        let mut seen = vec![false; fv.len()];
+        let mut n_unique = 0usize;
+        for (pi, _, _) in &per_q {
+            if *pi != u32::MAX {
+                n_valid += 1;
+                let s = &mut seen[*pi as usize];
+                n_unique += !*s as usize;
+                *s = true;
+            }
         }
+        let obs_points: Vec<[f32; 3]> = per_q.iter().map(|o| o.1).collect();
+        let obs_conf: Vec<f32> = per_q.iter().map(|o| o.2).collect();
         let match_frac = n_valid as f64 / n;
         let keyframe_frac = match_frac.min(n_unique as f64 / n);
         let lost = match_frac < self.cfg.min_match_frac;

@@ -222,7 +222,8 @@ pub fn track_gpu(
     let mut iterations = 0;
     let mut cost = 0.0;
     let mut last = None;
-    for level in (0..tracker.levels.max(1)).rev() {
+    let levels = tracker.levels.max(1);
+    for level in (tracker.cfg.finest_level.min(levels - 1)..levels).rev() {
         let fv = LevelView::new(frame, frame_conf, Some(cam), level, &p, false);
         let kv = LevelView::new(kf, kf_conf, Some(cam), level, &p, p.sigma_plane > 0.0);
         let pair = GpuPair::new(gpu, &fv, &kv, &p, &tracker.matching);
@@ -247,7 +248,10 @@ pub fn track_gpu(
             last = Some((fv, kv, pair));
         }
     }
-    let (fv, kv, _) = last.expect("level 0 is always tracked");
+    let (fv, kv) = match last {
+        Some((fv, kv, _)) => (fv, kv),
+        None => (LevelView::new(frame, frame_conf, Some(cam), 0, &p, false), LevelView::new(kf, kf_conf, Some(cam), 0, &p, false)),
+    };
     // Statistics and the fusion observation from a final association (host reference code).
     let mut res = tracker.finish(&fv, &kv, frame_conf, &t);
     res.iterations = iterations;
