@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::{self, DatasetKind};
+use crate::live::{CameraView, Live, LiveSink};
 use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_source};
 
 /// Arguments of `rust3r slam`.
@@ -44,6 +45,13 @@ pub struct SlamArgs {
     /// the CPU.
     #[arg(long)]
     pub gpu: bool,
+    /// Live view in a rerun viewer: current camera and frame, keyframe pointmaps, camera
+    /// trajectory and back-end graph edges (needs a build with the `rerun` feature).
+    #[arg(long)]
+    pub rerun: bool,
+    /// Record the live view to this `.rrd` file instead (open it with `rerun FILE`).
+    #[arg(long)]
+    pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
@@ -86,13 +94,29 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let gpu = if args.gpu { Some(args.device.open()?) } else { None };
     let start = Instant::now();
     let source = FrameSource::Prefetch { loaders, ahead: 4 * n_loaders };
+    let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref()).map(|s| Live::open("rust3r slam", &s)).transpose()?;
+    let live_camera = front.camera().context("the rgbd front end has a calibrated camera")?;
+    let mut view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
+    let mut live_err: Option<anyhow::Error> = None;
     let result = run_slam_source(source, &cfg, args.max_frames, gpu.as_ref(), |p| {
+        if let Some(v) = view.as_mut()
+            && live_err.is_none()
+            && let Err(e) = v.log(p)
+        {
+            live_err = Some(e);
+        }
         let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(p.frame as u64);
         bar.set_message(format!("{fps:.1} FPS, {} keyframes, {}", p.keyframes, p.state));
     })?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
+    if let Some(e) = live_err {
+        eprintln!("warning: live view stopped: {e:#}");
+    }
+    if let Some(l) = &live {
+        l.flush();
+    }
     let files = output::write_outputs(&result, dataset.as_ref(), &args.out, cfg.rgbd.export_conf as f32)?;
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
     println!(
@@ -128,4 +152,92 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Live view of a SLAM run: the current camera (pose, pinhole, every 5th colour frame), the
+/// trajectory so far, each keyframe's pointmap under its pose (re-posed when the back end moves
+/// keyframes) and the graph edges between keyframe centres.
+struct SlamView<'a> {
+    live: &'a Live,
+    camera: rust3r_geometry::PinholeCamera,
+    trajectory: Vec<[f32; 3]>,
+    /// Colour image size over the pointmap size (the pinhole is logged at the image's size).
+    image_scale: f64,
+}
+
+fn camera_view(pose: &rust3r_geometry::Sim3, k: &rust3r_geometry::PinholeCamera) -> CameraView {
+    let r = pose.rotation.to_rotation_matrix();
+    let m = r.matrix();
+    CameraView {
+        translation: [pose.translation.x as f32, pose.translation.y as f32, pose.translation.z as f32],
+        rotation: std::array::from_fn(|i| std::array::from_fn(|j| m[(i, j)] as f32)),
+        fx: k.fx as f32,
+        fy: k.fy as f32,
+        width: k.width,
+        height: k.height,
+    }
+}
+
+impl<'a> SlamView<'a> {
+    fn new(live: &'a Live, camera: &rust3r_geometry::PinholeCamera) -> Self {
+        Self { live, camera: *camera, trajectory: Vec::new(), image_scale: 1.0 }
+    }
+
+    /// The pointmap camera scaled to the colour image's size.
+    fn image_camera(&self) -> rust3r_geometry::PinholeCamera {
+        let (c, sc) = (&self.camera, self.image_scale);
+        rust3r_geometry::PinholeCamera {
+            fx: c.fx * sc,
+            fy: c.fy * sc,
+            cx: c.cx * sc,
+            cy: c.cy * sc,
+            width: (c.width as f64 * sc).round() as u32,
+            height: (c.height as f64 * sc).round() as u32,
+        }
+    }
+
+    fn log(&mut self, p: &rust3r_slam::Progress) -> Result<()> {
+        let l = self.live;
+        l.at("frame", p.frame as u64);
+        let image = if p.frame % 5 == 1 {
+            let img = image::open(&p.rgb_path).with_context(|| format!("cannot read {}", p.rgb_path.display()))?.to_rgb8();
+            self.image_scale = img.width() as f64 / self.camera.width.max(1) as f64;
+            Some(img)
+        } else {
+            None
+        };
+        l.camera("world/camera", &camera_view(&p.pose, &self.image_camera()))?;
+        let t = &p.pose.translation;
+        self.trajectory.push([t.x as f32, t.y as f32, t.z as f32]);
+        if let Some(img) = image {
+            l.image_rgb("world/camera/image", img.as_raw(), img.width(), img.height())?;
+            l.lines("world/trajectory", std::slice::from_ref(&self.trajectory))?;
+        }
+        if let Some((k, pm)) = &p.new_keyframe {
+            let (mut pts, mut cols) = (Vec::new(), Vec::new());
+            for i in (0..pm.len()).step_by(2) {
+                if pm.conf[i] > 0.0 {
+                    pts.push(pm.points[i]);
+                    cols.push(pm.colors[i]);
+                }
+            }
+            l.points(&format!("world/keyframes/{k}/points"), &pts, &cols)?;
+        }
+        if let Some((poses, edges)) = &p.graph {
+            for (k, pose) in poses.iter().enumerate() {
+                let mut v = camera_view(pose, &self.camera);
+                // Keyframe frusta drawn small: only the transform matters for the points.
+                v.fx *= 0.5;
+                v.fy *= 0.5;
+                l.camera(&format!("world/keyframes/{k}"), &v)?;
+            }
+            let centre = |k: usize| {
+                let t = &poses[k].translation;
+                [t.x as f32, t.y as f32, t.z as f32]
+            };
+            let strips: Vec<Vec<[f32; 3]>> = edges.iter().filter(|e| e.0 < poses.len() && e.1 < poses.len()).map(|e| vec![centre(e.0), centre(e.1)]).collect();
+            l.lines("world/graph", &strips)?;
+        }
+        Ok(())
+    }
 }

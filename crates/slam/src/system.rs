@@ -112,8 +112,8 @@ impl SlamResult {
     }
 }
 
-/// Progress report after each frame.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Progress report after each frame, with what a live view needs.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     /// Frames processed.
     pub frame: usize,
@@ -123,6 +123,16 @@ pub struct Progress {
     pub keyframes: usize,
     /// State after the frame.
     pub state: TrackingState,
+    /// Camera-to-world pose of this frame (its keyframe's current pose composed with the frame's
+    /// relative pose; the last known pose when the frame was lost).
+    pub pose: Sim3,
+    /// Colour image file of this frame.
+    pub rgb_path: std::path::PathBuf,
+    /// A keyframe created at this frame: its index and pointmap (in its own camera frame).
+    pub new_keyframe: Option<(usize, Arc<Pointmap>)>,
+    /// Every keyframe's camera-to-world pose and the back-end edges `(i, j)`, reported when a
+    /// keyframe was added or the back end finished an optimisation since the previous report.
+    pub graph: Option<(Vec<Sim3>, Vec<(usize, usize)>)>,
 }
 
 struct Shared {
@@ -600,6 +610,8 @@ fn run_frames(
     let mut records: Vec<FrameRecord> = Vec::with_capacity(total);
     let mut state = TrackingState::Init;
     let mut peak_bytes = 0usize;
+    // Keyframes and back-end runs already reported to `progress`.
+    let mut reported = (0usize, 0usize);
     for i in 0..total {
         let t0 = std::time::Instant::now();
         let inline = matches!(source, Source::Inline(..));
@@ -714,14 +726,31 @@ fn run_frames(
                 }
             }
         }
-        let (nk, backend_after) = {
+        let rec = records.last().expect("one record per frame");
+        let (nk, backend_after, pose, new_keyframe, graph) = {
             let s = lock(shared)?;
             peak_bytes = peak_bytes.max(s.store.memory_bytes());
-            (s.store.len(), if backend_inline { s.backend_s } else { 0.0 })
+            let pose = s.store.frames[rec.keyframe].t_wc.compose(&rec.t_kf_frame);
+            let new_keyframe = (s.store.len() > reported.0)
+                .then(|| (s.store.len() - 1, s.store.frames[s.store.len() - 1].pointmap.clone()));
+            let graph = (s.store.len() > reported.0 || s.runs > reported.1).then(|| {
+                (s.store.frames.iter().map(|k| k.t_wc).collect(), s.edges.iter().map(|e| (e.i, e.j)).collect())
+            });
+            reported = (s.store.len(), s.runs);
+            (s.store.len(), if backend_inline { s.backend_s } else { 0.0 }, pose, new_keyframe, graph)
         };
         timings.track_s += tracked_s;
         timings.map_s += t_frame.elapsed().as_secs_f64() - tracked_s - (backend_after - backend_before);
-        progress(&Progress { frame: i + 1, total, keyframes: nk, state });
+        progress(&Progress {
+            frame: i + 1,
+            total,
+            keyframes: nk,
+            state,
+            pose,
+            rgb_path: rec.rgb_path.clone(),
+            new_keyframe,
+            graph,
+        });
     }
     Ok((records, peak_bytes))
 }
