@@ -27,7 +27,10 @@
 pub mod checkpoint;
 pub mod config;
 mod error;
+pub mod model;
 pub mod model_string;
+pub mod parity;
+pub mod preprocess;
 mod pickle;
 pub mod pth;
 pub mod safetensors;
@@ -40,6 +43,7 @@ pub use checkpoint::{
 pub use config::{
     ActivationKind, ActivationMode, DptConfig, LocalFeatConfig, Mast3rConfig, expected_layout,
 };
+pub use model::{Encoded, HostPrediction, Mast3r, Precision, Prediction, Trace};
 pub use error::{ConfigError, Error, LayoutReport, PickleError, PickleErrorKind};
 pub use pth::{PthFile, PthTensorInfo};
 pub use safetensors::{SafetensorsFile, write_safetensors};
