@@ -150,6 +150,10 @@ fn tiny_config_matches_config_json() {
     );
     // The layout equals the file's key set.
     assert_eq!(expected_layout(cfg), shapes_of(ckpt.tensors()));
+    // The built-in tiny configuration (benchmarks) is this one.
+    let mut tiny_cfg = Mast3rConfig::tiny_fixture();
+    tiny_cfg.source_model_string = cfg.source_model_string.clone();
+    assert_eq!(&tiny_cfg, cfg);
 }
 
 #[test]
@@ -228,6 +232,11 @@ fn released_layout_matches_expected_layout_exactly() {
         .map(|(_, s)| numel(s))
         .sum();
     assert_eq!(unique as u64, j["n_unique_params"].as_u64().unwrap());
+
+    // The built-in released configuration (benchmarks) is this one.
+    let mut released = Mast3rConfig::released();
+    released.source_model_string = Some(ctor.to_string());
+    assert_eq!(released, cfg);
 
     // Without a constructor string the released model's values are assumed: same config.
     let mut bare = Mast3rConfig::from_shapes(&shapes, None).unwrap();
