@@ -1,6 +1,7 @@
 //! `rust3r`: dense 3D reconstruction and Gaussian splatting on any GPU.
 
 mod bench;
+mod mast3r_cmd;
 mod render_cmd;
 mod train_cmd;
 mod slam_cmd;
@@ -65,6 +66,8 @@ enum Command {
         input: PathBuf,
         output: PathBuf,
     },
+    /// Run the MASt3R network on a parity inputs file (shared/fixtures/mast3r_tiny layout).
+    Mast3rInfer(mast3r_cmd::InferArgs),
     /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
     Slam(slam_cmd::SlamArgs),
     /// Benchmarks (not tests): timing and peak memory.
@@ -122,6 +125,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
             Ok(())
         }
+        Command::Mast3rInfer(args) => mast3r_cmd::infer(&args),
         Command::Slam(args) => slam_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }

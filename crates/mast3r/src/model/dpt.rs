@@ -6,19 +6,21 @@ use burn::tensor::Tensor;
 use burn::tensor::module::interpolate;
 use burn::tensor::ops::{InterpolateMode, InterpolateOptions};
 
-use super::layers::{Conv2d, Linear, Loader, Trace, relu4, tokens_to_map};
+use super::layers::{Conv2d, Linear, Loader, Trace, nchw, relu4, tokens_to_map};
 use crate::config::DptConfig;
 use crate::error::Error;
 
-/// Bilinear x2 upsampling with `align_corners = True`.
+/// Bilinear x2 upsampling with `align_corners = True` of a channels-last map (Burn's kernel works
+/// channels-last internally, so the permuted views cost no copies).
 pub(crate) fn up2(x: Tensor<4>) -> Tensor<4> {
-    let [_, _, h, w] = x.dims();
+    let [_, h, w, _] = x.dims();
     interpolate(
-        x,
+        nchw(&x),
         InterpolateOptions::new(InterpolateMode::Bilinear)
             .with_align_corners(true)
             .with_output_size([2 * h, 2 * w]),
     )
+    .permute([0, 2, 3, 1])
 }
 
 /// `conv2(relu(conv1(relu(z)))) + z`.
@@ -89,13 +91,14 @@ impl ActPost {
         let x = self.proj.forward(tokens);
         match (&self.up, &self.down) {
             (Some((up, s)), _) => {
+                // Outputs per token are [r][c][channel]: shuffle rows and columns in.
                 let s = *s;
                 let y = up.forward(x);
                 let [b, _, cs] = y.dims();
                 let c = cs / (s * s);
-                y.reshape([b, h, w, c, s, s])
-                    .permute([0, 3, 1, 4, 2, 5])
-                    .reshape([b, c, h * s, w * s])
+                y.reshape([b, h, w, s, s, c])
+                    .permute([0, 1, 3, 2, 4, 5])
+                    .reshape([b, h * s, w * s, c])
             }
             (None, Some(down)) => down.forward(tokens_to_map(x, h, w)),
             (None, None) => tokens_to_map(x, h, w),
@@ -185,7 +188,8 @@ impl Dpt {
         })
     }
 
-    /// `tokens`: the head's token list `[enc_out, dec_1, ..., dec_norm(dec_L)]`; returns `[B, 4, H, W]`.
+    /// `tokens`: the head's token list `[enc_out, dec_1, ..., dec_norm(dec_L)]`; returns the
+    /// channels-last `[B, H, W, 4]` output. Traced internals are recorded `[B, C, H, W]`.
     pub fn forward(
         &self,
         tokens: &[Tensor<3>],
@@ -196,30 +200,30 @@ impl Dpt {
         let mut rn = Vec::with_capacity(4);
         for k in 0..4 {
             let a = self.act[k].forward(tokens[self.hooks[k]].clone(), h, w);
-            trace.record(&format!("dpt.act{}", k + 1), &a);
+            trace.record(&format!("dpt.act{}", k + 1), &nchw(&a));
             let r = self.layer_rn[k].forward(a);
-            trace.record(&format!("dpt.rn{}", k + 1), &r);
+            trace.record(&format!("dpt.rn{}", k + 1), &nchw(&r));
             rn.push(r);
         }
         let path4 = self.refinenet[3].forward(rn[3].clone(), None);
-        trace.record("dpt.refinenet4_uncropped", &path4);
-        let [_, _, h3, w3] = rn[2].dims();
-        let mut path = path4.narrow(2, 0, h3).narrow(3, 0, w3);
+        trace.record("dpt.refinenet4_uncropped", &nchw(&path4));
+        let [_, h3, w3, _] = rn[2].dims();
+        let mut path = path4.narrow(1, 0, h3).narrow(2, 0, w3);
         for k in (0..3).rev() {
             let name = format!("dpt.refinenet{}", k + 1);
-            trace.record(&format!("{name}.in0"), &path);
-            trace.record(&format!("{name}.in1"), &rn[k]);
+            trace.record(&format!("{name}.in0"), &nchw(&path));
+            trace.record(&format!("{name}.in1"), &nchw(&rn[k]));
             path = self.refinenet[k].forward(path, Some(rn[k].clone()));
-            trace.record(&name, &path);
+            trace.record(&name, &nchw(&path));
         }
         let x = self.head0.forward(path);
-        trace.record("dpt.head0", &x);
+        trace.record("dpt.head0", &nchw(&x));
         let x = up2(x);
-        trace.record("dpt.head1", &x);
+        trace.record("dpt.head1", &nchw(&x));
         let x = self.head2.forward(x);
-        trace.record("dpt.head2", &x);
+        trace.record("dpt.head2", &nchw(&x));
         let x = relu4(x);
-        trace.record("dpt.head3", &x);
+        trace.record("dpt.head3", &nchw(&x));
         self.head4.forward(x)
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use burn::tensor::activation::{gelu, relu};
 use burn::tensor::module::{conv2d, layer_norm, linear};
-use burn::tensor::ops::ConvOptions;
-use burn::tensor::{DType, Device, Distribution, Tensor, TensorData};
+use burn::tensor::ops::{ConvOptions, PadMode};
+use burn::tensor::{DType, Device, Distribution, Slice, Tensor, TensorData};
 
 use crate::error::Error;
 use crate::tensor::TensorF32;
@@ -192,8 +192,8 @@ impl Loader<'_> {
     }
 
     /// `ConvTranspose2d(inp -> out, kernel = stride = s)` (weights `[inp, out, s, s]`) as a linear
-    /// layer `inp -> out*s*s` whose outputs are laid out `[out][r][c]`; the caller pixel-shuffles.
-    /// With stride equal to the kernel there is no overlap, so this is exact (SPEC §6).
+    /// layer `inp -> s*s*out` whose outputs are laid out `[r][c][out]` (reordered once); the caller
+    /// pixel-shuffles. With stride equal to the kernel there is no overlap, so this is exact (SPEC §6).
     pub fn conv_transpose_as_linear(
         &self,
         prefix: &str,
@@ -203,10 +203,17 @@ impl Loader<'_> {
     ) -> Result<Linear, Error> {
         let key = format!("{prefix}.weight");
         let w = match &self.source {
-            // [inp, out, s, s] row-major is already [inp, out*s*s].
             Source::Checkpoint { .. } => {
                 let t = self.host(&key, &[inp, out, s, s])?;
-                self.upload(t.data.clone(), [inp, out * s * s], false)
+                let mut v = vec![0.0f32; t.data.len()];
+                for i in 0..inp {
+                    for o in 0..out {
+                        for rc in 0..s * s {
+                            v[(i * s * s + rc) * out + o] = t.data[(i * out + o) * s * s + rc];
+                        }
+                    }
+                }
+                self.upload(v, [inp, out * s * s], false)
             }
             Source::Random => self.finish(
                 self.random([inp, out * s * s], Init::Weight { fan_in: inp }),
@@ -217,11 +224,7 @@ impl Loader<'_> {
         let b = match &self.source {
             Source::Checkpoint { .. } => {
                 let t = self.host(&bkey, &[out])?;
-                let rep: Vec<f32> = t
-                    .data
-                    .iter()
-                    .flat_map(|&v| std::iter::repeat_n(v, s * s))
-                    .collect();
+                let rep: Vec<f32> = (0..s * s).flat_map(|_| t.data.iter().copied()).collect();
                 self.upload(rep, [out * s * s], false)
             }
             Source::Random => self.finish(self.random([out * s * s], Init::Bias), false),
@@ -238,7 +241,8 @@ impl Loader<'_> {
         })
     }
 
-    /// A `Conv2d(inp -> out, k x k)`.
+    /// A `Conv2d(inp -> out, k x k)` (weights `[out, inp, k, k]`) for channels-last maps, its
+    /// weights reordered once to `[(ky, kx, inp), out]` for [`Conv2d::forward`]'s im2col product.
     #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &self,
@@ -250,20 +254,39 @@ impl Loader<'_> {
         pad: usize,
         bias: bool,
     ) -> Result<Conv2d, Error> {
-        let w = self.param(
-            &format!("{prefix}.weight"),
-            [out, inp, k, k],
-            Init::Weight {
-                fan_in: inp * k * k,
-            },
-            false,
-        )?;
+        let key = format!("{prefix}.weight");
+        let fan_in = inp * k * k;
+        let w = match &self.source {
+            Source::Checkpoint { .. } => {
+                let t = self.host(&key, &[out, inp, k, k])?;
+                let mut v = vec![0.0f32; t.data.len()];
+                for o in 0..out {
+                    for c in 0..inp {
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                v[((ky * k + kx) * inp + c) * out + o] =
+                                    t.data[((o * inp + c) * k + ky) * k + kx];
+                            }
+                        }
+                    }
+                }
+                self.upload(v, [fan_in, out], false)
+            }
+            Source::Random => {
+                self.finish(self.random([fan_in, out], Init::Weight { fan_in }), false)
+            }
+        };
         let b = if bias {
             Some(self.param(&format!("{prefix}.bias"), [out], Init::Bias, false)?)
         } else {
             None
         };
-        Ok(Conv2d { w, b, stride, pad })
+        Ok(Conv2d {
+            lin: Linear { w, b },
+            k,
+            stride,
+            pad,
+        })
     }
 
     /// A transformer MLP `fc1 -> GELU -> fc2`.
@@ -324,23 +347,78 @@ impl LayerNorm {
     }
 }
 
-/// 2D convolution (cross-correlation), square kernel, symmetric padding.
+/// `RUST3R_MAST3R_CONV=direct` runs the DPT's 3x3 convolutions through Burn's `conv2d` instead of
+/// im2col + matrix product (for comparing the two on a given GPU).
+fn direct_conv() -> bool {
+    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DIRECT.get_or_init(|| std::env::var("RUST3R_MAST3R_CONV").is_ok_and(|v| v == "direct"))
+}
+
+/// 2D convolution (cross-correlation, square kernel, symmetric zero padding) on channels-last
+/// maps `[B, H, W, C]`: the `k * k` shifted (and strided) views are concatenated along channels
+/// (im2col) and multiplied by the reordered weights in one matrix product.
 #[derive(Clone, Debug)]
 pub(crate) struct Conv2d {
-    pub w: Tensor<4>,
-    pub b: Option<Tensor<1>>,
+    pub lin: Linear,
+    pub k: usize,
     pub stride: usize,
     pub pad: usize,
 }
 
 impl Conv2d {
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        conv2d(
-            x,
-            self.w.clone(),
-            self.b.clone(),
-            ConvOptions::new([self.stride; 2], [self.pad; 2], [1, 1], 1),
-        )
+        let (k, s, p) = (self.k, self.stride, self.pad);
+        if k == 1 && s == 1 && p == 0 {
+            return self.lin.forward(x);
+        }
+        if direct_conv() {
+            // Burn's own convolution (its default kernel without autotune is a direct loop).
+            let [kkc, out] = self.lin.w.dims();
+            let c = kkc / (k * k);
+            let w = self
+                .lin
+                .w
+                .clone()
+                .reshape([k, k, c, out])
+                .permute([3, 2, 0, 1]);
+            return conv2d(
+                x.permute([0, 3, 1, 2]),
+                w,
+                self.lin.b.clone(),
+                ConvOptions::new([s, s], [p, p], [1, 1], 1),
+            )
+            .permute([0, 2, 3, 1]);
+        }
+        let [_, h, w, _] = x.dims();
+        let x = if p > 0 {
+            x.pad([(p, p), (p, p), (0, 0)], PadMode::Constant(0.0))
+        } else {
+            x
+        };
+        let ho = (h + 2 * p - k) / s + 1;
+        let wo = (w + 2 * p - k) / s + 1;
+        let mut cols = Vec::with_capacity(k * k);
+        for ky in 0..k {
+            for kx in 0..k {
+                let rows = Slice::new(
+                    ky as isize,
+                    Some((ky + s * (ho - 1) + 1) as isize),
+                    s as isize,
+                );
+                let colsl = Slice::new(
+                    kx as isize,
+                    Some((kx + s * (wo - 1) + 1) as isize),
+                    s as isize,
+                );
+                cols.push(x.clone().slice_dim(1, rows).slice_dim(2, colsl));
+            }
+        }
+        let im = if cols.len() == 1 {
+            cols.pop().expect("one")
+        } else {
+            Tensor::cat(cols, 3)
+        };
+        self.lin.forward(im)
     }
 }
 
@@ -361,11 +439,17 @@ pub(crate) fn relu4(x: Tensor<4>) -> Tensor<4> {
     relu(x)
 }
 
-/// `[B, N, C]` tokens of an `h x w` grid to a `[B, C, h, w]` map (token n = row n / w, column n % w).
+/// A channels-last `[B, H, W, C]` map as `[B, C, H, W]` (a view).
+pub(crate) fn nchw(x: &Tensor<4>) -> Tensor<4> {
+    x.clone().permute([0, 3, 1, 2])
+}
+
+/// `[B, N, C]` tokens of an `h x w` grid to a channels-last `[B, h, w, C]` map (token n = row
+/// n / w, column n % w).
 pub(crate) fn tokens_to_map(x: Tensor<3>, h: usize, w: usize) -> Tensor<4> {
     let [b, n, c] = x.dims();
     debug_assert_eq!(n, h * w);
-    x.reshape([b, h, w, c]).permute([0, 3, 1, 2])
+    x.reshape([b, h, w, c])
 }
 
 /// Named intermediate tensors, read back to the host as they are produced (parity checks).

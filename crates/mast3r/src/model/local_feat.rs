@@ -32,13 +32,14 @@ impl LocalFeat {
         self.mlp.forward(Tensor::cat(vec![enc, dec], 2))
     }
 
-    /// Pixel shuffle: `[B, N, C * P * P]` to `[B, C, h * P, w * P]`.
+    /// Pixel shuffle: `[B, N, C * P * P]` (per token `[channel][row][column]`) to a channels-last
+    /// `[B, h * P, w * P, C]` map.
     pub fn shuffle(&self, raw: Tensor<3>, h: usize, w: usize) -> Tensor<4> {
         let [b, _, cpp] = raw.dims();
         let p = self.patch;
         let c = cpp / (p * p);
         raw.reshape([b, h, w, c, p, p])
-            .permute([0, 3, 1, 4, 2, 5])
-            .reshape([b, c, h * p, w * p])
+            .permute([0, 1, 4, 2, 5, 3])
+            .reshape([b, h * p, w * p, c])
     }
 }

@@ -24,6 +24,7 @@ mod layers;
 mod local_feat;
 mod patch_embed;
 mod postprocess;
+pub mod profile;
 mod rope;
 
 use std::collections::HashMap;
@@ -339,6 +340,7 @@ impl Mast3r {
             self.cfg.in_chans
         );
         let grid = [hh / p, ww / p];
+        profile::start(&self.device);
         let img = self.to_precision(img);
         let mut x = self.patch_embed.forward(img);
         trace.record("patch_embed", &x);
@@ -349,12 +351,14 @@ impl Mast3r {
         }
         let feat = self.enc_norm.forward(x);
         trace.record("enc_out", &feat);
+        profile::mark(&self.device, "encoder");
         Encoded { feat, grid }
     }
 
     /// The two decoder stacks: the token lists `[enc, dec_1, ..., dec_norm(dec_L)]` of both views.
     fn decoder_tokens(&self, a: &Encoded, b: &Encoded, trace: &mut Trace) -> [Vec<Tensor<3>>; 2] {
         assert_eq!(a.batch(), b.batch(), "both views need the same batch size");
+        profile::start(&self.device);
         let hd = self.cfg.dec_head_dim();
         let ropes = [self.rope(a.grid, hd), self.rope(b.grid, hd)];
         let mut x = [
@@ -382,6 +386,7 @@ impl Mast3r {
             trace.record(&format!("view{}.dec_out", v + 1), &out);
             t.push(out);
         }
+        profile::mark(&self.device, "decoder");
         tokens
     }
 
@@ -397,14 +402,16 @@ impl Mast3r {
         let head = &self.heads[v];
         trace.set_prefix(&format!("view{}.", v + 1));
         let dpt_out = head.dpt.forward(tokens, h, w, trace);
-        trace.record("dpt_out", &dpt_out);
+        trace.record("dpt_out", &dpt_out.clone().permute([0, 3, 1, 2]));
+        profile::mark(&self.device, "dpt");
         let raw = head
             .local
             .raw(tokens[0].clone(), tokens[tokens.len() - 1].clone());
         trace.record("local_feat_raw", &raw);
         trace.set_prefix("");
         let local = head.local.shuffle(raw, h, w);
-        postprocess::postprocess(
+        profile::mark(&self.device, "local_feat");
+        let pred = postprocess::postprocess(
             dpt_out,
             local,
             &self.cfg.depth_mode,
@@ -415,7 +422,9 @@ impl Mast3r {
             } else {
                 None
             },
-        )
+        );
+        profile::mark(&self.device, "postprocess");
+        pred
     }
 
     /// MASt3R-SLAM's `decoder(feat1, feat2, ...)`: both decoder stacks, head 1 on view 1's tokens

@@ -64,7 +64,7 @@ fn conf_act<const D: usize>(x: Tensor<D>, m: &ActivationMode) -> Tensor<D> {
     }
 }
 
-/// `dpt_out` `[B, 4, H, W]` and the local-feature map `[B, desc + two_confs, H, W]` to a
+/// Channels-last `dpt_out` `[B, H, W, 4]` and local-feature map `[B, H, W, desc + two_confs]` to a
 /// [`Prediction`] (computed in binary32).
 pub(crate) fn postprocess(
     dpt_out: Tensor<4>,
@@ -74,8 +74,8 @@ pub(crate) fn postprocess(
     desc_dim: usize,
     desc_conf_mode: Option<&ActivationMode>,
 ) -> Prediction {
-    let dpt = dpt_out.cast(DType::F32).permute([0, 2, 3, 1]);
-    let local = local.cast(DType::F32).permute([0, 2, 3, 1]);
+    let dpt = dpt_out.cast(DType::F32);
+    let local = local.cast(DType::F32);
     let [b, h, w, _] = dpt.dims();
     let xyz = dpt.clone().narrow(3, 0, 3);
     let pts3d = match depth_mode.kind {
