@@ -6,6 +6,7 @@
 //! |---|---|
 //! | [`model`] | [`Mast3r`]: weights on a Burn [`Device`](burn::tensor::Device) (wgpu by default) in f32 or f16; [`Mast3r::encode`], [`Mast3r::decode`], [`Mast3r::mono`], [`Mast3r::symmetric`], [`Mast3r::asymmetric`]; outputs [`Prediction`] (pts3d, conf, desc, desc_conf) |
 //! | [`preprocess`] | `resize_img` at 512 / 224, bit-exact with Pillow (LANCZOS shrinking, BICUBIC enlarging) |
+//! | [`frontend`] | [`frontend::Mast3rMonoFrontEnd`]: the network as `rust3r_slam`'s `PointmapFrontEnd` (monocular, uncalibrated) |
 //! | [`parity`] | the fixture's cases (`rust3r mast3r-infer`): every reference tensor, same names and shapes |
 //! | [`pth`] | PyTorch zip checkpoints: restricted pickle interpreter, lazy storage reads, strided/f16/bf16 to `f32` |
 //! | [`safetensors`] | safetensors reading (header first, data on demand) and atomic writing |
@@ -44,6 +45,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod frontend;
 mod error;
 pub mod model;
 pub mod model_string;

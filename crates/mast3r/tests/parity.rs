@@ -279,3 +279,40 @@ fn half_precision_stays_within_documented_tolerance() {
         "f16 should differ from the f32 reference at all"
     );
 }
+
+/// The SLAM front end on a real frame (the fixture's first frame, decoded by the `image` crate) with
+/// the tiny checkpoint: a finite pointmap of the preprocessed size, positive confidences, colours.
+#[test]
+fn slam_front_end_gives_a_finite_pointmap() {
+    use rust3r_slam::PointmapFrontEnd;
+    let device = device();
+    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 224).unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/redkitchen/frame-000000.color.jpg"
+    );
+    assert!(Path::new(path).exists(), "{path} is missing");
+    let frame = rust3r_io::datasets::Frame {
+        index: 0,
+        timestamp: 0.0,
+        rgb: image::open(path).unwrap().to_rgb8(),
+        depth: None,
+        gt_pose: None,
+        rgb_path: path.into(),
+    };
+    let pm = fe.pointmap(&frame).unwrap();
+    assert_eq!((pm.width, pm.height, pm.len()), (224, 224, 224 * 224));
+    assert!(pm.points.iter().flatten().all(|v| v.is_finite()));
+    assert!(pm.conf.iter().all(|&c| c > 1.0 && c.is_finite()));
+    assert_eq!(fe.camera(), None);
+    assert!(!fe.is_metric());
+    let (_, host, pre) = fe.last().unwrap();
+    assert_eq!(host.desc.len(), 224 * 224 * 24);
+    assert_eq!(pre.rgb.len(), 224 * 224 * 3);
+    // A frame the preprocessing cannot handle is an error naming the file, not a panic.
+    let mut tiny = frame.clone();
+    tiny.rgb = image::RgbImage::new(0, 10);
+    let err = fe.pointmap(&tiny).unwrap_err().to_string();
+    assert!(err.contains("frame-000000.color.jpg"), "{err}");
+}
