@@ -410,7 +410,8 @@ def bench(args):
     dtype = torch.float16 if prec == "f16" else torch.float32
     if prec == "f16":
         model.half()
-    params = sum(p.numel() for p in model.parameters())
+    # Parameters used at inference (refinenet4.resConfUnit1 exists but is never run), as rust3r counts.
+    params = sum(p.numel() for n, p in model.named_parameters() if "refinenet4.resConfUnit1" not in n)
     amp = torch.autocast(dev.type, dtype=torch.float16) if prec == "amp" else None
 
     def sync():
