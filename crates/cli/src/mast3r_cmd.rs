@@ -40,6 +40,31 @@ pub struct InferArgs {
 }
 
 /// The Burn device for `--backend` / `--adapter` (wgpu; adapter indices as in `rust3r info`).
+/// Refuses a model / image size whose largest buffer exceeds the adapter's storage binding limit
+/// (otherwise wgpu fails on the device, far from the cause).
+fn check_fits(
+    name: &str,
+    cfg: &Mast3rConfig,
+    h: usize,
+    w: usize,
+    precision: Precision,
+) -> Result<()> {
+    let need = Mast3r::largest_buffer_bytes(cfg, h, w, precision);
+    if let Some(a) = rust3r_gpu::list_adapters()
+        .into_iter()
+        .find(|a| a.name == name)
+    {
+        ensure!(
+            need <= a.max_storage_binding_size,
+            "{name} binds at most {} MiB per buffer, this model at {w}x{h} needs {} MiB (the largest weight \
+             or DPT im2col matrix); use a GPU adapter or a smaller model/size",
+            a.max_storage_binding_size >> 20,
+            need.div_ceil(1 << 20)
+        );
+    }
+    Ok(())
+}
+
 pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
     let backend: BackendKind = args.backend.parse()?;
     if backend == BackendKind::Cuda {
@@ -97,6 +122,7 @@ pub fn infer(args: &InferArgs) -> Result<()> {
         model_string: args.model_string.clone(),
     };
     let ckpt = rust3r_mast3r::Checkpoint::load_with(&args.checkpoint, &opts)?;
+    check_fits(&name, ckpt.config(), 512, 512, precision)?;
     let model = Mast3r::from_checkpoint(&ckpt, &device, precision)?;
     drop(ckpt);
     let t = Instant::now();
@@ -174,6 +200,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     );
     ensure!(a.iters > 0, "--iters must be at least 1");
 
+    check_fits(&name, &cfg, h, w, precision)?;
     let t = Instant::now();
     let model = Mast3r::random(&cfg, &device, precision, 0);
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;

@@ -281,6 +281,31 @@ impl Mast3r {
         })
     }
 
+    /// Bytes of the largest single device buffer the network needs for `cfg` at an `h x w` image
+    /// (batch 1) in `precision`: the largest weight, or the im2col matrix of the DPT's full-resolution
+    /// 3x3 convolution. Adapters limit one storage binding (wgpu `max_storage_buffer_binding_size`,
+    /// 128 MiB on lavapipe), so callers can refuse sizes that cannot run.
+    pub fn largest_buffer_bytes(
+        cfg: &Mast3rConfig,
+        h: usize,
+        w: usize,
+        precision: Precision,
+    ) -> u64 {
+        let bytes = match precision {
+            Precision::F32 => 4u64,
+            Precision::F16 => 2,
+        };
+        let weights = crate::config::expected_layout(cfg)
+            .values()
+            .map(|s| s.iter().product::<usize>() as u64)
+            .max()
+            .unwrap_or(0);
+        let f = cfg.dpt.feature_dim as u64;
+        let im2col_head2 = 9 * (f / 2) * (h * w) as u64;
+        let im2col_head0 = 9 * f * (h * w / 4) as u64;
+        bytes * weights.max(im2col_head2).max(im2col_head0)
+    }
+
     /// The network's configuration.
     pub fn config(&self) -> &Mast3rConfig {
         &self.cfg
