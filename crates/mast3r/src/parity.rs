@@ -239,7 +239,7 @@ pub fn run_case(
     };
     let mut trace = Trace::enabled();
     let mut out = BTreeMap::new();
-    let (e1, e2, preds) = match case.kind {
+    let (token_grid, preds) = match case.kind {
         Kind::Asym => {
             let i1 = img(inputs, 1)?;
             let i2 = img(inputs, 2)?;
@@ -251,7 +251,7 @@ pub fn run_case(
             let preds = model.decode_traced(&e1, &e2, &mut trace);
             out.insert("pos1".to_string(), positions(&e1));
             out.insert("pos2".to_string(), positions(&e2));
-            (e1.clone(), e2, preds)
+            (e1.grid, preds)
         }
         Kind::Mono => {
             let i1 = img(inputs, 1)?;
@@ -260,14 +260,13 @@ pub fn run_case(
             trace.set_prefix("");
             let preds = model.decode_traced(&e, &e, &mut trace);
             out.insert("pos".to_string(), positions(&e));
-            (e.clone(), e, preds)
+            (e.grid, preds)
         }
     };
     for (v, p) in preds.iter().enumerate() {
         record_prediction(&mut trace, v + 1, p);
     }
-    let _ = e2;
-    let [h, w] = e1.grid;
+    let [h, w] = token_grid;
     let grid = match case.stride {
         None => None,
         Some(stride) => {
