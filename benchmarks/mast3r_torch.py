@@ -386,6 +386,35 @@ def random_init_(model, seed):
 # ---------------------------------------------------------------------------------------------
 # Benchmark.
 
+def flops(c, h, w):
+    """Matrix-product and convolution FLOPs (multiply-add = 2) for one h x w frame:
+    (encoder, decoder with both stacks, both heads); the same count as rust3r's Mast3r::flops."""
+    th, tw = h // PATCH, w // PATCH
+    n = th * tw
+    E, D = c["E"], c["D"]
+    enc = 2 * n * 3 * PATCH * PATCH * E + c["enc_depth"] * (2 * n * (4 * E * E + 2 * E * 4 * E) + 4 * n * n * E)
+    dec = 2 * (2 * n * E * D + c["dec_depth"] * (2 * n * (8 * D * D + 2 * D * 4 * D) + 8 * n * n * D))
+    l1, l2, l3, l4 = c["layer_dims"]
+    f, ld = c["feat"], c["last_dim"]
+    n4 = math.ceil(th / 2) * math.ceil(tw / 2)
+
+    def conv(pix, k, cin, cout):
+        return 2 * pix * k * k * cin * cout
+
+    act = (2 * n * (E * l1 + l1 * 16 * l1) + 2 * n * (D * l2 + l2 * 4 * l2) + 2 * n * D * l3
+           + 2 * n * D * l4 + conv(n4, 3, l4, l4))
+    rn = conv(16 * n, 3, l1, f) + conv(4 * n, 3, l2, f) + conv(n, 3, l3, f) + conv(n4, 3, l4, f)
+
+    def fusion(pix, units):
+        return units * 2 * conv(pix, 3, f, f) + conv(4 * pix, 1, f, f)
+
+    refine = fusion(n4, 1) + fusion(n, 2) + fusion(4 * n, 2) + fusion(16 * n, 2)
+    px = n * PATCH * PATCH
+    head = conv(px / 4, 3, f, f / 2) + conv(px, 3, f / 2, ld) + conv(px, 1, ld, 4)
+    local = 2 * n * ((E + D) * c["hidden"] + c["hidden"] * (c["desc"] + 1) * PATCH * PATCH)
+    return float(enc), float(dec), float(2 * (act + rn + refine + head + local))
+
+
 def stats(ms):
     ms = sorted(ms)
     med = statistics.median(ms)
@@ -456,6 +485,10 @@ def bench(args):
                 results[what] = stats(ms)
                 print(f"  {what:8} median {results[what]['median_ms']:8.2f} ms "
                       f"({results[what]['fps']:.2f} FPS)", file=sys.stderr)
+    fe, fd, fh = flops(cfg, h, w)
+    for what, flop in (("encoder", fe), ("mono", fe + fd + fh), ("pair", fe + fd + fh)):
+        results[what]["gflop"] = flop / 1e9
+        results[what]["tflop_per_s"] = flop / (results[what]["median_ms"] * 1e-3) / 1e12
     name = torch.cuda.get_device_name(dev) if cuda else "cpu"
     doc = {
         "implementation": f"PyTorch {torch.__version__}" + (" (SDPA)" if args.sdpa else ""),

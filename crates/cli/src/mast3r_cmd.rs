@@ -261,6 +261,17 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         let e = model.encode(img);
         let _ = model.decode(&e, &keyframe);
     })?;
+    // Matrix-product and convolution work per measurement, and the rate it implies.
+    let [fe, fd, fh] = Mast3r::flops(&cfg, h, w);
+    let add_rate = |v: &mut serde_json::Value, flop: f64| {
+        let ms = v["median_ms"].as_f64().unwrap_or(f64::NAN);
+        v["gflop"] = serde_json::json!(flop / 1e9);
+        v["tflop_per_s"] = serde_json::json!(flop / (ms * 1e-3) / 1e12);
+    };
+    let (mut encoder, mut mono, mut pair) = (encoder, mono, pair);
+    add_rate(&mut encoder, fe);
+    add_rate(&mut mono, fe + fd + fh);
+    add_rate(&mut pair, fe + fd + fh);
     let doc = serde_json::json!({
         "implementation": "rust3r (Burn 0.22.1, wgpu)",
         "device": name,

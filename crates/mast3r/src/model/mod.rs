@@ -306,6 +306,49 @@ impl Mast3r {
         bytes * weights.max(im2col_head2).max(im2col_head0)
     }
 
+    /// Floating-point operations (a multiply-add counts 2) of the matrix products and convolutions
+    /// for one `h x w` frame: `[encoder, decoder (both stacks), heads (both)]`; element-wise work
+    /// is not counted. For the released model at 512x384: about 0.52, 0.44 and 0.55 TFLOP.
+    pub fn flops(cfg: &Mast3rConfig, h: usize, w: usize) -> [f64; 3] {
+        let p = cfg.patch_size as f64;
+        let (th, tw) = ((h / cfg.patch_size) as f64, (w / cfg.patch_size) as f64);
+        let n = th * tw;
+        let (e, d) = (cfg.enc_embed_dim as f64, cfg.dec_embed_dim as f64);
+        let (eh, dh) = (cfg.enc_mlp_hidden as f64, cfg.dec_mlp_hidden as f64);
+        let enc = 2.0 * n * cfg.in_chans as f64 * p * p * e
+            + cfg.enc_depth as f64 * (2.0 * n * (4.0 * e * e + 2.0 * e * eh) + 4.0 * n * n * e);
+        let dec = 2.0
+            * (2.0 * n * e * d
+                + cfg.dec_depth as f64
+                    * (2.0 * n * (8.0 * d * d + 2.0 * d * dh) + 8.0 * n * n * d));
+        let t = &cfg.dpt;
+        let [l1, l2, l3, l4] = t.layer_dims.map(|v| v as f64);
+        let f = t.feature_dim as f64;
+        let (ld, dt) = (t.last_dim as f64, t.dim_tokens.map(|v| v as f64));
+        let n4 = (th / 2.0).ceil() * (tw / 2.0).ceil();
+        let conv = |pixels: f64, k: f64, cin: f64, cout: f64| 2.0 * pixels * k * k * cin * cout;
+        let act = 2.0 * n * (dt[0] * l1 + l1 * 16.0 * l1)
+            + 2.0 * n * (dt[1] * l2 + l2 * 4.0 * l2)
+            + 2.0 * n * dt[2] * l3
+            + 2.0 * n * dt[3] * l4
+            + conv(n4, 3.0, l4, l4);
+        let rn = conv(16.0 * n, 3.0, l1, f)
+            + conv(4.0 * n, 3.0, l2, f)
+            + conv(n, 3.0, l3, f)
+            + conv(n4, 3.0, l4, f);
+        let fusion =
+            |pix: f64, units: f64| units * 2.0 * conv(pix, 3.0, f, f) + conv(4.0 * pix, 1.0, f, f);
+        let refine =
+            fusion(n4, 1.0) + fusion(n, 2.0) + fusion(4.0 * n, 2.0) + fusion(16.0 * n, 2.0);
+        let px = n * p * p;
+        let head = conv(px / 4.0, 3.0, f, f / 2.0)
+            + conv(px, 3.0, f / 2.0, ld)
+            + conv(px, 1.0, ld, t.num_channels as f64);
+        let lf = &cfg.local_feat;
+        let local = 2.0 * n * (lf.in_dim * lf.hidden_dim + lf.hidden_dim * lf.out_dim) as f64;
+        [enc, dec, 2.0 * (act + rn + refine + head + local)]
+    }
+
     /// The network's configuration.
     pub fn config(&self) -> &Mast3rConfig {
         &self.cfg
