@@ -6,6 +6,7 @@ from shared/fixtures/mast3r_tiny/SPEC.md (not copied from upstream), for timing 
     python3 benchmarks/mast3r_torch.py --size full --precision tf32 --json out.json
     python3 benchmarks/mast3r_torch.py --size full --precision f16
     python3 benchmarks/mast3r_torch.py --check-fixture ../shared/fixtures/mast3r_tiny   # parity self-check
+    python3 benchmarks/mast3r_torch.py --compare ours.safetensors --reference outputs.safetensors
 
 Per tracked frame at 512x384 (batch 1), as `rust3r bench mast3r` measures it:
   encoder  one frame through the ViT encoder;
@@ -619,6 +620,38 @@ def check_fixture(args):
     print("fixture parity: OK")
 
 
+def compare_outputs(args):
+    """Every tensor of the reference outputs file against a `rust3r mast3r-infer` output: same names,
+    dtypes and shapes, integers equal, floats within 1e-4 * max|ref| (for checking a GPU run)."""
+    ours = read_safetensors(args.compare)
+    ref = read_safetensors(args.reference)
+    worst, bad = {}, []
+    for name, r in ref.items():
+        o = ours.get(name)
+        if o is None or o.shape != r.shape or o.dtype != r.dtype:
+            bad.append(f"{name}: missing or different shape/dtype")
+            continue
+        if r.dtype != torch.float32:
+            if not torch.equal(o, r):
+                bad.append(f"{name}: integer values differ")
+            continue
+        scale = r.abs().max().item()
+        diff = (o - r).abs().max().item() if torch.isfinite(o).all() else float("inf")
+        case = name.split(".")[0]
+        worst[case] = max(worst.get(case, 0.0), diff / scale)
+        if not diff <= 1e-4 * scale:
+            bad.append(f"{name}: max|diff| {diff:.3e} > 1e-4 * {scale:.3e}")
+    extra = sorted(set(ours) - set(ref))
+    if extra:
+        bad.append(f"not in the reference: {extra}")
+    print(f"compared {len(ref)} tensors; worst normalised difference per case: "
+          + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
+    if bad:
+        print("FAILED:\n" + "\n".join(bad), file=sys.stderr)
+        sys.exit(1)
+    print("outputs match the reference")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(CONFIGS), default="full")
@@ -630,8 +663,12 @@ def main():
     ap.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--check-fixture", metavar="DIR", help="parity self-check on the tiny fixture")
+    ap.add_argument("--compare", metavar="OURS", help="check a `rust3r mast3r-infer` output file ...")
+    ap.add_argument("--reference", metavar="REF", help="... against this outputs.safetensors")
     args = ap.parse_args()
-    if args.check_fixture:
+    if args.compare:
+        compare_outputs(args)
+    elif args.check_fixture:
         check_fixture(args)
     else:
         bench(args)
