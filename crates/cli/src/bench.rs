@@ -21,6 +21,8 @@ pub enum BenchCommand {
     /// Time and device memory of full training steps (render, loss, backward, Adam) on the
     /// garden scene tiled to N Gaussians.
     TrainStep(TrainStepArgs),
+    /// MASt3R per tracked frame (encoder + mono or pair decode + heads), random weights.
+    Mast3r(crate::mast3r_cmd::BenchArgs),
 }
 
 #[derive(Args)]
@@ -69,6 +71,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Raster(a) => raster(&a),
         BenchCommand::TrainStep(a) => train_step(&a),
+        BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
     }
 }
 

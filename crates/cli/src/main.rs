@@ -2,6 +2,7 @@
 
 mod bench;
 mod live;
+mod mast3r_cmd;
 mod render_cmd;
 mod train_cmd;
 mod slam_cmd;
@@ -66,6 +67,8 @@ enum Command {
         input: PathBuf,
         output: PathBuf,
     },
+    /// Run the MASt3R network on a parity inputs file (shared/fixtures/mast3r_tiny layout).
+    Mast3rInfer(mast3r_cmd::InferArgs),
     /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
     Slam(slam_cmd::SlamArgs),
     /// Benchmarks (not tests): timing and peak memory.
@@ -123,6 +126,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
             Ok(())
         }
+        Command::Mast3rInfer(args) => mast3r_cmd::infer(&args),
         Command::Slam(args) => slam_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }

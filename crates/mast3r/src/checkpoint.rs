@@ -94,6 +94,7 @@ pub struct LoadOptions {
 pub struct Checkpoint {
     tensors: BTreeMap<String, TensorF32>,
     config: Mast3rConfig,
+    path: std::path::PathBuf,
 }
 
 impl Checkpoint {
@@ -223,7 +224,16 @@ impl Checkpoint {
                 }
             }
         }
-        Ok(Checkpoint { tensors, config })
+        Ok(Checkpoint {
+            tensors,
+            config,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file the checkpoint was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The configuration derived from the checkpoint.

@@ -163,6 +163,96 @@ pub struct Mast3rConfig {
 }
 
 impl Mast3rConfig {
+    /// The released `MASt3R_ViTLarge_BaseDecoder_512_catmlpdpt_metric` architecture (ViT-L encoder,
+    /// ViT-B decoders, DPT 256/128 with layer dims 96..768, local-feature MLP 7168), as derived from
+    /// `released_checkpoint_layout.json` (a test checks the two agree). For benchmarks with random
+    /// weights; a loaded checkpoint carries its own configuration.
+    pub fn released() -> Self {
+        Self::with_dims(
+            [1024, 24, 16],
+            [768, 12, 12],
+            [96, 192, 384, 768],
+            256,
+            128,
+            7168,
+        )
+    }
+
+    /// The tiny fixture model of `shared/fixtures/mast3r_tiny` (its `config.json`).
+    pub fn tiny_fixture() -> Self {
+        Self::with_dims([64, 3, 4], [48, 10, 3], [16, 24, 32, 40], 24, 12, 14)
+    }
+
+    /// A `pts3d+desc24` `catmlp+dpt` model with the released modes and the given sizes:
+    /// `[width, depth, heads]` of encoder and decoder, DPT `layer_dims`, `feature_dim`, `last_dim`,
+    /// and the local-feature MLP's hidden width.
+    fn with_dims(
+        enc: [usize; 3],
+        dec: [usize; 3],
+        layer_dims: [usize; 4],
+        feature_dim: usize,
+        last_dim: usize,
+        local_hidden: usize,
+    ) -> Self {
+        let [e, enc_depth, enc_num_heads] = enc;
+        let [d, dec_depth, dec_num_heads] = dec;
+        let desc_dim = 24;
+        Mast3rConfig {
+            source_model_string: None,
+            img_size: [512, 512],
+            patch_size: 16,
+            in_chans: 3,
+            patch_embed_cls: "PatchEmbedDust3R".into(),
+            landscape_only: false,
+            rope_base: 100.0,
+            enc_embed_dim: e,
+            enc_depth,
+            enc_num_heads,
+            enc_mlp_hidden: 4 * e,
+            dec_embed_dim: d,
+            dec_depth,
+            dec_num_heads,
+            dec_mlp_hidden: 4 * d,
+            norm_im2_in_dec: true,
+            layernorm_eps: 1e-6,
+            head_type: "catmlp+dpt".into(),
+            output_mode: format!("pts3d+desc{desc_dim}"),
+            depth_mode: ActivationMode::exp(f64::NEG_INFINITY, f64::INFINITY),
+            conf_mode: ActivationMode::exp(1.0, f64::INFINITY),
+            desc_mode: "norm".into(),
+            two_confs: true,
+            desc_conf_mode: Some(ActivationMode::exp(0.0, f64::INFINITY)),
+            dpt: DptConfig {
+                hooks: [0, dec_depth * 2 / 4, dec_depth * 3 / 4, dec_depth],
+                dim_tokens: [e, d, d, d],
+                layer_dims,
+                feature_dim,
+                last_dim,
+                num_channels: 4,
+            },
+            local_feat: LocalFeatConfig {
+                desc_dim,
+                in_dim: e + d,
+                hidden_dim: local_hidden,
+                out_dim: (desc_dim + 1) * 16 * 16,
+            },
+        }
+    }
+
+    /// Number of parameters the network uses at inference (the layout without aliases,
+    /// `mask_token` and `refinenet4.resConfUnit1`).
+    pub fn inference_params(&self) -> usize {
+        expected_layout(self)
+            .iter()
+            .filter(|(k, _)| {
+                !k.contains(".scratch.layer_rn.")
+                    && *k != "mask_token"
+                    && !k.contains("refinenet4.resConfUnit1")
+            })
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum()
+    }
+
     /// Derives the configuration from a checkpoint's `key -> shape` map and its constructor string.
     ///
     /// Only the keys needed to read dimensions are inspected; use [`expected_layout`] and

@@ -215,7 +215,7 @@ pub fn write_safetensors(
 }
 
 /// Streams `body` into `path` atomically (temporary sibling, sync, rename).
-fn write_atomic(
+pub(crate) fn write_atomic(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {

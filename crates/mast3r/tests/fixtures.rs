@@ -150,6 +150,10 @@ fn tiny_config_matches_config_json() {
     );
     // The layout equals the file's key set.
     assert_eq!(expected_layout(cfg), shapes_of(ckpt.tensors()));
+    // The built-in tiny configuration (benchmarks) is this one.
+    let mut tiny_cfg = Mast3rConfig::tiny_fixture();
+    tiny_cfg.source_model_string = cfg.source_model_string.clone();
+    assert_eq!(&tiny_cfg, cfg);
 }
 
 #[test]
@@ -228,6 +232,11 @@ fn released_layout_matches_expected_layout_exactly() {
         .map(|(_, s)| numel(s))
         .sum();
     assert_eq!(unique as u64, j["n_unique_params"].as_u64().unwrap());
+
+    // The built-in released configuration (benchmarks) is this one.
+    let mut released = Mast3rConfig::released();
+    released.source_model_string = Some(ctor.to_string());
+    assert_eq!(released, cfg);
 
     // Without a constructor string the released model's values are assumed: same config.
     let mut bare = Mast3rConfig::from_shapes(&shapes, None).unwrap();
@@ -347,4 +356,31 @@ fn half_precision_safetensors_convert_to_f32() {
         vec![1.0, -0.5, 65504.0, half::f16::from_f32(1e-3).to_f32()]
     );
     assert_eq!(f.read_tensor("b").unwrap().data, vec![3.25]);
+}
+
+#[test]
+fn released_model_work_per_frame() {
+    // Hand count for 512x384 (768 tokens): encoder 24 x (24 N E^2 + 4 N^2 E) + patch embedding.
+    let cfg = Mast3rConfig::released();
+    let [enc, dec, heads] = rust3r_mast3r::Mast3r::flops(&cfg, 384, 512);
+    let n = 768.0f64;
+    let e = 1024.0f64;
+    let hand_enc = 2.0 * n * 768.0 * e + 24.0 * (24.0 * n * e * e + 4.0 * n * n * e);
+    assert!(
+        (enc - hand_enc).abs() < 1e-6 * hand_enc,
+        "{enc} vs {hand_enc}"
+    );
+    println!(
+        "GFLOP: encoder {:.1}, decoder {:.1}, heads {:.1}",
+        enc / 1e9,
+        dec / 1e9,
+        heads / 1e9
+    );
+    // MASt3R-SLAM's figure: about 1.5 TFLOP per tracked frame.
+    let total = enc + dec + heads;
+    assert!((1.2e12..2.0e12).contains(&total), "{total}");
+    assert_eq!(
+        cfg.inference_params(),
+        688_638_856 - 768 - 2 * 2 * (256 * 256 * 9 + 256)
+    );
 }

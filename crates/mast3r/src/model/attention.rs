@@ -1,0 +1,78 @@
+//! Multi-head attention with RoPE2D (SPEC §4, §5): self-attention with a fused `qkv` projection
+//! and cross-attention with separate `projq`, `projk`, `projv`.
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{DType, Tensor};
+
+use super::layers::Linear;
+use super::rope::RopeTables;
+
+/// `softmax(q k^T * d^-1/2) v` per head; `q` `[B, Nq, H, d]`, `k`, `v` `[B, Nk, H, d]`, result
+/// `[B, Nq, H * d]`. Scores and softmax are binary32 whatever the input precision.
+pub(crate) fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<3> {
+    let [b, nq, h, d] = q.dims();
+    let dtype = q.dtype();
+    let q = q.swap_dims(1, 2);
+    let k = k.swap_dims(1, 2);
+    let v = v.swap_dims(1, 2);
+    let scale = 1.0 / (d as f64).sqrt();
+    let scores = q.matmul(k.transpose());
+    let p = if dtype == DType::F32 {
+        softmax(scores * scale, 3)
+    } else {
+        softmax(scores.cast(DType::F32) * scale, 3).cast(dtype)
+    };
+    p.matmul(v).swap_dims(1, 2).reshape([b, nq, h * d])
+}
+
+/// Self-attention (`attn.qkv`, `attn.proj`).
+#[derive(Clone, Debug)]
+pub(crate) struct SelfAttention {
+    pub qkv: Linear,
+    pub proj: Linear,
+    pub heads: usize,
+}
+
+impl SelfAttention {
+    pub fn forward(&self, x: Tensor<3>, rope: &RopeTables) -> Tensor<3> {
+        let [b, n, c] = x.dims();
+        let h = self.heads;
+        let d = c / h;
+        // [B, N, 3, H, d]: q, k, v are consecutive blocks of C features, heads contiguous inside.
+        let qkv = self.qkv.forward(x).reshape([b, n, 3, h, d]);
+        let part = |i: usize| qkv.clone().narrow(2, i, 1).reshape([b, n, h, d]);
+        let q = rope.apply(part(0));
+        let k = rope.apply(part(1));
+        let v = part(2);
+        self.proj.forward(attend(q, k, v))
+    }
+}
+
+/// Cross-attention (`cross_attn.projq/projk/projv/proj`): queries from `x`, keys and values from `y`.
+#[derive(Clone, Debug)]
+pub(crate) struct CrossAttention {
+    pub projq: Linear,
+    pub projk: Linear,
+    pub projv: Linear,
+    pub proj: Linear,
+    pub heads: usize,
+}
+
+impl CrossAttention {
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        y: Tensor<3>,
+        qrope: &RopeTables,
+        krope: &RopeTables,
+    ) -> Tensor<3> {
+        let [b, nq, c] = x.dims();
+        let nk = y.dims()[1];
+        let h = self.heads;
+        let d = c / h;
+        let q = qrope.apply(self.projq.forward(x).reshape([b, nq, h, d]));
+        let k = krope.apply(self.projk.forward(y.clone()).reshape([b, nk, h, d]));
+        let v = self.projv.forward(y).reshape([b, nk, h, d]);
+        self.proj.forward(attend(q, k, v))
+    }
+}

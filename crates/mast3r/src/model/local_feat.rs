@@ -1,0 +1,45 @@
+//! Local-feature head (SPEC §7): an MLP on `[enc_out, dec_out]` per token, its outputs pixel-shuffled
+//! into a full-resolution descriptor map (descriptor channels, then the descriptor confidence).
+
+use burn::tensor::Tensor;
+
+use super::layers::{Loader, Mlp};
+use crate::config::LocalFeatConfig;
+use crate::error::Error;
+
+/// `downstream_head{v}.head_local_features`.
+#[derive(Clone, Debug)]
+pub(crate) struct LocalFeat {
+    mlp: Mlp,
+    patch: usize,
+}
+
+impl LocalFeat {
+    pub fn load(
+        l: &Loader,
+        prefix: &str,
+        c: &LocalFeatConfig,
+        patch: usize,
+    ) -> Result<Self, Error> {
+        Ok(LocalFeat {
+            mlp: l.mlp(prefix, c.in_dim, c.hidden_dim, c.out_dim)?,
+            patch,
+        })
+    }
+
+    /// Raw MLP output `[B, N, C * P * P]` for the encoder output and the last decoder output.
+    pub fn raw(&self, enc: Tensor<3>, dec: Tensor<3>) -> Tensor<3> {
+        self.mlp.forward(Tensor::cat(vec![enc, dec], 2))
+    }
+
+    /// Pixel shuffle: `[B, N, C * P * P]` (per token `[channel][row][column]`) to a channels-last
+    /// `[B, h * P, w * P, C]` map.
+    pub fn shuffle(&self, raw: Tensor<3>, h: usize, w: usize) -> Tensor<4> {
+        let [b, _, cpp] = raw.dims();
+        let p = self.patch;
+        let c = cpp / (p * p);
+        raw.reshape([b, h, w, c, p, p])
+            .permute([0, 1, 4, 2, 5, 3])
+            .reshape([b, h * p, w * p, c])
+    }
+}
