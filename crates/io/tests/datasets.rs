@@ -722,12 +722,13 @@ fn detection_and_kinds() {
     }
     assert!("kitti".parse::<DatasetKind>().is_err());
 
-    // Video: recognised, refused with a clear message.
+    // Video: recognised; a file that is not one is an error naming it (FFmpeg's complaint).
     let video = tmp.path().join("clip.MP4");
     write(&video, "not really a video");
     assert_eq!(detect(&video).unwrap(), DatasetKind::Video);
     let e = open_err(&video, None);
-    assert!(e.contains("clip.MP4") && e.contains("video support"), "{e}");
+    assert!(e.contains("clip.MP4") && e.contains("ffprobe"), "{e}");
+    assert!(!tmp.path().join("clip.MP4.frames").exists(), "no frame cache for a failed video");
     let single = tmp.path().join("one.png");
     write_rgb(&single, 0);
     assert!(err_text(detect(&single)).contains("single image"));
@@ -972,4 +973,41 @@ fn mutated_text_files_never_panic() {
         }
         fs::write(file, &original).unwrap();
     }
+}
+
+#[test]
+fn video_frames_decode_through_ffmpeg() {
+    // A 12-frame 10 fps lossless video of distinct solid colours (FFmpeg is required: CI installs it).
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..12u8 {
+        let img = image::RgbImage::from_pixel(64, 48, image::Rgb([i * 20, 255 - i * 20, 7 * i]));
+        img.save(src.join(format!("{i:03}.png"))).unwrap();
+    }
+    let video = tmp.path().join("clip.mkv");
+    let st = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-framerate", "10", "-i"])
+        .arg(src.join("%03d.png"))
+        .args(["-c:v", "ffv1"])
+        .arg(&video)
+        .status()
+        .expect("ffmpeg is installed (.ci/run installs it)");
+    assert!(st.success());
+    let ds = open(&video, None, 1).unwrap();
+    assert_eq!(ds.len(), 12);
+    for i in [0usize, 5, 11] {
+        let f = ds.frame(i).unwrap();
+        assert!((f.timestamp - i as f64 / 10.0).abs() < 1e-9, "timestamp {} of frame {i}", f.timestamp);
+        let img = image::open(&f.rgb_path).unwrap().to_rgb8();
+        assert_eq!(img.dimensions(), (64, 48));
+        assert_eq!(img.get_pixel(10, 10).0, [i as u8 * 20, 255 - i as u8 * 20, 7 * i as u8], "frame {i} colour");
+    }
+    // Stride, and the cache is reused (same files) on the second open.
+    let first = ds.frame(0).unwrap().rgb_path;
+    let strided = open(&video, None, 5).unwrap();
+    assert_eq!(strided.len(), 3);
+    assert_eq!(strided.frame(1).unwrap().timestamp, 0.5);
+    assert_eq!(strided.frame(0).unwrap().rgb_path, first);
+    assert!(tmp.path().join("clip.mkv.frames").is_dir());
 }

@@ -10,7 +10,7 @@
 //! | [`DatasetKind::Euroc`] | `mav0/cam0/data.csv`, `mav0/cam0/data/*.png`, `sensor.yaml` | none | `state_groundtruth_estimate0` |
 //! | [`DatasetKind::Eth3d`] | TUM layout + `calibration.txt` | PNG u16 / 5000 | `groundtruth.txt` |
 //! | [`DatasetKind::ImageFolder`] | `*.png`/`*.jpg`/`*.jpeg`, or a `.txt` list of paths | none | none |
-//! | [`DatasetKind::Video`] | a video file (not supported by this build; see [`open`]) | none | none |
+//! | [`DatasetKind::Video`] | a video file, decoded by the `ffmpeg` program (see [`open`]) | none | none |
 //!
 //! Poses are camera-to-world 4x4 matrices (row-major rows, OpenCV camera axes as in the data
 //! sets). Every error names the offending file (and line, for text files); malformed input never
@@ -303,9 +303,9 @@ impl Default for OpenOptions {
 /// Opens the data set at `path` (a folder, a video file or a `.txt` image list), detecting its
 /// layout unless `kind` is given, and keeping every `stride`-th frame.
 ///
-/// Video files are recognised but this build cannot decode them: opening one returns
-/// [`IoError::Unsupported`] (extract the frames to a folder instead, e.g.
-/// `ffmpeg -i clip.mp4 frames/%06d.png`).
+/// Video files are decoded by the `ffmpeg` program into a reusable folder of frames next to the
+/// video (see the `video` module); without FFmpeg, opening one returns
+/// [`IoError::Unsupported`] saying how to install it.
 pub fn open(
     path: &Path,
     kind: Option<DatasetKind>,
@@ -341,7 +341,7 @@ pub fn open_with(path: &Path, options: &OpenOptions) -> Result<Box<dyn Dataset>,
         DatasetKind::SevenScenes => Box::new(SevenScenesDataset::open(path, stride, calib)?),
         DatasetKind::Euroc => Box::new(EurocDataset::open(path, stride, calib)?),
         DatasetKind::ImageFolder => Box::new(ImageFolderDataset::open(path, stride, calib)?),
-        DatasetKind::Video => return Err(video::open(path)),
+        DatasetKind::Video => Box::new(video::open(path, stride, calib)?),
     })
 }
 
