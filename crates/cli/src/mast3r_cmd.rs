@@ -83,22 +83,13 @@ pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
             .unwrap_or_else(|_| "default adapter".into());
         return Ok((Device::wgpu(DeviceKind::DefaultDevice), name));
     };
-    let info = adapters.get(index).with_context(|| {
-        format!(
-            "adapter {index} does not exist ({} adapters; run `rust3r info`)",
-            adapters.len()
-        )
-    })?;
-    let same_kind_before = adapters[..index]
-        .iter()
-        .filter(|a| a.device_type == info.device_type && a.backend == info.backend)
-        .count();
-    let kind = match info.device_type.as_str() {
-        "DiscreteGpu" => DeviceKind::DiscreteGpu(same_kind_before),
-        "IntegratedGpu" => DeviceKind::IntegratedGpu(same_kind_before),
-        "VirtualGpu" => DeviceKind::VirtualGpu(same_kind_before),
-        "Cpu" => DeviceKind::Cpu,
-        _ => bail!(
+    let (slot, info) = rust3r_gpu::adapter_slot(index)?;
+    let kind = match slot {
+        rust3r_gpu::AdapterSlot::DiscreteGpu(i) => DeviceKind::DiscreteGpu(i),
+        rust3r_gpu::AdapterSlot::IntegratedGpu(i) => DeviceKind::IntegratedGpu(i),
+        rust3r_gpu::AdapterSlot::VirtualGpu(i) => DeviceKind::VirtualGpu(i),
+        rust3r_gpu::AdapterSlot::Cpu => DeviceKind::Cpu,
+        rust3r_gpu::AdapterSlot::Other(_) => bail!(
             "adapter {index} ({}) has an unsupported device type {}",
             info.name,
             info.device_type

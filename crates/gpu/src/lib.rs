@@ -14,7 +14,7 @@ pub mod scan;
 pub mod sort;
 
 pub use cubecl;
-pub use runtime::{AdapterInfo, BackendKind, Gpu, GpuBuffer, GpuOptions, list_adapters};
+pub use runtime::{AdapterInfo, AdapterSlot, BackendKind, Gpu, GpuBuffer, GpuOptions, adapter_slot, list_adapters};
 
 use cubecl::prelude::*;
 

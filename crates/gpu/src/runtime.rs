@@ -93,10 +93,19 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
         .collect()
 }
 
-fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
-    let Some(index) = adapter else {
-        return Ok(WgpuDevice::new(WgpuDeviceKind::DefaultDevice));
-    };
+/// Where adapter `index` of [`list_adapters`] sits in cubecl's (and Burn's) device numbering,
+/// which counts adapters per device type and graphics API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterSlot {
+    DiscreteGpu(usize),
+    IntegratedGpu(usize),
+    VirtualGpu(usize),
+    Cpu,
+    Other(usize),
+}
+
+/// [`AdapterSlot`] and description of adapter `index` as listed by `rust3r info`.
+pub fn adapter_slot(index: usize) -> Result<(AdapterSlot, AdapterInfo), GpuError> {
     let adapters = list_adapters();
     let info = adapters.get(index).ok_or_else(|| {
         GpuError::Config(format!(
@@ -104,17 +113,31 @@ fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
             adapters.len()
         ))
     })?;
-    // cubecl numbers adapters per device type, per graphics API.
     let same_kind_before = adapters[..index]
         .iter()
         .filter(|a| a.device_type == info.device_type && a.backend == info.backend)
         .count();
-    let kind = match info.device_type.as_str() {
-        "DiscreteGpu" => WgpuDeviceKind::DiscreteGpu(same_kind_before),
-        "IntegratedGpu" => WgpuDeviceKind::IntegratedGpu(same_kind_before),
-        "VirtualGpu" => WgpuDeviceKind::VirtualGpu(same_kind_before),
-        "Cpu" => WgpuDeviceKind::Cpu,
-        _ => WgpuDeviceKind::Other(same_kind_before),
+    let slot = match info.device_type.as_str() {
+        "DiscreteGpu" => AdapterSlot::DiscreteGpu(same_kind_before),
+        "IntegratedGpu" => AdapterSlot::IntegratedGpu(same_kind_before),
+        "VirtualGpu" => AdapterSlot::VirtualGpu(same_kind_before),
+        "Cpu" => AdapterSlot::Cpu,
+        _ => AdapterSlot::Other(same_kind_before),
+    };
+    Ok((slot, info.clone()))
+}
+
+fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
+    let Some(index) = adapter else {
+        return Ok(WgpuDevice::new(WgpuDeviceKind::DefaultDevice));
+    };
+    let (slot, info) = adapter_slot(index)?;
+    let kind = match slot {
+        AdapterSlot::DiscreteGpu(i) => WgpuDeviceKind::DiscreteGpu(i),
+        AdapterSlot::IntegratedGpu(i) => WgpuDeviceKind::IntegratedGpu(i),
+        AdapterSlot::VirtualGpu(i) => WgpuDeviceKind::VirtualGpu(i),
+        AdapterSlot::Cpu => WgpuDeviceKind::Cpu,
+        AdapterSlot::Other(i) => WgpuDeviceKind::Other(i),
     };
     let backend = match info.backend.as_str() {
         "Vulkan" => WgpuBackend::Vulkan,
