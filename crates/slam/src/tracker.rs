@@ -425,25 +425,12 @@ impl Tracker {
             let fv = LevelView::new(frame, frame_conf, cam, level, &p, false);
             let kv = LevelView::new(kf, kf_conf, cam, level, &p, with_normals);
             let mut warm: Option<Vec<[f32; 2]>> = None;
-            let mut old_cost = f64::INFINITY;
-            for _ in 0..self.cfg.max_iters {
-                iterations += 1;
+            self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
                 let m = associate(&fv, &kv, &t.inverse(), warm.as_deref(), &self.matching);
-                let eq = build_normal_eq(&fv, &kv, &m, &t, &p);
+                let eq = build_normal_eq(&fv, &kv, &m, t, &p);
                 warm = Some(m.pos.clone());
-                cost = eq.cost;
-                if eq.count < 6 {
-                    break;
-                }
-                let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
-                tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
-                t = t.retr(&delta);
-                let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
-                old_cost = eq.cost;
-                if done {
-                    break;
-                }
-            }
+                eq
+            });
             if level == 0 {
                 last = Some((fv, kv));
             }
@@ -470,23 +457,9 @@ impl Tracker {
         for level in (finest..levels).rev() {
             let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
             let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
-            let mut old_cost = f64::INFINITY;
-            for _ in 0..self.cfg.max_iters {
-                iterations += 1;
-                let eq = crate::projective::tracking_normal_eq(&fv, &kv, &t, &p, self.matching.dist_thresh, self.optimize_scale);
-                cost = eq.cost;
-                if eq.count < 6 {
-                    break;
-                }
-                let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
-                tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
-                t = t.retr(&delta);
-                let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
-                old_cost = eq.cost;
-                if done {
-                    break;
-                }
-            }
+            self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
+                crate::projective::tracking_normal_eq(&fv, &kv, t, &p, self.matching.dist_thresh, self.optimize_scale)
+            });
             if level == 0 {
                 last = Some((fv, kv));
             }
@@ -500,6 +473,28 @@ impl Tracker {
         res.iterations = iterations;
         res.cost = cost;
         res
+    }
+
+    /// Gauss-Newton at one pyramid level: `normal_eq(t)` is the system at pose `t`; stops at
+    /// `max_iters`, with fewer than 6 residuals, on a singular system or at convergence.
+    fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) {
+        let mut old_cost = f64::INFINITY;
+        for _ in 0..self.cfg.max_iters {
+            *iterations += 1;
+            let eq = normal_eq(t);
+            *cost = eq.cost;
+            if eq.count < 6 {
+                break;
+            }
+            let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
+            tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
+            *t = t.retr(&delta);
+            let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
+            old_cost = eq.cost;
+            if done {
+                break;
+            }
+        }
     }
 
     /// Final association at the optimised pose `t`: match statistics, the keyframe decision
