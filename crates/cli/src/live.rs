@@ -51,8 +51,8 @@ mod imp {
     }
 
     impl Live {
-        pub fn open(app: &str, sink: &LiveSink) -> Result<Self> {
-            let builder = rerun::RecordingStreamBuilder::new(app.to_string());
+        pub fn open(app: &'static str, sink: &LiveSink) -> Result<Self> {
+            let builder = rerun::RecordingStreamBuilder::new(app);
             let rec = match sink {
                 LiveSink::Viewer => builder
                     .spawn()
@@ -63,8 +63,8 @@ mod imp {
         }
 
         /// Position on a timeline (`step`, `frame`) for what is logged next.
-        pub fn at(&self, timeline: &str, i: u64) {
-            self.rec.set_time_sequence(timeline.to_string(), i as i64);
+        pub fn at(&self, timeline: &'static str, i: u64) {
+            self.rec.set_time_sequence(timeline, i as i64);
         }
 
         pub fn scalar(&self, path: &str, v: f64) -> Result<()> {
@@ -109,12 +109,12 @@ mod imp {
     pub enum Live {}
 
     impl Live {
-        pub fn open(_app: &str, _sink: &LiveSink) -> Result<Self> {
+        pub fn open(_app: &'static str, _sink: &LiveSink) -> Result<Self> {
             anyhow::bail!(
                 "--rerun / --rerun-save: this build has no rerun support; rebuild with `cargo build --release --features rust3r-cli/rerun` (README, 'Live view')"
             )
         }
-        pub fn at(&self, _timeline: &str, _i: u64) {
+        pub fn at(&self, _timeline: &'static str, _i: u64) {
             match *self {}
         }
         pub fn scalar(&self, _path: &str, _v: f64) -> Result<()> {

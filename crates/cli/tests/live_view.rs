@@ -15,10 +15,14 @@ fn rust3r(args: &[&str]) -> (bool, String, String) {
 
 /// What `rerun::RecordingStreamBuilder::save` writes first: the "RRF2" stream magic.
 #[cfg(feature = "rerun")]
-fn assert_recording(path: &std::path::Path, min_bytes: u64) {
+fn assert_recording(path: &std::path::Path, min_bytes: u64, entities: &[&str]) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert!(bytes.starts_with(b"RRF2"), "{} is not a rerun recording", path.display());
     assert!(bytes.len() as u64 >= min_bytes, "{}: only {} bytes", path.display(), bytes.len());
+    // Entity paths are stored as plain strings in the chunks' metadata.
+    for e in entities {
+        assert!(bytes.windows(e.len()).any(|w| w == e.as_bytes()), "{}: no entity {e}", path.display());
+    }
 }
 
 #[cfg(feature = "rerun")]
@@ -33,14 +37,14 @@ fn slam_and_train_record_a_live_view() {
     assert!(ok, "{err}");
     assert!(!err.contains("live view stopped"), "{err}");
     // Six 640x480 colour frames alone are > 5 MB uncompressed.
-    assert_recording(&rrd, 1_000_000);
+    assert_recording(&rrd, 1_000_000, &["world/camera/image", "world/trajectory", "world/keyframes/0/points", "world/graph"]);
     // Train: a few steps on lego at 40x40.
     let rrd = dir.path().join("train.rrd");
     let lego = shared("data/lego");
     let out = dir.path().join("lego");
     let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "100", "--downscale", "20", "--init-count", "500", "--eval-at", "50", "--rerun-save", rrd.to_str().unwrap()]);
     assert!(ok, "{err}");
-    assert_recording(&rrd, 10_000);
+    assert_recording(&rrd, 10_000, &["train/loss", "eval/render", "eval/ground_truth", "world/gaussians", "world/cameras/1"]);
 }
 
 #[cfg(not(feature = "rerun"))]
