@@ -19,9 +19,13 @@ pub struct SlamArgs {
     /// Output folder.
     #[arg(long)]
     pub out: PathBuf,
-    /// Front end: rgbd (depth camera). The MASt3R front end is not available yet.
+    /// Front end: rgbd (depth camera) or mono (the MASt3R network on the colour frames,
+    /// uncalibrated; needs --checkpoint).
     #[arg(long, default_value = "rgbd")]
     pub mode: String,
+    /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
     /// Data set layout (tum, 7scenes, euroc, eth3d, images); detected when omitted.
     #[arg(long)]
     pub kind: Option<String>,
@@ -57,11 +61,13 @@ pub struct SlamArgs {
 }
 
 pub fn run(args: &SlamArgs) -> Result<()> {
-    let mut cfg = match args.mode.as_str() {
-        "rgbd" => SlamConfig::rgbd(),
-        "mast3r" => bail!("--mode mast3r needs the MASt3R network, which is not implemented yet; use --mode rgbd"),
-        other => bail!("unknown mode '{other}' (expected rgbd)"),
+    let mono = match args.mode.as_str() {
+        "rgbd" => false,
+        "mono" | "mast3r" => true,
+        other => bail!("unknown mode '{other}' (expected rgbd or mono)"),
     };
+    // Mono: MASt3R-SLAM's base configuration (uncalibrated ray + distance residuals, Sim(3)).
+    let mut cfg = if mono { SlamConfig::default() } else { SlamConfig::rgbd() };
     if let Some(path) = &args.config {
         cfg.apply_yaml_file(path)?;
     }
@@ -73,18 +79,31 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         None => None,
     };
     let dataset = datasets::open(&args.dataset, kind, args.stride)?;
-    let depth_k = dataset.depth_intrinsics().with_context(|| {
-        format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())
-    })?;
-    let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
-    // Frames are decoded and turned into pointmaps on loader threads (each with its own handle
-    // on the data set), a few frames ahead of tracking.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let n_loaders = (cores / 4).clamp(1, 4);
-    let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::with_capacity(n_loaders);
-    for _ in 0..n_loaders {
-        loaders.push((datasets::open(&args.dataset, kind, args.stride)?, Box::new(front.clone())));
-    }
+    let mut mono_front = None;
+    let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
+    let (n_loaders, live_camera) = if mono {
+        let ckpt = args.checkpoint.as_ref().context("--mode mono needs --checkpoint MODEL.pth (or .safetensors; README, 'MASt3R network')")?;
+        let (device, _) = crate::mast3r_cmd::burn_device(&args.device)?;
+        let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)?;
+        mono_front = Some(rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?);
+        // Uncalibrated: the live view draws a nominal 512x384 frustum.
+        let nominal = rust3r_geometry::PinholeCamera { fx: 512.0, fy: 512.0, cx: 256.0, cy: 192.0, width: 512, height: 384 };
+        (0, nominal)
+    } else {
+        let depth_k = dataset.depth_intrinsics().with_context(|| {
+            format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())
+        })?;
+        let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+        // Frames are decoded and turned into pointmaps on loader threads (each with its own handle
+        // on the data set), a few frames ahead of tracking.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n_loaders = (cores / 4).clamp(1, 4);
+        for _ in 0..n_loaders {
+            loaders.push((datasets::open(&args.dataset, kind, args.stride)?, Box::new(front.clone())));
+        }
+        let camera = front.camera().context("the rgbd front end has a calibrated camera")?;
+        (n_loaders, camera)
+    };
     let total = args.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
 
     let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(total as u64) };
@@ -93,9 +112,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     );
     let gpu = if args.gpu { Some(args.device.open()?) } else { None };
     let start = Instant::now();
-    let source = FrameSource::Prefetch { loaders, ahead: 4 * n_loaders };
+    // The network runs on the tracking thread (one model on the GPU); RGB-D frames on loaders.
+    let source = match mono_front.as_mut() {
+        Some(front) => FrameSource::Inline { dataset: dataset.as_ref(), front },
+        None => FrameSource::Prefetch { loaders, ahead: 4 * n_loaders },
+    };
     let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref()).map(|s| Live::open("rust3r slam", &s)).transpose()?;
-    let live_camera = front.camera().context("the rgbd front end has a calibrated camera")?;
     let mut view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
     let mut live_err: Option<anyhow::Error> = None;
     let result = run_slam_source(source, &cfg, args.max_frames, gpu.as_ref(), |p| {
@@ -146,9 +168,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     );
     println!("wrote {} ({} points), {}, {}", files.pointcloud.display(), files.num_points, files.trajectory.display(), files.transforms.display());
     if let Some(gt) = &files.groundtruth {
+        // The outputs are written; a trajectory too short or degenerate to align only loses the ATE.
         for align in [Align::Se3, Align::Sim3] {
-            let report = eval_ate(&files.trajectory, gt, align)?;
-            println!("ATE RMSE ({align}): {:.6} m", report.rmse);
+            match eval_ate(&files.trajectory, gt, align) {
+                Ok(report) => println!("ATE RMSE ({align}): {:.6} m", report.rmse),
+                Err(e) => println!("ATE ({align}): not computed: {e}"),
+            }
         }
     }
     Ok(())

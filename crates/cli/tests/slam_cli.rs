@@ -101,3 +101,23 @@ fn slam_bad_input_gives_an_error_naming_the_file() {
     let (ok, _, err) = rust3r(&["slam", src.to_str().unwrap(), "--out", dir.path().join("o4").to_str().unwrap(), "--config", cfg.to_str().unwrap()]);
     assert!(!ok && err.contains("bad.yaml:2"), "{err}");
 }
+
+#[test]
+fn mono_mode_runs_the_mast3r_front_end_through() {
+    // The tiny random-weight checkpoint of the parity fixture as the front end on real frames:
+    // the pipeline must run through and write finite poses (the geometry is meaningless).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mono");
+    let data = shared("data/redkitchen");
+    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let (ok, stdout, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono", "--checkpoint", ckpt.to_str().unwrap(), "--max-frames", "2", "--quiet"]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("2 frames in"), "{stdout}");
+    let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
+    let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
+    assert_eq!(poses.len(), 2);
+    assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
+    // Without a checkpoint: a clear error.
+    let (ok, _, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono"]);
+    assert!(!ok && err.contains("--checkpoint"), "{err}");
+}
