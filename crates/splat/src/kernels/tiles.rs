@@ -95,7 +95,13 @@ pub fn sum_isect_grads(
     let mut a7 = 0.0f32;
     let mut a8 = 0.0f32;
     let mut a9 = 0.0f32;
+    let mut b0 = 0.0f32;
+    let mut b1 = 0.0f32;
     for r in start..start + count {
+        if absgrad {
+            b0 += isect_abs[r * 2];
+            b1 += isect_abs[r * 2 + 1];
+        }
         let b = r * 10;
         a0 += isect_grads[b];
         a1 += isect_grads[b + 1];
@@ -120,12 +126,6 @@ pub fn sum_isect_grads(
     v_proj[o + 8] = a8;
     v_proj[o + 9] = a9;
     if absgrad {
-        let mut b0 = 0.0f32;
-        let mut b1 = 0.0f32;
-        for r in start..start + count {
-            b0 += isect_abs[r * 2];
-            b1 += isect_abs[r * 2 + 1];
-        }
         v_abs[g * 2] = b0;
         v_abs[g * 2 + 1] = b1;
     }
