@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
-use rust3r_splat::{Camera, GpuSplats, RenderOptions, render, render_backward, render_backward_with};
+use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, render, render_backward, render_backward_with};
 
 use crate::DeviceArgs;
 
@@ -325,18 +325,8 @@ fn check_backward(
     ones: &rust3r_gpu::GpuBuffer<f32>,
     zeros: &rust3r_gpu::GpuBuffer<f32>,
 ) -> Result<()> {
-    let grads = |planes: bool| -> Result<Vec<(&'static str, Vec<f32>)>> {
-        // SAFETY: the benchmark is single-threaded here; the variable is read by the next call.
-        unsafe {
-            if planes {
-                std::env::remove_var("RUST3R_NO_PLANES");
-                std::env::set_var("RUST3R_PLANES", "1");
-            } else {
-                std::env::remove_var("RUST3R_PLANES");
-                std::env::set_var("RUST3R_NO_PLANES", "1");
-            }
-        }
-        let opts = RenderOptions { absgrad: true, ..opts.clone() };
+    let grads = |kernel: BackwardKernel| -> Result<Vec<(&'static str, Vec<f32>)>> {
+        let opts = RenderOptions { absgrad: true, backward_kernel: kernel, ..opts.clone() };
         let (out, state) = render(gpu, splats, cam, &opts)?;
         let g = render_backward(gpu, splats, &out, &state, ones, zeros, zeros)?;
         Ok(vec![
@@ -349,11 +339,7 @@ fn check_backward(
             ("projected", gpu.read(&g.projected)?),
         ])
     };
-    let (with, without) = (grads(true)?, grads(false)?);
-    unsafe {
-        std::env::remove_var("RUST3R_NO_PLANES");
-        std::env::remove_var("RUST3R_PLANES");
-    }
+    let (with, without) = (grads(BackwardKernel::Subgroup)?, grads(BackwardKernel::Portable)?);
     println!("backward check (plane vs shared), adapter planes {:?}:", gpu.plane_sizes());
     for ((name, a), (_, b)) in with.iter().zip(&without) {
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));

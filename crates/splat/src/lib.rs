@@ -9,7 +9,7 @@ pub mod train;
 
 pub use camera::Camera;
 pub use render::{
-    GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward,
+    BackwardKernel, GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward,
     render_backward_with,
 };
 

@@ -120,6 +120,21 @@ pub struct RenderOptions {
     /// Also sum the absolute per-pixel gradients of the 2D means (gsplat's `absgrad`, a
     /// densification signal): [`SplatGrads::means2d_abs`].
     pub absgrad: bool,
+    /// Which backward kernel reduces the per-pixel gradients.
+    pub backward_kernel: BackwardKernel,
+}
+
+/// The rasterizer's backward kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackwardKernel {
+    /// Subgroup reductions on images of at least [`PLANE_MIN_TILES`] tiles where the adapter
+    /// has subgroups, the portable kernel otherwise.
+    #[default]
+    Auto,
+    /// Subgroup reductions wherever the adapter has them, whatever the image size.
+    Subgroup,
+    /// The portable shared-memory kernel.
+    Portable,
 }
 
 impl Default for RenderOptions {
@@ -133,6 +148,7 @@ impl Default for RenderOptions {
             max_batches_per_dispatch: 4096,
             deterministic: false,
             absgrad: false,
+            backward_kernel: BackwardKernel::Auto,
         }
     }
 }
@@ -175,6 +191,7 @@ pub struct RenderState {
     gaussians_per_dispatch: usize,
     deterministic: bool,
     absgrad: bool,
+    backward_kernel: BackwardKernel,
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -399,6 +416,7 @@ pub fn render(
         gaussians_per_dispatch: per_dispatch,
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
+        backward_kernel: opts.backward_kernel,
     };
     Ok((out, state))
 }
@@ -421,14 +439,15 @@ const PLANE_BATCH: usize = 16;
 /// Images with fewer tiles than this take the shared-memory backward even where subgroups exist:
 /// measured on an H200 (BENCHMARKS.md), the plane path was 12-15% faster at 1920x1080 (8160
 /// tiles) and 10-16% slower at 648x420 (1107 tiles) at every Gaussian count.
-const PLANE_MIN_TILES: u32 = 2048;
+pub const PLANE_MIN_TILES: u32 = 2048;
 
 /// `Some(max planes per 256-unit cube)` when the plane-reduction backward runs for an image
-/// of `num_tiles` tiles (`RUST3R_NO_PLANES=1` turns it off, `RUST3R_PLANES=1` forces it on).
-fn plane_backward(gpu: &Gpu, num_tiles: u32) -> Option<usize> {
-    let forced = std::env::var("RUST3R_PLANES").is_ok_and(|v| v == "1");
-    if num_tiles < PLANE_MIN_TILES && !forced {
-        return None;
+/// of `num_tiles` tiles (`RUST3R_NO_PLANES=1` turns subgroups off for the whole process).
+fn plane_backward(gpu: &Gpu, num_tiles: u32, kernel: BackwardKernel) -> Option<usize> {
+    match kernel {
+        BackwardKernel::Portable => return None,
+        BackwardKernel::Auto if num_tiles < PLANE_MIN_TILES => return None,
+        _ => {}
     }
     let (min, max) = gpu.plane_sizes()?;
     if !min.is_power_of_two() || !max.is_power_of_two() || 256 % max != 0 {
@@ -502,7 +521,7 @@ pub fn render_backward_with(
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     let carry = gpu.alloc::<f32>(npix * 5);
-    let plane = plane_backward(gpu, tiles_x * tiles_y);
+    let plane = plane_backward(gpu, tiles_x * tiles_y, state.backward_kernel);
     let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
     let kb = (state.gaussians_per_dispatch / batch).max(1);
     for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
