@@ -26,7 +26,8 @@ pub struct DeviceArgs {
     /// Compute backend: wgpu (Vulkan/Metal/DX12, default) or cuda.
     #[arg(long, default_value = "wgpu")]
     backend: String,
-    /// Adapter index as listed by `rust3r info` (default: the best one).
+    /// Adapter index as listed by `rust3r info` (default: the best one). With `--backend cuda`,
+    /// the CUDA device index.
     #[arg(long)]
     adapter: Option<usize>,
 }
@@ -134,8 +135,27 @@ fn run(cli: Cli) -> Result<()> {
 
 fn info() -> Result<()> {
     println!("rust3r {}", env!("CARGO_PKG_VERSION"));
-    println!("backends compiled in: wgpu (WGSL: Vulkan, Metal, DX12, GL)");
-    println!("cuda: not in this build (NVIDIA GPUs run through Vulkan)");
+    if rust3r_gpu::CUDA_COMPILED {
+        println!("backends compiled in: wgpu (WGSL: Vulkan, Metal, DX12, GL), cuda (NVRTC)");
+    } else {
+        println!("backends compiled in: wgpu (WGSL: Vulkan, Metal, DX12, GL)");
+    }
+    match rust3r_gpu::list_cuda_devices() {
+        Ok(devs) if devs.is_empty() => println!("cuda: no CUDA device found"),
+        Ok(devs) => {
+            for d in devs {
+                println!(
+                    "cuda [{}] {} (compute capability {}.{}, {} MiB)",
+                    d.index,
+                    d.name,
+                    d.compute_capability.0,
+                    d.compute_capability.1,
+                    d.total_memory >> 20
+                );
+            }
+        }
+        Err(e) => println!("cuda: {e}"),
+    }
     let adapters = rust3r_gpu::list_adapters();
     if adapters.is_empty() {
         println!("no adapters found. On Linux without a GPU: apt-get install mesa-vulkan-drivers");

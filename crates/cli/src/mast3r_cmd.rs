@@ -68,9 +68,13 @@ fn check_fits(
 pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
     let backend: BackendKind = args.backend.parse()?;
     if backend == BackendKind::Cuda {
-        bail!(
-            "the CUDA backend is not in this build; use --backend wgpu (Vulkan runs on NVIDIA GPUs)"
-        );
+        // Opening it checks the driver and the index and names the device.
+        let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions {
+            backend,
+            adapter: args.adapter,
+            poison: false,
+        })?;
+        return Ok((Device::from(gpu.device().clone()), gpu.name()));
     }
     let adapters = rust3r_gpu::list_adapters();
     ensure!(

@@ -161,6 +161,16 @@ fn bad_device_choice_is_an_error_not_a_panic() {
     let (ok, stdout, err) = rust3r(&["info"]);
     assert!(ok, "{err}");
     assert!(stdout.contains("[0] ") && stdout.contains("max buffer"), "{stdout}");
+    // CUDA: a build without the `cuda` feature (CI) or a machine without the driver says so
+    // and names the way out; it never panics.
+    assert!(stdout.contains("\ncuda"), "info has a cuda line: {stdout}");
+    let (ok, _, err) = rust3r(&["render", plant.to_str().unwrap(), "--out", out.to_str().unwrap(), "--backend", "cuda"]);
+    if !ok {
+        assert!(
+            !err.contains("panicked") && (err.contains("--features rust3r-cli/cuda") || err.contains("CUDA")),
+            "--backend cuda: {err}"
+        );
+    }
 }
 
 #[test]

@@ -14,7 +14,10 @@ pub mod scan;
 pub mod sort;
 
 pub use cubecl;
-pub use runtime::{AdapterInfo, AdapterSlot, BackendKind, Gpu, GpuBuffer, GpuOptions, adapter_slot, list_adapters};
+pub use runtime::{
+    AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer, GpuOptions, adapter_slot,
+    list_adapters, list_cuda_devices,
+};
 
 use cubecl::prelude::*;
 

@@ -16,7 +16,8 @@ pub enum BackendKind {
     /// wgpu on WGSL: Vulkan, Metal, DX12, or Mesa's software Vulkan (lavapipe).
     #[default]
     Wgpu,
-    /// NVIDIA CUDA. Not compiled into this build (see README: CUDA status).
+    /// NVIDIA CUDA (CubeCL's CUDA runtime: kernels as CUDA C++ through NVRTC). Compiled in
+    /// with the `cuda` cargo feature; the driver and NVRTC are loaded at run time.
     Cuda,
 }
 
@@ -59,6 +60,69 @@ pub struct AdapterInfo {
     pub subgroups: bool,
     pub shader_f16: bool,
     pub f32_atomics: bool,
+}
+
+/// Whether this build has the CUDA backend (the `cuda` cargo feature).
+pub const CUDA_COMPILED: bool = cfg!(feature = "cuda");
+
+/// One CUDA device as the driver reports it.
+#[derive(Clone, Debug)]
+pub struct CudaDeviceInfo {
+    pub index: usize,
+    pub name: String,
+    pub total_memory: u64,
+    pub compute_capability: (i32, i32),
+}
+
+/// CUDA devices, or why there are none (no `cuda` feature, no driver, no device).
+pub fn list_cuda_devices() -> Result<Vec<CudaDeviceInfo>, GpuError> {
+    #[cfg(feature = "cuda")]
+    {
+        use cudarc::driver::CudaContext;
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        let err = |e: cudarc::driver::DriverError| GpuError::Config(format!("CUDA driver: {e}"));
+        // cudarc panics on first use when the library is missing: ask first.
+        // SAFETY: only tries to `dlopen` each candidate name.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(GpuError::Config(
+                "the CUDA driver library (libcuda) was not found; use --backend wgpu".into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(err)?;
+        (0..count.max(0) as usize)
+            .map(|index| {
+                let ctx = CudaContext::new(index).map_err(err)?;
+                Ok(CudaDeviceInfo {
+                    index,
+                    name: ctx.name().map_err(err)?,
+                    total_memory: ctx.total_mem().map_err(err)? as u64,
+                    compute_capability: (
+                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(err)?,
+                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(err)?,
+                    ),
+                })
+            })
+            .collect()
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(GpuError::Config(
+        "this build has no CUDA backend (build with `--features rust3r-cli/cuda`); \
+         NVIDIA GPUs run through Vulkan"
+            .into(),
+    ))
+}
+
+/// The cubecl device for CUDA device `adapter` (default 0), after checking it exists.
+fn cuda_device(adapter: Option<usize>) -> Result<cubecl::Device, GpuError> {
+    let devices = list_cuda_devices()?;
+    let index = adapter.unwrap_or(0);
+    if index >= devices.len() {
+        return Err(GpuError::Config(format!(
+            "CUDA device {index} does not exist ({} CUDA devices found; run `rust3r info`)",
+            devices.len()
+        )));
+    }
+    cubecl::Device::cuda(index).map_err(|e| GpuError::Config(format!("CUDA device {index}: {e:?}")))
 }
 
 /// Enumerate every adapter of every graphics API wgpu can reach on this machine.
@@ -168,13 +232,7 @@ impl Gpu {
     pub fn new(opts: &GpuOptions) -> Result<Self, GpuError> {
         let device = match opts.backend {
             BackendKind::Wgpu => cubecl::Device::Wgpu(wgpu_device_for(opts.adapter)?),
-            BackendKind::Cuda => {
-                return Err(GpuError::Config(
-                    "the CUDA backend is not available in this build; use --backend wgpu \
-                     (Vulkan runs on NVIDIA GPUs)"
-                        .into(),
-                ));
-            }
+            BackendKind::Cuda => cuda_device(opts.adapter)?,
         };
         let dev = device.clone();
         let client = std::panic::catch_unwind(move || dev.client()).map_err(|e| {
