@@ -63,6 +63,9 @@ pub struct RasterArgs {
     /// Also compute the camera-pose gradient in the timed backward (gsplat's benchmark does not).
     #[arg(long)]
     pose_grad: bool,
+    /// Backward kernel to time: auto (the renderer's choice), subgroup or portable.
+    #[arg(long, default_value = "auto", value_parser = parse_backward_kernel)]
+    backward_kernel: BackwardKernel,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -200,6 +203,15 @@ fn camera_for(g: &Garden, w: u32, h: u32) -> Camera {
     }
 }
 
+fn parse_backward_kernel(s: &str) -> Result<BackwardKernel, String> {
+    match s {
+        "auto" => Ok(BackwardKernel::Auto),
+        "subgroup" => Ok(BackwardKernel::Subgroup),
+        "portable" => Ok(BackwardKernel::Portable),
+        other => Err(format!("unknown backward kernel '{other}' (auto, subgroup or portable)")),
+    }
+}
+
 fn parse_n(s: &str, base: usize) -> Result<usize> {
     let s = s.trim().to_ascii_lowercase();
     if s == "base" || s == "garden" {
@@ -247,7 +259,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
         let splats = GpuSplats::from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3)?;
         for &(w, h) in &res {
             let cam = camera_for(&garden, w, h);
-            let opts = RenderOptions::default();
+            let opts = RenderOptions { backward_kernel: a.backward_kernel, ..Default::default() };
             let npix = (w * h) as usize;
             let ones = gpu.upload(&vec![1f32; npix * 3]);
             let zeros = gpu.upload(&vec![0f32; npix]);

@@ -262,6 +262,10 @@ impl Gpu {
     pub fn device(&self) -> &cubecl::Device {
         &self.device
     }
+    /// Whether kernels run on CubeCL's CUDA runtime (rather than wgpu).
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.device, cubecl::Device::Cuda(_))
+    }
     /// Adapter name as the driver reports it.
     pub fn name(&self) -> String {
         self.client.properties().identity.name.clone()

@@ -128,7 +128,7 @@ pub struct RenderOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackwardKernel {
     /// Subgroup reductions on images of at least [`PLANE_MIN_TILES`] tiles where the adapter
-    /// has subgroups, the portable kernel otherwise.
+    /// has subgroups (wgpu only), the portable kernel otherwise (and always on CUDA).
     #[default]
     Auto,
     /// Subgroup reductions wherever the adapter has them, whatever the image size.
@@ -447,6 +447,9 @@ fn plane_backward(gpu: &Gpu, num_tiles: u32, kernel: BackwardKernel) -> Option<u
     match kernel {
         BackwardKernel::Portable => return None,
         BackwardKernel::Auto if num_tiles < PLANE_MIN_TILES => return None,
+        // On CUDA the portable kernel was faster at every size measured (H100, 1920x1080:
+        // 3.2 vs 5.0 ms forward+backward at 138k Gaussians, 18.4 vs 21.9 ms at 10M; BENCHMARKS.md).
+        BackwardKernel::Auto if gpu.is_cuda() => return None,
         _ => {}
     }
     let (min, max) = gpu.plane_sizes()?;
