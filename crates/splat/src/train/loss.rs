@@ -274,7 +274,7 @@ fn mask_grad(grad: &mut [f32], mask: &[f32], npix: u32) {
     let m = mask[p];
     for c in 0..3usize {
         let o = p * 3 + c;
-        grad[o] = grad[o] * m;
+        grad[o] *= m;
     }
 }
 
@@ -297,7 +297,7 @@ fn alpha_l1(
     }
     let mut k = weight / (npix as f32);
     if has_mask != 0u32 {
-        k = k * mask[p];
+        k *= mask[p];
     }
     let d = alpha[p] - target[p];
     let mut sign = 0.0f32;
