@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
 use rust3r_splat::Camera;
-use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
+use rust3r_splat::train::{AdcConfig, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
 use serde::Serialize;
 
 use crate::DeviceArgs;
@@ -85,6 +85,11 @@ pub struct TrainArgs {
     /// Bit-reproducible training (fixed-order gradient sums instead of float atomics; slower).
     #[arg(long)]
     pub deterministic: bool,
+    /// Weight W of an alpha loss W * mean|rendered alpha - image alpha| for images with an
+    /// alpha channel (e.g. NeRF-synthetic RGBA); 0 = off (default; with --resume: the
+    /// checkpoint's value).
+    #[arg(long, value_name = "W")]
+    pub alpha_loss: Option<f32>,
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
@@ -140,21 +145,66 @@ fn scene_scale(scene: &Scene, views: &[usize]) -> f64 {
     (1.1 * d).max(1e-6)
 }
 
+/// A training view packed on the device: RGB, and its alpha (when the alpha loss is on) and
+/// mask planes.
+struct DeviceTarget {
+    rgb: PackedImage,
+    alpha: Option<PackedImage>,
+    mask: Option<PackedImage>,
+}
+
+impl DeviceTarget {
+    fn upload(gpu: &Gpu, img: &rust3r_io::scene::ViewImage) -> Self {
+        let (w, h) = (img.width, img.height);
+        Self {
+            rgb: PackedImage::upload(gpu, &img.rgb, w, h),
+            alpha: img.alpha.as_ref().map(|a| PackedImage::upload_plane(gpu, a, w, h)),
+            mask: img.mask.as_ref().map(|m| PackedImage::upload_plane(gpu, m, w, h)),
+        }
+    }
+
+    /// Device bytes of a view's packed planes.
+    fn bytes(img: &rust3r_io::scene::ViewImage) -> u64 {
+        let npix = img.width as u64 * img.height as u64;
+        let planes = [Some(3), img.alpha.as_ref().map(|_| 1), img.mask.as_ref().map(|_| 1)];
+        planes.into_iter().flatten().map(|c| (npix * c).div_ceil(4) * 4).sum()
+    }
+
+    fn to_f32(&self, gpu: &Gpu) -> StepBuffers {
+        StepBuffers {
+            rgb: self.rgb.to_f32(gpu),
+            alpha: self.alpha.as_ref().map(|a| a.to_f32(gpu)),
+            mask: self.mask.as_ref().map(|m| m.to_f32(gpu)),
+        }
+    }
+}
+
+/// One step's target buffers (f32 in [0, 1]).
+struct StepBuffers {
+    rgb: GpuBuffer<f32>,
+    alpha: Option<GpuBuffer<f32>>,
+    mask: Option<GpuBuffer<f32>>,
+}
+
+impl StepBuffers {
+    fn target(&self) -> StepTarget<'_> {
+        StepTarget { rgb: &self.rgb, alpha: self.alpha.as_ref(), mask: self.mask.as_ref() }
+    }
+}
+
 /// Training images: packed on the device when they fit a quarter of the budget, else
 /// uploaded from the host cache each step.
 struct Targets {
-    device: Vec<Option<PackedImage>>,
+    device: Vec<Option<DeviceTarget>>,
     cache: ImageCache,
 }
 
 impl Targets {
-    fn get(&self, gpu: &Gpu, i: usize) -> Result<GpuBuffer<f32>> {
+    fn get(&self, gpu: &Gpu, i: usize) -> Result<StepBuffers> {
         if let Some(img) = &self.device[i] {
             return Ok(img.to_f32(gpu));
         }
-        let v = &self.cache.scene().views[i];
-        let rgb = self.cache.get(i)?;
-        Ok(PackedImage::upload(gpu, &rgb, v.width, v.height).to_f32(gpu))
+        Ok(DeviceTarget::upload(gpu, &*self.cache.get(i)?).to_f32(gpu))
     }
 }
 
@@ -165,6 +215,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     let save_at = parse_steps(&a.save_at)?;
     anyhow::ensure!(a.downscale >= 1, "--downscale must be at least 1");
     anyhow::ensure!(a.sh_degree <= 3, "--sh-degree must be 0..=3");
+    if let Some(w) = a.alpha_loss {
+        anyhow::ensure!(w.is_finite() && w >= 0.0, "--alpha-loss {w} is not a finite weight >= 0");
+    }
     let budget = match a.memory_budget {
         Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
         Some(gb) => Some((gb * 1e9) as u64),
@@ -220,12 +273,16 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         visible_adam: a.visible_adam,
         seed: a.seed,
         deterministic: a.deterministic,
+        alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
         ..Default::default()
     };
     let mut trainer = match &a.resume {
         Some(ck) => {
-            let t = Trainer::load_checkpoint(&gpu, ck)?;
+            let mut t = Trainer::load_checkpoint(&gpu, ck)?;
             println!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats());
+            if let Some(w) = a.alpha_loss {
+                t.cfg.alpha_loss_weight = w;
+            }
             t
         }
         None => {
@@ -249,25 +306,45 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         }
     };
 
-    // Images: decode in parallel into RAM, pack onto the device when they fit.
+    // Images: decode in parallel into RAM, pack onto the device when they fit. Alpha is kept
+    // only for the alpha loss; masks are always used.
+    let alpha_weight = trainer.cfg.alpha_loss_weight;
+    let masked = train_idx.iter().filter(|&&i| scene.mask_path(i).is_some()).count();
+    if scene.num_masks() > 0 {
+        println!("masks: {masked} of {} training views have one (masked-out pixels are ignored by the loss)", train_idx.len());
+    }
     let scene = Arc::new(scene);
-    let cache = ImageCache::new(scene.clone(), (a.image_cache * 1e9) as u64);
+    let cache = ImageCache::new(scene.clone(), (a.image_cache * 1e9) as u64).keep_alpha(alpha_weight > 0.0);
     let t0 = Instant::now();
     let mut all: Vec<usize> = train_idx.clone();
     all.extend(&eval_idx);
     cache.preload(&all)?;
     let device_budget = budget.map(|b| b / 4).unwrap_or(2 << 30);
     let mut used = 0u64;
-    let mut device = vec![None; scene.len()];
+    let mut with_alpha = 0usize;
+    let mut device: Vec<Option<DeviceTarget>> = (0..scene.len()).map(|_| None).collect();
     for &i in &train_idx {
         let v = &scene.views[i];
-        let bytes = (v.width as u64 * v.height as u64 * 3).div_ceil(4) * 4;
+        // Before decoding: RGB (and the mask) must fit; the alpha plane is known after.
+        let planned = (v.width as u64 * v.height as u64 * 3).div_ceil(4) * 4;
+        if used + planned > device_budget && alpha_weight == 0.0 {
+            continue;
+        }
+        let img = cache.get(i)?;
+        with_alpha += img.alpha.is_some() as usize;
+        let bytes = DeviceTarget::bytes(&img);
         if used + bytes <= device_budget {
-            device[i] = Some(PackedImage::upload(&gpu, &cache.get(i)?, v.width, v.height));
+            device[i] = Some(DeviceTarget::upload(&gpu, &img));
             used += bytes;
         }
     }
     println!("images decoded in {:.1} s ({} MiB on the device)", t0.elapsed().as_secs_f64(), used >> 20);
+    if alpha_weight > 0.0 {
+        println!("alpha loss (weight {alpha_weight}): {with_alpha} of {} training views have an alpha channel", train_idx.len());
+        if with_alpha == 0 {
+            eprintln!("warning: --alpha-loss has no effect: no training image has an alpha channel (or it is fully opaque)");
+        }
+    }
     let targets = Targets { device, cache };
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -314,7 +391,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         }
         let i = order.pop().unwrap();
         let target = targets.get(&gpu, i)?;
-        let info = trainer.step(&camera_of(&scene, i), &target)?;
+        let info = trainer.step_with(&camera_of(&scene, i), &target.target())?;
         let s = trainer.step;
         bar.set_position(s);
         if s % 100 == 0 || s == a.steps {
@@ -406,10 +483,10 @@ fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view
     l.scalar("eval/ssim", ssim)?;
     let gt = cache.get(view)?;
     let cam = camera_of(scene, view);
-    let (_, _, pred) = trainer.evaluate_view(&cam, &gt)?;
+    let (_, _, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
     let bytes: Vec<u8> = pred.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect();
     l.image_rgb("eval/render", &bytes, cam.width, cam.height)?;
-    l.image_rgb("eval/ground_truth", &gt, cam.width, cam.height)?;
+    l.image_rgb("eval/ground_truth", &gt.rgb, cam.width, cam.height)?;
     let splats = trainer.to_host()?;
     let stride = splats.len().div_ceil(200_000).max(1);
     let k = (splats.sh_degree as usize + 1).pow(2) * 3;
@@ -460,7 +537,7 @@ fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize],
     for &i in idx {
         let gt = cache.get(i)?;
         let cam = camera_of(scene, i);
-        let (p, s, pred) = trainer.evaluate_view(&cam, &gt)?;
+        let (p, s, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
         psnr += p;
         ssim += s;
         if let Some(dir) = renders {
@@ -470,7 +547,7 @@ fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize],
                 for x in 0..w {
                     for c in 0..3 {
                         side[(y * 2 * w + x) * 3 + c] = (pred[(y * w + x) * 3 + c] * 255.0 + 0.5) as u8;
-                        side[(y * 2 * w + w + x) * 3 + c] = gt[(y * w + x) * 3 + c];
+                        side[(y * 2 * w + w + x) * 3 + c] = gt.rgb[(y * w + x) * 3 + c];
                     }
                 }
             }

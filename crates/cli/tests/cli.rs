@@ -261,3 +261,46 @@ fn slam_export_trains_directly() {
     let spz = rust3r_io::load_splats(&train_out.join("splats_1.spz")).unwrap();
     assert!(ply.len() > 1000 && spz.len() == ply.len());
 }
+
+#[test]
+fn train_with_alpha_loss_and_masks() {
+    let dir = tempfile::tempdir().unwrap();
+    // Alpha loss on lego: every training view has alpha.
+    let lego = shared("data/lego");
+    let out = dir.path().join("lego_alpha");
+    let (ok, stdout, err) = rust3r(&[
+        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "5", "--downscale", "20",
+        "--init-count", "300", "--sh-degree", "0", "--background", "black", "--alpha-loss", "1",
+    ]);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("alpha loss (weight 1): 87 of 87 training views have an alpha channel"), "{stdout}");
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--alpha-loss=-1"]);
+    assert!(!ok && err.contains("--alpha-loss"), "{err}");
+
+    // A small COLMAP scene with a masks/ folder.
+    let scene = dir.path().join("masked");
+    std::fs::create_dir_all(scene.join("images")).unwrap();
+    std::fs::create_dir_all(scene.join("masks")).unwrap();
+    let mut lines = String::new();
+    for k in 0..4u32 {
+        let name = format!("v{k}.jpg");
+        image::RgbImage::from_fn(64, 48, |x, y| image::Rgb([(x * 4) as u8, (y * 5) as u8, (k * 60) as u8]))
+            .save(scene.join("images").join(&name))
+            .unwrap();
+        image::GrayImage::from_fn(64, 48, |x, _| image::Luma([if x < 40 { 255 } else { 0 }]))
+            .save(scene.join("masks").join(format!("{name}.png")))
+            .unwrap();
+        lines += &format!("{} 1 0 0 0 {} 0 0 1 {name}\n\n", k + 1, k as f64 * 0.2);
+    }
+    std::fs::write(scene.join("cameras.txt"), "1 PINHOLE 64 48 60 60 32 24\n").unwrap();
+    std::fs::write(scene.join("images.txt"), lines).unwrap();
+    let out = dir.path().join("masked_out");
+    let args = ["train", scene.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "3", "--init-count", "200", "--sh-degree", "0", "--eval-every", "0"];
+    let (ok, stdout, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("masks: 4 of 4 training views have one"), "{stdout}");
+    // A corrupt mask stops the run with the file named.
+    std::fs::write(scene.join("masks/v2.jpg.png"), b"garbage").unwrap();
+    let (ok, _, err) = rust3r(&args);
+    assert!(!ok && err.contains("v2.jpg.png") && err.contains("mask"), "{err}");
+}

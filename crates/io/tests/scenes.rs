@@ -877,7 +877,8 @@ fn image_cache_keeps_first_images_within_budget() {
         )
         .unwrap(),
     );
-    let one = 200 * 200 * 3;
+    // RGB and the alpha channel: 4 bytes per pixel.
+    let one = 200 * 200 * 4;
     let cache = ImageCache::new(s.clone(), 2 * one + 10);
     cache.preload(&[3, 5, 7, 9]).unwrap();
     assert!(cache.is_cached(3) && cache.is_cached(5));
@@ -885,10 +886,12 @@ fn image_cache_keeps_first_images_within_budget() {
     assert_eq!(cache.cached_bytes(), 2 * one);
     let a = cache.get(3).unwrap();
     assert!(Arc::ptr_eq(&a, &cache.get(3).unwrap()));
-    assert_eq!(*a, s.load_image(3).unwrap());
+    assert_eq!(a.rgb, s.load_image(3).unwrap());
+    assert_eq!(*a, s.load_view(3).unwrap());
+    assert!(a.alpha.is_some() && a.mask.is_none());
     // Over budget: decoded on demand, not kept.
     let b = cache.get(7).unwrap();
-    assert_eq!(*b, s.load_image(7).unwrap());
+    assert_eq!(b.rgb, s.load_image(7).unwrap());
     assert!(!cache.is_cached(7));
     assert!(cache.get(100).is_err());
     assert!(cache.preload(&[100]).is_err());
@@ -900,12 +903,17 @@ fn image_cache_keeps_first_images_within_budget() {
             let cache = cache.clone();
             sc.spawn(move || {
                 for i in [0, 1, 2, t + 3] {
-                    assert_eq!(cache.get(i).unwrap().len(), one as usize);
+                    assert_eq!(cache.get(i).unwrap().rgb.len(), 200 * 200 * 3);
                 }
             });
         }
     });
     assert_eq!(cache.cached_bytes(), 6 * one);
+    // Without alpha: 3 bytes per pixel.
+    let cache = ImageCache::new(s.clone(), u64::MAX).keep_alpha(false);
+    cache.preload(&[0, 1]).unwrap();
+    assert_eq!(cache.cached_bytes(), 2 * 200 * 200 * 3);
+    assert!(cache.get(0).unwrap().alpha.is_none());
 
     // Decoding errors surface from preload.
     let missing = Arc::new(open(&data().join("statuette/sparse/0")));

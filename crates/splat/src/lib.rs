@@ -22,6 +22,8 @@ pub enum SplatError {
     InvalidSplats(String),
     #[error("checkpoint {0}")]
     Checkpoint(String),
+    #[error("invalid training configuration: {0}")]
+    InvalidConfig(String),
     #[error(transparent)]
     Gpu(#[from] rust3r_gpu::GpuError),
 }

@@ -1,9 +1,12 @@
 //! Training building blocks against independent float64 references: the L1 + D-SSIM loss
-//! and its gradient (plus finite differences), Adam, ADC planning and rebuilds, MCMC
-//! relocation, position noise, checkpoints.
+//! and its gradient (plus finite differences), the masked loss and the alpha loss (kernel
+//! values, gradients, finite differences, and the alpha gradient through the rasterizer),
+//! Adam, ADC planning and rebuilds, MCMC relocation, position noise, checkpoints.
+
+mod common;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rust3r_gpu::{Gpu, GpuOptions};
+use rust3r_gpu::{Gpu, GpuBuffer, GpuOptions};
 use rust3r_splat::train::{adam, densify, loss, mcmc};
 
 fn gpu() -> Gpu {
@@ -441,4 +444,451 @@ fn position_noise_is_gated_by_opacity() {
         (var - 1.0).abs() < 0.1,
         "transparent ones get N(0, (2 gate Σ)²) noise: var {var}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Masks and the alpha loss
+
+/// Random mask: a third zeros, half ones, the rest fractional (resized mask borders).
+fn random_mask(rng: &mut StdRng, npix: usize) -> Vec<f64> {
+    (0..npix)
+        .map(|_| match rng.random_range(0..6) {
+            0 | 1 => 0.0,
+            2..=4 => 1.0,
+            _ => rng.random::<f32>() as f64,
+        })
+        .collect()
+}
+
+/// The masked photometric loss by definition: the plain loss of `m a` and `m b`.
+fn masked_loss_ref(a: &[f64], b: &[f64], m: &[f64], w: usize, h: usize, lambda: f64) -> f64 {
+    let ma: Vec<f64> = a.iter().enumerate().map(|(i, v)| v * m[i / 3]).collect();
+    let mb: Vec<f64> = b.iter().enumerate().map(|(i, v)| v * m[i / 3]).collect();
+    loss_ref(&ma, &mb, w, h, lambda)
+}
+
+#[test]
+fn masked_loss_matches_float64_reference_and_finite_differences() {
+    let gpu = gpu();
+    let kernels = loss::LossKernels::new(&gpu);
+    let mut rng = StdRng::seed_from_u64(17);
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    for &(w, h) in &[(23usize, 17usize), (40, 12)] {
+        let npix = w * h;
+        let b: Vec<f64> = (0..npix * 3).map(|_| rng.random::<f32>() as f64).collect();
+        let a: Vec<f64> = b
+            .iter()
+            .map(|&v| (v + 0.3 * (rng.random::<f32>() as f64 - 0.5)) as f32 as f64)
+            .collect();
+        let m = random_mask(&mut rng, npix);
+        let (ga, gb, gm) = (
+            gpu.upload(&to32(&a)),
+            gpu.upload(&to32(&b)),
+            gpu.upload(&to32(&m)),
+        );
+        let lambda = 0.2;
+        let out = kernels.masked_photometric_loss(
+            &gpu,
+            &ga,
+            &gb,
+            &gm,
+            w as u32,
+            h as u32,
+            lambda as f32,
+            true,
+        );
+        let value = out.value(&gpu).unwrap() as f64;
+        let reference = masked_loss_ref(&a, &b, &m, w, h, lambda);
+        assert!(
+            (value - reference).abs() < 1e-5,
+            "{w}x{h}: masked loss {value} vs {reference}"
+        );
+        let grad = gpu.read(&out.grad).unwrap();
+        // Ignored pixels: exactly no gradient, whatever their render and target.
+        for p in 0..npix {
+            if m[p] == 0.0 {
+                assert!(
+                    grad[p * 3..p * 3 + 3].iter().all(|&g| g == 0.0),
+                    "pixel {p}"
+                );
+            }
+        }
+        // Changing the render or the target under the mask changes nothing.
+        let mut a2 = a.clone();
+        let mut b2 = b.clone();
+        for p in (0..npix).filter(|&p| m[p] == 0.0) {
+            for c in 0..3 {
+                a2[p * 3 + c] = rng.random::<f32>() as f64;
+                b2[p * 3 + c] = rng.random::<f32>() as f64;
+            }
+        }
+        let out2 = kernels.masked_photometric_loss(
+            &gpu,
+            &gpu.upload(&to32(&a2)),
+            &gpu.upload(&to32(&b2)),
+            &gm,
+            w as u32,
+            h as u32,
+            lambda as f32,
+            true,
+        );
+        assert_eq!(out2.value(&gpu).unwrap() as f64, value);
+        assert_eq!(gpu.read(&out2.grad).unwrap(), grad);
+        // Central differences of the float64 reference (kept pixels, away from L1 kinks).
+        let eps = 1e-4;
+        let mut checked = 0;
+        for _ in 0..60 {
+            let i = rng.random_range(0..a.len());
+            if m[i / 3] == 0.0 || (m[i / 3] * (a[i] - b[i])).abs() < 2.0 * eps {
+                continue;
+            }
+            let mut ap = a.clone();
+            ap[i] += eps;
+            let mut am = a.clone();
+            am[i] -= eps;
+            let fd = (masked_loss_ref(&ap, &b, &m, w, h, lambda)
+                - masked_loss_ref(&am, &b, &m, w, h, lambda))
+                / (2.0 * eps);
+            let g = grad[i] as f64;
+            let scale = fd.abs().max(1.0 / a.len() as f64);
+            assert!(
+                (g - fd).abs() < 1e-3 * scale + 1e-8,
+                "{w}x{h} value {i} (mask {}): grad {g} vs fd {fd}",
+                m[i / 3]
+            );
+            checked += 1;
+        }
+        assert!(checked > 20, "{checked} derivatives checked");
+        // An all-ones mask is the unmasked loss.
+        let ones = gpu.upload(&vec![1.0f32; npix]);
+        let full =
+            kernels.masked_photometric_loss(&gpu, &ga, &gb, &ones, w as u32, h as u32, 0.2, true);
+        let plain = kernels.photometric_loss(&gpu, &ga, &gb, w as u32, h as u32, 0.2, true);
+        assert_eq!(full.value(&gpu).unwrap(), plain.value(&gpu).unwrap());
+        assert_eq!(
+            gpu.read(&full.grad).unwrap(),
+            gpu.read(&plain.grad).unwrap()
+        );
+    }
+}
+
+/// `w mean(m |a - t|)` and its gradient `w m sign(a - t) / n` in float64.
+fn alpha_loss_ref(a: &[f64], t: &[f64], m: Option<&[f64]>, weight: f64) -> (f64, Vec<f64>) {
+    let n = a.len() as f64;
+    let mk = |p: usize| m.map_or(1.0, |m| m[p]);
+    let value = (0..a.len())
+        .map(|p| weight * mk(p) * (a[p] - t[p]).abs())
+        .sum::<f64>()
+        / n;
+    let grad = (0..a.len())
+        .map(|p| {
+            let d = a[p] - t[p];
+            let sign = if d > 0.0 {
+                1.0
+            } else if d < 0.0 {
+                -1.0
+            } else {
+                0.0
+            };
+            weight * mk(p) * sign / n
+        })
+        .collect();
+    (value, grad)
+}
+
+#[test]
+fn alpha_loss_matches_float64_reference_and_finite_differences() {
+    let gpu = gpu();
+    let kernels = loss::LossKernels::new(&gpu);
+    let mut rng = StdRng::seed_from_u64(23);
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    for &npix in &[1usize, 255, 256, 257, 31 * 19] {
+        let t: Vec<f64> = (0..npix).map(|_| rng.random::<f32>() as f64).collect();
+        // Some exact ties (gradient 0 there, as in PyTorch).
+        let a: Vec<f64> = t
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                if i % 13 == 5 {
+                    v
+                } else {
+                    rng.random::<f32>() as f64
+                }
+            })
+            .collect();
+        let m = random_mask(&mut rng, npix);
+        let weight = 0.7;
+        for mask in [None, Some(&m[..])] {
+            let gm = mask.map(|m| gpu.upload(&to32(m)));
+            let out = kernels.alpha_loss(
+                &gpu,
+                &gpu.upload(&to32(&a)),
+                &gpu.upload(&to32(&t)),
+                gm.as_ref(),
+                weight as f32,
+            );
+            let (value, grad_ref) = alpha_loss_ref(&a, &t, mask, weight);
+            let got = out.value(&gpu).unwrap() as f64;
+            assert!(
+                (got - value).abs() < 1e-6 * value.max(1e-3),
+                "{npix} px, mask {}: alpha loss {got} vs {value}",
+                mask.is_some()
+            );
+            let grad = gpu.read(&out.grad).unwrap();
+            assert_eq!(grad.len(), npix);
+            for p in 0..npix {
+                let g = grad[p] as f64;
+                assert!(
+                    (g - grad_ref[p]).abs() <= 1e-6 * grad_ref[p].abs(),
+                    "pixel {p}: grad {g} vs {}",
+                    grad_ref[p]
+                );
+                if a[p] == t[p] || mask.is_some_and(|m| m[p] == 0.0) {
+                    assert_eq!(g, 0.0, "pixel {p}: tie or ignored");
+                }
+            }
+            // Finite differences of the reference value.
+            let eps = 1e-5;
+            for _ in 0..20 {
+                let p = rng.random_range(0..npix);
+                if (a[p] - t[p]).abs() < 2.0 * eps {
+                    continue;
+                }
+                let f = |d: f64| {
+                    let mut ap = a.clone();
+                    ap[p] += d;
+                    alpha_loss_ref(&ap, &t, mask, weight).0
+                };
+                let fd = (f(eps) - f(-eps)) / (2.0 * eps);
+                assert!(
+                    (grad[p] as f64 - fd).abs() <= 1e-6 * fd.abs() + 1e-9,
+                    "pixel {p}: grad {} vs fd {fd}",
+                    grad[p]
+                );
+            }
+        }
+    }
+}
+
+/// The alpha loss's gradient, fed to the rasterizer's backward as its alpha gradient, is the
+/// gradient of `w mean(m |alpha(params) - t|)` with respect to the Gaussians: checked against
+/// central differences of the CPU float64 reference renderer.
+#[test]
+fn alpha_loss_through_the_rasterizer_matches_finite_differences() {
+    use common::{RefOpts, Scene, random_scene, test_camera};
+    use rust3r_splat::{GpuSplats, RenderOptions, render, render_backward};
+    let gpu = gpu();
+    let kernels = loss::LossKernels::new(&gpu);
+    let s = random_scene(31, 8, 1);
+    let mut cam = test_camera(40, 30);
+    for row in cam.world_to_camera.iter_mut() {
+        for v in row.iter_mut() {
+            *v = *v as f32 as f64;
+        }
+    }
+    for v in [&mut cam.fx, &mut cam.fy, &mut cam.cx, &mut cam.cy] {
+        *v = *v as f32 as f64;
+    }
+    let npix = 40 * 30;
+    let mut rng = StdRng::seed_from_u64(32);
+    let t: Vec<f64> = (0..npix).map(|_| rng.random::<f32>() as f64).collect();
+    let m = random_mask(&mut rng, npix);
+    let weight = 0.9;
+    let bg = [0.1, 0.2, 0.3];
+    let ref_alpha = |p: &Scene| {
+        common::render(
+            p,
+            &cam,
+            &RefOpts {
+                background: bg,
+                ..Default::default()
+            },
+        )
+        .alpha
+    };
+    let ref_loss = |p: &Scene| alpha_loss_ref(&ref_alpha(p), &t, Some(&m), weight).0;
+
+    let splats = GpuSplats::from_slices(
+        &gpu,
+        &Scene::f32(&s.means),
+        &Scene::f32(&s.log_scales),
+        &Scene::f32(&s.quats),
+        &Scene::f32(&s.opacity_logits),
+        &Scene::f32(&s.sh),
+        s.sh_degree,
+    )
+    .unwrap();
+    let opts = RenderOptions {
+        background: bg.map(|v| v as f32),
+        ..Default::default()
+    };
+    let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+    let alpha = kernels.alpha_loss(
+        &gpu,
+        &out.alpha,
+        &gpu.upload(&Scene::f32(&t)),
+        Some(&gpu.upload(&Scene::f32(&m))),
+        weight as f32,
+    );
+    let value = alpha.value(&gpu).unwrap() as f64;
+    assert!(
+        (value - ref_loss(&s)).abs() < 1e-4,
+        "{value} vs {}",
+        ref_loss(&s)
+    );
+    let grads = render_backward(
+        &gpu,
+        &splats,
+        &out,
+        &state,
+        &gpu.zeros::<f32>(npix * 3),
+        &alpha.grad,
+        &gpu.zeros::<f32>(npix),
+    )
+    .unwrap();
+    let groups: [(&str, Vec<f32>); 3] = [
+        ("opacity_logits", gpu.read(&grads.opacity_logits).unwrap()),
+        ("means", gpu.read(&grads.means).unwrap()),
+        ("log_scales", gpu.read(&grads.log_scales).unwrap()),
+    ];
+    let (mut checked, mut skipped, mut nonzero) = (0, 0, 0);
+    for (name, g) in &groups {
+        for (i, &gi) in g.iter().enumerate() {
+            // Two step sizes; a difference across an L1 kink or an alpha cut-off disagrees.
+            let d = |eps: f64| {
+                let f = |e: f64| {
+                    let mut p = s.clone();
+                    match *name {
+                        "opacity_logits" => p.opacity_logits[i] += e,
+                        "means" => p.means[i] += e,
+                        _ => p.log_scales[i] += e,
+                    }
+                    ref_loss(&p)
+                };
+                (f(eps) - f(-eps)) / (2.0 * eps)
+            };
+            let (d1, d2) = (d(1e-6), d(1e-7));
+            if (d1 - d2).abs() > 1e-3 * d1.abs().max(1e-4) {
+                skipped += 1;
+                continue;
+            }
+            let tol = 2e-2 * d1.abs() + 2e-5;
+            assert!(
+                (gi as f64 - d1).abs() <= tol,
+                "{name}[{i}]: analytic {gi} vs finite difference {d1}"
+            );
+            checked += 1;
+            nonzero += (d1.abs() > 1e-4) as usize;
+        }
+    }
+    eprintln!("{checked} derivatives checked ({nonzero} clearly nonzero), {skipped} skipped at kinks");
+    assert!(
+        checked >= 50 && skipped * 5 <= checked,
+        "{checked} checked, {skipped} skipped"
+    );
+    assert!(nonzero >= 20, "only {nonzero} clearly nonzero derivatives");
+}
+
+/// Trainer wiring: a zero mask makes a step a no-op (zero loss, parameters unchanged); with
+/// weight 0 an alpha target changes nothing; with weight > 0 it changes the step; targets of
+/// the wrong size and negative weights are errors; configurations written before the alpha
+/// weight existed still load.
+#[test]
+fn trainer_step_with_masks_and_alpha() {
+    use rust3r_splat::train::{StepTarget, TrainConfig, Trainer, init::InitSplats};
+    let gpu = gpu();
+    let s = common::random_scene(41, 60, 0);
+    let init = InitSplats {
+        means: common::Scene::f32(&s.means),
+        log_scales: common::Scene::f32(&s.log_scales),
+        quats: common::Scene::f32(&s.quats),
+        opacity_logits: common::Scene::f32(&s.opacity_logits),
+        sh: common::Scene::f32(&s.sh),
+        sh_degree: 0,
+    };
+    let cam = common::test_camera(32, 24);
+    let npix = 32 * 24;
+    let mut rng = StdRng::seed_from_u64(42);
+    let rgb = gpu.upload(
+        &(0..npix * 3)
+            .map(|_| rng.random::<f32>())
+            .collect::<Vec<_>>(),
+    );
+    let alpha = gpu.upload(&(0..npix).map(|_| rng.random::<f32>()).collect::<Vec<_>>());
+    let zeros = gpu.upload(&vec![0.0f32; npix]);
+    let cfg = |w: f32| TrainConfig {
+        sh_degree: 0,
+        deterministic: true,
+        alpha_loss_weight: w,
+        ..Default::default()
+    };
+    fn target<'a>(
+        rgb: &'a GpuBuffer<f32>,
+        alpha: Option<&'a GpuBuffer<f32>>,
+        mask: Option<&'a GpuBuffer<f32>>,
+    ) -> StepTarget<'a> {
+        StepTarget { rgb, alpha, mask }
+    }
+
+    // Everything masked out: nothing to learn.
+    let mut t = Trainer::new(&gpu, cfg(1.0), &init).unwrap();
+    let before = t.to_host().unwrap();
+    t.step_with(&cam, &target(&rgb, Some(&alpha), Some(&zeros))).unwrap();
+    assert!(t.last_loss().unwrap().unwrap().abs() < 1e-6);
+    assert_eq!(t.last_alpha_loss().unwrap(), Some(0.0));
+    assert_eq!(
+        t.to_host().unwrap(),
+        before,
+        "a fully masked step changed the splats"
+    );
+
+    // Weight 0: an alpha target is ignored (bit-identical to a plain step).
+    let mut plain = Trainer::new(&gpu, cfg(0.0), &init).unwrap();
+    let mut ignored = Trainer::new(&gpu, cfg(0.0), &init).unwrap();
+    let mut weighted = Trainer::new(&gpu, cfg(1.0), &init).unwrap();
+    for _ in 0..2 {
+        plain.step(&cam, &rgb).unwrap();
+        ignored.step_with(&cam, &target(&rgb, Some(&alpha), None)).unwrap();
+        weighted.step_with(&cam, &target(&rgb, Some(&alpha), None)).unwrap();
+    }
+    assert_eq!(plain.to_host().unwrap(), ignored.to_host().unwrap());
+    assert_eq!(ignored.last_alpha_loss().unwrap(), None);
+    let a = weighted.last_alpha_loss().unwrap().unwrap();
+    assert!(a > 0.0);
+    let total = weighted.last_loss().unwrap().unwrap();
+    assert!(total > a, "total loss {total} includes the alpha term {a}");
+    assert_ne!(plain.to_host().unwrap(), weighted.to_host().unwrap());
+
+    // Errors.
+    let short = gpu.upload(&vec![1.0f32; npix - 1]);
+    let err = weighted
+        .step_with(&cam, &target(&rgb, None, Some(&short)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mask") && err.contains("32x24"), "{err}");
+    let err = weighted
+        .step_with(
+            &cam,
+            &StepTarget {
+                rgb: &rgb,
+                alpha: Some(&short),
+                mask: None,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("alpha"), "{err}");
+    let mut bad = Trainer::new(&gpu, cfg(-1.0), &init).unwrap();
+    let err = bad.step(&cam, &rgb).unwrap_err().to_string();
+    assert!(err.contains("alpha_loss_weight"), "{err}");
+
+    // Old configurations (checkpoint headers) have no alpha weight: it defaults to 0.
+    let mut json = serde_json::to_value(TrainConfig::default()).unwrap();
+    json.as_object_mut()
+        .unwrap()
+        .remove("alpha_loss_weight")
+        .unwrap();
+    let old: TrainConfig = serde_json::from_value(json).unwrap();
+    assert_eq!(old.alpha_loss_weight, 0.0);
+    assert_eq!(old, TrainConfig::default());
 }

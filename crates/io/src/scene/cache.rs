@@ -3,10 +3,11 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{Scene, dataset_error};
+use super::{Scene, ViewImage, dataset_error};
 use crate::IoError;
 
-/// Decoded views of a [`Scene`] kept in RAM, up to a byte budget.
+/// Decoded views of a [`Scene`] ([`Scene::load_view`]: RGB, and alpha and mask where the view
+/// has them; [`ImageCache::keep_alpha`] drops alpha) kept in RAM, up to a byte budget.
 ///
 /// Policy: **keep-first**. An image is cached when it is decoded and fits in what is left of
 /// the budget; nothing is ever evicted. Once the budget is full, [`ImageCache::get`] decodes
@@ -22,7 +23,8 @@ pub struct ImageCache {
     scene: Arc<Scene>,
     budget: u64,
     used: AtomicU64,
-    slots: Vec<OnceLock<Arc<Vec<u8>>>>,
+    keep_alpha: bool,
+    slots: Vec<OnceLock<Arc<ViewImage>>>,
 }
 
 impl ImageCache {
@@ -33,8 +35,21 @@ impl ImageCache {
             scene,
             budget: budget_bytes,
             used: AtomicU64::new(0),
+            keep_alpha: true,
             slots,
         }
+    }
+
+    /// Whether views keep their alpha channel ([`ViewImage::alpha`]; default true). Without it
+    /// (when nothing uses alpha) an RGBA view takes 3 instead of 4 bytes per pixel. Set it
+    /// before loading anything.
+    pub fn keep_alpha(mut self, keep: bool) -> Self {
+        self.keep_alpha = keep;
+        self
+    }
+
+    fn load(&self, i: usize) -> Result<ViewImage, IoError> {
+        self.scene.load(i, self.keep_alpha, true)
     }
 
     /// The scene.
@@ -72,8 +87,8 @@ impl ImageCache {
     }
 
     /// Keeps `image` as view `i` if it fits in the budget.
-    fn offer(&self, i: usize, image: &Arc<Vec<u8>>) {
-        let size = image.len() as u64;
+    fn offer(&self, i: usize, image: &Arc<ViewImage>) {
+        let size = image.bytes();
         let reserved = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
@@ -86,14 +101,14 @@ impl ImageCache {
         }
     }
 
-    /// View `i` as RGB8 ([`Scene::load_image`]), from memory when cached, else decoded now (and
-    /// kept when it fits in the budget).
-    pub fn get(&self, i: usize) -> Result<Arc<Vec<u8>>, IoError> {
+    /// View `i` ([`Scene::load_view`]), from memory when cached, else decoded now (and kept
+    /// when it fits in the budget).
+    pub fn get(&self, i: usize) -> Result<Arc<ViewImage>, IoError> {
         self.check_index(i)?;
         if let Some(image) = self.slots[i].get() {
             return Ok(image.clone());
         }
-        let image = Arc::new(self.scene.load_image(i)?);
+        let image = Arc::new(self.load(i)?);
         self.offer(i, &image);
         Ok(image)
     }
@@ -101,7 +116,9 @@ impl ImageCache {
     /// Decodes the listed views in parallel (`std::thread::scope` over
     /// `available_parallelism` threads) and caches them, in list order, until the budget is
     /// full: views that would not fit are not decoded. Returns the first decoding error (the
-    /// other threads stop taking new work).
+    /// other threads stop taking new work). Whether an image has alpha is only known once it
+    /// is decoded, so the planned size counts RGB and the mask; a view whose alpha channel
+    /// then overflows the budget is decoded but not kept.
     pub fn preload(&self, indices: &[usize]) -> Result<(), IoError> {
         for &i in indices {
             self.check_index(i)?;
@@ -115,7 +132,8 @@ impl ImageCache {
                 continue;
             }
             let v = &self.scene.views[i];
-            let size = v.width as u64 * v.height as u64 * 3;
+            let planes = 3 + self.scene.mask_path(i).is_some() as u64;
+            let size = v.width as u64 * v.height as u64 * planes;
             if size > left {
                 break;
             }
@@ -140,7 +158,7 @@ impl ImageCache {
                         if error.lock().map(|e| e.is_some()).unwrap_or(true) {
                             break;
                         }
-                        match self.scene.load_image(i) {
+                        match self.load(i) {
                             Ok(image) => self.offer(i, &Arc::new(image)),
                             Err(e) => {
                                 if let Ok(mut slot) = error.lock() {

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use rust3r_geometry::RadTanDistortion;
 
 use super::{
-    Loaded, RawView, ScenePoints, SceneView, dataset_error, malformed, orthonormality_error,
-    scene_path,
+    Loaded, MaskSource, RawView, ScenePoints, SceneView, dataset_error, malformed,
+    orthonormality_error, scene_path,
 };
 use crate::IoError;
 
@@ -989,6 +989,31 @@ fn intrinsics(
     Ok(out)
 }
 
+/// The mask of image `name` in `mask_dir`: `NAME.png` (COLMAP's convention), `STEM.png`
+/// (nerfstudio) or `NAME`, the first that exists; when none does, the first, with the list of
+/// names looked for (loading the view reports them).
+fn find_mask(mask_dir: &Path, name: &str) -> MaskSource {
+    let mut tried: Vec<PathBuf> = Vec::with_capacity(3);
+    let with_png = scene_path(mask_dir, &format!("{name}.png"));
+    let stem_png = scene_path(mask_dir, name).with_extension("png");
+    let same = scene_path(mask_dir, name);
+    for p in [with_png, stem_png, same] {
+        if !tried.contains(&p) {
+            tried.push(p);
+        }
+    }
+    let path = tried
+        .iter()
+        .find(|p| p.is_file())
+        .unwrap_or(&tried[0])
+        .clone();
+    MaskSource {
+        path,
+        origin: format!("the masks folder {}", mask_dir.display()),
+        tried,
+    }
+}
+
 /// The scene root of a model folder: the folder holding `images/`.
 fn scene_root(path: &Path, model_dir: &Path) -> PathBuf {
     if model_dir != path || path.join("images").is_dir() {
@@ -1024,6 +1049,8 @@ pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
     images.sort_by(|a, b| a.name.cmp(&b.name));
     let image_dir = root.join("images");
     let small_dir = root.join(format!("images_{downscale}"));
+    let mask_dir = root.join("masks");
+    let has_masks = mask_dir.is_dir();
     let mut views = Vec::with_capacity(images.len());
     for im in images {
         let Some(cam) = cameras.get(&im.camera_id) else {
@@ -1083,6 +1110,7 @@ pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
             distortion,
             world_to_camera: im.world_to_camera(),
             calibration_origin: format!("camera {} of {}", cam.id, files.cameras.display()),
+            mask: has_masks.then(|| find_mask(&mask_dir, &im.name)),
         });
     }
     let points = (!model.points.is_empty()).then(|| ScenePoints {

@@ -1,5 +1,6 @@
 //! Image decoding and the pixel operations of [`Scene::load_image`](super::Scene::load_image):
-//! alpha compositing, area downscaling and bilinear undistortion remapping, all on RGB8.
+//! alpha compositing, area downscaling and bilinear undistortion remapping, on interleaved
+//! 8-bit images of any channel count (RGB, and single-channel alpha and masks).
 
 use std::path::Path;
 
@@ -33,20 +34,60 @@ pub(crate) fn decode(path: &Path) -> Result<DynamicImage, IoError> {
 
 /// Converts to interleaved RGB8; images with alpha are composited over `background`
 /// (`floor(255 (c a + bg (1 - a)) + 0.5)`, clipped).
+#[cfg(test)]
 pub(crate) fn to_rgb8(image: DynamicImage, background: [f32; 3]) -> Vec<u8> {
+    split_alpha(image, background).0
+}
+
+/// Converts to interleaved RGB8 composited over `background` (`floor(255 (c a + bg (1 - a)) + 0.5)`, clipped) and returns the
+/// alpha channel (8 bit, one byte per pixel) when the image has one that is not fully opaque
+/// (an all-255 alpha channel, common in PNG exports, carries nothing and is dropped).
+pub(crate) fn split_alpha(image: DynamicImage, background: [f32; 3]) -> (Vec<u8>, Option<Vec<u8>>) {
     if !image.color().has_alpha() {
-        return image.into_rgb8().into_raw();
+        return (image.into_rgb8().into_raw(), None);
     }
     let rgba = image.into_rgba8();
-    let mut out = Vec::with_capacity(rgba.len() / 4 * 3);
+    let n = rgba.len() / 4;
+    let mut out = Vec::with_capacity(n * 3);
+    let mut alpha = Vec::with_capacity(n);
     for px in rgba.as_raw().chunks_exact(4) {
         let a = px[3] as f32 / 255.0;
         for c in 0..3 {
             let v = px[c] as f32 / 255.0 * a + background[c] * (1.0 - a);
             out.push(to_u8(v * 255.0));
         }
+        alpha.push(px[3]);
     }
-    out
+    let opaque = alpha.iter().all(|&a| a == 255);
+    (out, (!opaque).then_some(alpha))
+}
+
+/// A mask image as one byte per pixel, binarised: 255 (keep) where its grey value (luma of
+/// a colour mask, multiplied by the mask's own alpha channel when it has one, i.e. composited
+/// over black) is at least 128, else 0 (ignore). The threshold keeps JPEG-compressed masks
+/// binary.
+pub(crate) fn mask_to_u8(image: DynamicImage) -> Vec<u8> {
+    if image.color().has_alpha() {
+        image
+            .into_luma_alpha8()
+            .as_raw()
+            .chunks_exact(2)
+            .map(|p| {
+                if p[0] as u32 * p[1] as u32 >= 128 * 255 {
+                    255
+                } else {
+                    0
+                }
+            })
+            .collect()
+    } else {
+        image
+            .into_luma8()
+            .into_raw()
+            .into_iter()
+            .map(|v| if v >= 128 { 255 } else { 0 })
+            .collect()
+    }
 }
 
 /// Rounds a value in `0..255` scale to `u8`: `floor(v + 0.5)`, clipped.
@@ -83,9 +124,23 @@ fn area_weights(n_in: u32, n_out: u32) -> Vec<(usize, Vec<f32>)> {
         .collect()
 }
 
-/// Resizes an RGB8 image with an exact area (box) filter: every output pixel is the average of
-/// the input area it covers (OpenCV `INTER_AREA` for downscaling).
+/// Resizes an RGB8 image with an exact area (box) filter ([`area_resize_channels`]).
+#[cfg(test)]
 pub(crate) fn area_resize(src: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u8> {
+    area_resize_channels(src, 3, w, h, tw, th)
+}
+
+/// Resizes an interleaved 8-bit image of `ch` channels with an exact area (box) filter: every
+/// output pixel is the average of the input area it covers (OpenCV `INTER_AREA` for
+/// downscaling).
+pub(crate) fn area_resize_channels(
+    src: &[u8],
+    ch: usize,
+    w: u32,
+    h: u32,
+    tw: u32,
+    th: u32,
+) -> Vec<u8> {
     if (w, h) == (tw, th) {
         return src.to_vec();
     }
@@ -93,44 +148,50 @@ pub(crate) fn area_resize(src: &[u8], w: u32, h: u32, tw: u32, th: u32) -> Vec<u
     let ys = area_weights(h, th);
     let (w, tw) = (w as usize, tw as usize);
     // Horizontal pass into f32 rows.
-    let mut rows = vec![0.0f32; h as usize * tw * 3];
+    let mut rows = vec![0.0f32; h as usize * tw * ch];
     for y in 0..h as usize {
-        let src_row = &src[y * w * 3..(y + 1) * w * 3];
-        let dst_row = &mut rows[y * tw * 3..(y + 1) * tw * 3];
+        let src_row = &src[y * w * ch..(y + 1) * w * ch];
+        let dst_row = &mut rows[y * tw * ch..(y + 1) * tw * ch];
         for (x, (first, weights)) in xs.iter().enumerate() {
-            let mut acc = [0.0f32; 3];
+            let acc = &mut dst_row[x * ch..x * ch + ch];
             for (k, wt) in weights.iter().enumerate() {
-                let p = &src_row[(first + k) * 3..(first + k) * 3 + 3];
-                for c in 0..3 {
+                let p = &src_row[(first + k) * ch..(first + k) * ch + ch];
+                for c in 0..ch {
                     acc[c] += p[c] as f32 * wt;
                 }
             }
-            dst_row[x * 3..x * 3 + 3].copy_from_slice(&acc);
         }
     }
     // Vertical pass.
-    let mut out = vec![0u8; th as usize * tw * 3];
-    let mut acc = vec![0.0f32; tw * 3];
+    let mut out = vec![0u8; th as usize * tw * ch];
+    let mut acc = vec![0.0f32; tw * ch];
     for (y, (first, weights)) in ys.iter().enumerate() {
         acc.iter_mut().for_each(|v| *v = 0.0);
         for (k, wt) in weights.iter().enumerate() {
-            let row = &rows[(first + k) * tw * 3..(first + k + 1) * tw * 3];
+            let row = &rows[(first + k) * tw * ch..(first + k + 1) * tw * ch];
             for (a, r) in acc.iter_mut().zip(row) {
                 *a += r * wt;
             }
         }
-        for (o, a) in out[y * tw * 3..(y + 1) * tw * 3].iter_mut().zip(&acc) {
+        for (o, a) in out[y * tw * ch..(y + 1) * tw * ch].iter_mut().zip(&acc) {
             *o = to_u8(*a);
         }
     }
     out
 }
 
-/// Bilinear remap of an RGB8 image through an undistortion map (`map` gives, for each output
-/// pixel, its source coordinates). Coordinates outside the source are clamped to its border.
-pub(crate) fn remap_bilinear(src: &[u8], w: u32, h: u32, map: &UndistortMap) -> Vec<u8> {
+/// Bilinear remap of an interleaved 8-bit image of `ch` channels through an undistortion map
+/// (`map` gives, for each output pixel, its source coordinates). Coordinates outside the source
+/// are clamped to its border.
+pub(crate) fn remap_bilinear_channels(
+    src: &[u8],
+    ch: usize,
+    w: u32,
+    h: u32,
+    map: &UndistortMap,
+) -> Vec<u8> {
     let (sw, sh) = (w as usize, h as usize);
-    let mut out = Vec::with_capacity(map.map_x.len() * 3);
+    let mut out = Vec::with_capacity(map.map_x.len() * ch);
     let max_x = (sw - 1) as f32;
     let max_y = (sh - 1) as f32;
     for (&mx, &my) in map.map_x.iter().zip(&map.map_y) {
@@ -151,8 +212,8 @@ pub(crate) fn remap_bilinear(src: &[u8], w: u32, h: u32, map: &UndistortMap) -> 
         let y1 = (y0 + 1).min(sh - 1);
         let ax = x - x0 as f32;
         let ay = y - y0 as f32;
-        let p = |xx: usize, yy: usize, c: usize| src[(yy * sw + xx) * 3 + c] as f32;
-        for c in 0..3 {
+        let p = |xx: usize, yy: usize, c: usize| src[(yy * sw + xx) * ch + c] as f32;
+        for c in 0..ch {
             let top = p(x0, y0, c) * (1.0 - ax) + p(x1, y0, c) * ax;
             let bottom = p(x0, y1, c) * (1.0 - ax) + p(x1, y1, c) * ax;
             out.push(to_u8(top * (1.0 - ay) + bottom * ay));

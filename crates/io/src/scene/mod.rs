@@ -39,7 +39,23 @@
 //!   valid source pixel), with bilinear sampling; the view's intrinsics are those of that camera
 //!   and its size stays the same.
 //! * Images with alpha are composited over [`SceneOptions::background`]:
-//!   `floor(255 (c a + bg (1 - a)) + 0.5)` with `c`, `a` in `0..1`.
+//!   `floor(255 (c a + bg (1 - a)) + 0.5)` with `c`, `a` in `0..1`. [`Scene::load_view`] also
+//!   returns the alpha channel itself ([`ViewImage::alpha`], 8 bit), downscaled and undistorted
+//!   exactly like the colours (area filter, bilinear remap), for an alpha loss; an alpha channel
+//!   that is 255 everywhere carries nothing and is dropped.
+//! * Masks ([`ViewImage::mask`]; 255 = keep the pixel, 0 = ignore it, e.g. for moving objects):
+//!   COLMAP scenes with a `masks/` folder next to `images/` take the mask of image `NAME` from
+//!   `masks/NAME.png` (COLMAP's own convention), `masks/STEM.png` (the name with its extension
+//!   replaced, nerfstudio) or `masks/NAME`, first found; once `masks/` exists every image
+//!   needs a mask. `transforms.json` frames take theirs from a `mask_path` key (relative to the
+//!   json's folder; frames without one are unmasked). The mask file is binarised (grey value
+//!   `>= 128` keeps, `< 128` ignores, so that JPEG-compressed masks stay binary; a colour mask
+//!   uses its luma, a mask with its own alpha channel is composited over black), must have the
+//!   size of its image file or of the full-resolution (calibrated) image, and is then resized
+//!   with the same area filter and undistorted with the same bilinear remap as the image, so
+//!   that a delivered value between 0 and 255 is the kept fraction of that pixel. A missing,
+//!   undecodable or wrongly sized mask is an error naming the mask file (raised when the view
+//!   is loaded).
 //! * [`SceneView::name`] is the image file name; when two views of a scene share a file name
 //!   the path relative to the image folder (COLMAP name, or `file_path`) is used instead for
 //!   every view.
@@ -84,6 +100,33 @@ use rust3r_geometry::{
 use crate::IoError;
 
 pub use cache::ImageCache;
+
+/// The decoded image of a view ([`Scene::load_view`]), at the view's delivered size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewImage {
+    /// Width of the delivered image ([`SceneView::width`]).
+    pub width: u32,
+    /// Height of the delivered image.
+    pub height: u32,
+    /// Interleaved RGB8 (`width * height * 3` bytes, row-major), composited over the
+    /// background where the image has alpha ([`Scene::load_image`]).
+    pub rgb: Vec<u8>,
+    /// The image's alpha channel (`width * height` bytes), when it has one that is not fully
+    /// opaque.
+    pub alpha: Option<Vec<u8>>,
+    /// The view's mask (`width * height` bytes; 255 = keep, 0 = ignore, in between: the kept
+    /// fraction of a resized pixel), when the scene has one for it.
+    pub mask: Option<Vec<u8>>,
+}
+
+impl ViewImage {
+    /// Bytes of pixel data held (RGB, alpha and mask).
+    pub fn bytes(&self) -> u64 {
+        (self.rgb.len()
+            + self.alpha.as_ref().map_or(0, Vec::len)
+            + self.mask.as_ref().map_or(0, Vec::len)) as u64
+    }
+}
 pub use points::{read_points_ply, write_points_ply};
 pub use transforms::write_transforms_json;
 
@@ -251,6 +294,22 @@ struct ViewSource {
     resize_to: Option<(u32, u32)>,
     /// Index into `Scene::undistorters`.
     undistorter: Option<usize>,
+    /// Calibrated (full-resolution) size: a mask may have this size or the file's.
+    full_width: u32,
+    full_height: u32,
+    /// The view's mask file, when it has one.
+    mask: Option<MaskSource>,
+}
+
+/// Where the mask of a view comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct MaskSource {
+    /// The mask file (when no candidate exists: the first one looked for).
+    pub path: PathBuf,
+    /// Where the mask is declared, for error messages ("'mask_path' of frame 3 of ...").
+    pub origin: String,
+    /// Every file name looked for (COLMAP `masks/`), for the error when none exists.
+    pub tried: Vec<PathBuf>,
 }
 
 /// Undistortion of one distinct (camera, image size) pair.
@@ -305,6 +364,8 @@ pub(crate) struct RawView {
     pub world_to_camera: [[f64; 4]; 4],
     /// Where the calibration comes from, for error messages ("cameras.bin camera 3").
     pub calibration_origin: String,
+    /// The view's mask, when it has one.
+    pub mask: Option<MaskSource>,
 }
 
 /// Recognises the layout of a scene folder (or json file):
@@ -540,6 +601,9 @@ fn finish(kind: SceneKind, loaded: Loaded, opts: &SceneOptions) -> Result<Scene,
             size_origin,
             resize_to,
             undistorter,
+            full_width: v.width,
+            full_height: v.height,
+            mask: v.mask,
         });
     }
     let map_bytes: u64 = undistorters
@@ -637,10 +701,38 @@ impl Scene {
         all.partition(|i| i % eval_every != 0)
     }
 
+    /// The mask file of view `i`, when it has one (see the module docs); it may not exist
+    /// (loading the view then names it).
+    pub fn mask_path(&self, i: usize) -> Option<&Path> {
+        self.sources.get(i)?.mask.as_ref().map(|m| m.path.as_path())
+    }
+
+    /// Number of views with a mask.
+    pub fn num_masks(&self) -> usize {
+        self.sources.iter().filter(|s| s.mask.is_some()).count()
+    }
+
     /// Decodes view `i` to RGB8 (`width * height * 3` bytes, row-major), after compositing
     /// over the background (images with alpha), downscaling and undistortion. Errors name the
-    /// image file.
+    /// image file. [`Scene::load_view`] also delivers the alpha channel and the mask.
     pub fn load_image(&self, i: usize) -> Result<Vec<u8>, IoError> {
+        Ok(self.load(i, false, false)?.rgb)
+    }
+
+    /// Decodes view `i`: RGB8 as [`Scene::load_image`], plus the image's alpha channel and the
+    /// view's mask when there are, both downscaled and undistorted like the colours (see the
+    /// module docs). Errors name the image or mask file.
+    pub fn load_view(&self, i: usize) -> Result<ViewImage, IoError> {
+        self.load(i, true, true)
+    }
+
+    /// [`Scene::load_view`], delivering the alpha channel and the mask only when asked.
+    pub(crate) fn load(
+        &self,
+        i: usize,
+        with_alpha: bool,
+        with_mask: bool,
+    ) -> Result<ViewImage, IoError> {
         let (Some(view), Some(source)) = (self.views.get(i), self.sources.get(i)) else {
             return Err(dataset_error(
                 &self.root,
@@ -662,18 +754,106 @@ impl Scene {
                 ),
             ));
         }
-        let mut rgb = image_ops::to_rgb8(decoded, self.background);
-        let (mut w, mut h) = (w, h);
-        if let Some((tw, th)) = source.resize_to {
-            rgb = image_ops::area_resize(&rgb, w, h, tw, th);
-            (w, h) = (tw, th);
+        let (mut rgb, alpha) = image_ops::split_alpha(decoded, self.background);
+        let mut alpha = alpha.filter(|_| with_alpha);
+        let (tw, th) = source.resize_to.unwrap_or((w, h));
+        let mut mask = match &source.mask {
+            Some(m) if with_mask => Some(self.load_mask(view, source, m, (tw, th))?),
+            _ => None,
+        };
+        if (tw, th) != (w, h) {
+            rgb = image_ops::area_resize_channels(&rgb, 3, w, h, tw, th);
+            if let Some(a) = &mut alpha {
+                *a = image_ops::area_resize_channels(a, 1, w, h, tw, th);
+            }
         }
         if let Some(u) = source.undistorter {
             let map = self.undistorters[u].map();
-            rgb = image_ops::remap_bilinear(&rgb, w, h, &map);
+            rgb = image_ops::remap_bilinear_channels(&rgb, 3, tw, th, &map);
+            for plane in [&mut alpha, &mut mask].into_iter().flatten() {
+                *plane = image_ops::remap_bilinear_channels(plane, 1, tw, th, &map);
+            }
         }
-        debug_assert_eq!(rgb.len(), view.width as usize * view.height as usize * 3);
-        Ok(rgb)
+        let npix = view.width as usize * view.height as usize;
+        debug_assert_eq!(rgb.len(), npix * 3);
+        debug_assert!(alpha.as_ref().is_none_or(|a| a.len() == npix));
+        debug_assert!(mask.as_ref().is_none_or(|m| m.len() == npix));
+        Ok(ViewImage {
+            width: view.width,
+            height: view.height,
+            rgb,
+            alpha,
+            mask,
+        })
+    }
+
+    /// Decodes, checks and binarises the mask of a view and resizes it to `(tw, th)` (the
+    /// size before undistortion).
+    fn load_mask(
+        &self,
+        view: &SceneView,
+        source: &ViewSource,
+        m: &MaskSource,
+        (tw, th): (u32, u32),
+    ) -> Result<Vec<u8>, IoError> {
+        let path = &m.path;
+        if !path.is_file() {
+            let message = if !m.tried.is_empty() {
+                let names: Vec<String> = m.tried.iter().map(|p| p.display().to_string()).collect();
+                format!(
+                    "no mask for image '{}' ({}): looked for {}",
+                    view.name,
+                    m.origin,
+                    names.join(", ")
+                )
+            } else {
+                format!(
+                    "the mask file of image '{}' ({}) does not exist",
+                    view.name, m.origin
+                )
+            };
+            return Err(dataset_error(path, message));
+        }
+        let what = format!("the mask of image '{}'", view.name);
+        let decoded = image_ops::decode(path).map_err(|e| match e {
+            IoError::Malformed { path, message } => IoError::Malformed {
+                path,
+                message: if message.contains("the image") {
+                    message.replacen("the image", &what, 1)
+                } else {
+                    format!("{message} ({what})")
+                },
+            },
+            // The file exists: a read error while decoding is a truncated or damaged file.
+            IoError::Io { path, error } => IoError::Malformed {
+                path,
+                message: format!("cannot decode {what}: {error}"),
+            },
+            e => e,
+        })?;
+        let (mw, mh) = (decoded.width(), decoded.height());
+        let file = (source.file_width, source.file_height);
+        let full = (source.full_width, source.full_height);
+        if (mw, mh) != file && (mw, mh) != full {
+            let expected = if file == full {
+                format!("{}x{}", file.0, file.1)
+            } else {
+                format!(
+                    "{}x{} (the image file) or {}x{} (full resolution)",
+                    file.0, file.1, full.0, full.1
+                )
+            };
+            return Err(malformed(
+                path,
+                format!(
+                    "the mask is {mw}x{mh} but image '{}' ({}) needs {expected}",
+                    view.name,
+                    view.image_path.display()
+                ),
+            ));
+        }
+        let mask = image_ops::mask_to_u8(decoded);
+        Ok(image_ops::area_resize_channels(&mask, 1, mw, mh, tw, th))
     }
 
     /// The source camera (after downscaling, before undistortion), its distortion and the

@@ -3,7 +3,8 @@
 //!
 //! Keys read (per frame, falling back to the top level): `fl_x`, `fl_y`, `cx`, `cy`, `w`, `h`,
 //! `camera_angle_x`, `camera_angle_y`, `k1`, `k2`, `k3`, `p1`, `p2` (`k4` must be 0), and
-//! `file_path` and `transform_matrix` (3x4 or 4x4, OpenGL camera-to-world) per frame; at the
+//! `file_path`, `transform_matrix` (3x4 or 4x4, OpenGL camera-to-world) and the optional
+//! `mask_path` (nerfstudio; relative to the json's folder) per frame; at the
 //! top level `camera_model` (fisheye and equirectangular models are rejected), `is_fisheye`
 //! (instant-ngp) and `ply_file_path`. Missing `w`/`h` are read from the image headers; missing
 //! `cx`/`cy` are `W/2`, `H/2`; a missing `fl_y` is `fl_x` (or comes from `camera_angle_y`).
@@ -14,7 +15,7 @@ use rust3r_geometry::RadTanDistortion;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Loaded, RawView, SceneKind, SceneView, dataset_error, image_dimensions, malformed,
+    Loaded, MaskSource, RawView, SceneKind, SceneView, dataset_error, image_dimensions, malformed,
     orthonormality_error, rigid_inverse, scene_path,
 };
 use crate::IoError;
@@ -240,6 +241,20 @@ pub(crate) fn load(path: &Path, kind: SceneKind, downscale: u32) -> Result<Loade
             None => return Err(malformed(p, format!("frame {i} has no 'file_path'"))),
         };
         let image_path = resolve_image(&base, written);
+        let mask = match frame.get("mask_path") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(m)) if !m.trim().is_empty() => Some(MaskSource {
+                path: scene_path(&base, m),
+                origin: format!("'mask_path' of frame {i} of {}", p.display()),
+                tried: Vec::new(),
+            }),
+            Some(other) => {
+                return Err(malformed(
+                    p,
+                    format!("frame {i}: 'mask_path' must be a non-empty string, found {other}"),
+                ));
+            }
+        };
         let c2w = matrix(p, i, frame.get("transform_matrix"))?;
         let num = |key: &str| number(p, i, frame, top, key);
         let (width, height) = match (num("w")?, num("h")?) {
@@ -328,6 +343,7 @@ pub(crate) fn load(path: &Path, kind: SceneKind, downscale: u32) -> Result<Loade
             distortion: (!distortion.is_zero()).then_some(distortion),
             world_to_camera: opengl_c2w_to_opencv_w2c(&c2w),
             calibration_origin: format!("frame {i} of {}", p.display()),
+            mask,
         });
     }
     let points = match top.get("ply_file_path") {

@@ -1,5 +1,6 @@
 //! Training images resident on the device as packed 8-bit RGB (3 bytes per pixel, a quarter
-//! of the f32 size), unpacked to f32 by a kernel when a step needs them.
+//! of the f32 size), or single 8-bit planes (alpha, masks), unpacked to f32 by a kernel when a
+//! step needs them.
 
 use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, GpuBuffer};
@@ -33,6 +34,8 @@ pub struct PackedImage {
     pub data: GpuBuffer<u32>,
     pub width: u32,
     pub height: u32,
+    /// Interleaved channels per pixel (3 for RGB, 1 for an alpha or mask plane).
+    pub channels: u32,
 }
 
 impl PackedImage {
@@ -47,6 +50,22 @@ impl PackedImage {
             data: gpu.upload(&pack_bytes(rgb)),
             width,
             height,
+            channels: 3,
+        }
+    }
+
+    /// Upload a single 8-bit plane (`width * height` bytes, e.g. alpha or a mask).
+    pub fn upload_plane(gpu: &Gpu, plane: &[u8], width: u32, height: u32) -> Self {
+        assert_eq!(
+            plane.len(),
+            (width as usize) * (height as usize),
+            "plane size"
+        );
+        Self {
+            data: gpu.upload(&pack_bytes(plane)),
+            width,
+            height,
+            channels: 1,
         }
     }
 
@@ -55,9 +74,9 @@ impl PackedImage {
         self.data.len() as u64 * 4
     }
 
-    /// The image as f32 in [0, 1], interleaved RGB.
+    /// The image as f32 in [0, 1], interleaved (RGB, or one value per pixel for a plane).
     pub fn to_f32(&self, gpu: &Gpu) -> GpuBuffer<f32> {
-        let n = (self.width as usize) * (self.height as usize) * 3;
+        let n = (self.width as usize) * (self.height as usize) * self.channels as usize;
         let out = gpu.alloc::<f32>(n);
         if n > 0 {
             unpack_rgb8::launch(

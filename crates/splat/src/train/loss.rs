@@ -10,6 +10,23 @@
 //!    adjoint of the moment filter is the same filter).
 //!
 //! Images are interleaved RGB, `width * height * 3` floats, as the rasterizer writes them.
+//!
+//! Optional terms (see [`LossKernels::masked_photometric_loss`] and
+//! [`LossKernels::alpha_loss`]):
+//!
+//! * **Masks** (`m` in `[0, 1]` per pixel, 0 = ignore): render and target are both multiplied
+//!   by the mask before the loss above, `L(m a, m b)`, as 3DGS and gsplat do, and the gradient
+//!   is `m · dL/d(m a)`. This was chosen over zeroing the per-pixel loss map because SSIM is a
+//!   windowed statistic: with a zeroed map, the 11x11 windows of kept pixels next to a masked
+//!   region would still read the render inside that region and push gradient into it (the
+//!   masked-out content, e.g. a moving object, would still be fitted). With the product, a
+//!   pixel with `m = 0` has exactly zero loss and zero gradient, and windows across the mask
+//!   border compare zeros with zeros there. The normalisation stays the mean over all pixels
+//!   (as in 3DGS / gsplat), so a heavily masked image weighs less in the step.
+//! * **Alpha**: `w · mean_p m_p |α_p - α̂_p|` (mean over all pixels; `m = 1` without a mask)
+//!   between the rendered accumulated opacity `α = 1 - T` and the ground-truth alpha, with
+//!   gradient `w m sign(α - α̂) / npix` (0 at ties, like PyTorch), which the rasterizer's
+//!   backward takes as its alpha gradient.
 
 use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, GpuBuffer, reduce::ReduceOp, reduce::reduce};
@@ -231,7 +248,85 @@ fn loss_grad(
     }
 }
 
-/// Result of [`photometric_loss`]: everything stays on the device until asked for.
+/// Mask premultiplication: `out_a = m a`, `out_b = m b`, with one mask value per pixel for
+/// all three channels.
+#[cube(launch)]
+fn apply_mask(a: &[f32], b: &[f32], mask: &[f32], out_a: &mut [f32], out_b: &mut [f32], npix: u32) {
+    let p = rust3r_gpu::global_id();
+    if p >= npix as usize {
+        terminate!();
+    }
+    let m = mask[p];
+    for c in 0..3usize {
+        let o = p * 3 + c;
+        out_a[o] = a[o] * m;
+        out_b[o] = b[o] * m;
+    }
+}
+
+/// Chain rule through the premultiplication, in place: `grad = m · grad`.
+#[cube(launch)]
+fn mask_grad(grad: &mut [f32], mask: &[f32], npix: u32) {
+    let p = rust3r_gpu::global_id();
+    if p >= npix as usize {
+        terminate!();
+    }
+    let m = mask[p];
+    for c in 0..3usize {
+        let o = p * 3 + c;
+        grad[o] *= m;
+    }
+}
+
+/// Alpha L1 term per pixel, `w m |α - α̂| / npix`, and its gradient `w m sign(α - α̂) / npix`
+/// (`m = mask[p]` when `has_mask`, else 1; `mask` is then any buffer and is not read).
+#[cube(launch)]
+fn alpha_l1(
+    alpha: &[f32],
+    target: &[f32],
+    mask: &[f32],
+    terms: &mut [f32],
+    grad: &mut [f32],
+    npix: u32,
+    weight: f32,
+    has_mask: u32,
+) {
+    let p = rust3r_gpu::global_id();
+    if p >= npix as usize {
+        terminate!();
+    }
+    let mut k = weight / (npix as f32);
+    if has_mask != 0u32 {
+        k *= mask[p];
+    }
+    let d = alpha[p] - target[p];
+    let mut sign = 0.0f32;
+    if d > 0.0f32 {
+        sign = 1.0f32;
+    }
+    if d < 0.0f32 {
+        sign = -1.0f32;
+    }
+    terms[p] = k * f32::abs(d);
+    grad[p] = k * sign;
+}
+
+/// Result of [`LossKernels::alpha_loss`], on the device.
+pub struct AlphaLossOutput {
+    /// `d loss / d alpha`, one value per pixel (the rasterizer's alpha gradient).
+    pub grad: GpuBuffer<f32>,
+    /// Per-pixel terms; their sum is the loss.
+    pub terms: GpuBuffer<f32>,
+}
+
+impl AlphaLossOutput {
+    /// The scalar alpha loss (reads back one value).
+    pub fn value(&self, gpu: &Gpu) -> Result<f32, rust3r_gpu::GpuError> {
+        reduce(gpu, &self.terms, ReduceOp::Sum)
+    }
+}
+
+/// Result of [`LossKernels::photometric_loss`]: everything stays on the device until asked for.
 pub struct LossOutput {
     /// `d loss / d render`, interleaved RGB.
     pub grad: GpuBuffer<f32>,
@@ -260,12 +355,15 @@ impl LossOutput {
 /// Loss buffers reused from step to step (the window and the intermediate planes).
 pub struct LossKernels {
     win: GpuBuffer<f32>,
+    /// Bound in place of an absent mask (never read).
+    no_mask: GpuBuffer<f32>,
 }
 
 impl LossKernels {
     pub fn new(gpu: &Gpu) -> Self {
         Self {
             win: gpu.upload(&gaussian_window()),
+            no_mask: gpu.alloc::<f32>(1),
         }
     }
 
@@ -350,6 +448,93 @@ impl LossKernels {
             }
         }
         LossOutput { grad, ssim, terms, squared, lambda }
+    }
+
+    /// [`LossKernels::photometric_loss`] of the render and target both multiplied by `mask`
+    /// (one value in `[0, 1]` per pixel, 0 = ignore), and its gradient with respect to the
+    /// unmasked render: `L(m a, m b)` and `m · dL/d(m a)` (see the module docs for why this
+    /// form). The SSIM map, the loss terms and the squared errors are those of the masked
+    /// images.
+    #[allow(clippy::too_many_arguments)]
+    pub fn masked_photometric_loss(
+        &self,
+        gpu: &Gpu,
+        a: &GpuBuffer<f32>,
+        b: &GpuBuffer<f32>,
+        mask: &GpuBuffer<f32>,
+        width: u32,
+        height: u32,
+        lambda: f32,
+        with_grad: bool,
+    ) -> LossOutput {
+        let npix = (width as usize) * (height as usize);
+        assert_eq!(a.len(), npix * 3, "render size");
+        assert_eq!(b.len(), npix * 3, "target size");
+        assert_eq!(mask.len(), npix, "mask size");
+        let ma = gpu.alloc::<f32>(npix * 3);
+        let mb = gpu.alloc::<f32>(npix * 3);
+        let grid = gpu.grid(npix.div_ceil(256));
+        let dim = CubeDim::new_1d(256);
+        if npix > 0 {
+            apply_mask::launch(
+                gpu.client(),
+                grid.clone(),
+                dim,
+                a.arg(),
+                b.arg(),
+                mask.arg(),
+                ma.arg(),
+                mb.arg(),
+                npix as u32,
+            );
+        }
+        let out = self.photometric_loss(gpu, &ma, &mb, width, height, lambda, with_grad);
+        if with_grad && npix > 0 {
+            mask_grad::launch(
+                gpu.client(),
+                grid,
+                dim,
+                out.grad.arg(),
+                mask.arg(),
+                npix as u32,
+            );
+        }
+        out
+    }
+
+    /// `weight · mean_p m_p |alpha_p - target_p|` over the `alpha.len()` pixels (`m` the
+    /// optional mask, else 1) and its gradient with respect to `alpha`.
+    pub fn alpha_loss(
+        &self,
+        gpu: &Gpu,
+        alpha: &GpuBuffer<f32>,
+        target: &GpuBuffer<f32>,
+        mask: Option<&GpuBuffer<f32>>,
+        weight: f32,
+    ) -> AlphaLossOutput {
+        let npix = alpha.len();
+        assert_eq!(target.len(), npix, "target alpha size");
+        if let Some(m) = mask {
+            assert_eq!(m.len(), npix, "mask size");
+        }
+        let terms = gpu.alloc::<f32>(npix);
+        let grad = gpu.alloc::<f32>(npix);
+        if npix > 0 {
+            alpha_l1::launch(
+                gpu.client(),
+                gpu.grid(npix.div_ceil(256)),
+                CubeDim::new_1d(256),
+                alpha.arg(),
+                target.arg(),
+                mask.unwrap_or(&self.no_mask).arg(),
+                terms.arg(),
+                grad.arg(),
+                npix as u32,
+                weight,
+                mask.is_some() as u32,
+            );
+        }
+        AlphaLossOutput { grad, terms }
     }
 }
 

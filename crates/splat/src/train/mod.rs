@@ -10,6 +10,12 @@
 //! `1.6e-4 · scene_scale` decayed exponentially to 1% over 30k steps, scales 5e-3, quats 1e-3,
 //! opacities 5e-2, SH DC 2.5e-3, higher SH 2.5e-3 / 20, Adam ε = 1e-15, loss
 //! `0.8 L1 + 0.2 (1 - SSIM)`, one SH degree per 1000 steps.
+//!
+//! Optional per-view terms ([`Trainer::step_with`], [`StepTarget`]): a mask (pixels with mask 0
+//! contribute nothing to the photometric loss or its gradient; render and target are
+//! multiplied by the mask before the loss, as in 3DGS / gsplat, see [`loss`]) and, with
+//! [`TrainConfig::alpha_loss_weight`] > 0, an L1 term between the rendered and the
+//! ground-truth alpha whose gradient enters the rasterizer's backward as its alpha gradient.
 
 pub mod adam;
 pub mod checkpoint;
@@ -26,7 +32,7 @@ use crate::render::{GpuSplats, RenderOptions, render, render_backward_with};
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, adam_update};
 use densify::AdcThresholds;
-use loss::{LossKernels, LossOutput};
+use loss::{AlphaLossOutput, LossKernels, LossOutput};
 use mcmc::{HostRng, McmcConfig};
 
 /// Per-parameter learning rates.
@@ -127,6 +133,10 @@ pub struct TrainConfig {
     /// atomics); resuming a checkpoint then continues exactly as the uninterrupted run.
     #[serde(default)]
     pub deterministic: bool,
+    /// Weight `w` of the alpha term `w · mean|alpha_render - alpha_gt|`, added for views whose
+    /// target has an alpha channel ([`StepTarget::alpha`]); 0 (the default) turns it off.
+    #[serde(default)]
+    pub alpha_loss_weight: f32,
 }
 
 impl Default for TrainConfig {
@@ -146,6 +156,31 @@ impl Default for TrainConfig {
             adam: AdamConfig::default(),
             seed: 42,
             deterministic: false,
+            alpha_loss_weight: 0.0,
+        }
+    }
+}
+
+/// What a training step compares the render with ([`Trainer::step_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct StepTarget<'a> {
+    /// Interleaved RGB in [0, 1] at the camera's resolution (`width * height * 3`).
+    pub rgb: &'a GpuBuffer<f32>,
+    /// Ground-truth alpha in [0, 1], one value per pixel; used when
+    /// [`TrainConfig::alpha_loss_weight`] > 0.
+    pub alpha: Option<&'a GpuBuffer<f32>>,
+    /// Per-pixel weight in [0, 1] (0 = ignore the pixel), one value per pixel: applied to the
+    /// photometric loss (render and target multiplied by it) and to the alpha term.
+    pub mask: Option<&'a GpuBuffer<f32>>,
+}
+
+impl<'a> StepTarget<'a> {
+    /// RGB only: no alpha, no mask.
+    pub fn rgb(rgb: &'a GpuBuffer<f32>) -> Self {
+        Self {
+            rgb,
+            alpha: None,
+            mask: None,
         }
     }
 }
@@ -187,6 +222,7 @@ pub struct Trainer {
     pub rng: HostRng,
     loss: LossKernels,
     last_loss: Option<LossOutput>,
+    last_alpha_loss: Option<AlphaLossOutput>,
     zeros_cache: Option<GpuBuffer<f32>>,
 }
 
@@ -240,6 +276,7 @@ impl Trainer {
             rng,
             loss: LossKernels::new(gpu),
             last_loss: None,
+            last_alpha_loss: None,
             zeros_cache: None,
         }
     }
@@ -324,13 +361,39 @@ impl Trainer {
         camera: &Camera,
         target: &GpuBuffer<f32>,
     ) -> Result<StepInfo, SplatError> {
+        self.step_with(camera, &StepTarget::rgb(target))
+    }
+
+    /// One optimisation step on one view, with the target's optional alpha and mask (see
+    /// [`StepTarget`]). Without either this is exactly [`Trainer::step`].
+    pub fn step_with(
+        &mut self,
+        camera: &Camera,
+        target: &StepTarget<'_>,
+    ) -> Result<StepInfo, SplatError> {
         let gpu = self.gpu.clone();
         let (w, h) = (camera.width, camera.height);
         let npix = (w as usize) * (h as usize);
-        if target.len() != npix * 3 {
+        if target.rgb.len() != npix * 3 {
             return Err(SplatError::InvalidCamera(format!(
                 "target has {} values for a {w}x{h} camera",
-                target.len()
+                target.rgb.len()
+            )));
+        }
+        for (what, plane) in [("alpha", target.alpha), ("mask", target.mask)] {
+            if let Some(p) = plane
+                && p.len() != npix
+            {
+                return Err(SplatError::InvalidCamera(format!(
+                    "target {what} has {} values for a {w}x{h} camera",
+                    p.len()
+                )));
+            }
+        }
+        let alpha_weight = self.cfg.alpha_loss_weight;
+        if !(alpha_weight.is_finite() && alpha_weight >= 0.0) {
+            return Err(SplatError::InvalidConfig(format!(
+                "alpha_loss_weight must be a finite number >= 0, found {alpha_weight}"
             )));
         }
         let opts = RenderOptions {
@@ -343,18 +406,34 @@ impl Trainer {
         };
         rust3r_gpu::profile::start(&gpu);
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
-        let loss =
-            self.loss
-                .photometric_loss(&gpu, &out.rgb, target, w, h, self.cfg.ssim_lambda, true);
+        let lambda = self.cfg.ssim_lambda;
+        let loss = match target.mask {
+            Some(mask) => self
+                .loss
+                .masked_photometric_loss(&gpu, &out.rgb, target.rgb, mask, w, h, lambda, true),
+            None => self
+                .loss
+                .photometric_loss(&gpu, &out.rgb, target.rgb, w, h, lambda, true),
+        };
+        let alpha_loss = match target.alpha {
+            Some(alpha) if alpha_weight > 0.0 => {
+                Some(
+                    self.loss
+                        .alpha_loss(&gpu, &out.alpha, alpha, target.mask, alpha_weight),
+                )
+            }
+            _ => None,
+        };
         rust3r_gpu::profile::mark(&gpu, "loss");
         let zeros = self.zeros(npix);
+        let v_alpha = alpha_loss.as_ref().map_or(&zeros, |a| &a.grad);
         let grads = render_backward_with(
             &gpu,
             &self.splats,
             &out,
             &state,
             &loss.grad,
-            &zeros,
+            v_alpha,
             &zeros,
             false,
         )?;
@@ -454,6 +533,7 @@ impl Trainer {
         }
         rust3r_gpu::profile::mark(&gpu, "densify / noise");
         self.last_loss = Some(loss);
+        self.last_alpha_loss = alpha_loss;
         self.step += 1;
         Ok(StepInfo {
             step: self.step,
@@ -463,9 +543,19 @@ impl Trainer {
         })
     }
 
-    /// Loss of the last step (reads one value back).
+    /// Loss of the last step, the alpha term included (reads one or two values back).
     pub fn last_loss(&self) -> Result<Option<f32>, SplatError> {
         match &self.last_loss {
+            Some(l) => Ok(Some(
+                l.value(&self.gpu)? + self.last_alpha_loss()?.unwrap_or(0.0),
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// The alpha term of the last step's loss, when it had one (reads one value back).
+    pub fn last_alpha_loss(&self) -> Result<Option<f32>, SplatError> {
+        match &self.last_alpha_loss {
             Some(l) => Ok(Some(l.value(&self.gpu)?)),
             None => Ok(None),
         }
