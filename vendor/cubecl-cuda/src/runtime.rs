@@ -254,7 +254,12 @@ impl DeviceService for CudaServer {
         }
 
         if arch_version >= 90 {
-            device_props.features.tma.insert(Tma::Base);
+            // rust3r: TMA is not advertised unless RUST3R_CUDA_TMA=1. On an H100 an autotuned f16
+            // matmul candidate asked for a TMA tile over 256 ("Tile shape must be non-zero and
+            // <= 256") and the process never recovered; without TMA the other candidates run.
+            if std::env::var("RUST3R_CUDA_TMA").is_ok_and(|v| v == "1") {
+                device_props.features.tma.insert(Tma::Base);
+            }
             device_props.register_opaque_type(OpaqueType::TensorMap);
             device_props.features.cube_cluster = true;
             comp_opts.supports_features.clusters = true;
