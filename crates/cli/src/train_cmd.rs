@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
 use rust3r_splat::Camera;
+use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
 use serde::Serialize;
 
@@ -85,6 +86,11 @@ pub struct TrainArgs {
     /// Bit-reproducible training (fixed-order gradient sums instead of float atomics; slower).
     #[arg(long)]
     pub deterministic: bool,
+    /// Storage of the Adam moments: bf16 (both moments in one 32-bit word, stochastically
+    /// rounded; 4 bytes per parameter value, the default) or f32 (8 bytes). With --resume the
+    /// checkpoint's moments are converted when this names the other one.
+    #[arg(long)]
+    pub adam_moments: Option<MomentPrecision>,
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
@@ -220,12 +226,17 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         visible_adam: a.visible_adam,
         seed: a.seed,
         deterministic: a.deterministic,
+        adam: AdamConfig { moments: a.adam_moments.unwrap_or_default(), ..Default::default() },
         ..Default::default()
     };
     let mut trainer = match &a.resume {
         Some(ck) => {
-            let t = Trainer::load_checkpoint(&gpu, ck)?;
+            let mut t = Trainer::load_checkpoint(&gpu, ck)?;
             println!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats());
+            if let Some(p) = a.adam_moments.filter(|&p| p != t.cfg.adam.moments) {
+                println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
+                t.set_moment_precision(p)?;
+            }
             t
         }
         None => {
