@@ -184,13 +184,16 @@ fn lego_config(moments: MomentPrecision) -> TrainConfig {
     }
 }
 
-/// Also: compact (bf16, stochastically rounded) moments train as well as f32 ones. The same
-/// run with f32 moments (on a second thread, so that both cores work) must reach a held-out
-/// PSNR within 0.1 dB of the default compact run's. Both runs are deterministic, so the two
-/// numbers are fixed; they differ only through the moments' rounding, which also changes
-/// densification decisions and so the run's path. 0.1 dB is about the seed-to-seed spread of
-/// this run (`lego_psnr_spread_over_seeds`), i.e. the noise a user would see anyway, and far
-/// below what a broken update costs (a frozen `v` or biased rounding costs dB).
+/// Also: compact (bf16, stochastically rounded) moments train about as well as f32 ones. The
+/// same run with f32 moments (on a second thread, so that both cores work) must reach a
+/// held-out PSNR within 0.15 dB of the default compact run's. Both runs are deterministic, so
+/// the two numbers are fixed on a given driver (lavapipe: 23.593 f32, 23.552 bf16); they differ
+/// through the moments' rounding, which also changes densification decisions and so the run's
+/// path. Over seeds 42-49 (`lego_psnr_spread_over_seeds`) the paired differences bf16 - f32
+/// were -0.04, -0.12, -0.26, -0.05, +0.09, -0.26, +0.10, -0.26 dB (mean -0.10, sd 0.15) and
+/// either storage alone spreads by 0.16-0.29 dB (sd) over seeds: 0.15 dB is one standard
+/// deviation of that paired noise. It still fails for a broken update: round-to-nearest bf16
+/// moments (frozen `v`) give 23.379 dB here, -0.21 dB.
 #[test]
 fn training_on_lego_raises_heldout_psnr_and_resumes_exactly() {
     let gpu = gpu();
@@ -248,7 +251,7 @@ fn training_on_lego_raises_heldout_psnr_and_resumes_exactly() {
         after - f32_psnr
     );
     assert!(
-        (after - f32_psnr).abs() < 0.1,
+        (after - f32_psnr).abs() < 0.15,
         "bf16 moments {after:.3} dB vs f32 moments {f32_psnr:.3} dB"
     );
 }
@@ -362,15 +365,15 @@ fn lego_psnr(gpu: &Gpu, moments: MomentPrecision, seed: u64) -> (f64, usize) {
 }
 
 /// How much the held-out PSNR of the run above moves with the seed alone (view order,
-/// densification samples), for each moment storage; prints, asserts nothing (minutes on
-/// lavapipe). Run with
+/// densification samples), for each moment storage, seeds 42-49; prints, asserts nothing
+/// (about 20 minutes on lavapipe with 2 cores). Run with
 /// `cargo test --release --workspace --test train_lego -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn lego_psnr_spread_over_seeds() {
     let gpu = gpu();
     for moments in [MomentPrecision::F32, MomentPrecision::Bf16] {
-        let runs: Vec<_> = (42..46u64)
+        let runs: Vec<_> = (42..50u64)
             .map(|s| {
                 let gpu = gpu.clone();
                 std::thread::spawn(move || lego_psnr(&gpu, moments, s).0)
