@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
+use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
 use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, render, render_backward, render_backward_with};
 
@@ -36,6 +37,9 @@ pub struct TrainStepArgs {
     res: String,
     #[arg(long, default_value_t = 10)]
     steps: usize,
+    /// Storage of the Adam moments (bf16 or f32).
+    #[arg(long, default_value = "bf16")]
+    adam_moments: MomentPrecision,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -370,6 +374,8 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
     let (w, h) = a.res.split_once('x').context("resolution must be WxH")?;
     let (w, h): (u32, u32) = (w.parse()?, h.parse()?);
     let cam = camera_for(&garden, w, h);
+    let ledger = Trainer::memory_ledger(3, a.adam_moments).persistent();
+    println!("Adam moments {}; persistent bytes / Gaussian from the layout: {ledger}", a.adam_moments);
     println!("| N | resolution | step ms (median) | persistent bytes / Gaussian | peak reserved GB | peak in use GB |");
     println!("|---|---|---|---|---|---|");
     for n in a.ns.split(',').filter(|s| !s.is_empty()) {
@@ -388,7 +394,8 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         let before = gpu.memory_in_use();
         // No densification inside the measured steps: memory is that of a fixed count.
         let adc = AdcConfig { refine_start: u64::MAX, ..Default::default() };
-        let cfg = TrainConfig { strategy: Strategy::Adc(adc), scene_scale: 1.0, ..Default::default() };
+        let adam = AdamConfig { moments: a.adam_moments, ..Default::default() };
+        let cfg = TrainConfig { strategy: Strategy::Adc(adc), scene_scale: 1.0, adam, ..Default::default() };
         let mut t = Trainer::new(&gpu, cfg, &init)?;
         drop(init);
         let target = gpu.upload(&vec![0.5f32; (w * h * 3) as usize]);

@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
 use rust3r_splat::Camera;
+use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
 use serde::Serialize;
 
@@ -90,6 +91,11 @@ pub struct TrainArgs {
     /// checkpoint's value).
     #[arg(long, value_name = "W")]
     pub alpha_loss: Option<f32>,
+    /// Storage of the Adam moments: bf16 (both moments in one 32-bit word, stochastically
+    /// rounded; 4 bytes per parameter value, the default) or f32 (8 bytes). With --resume the
+    /// checkpoint's moments are converted when this names the other one.
+    #[arg(long)]
+    pub adam_moments: Option<MomentPrecision>,
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
@@ -274,6 +280,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         seed: a.seed,
         deterministic: a.deterministic,
         alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
+        adam: AdamConfig { moments: a.adam_moments.unwrap_or_default(), ..Default::default() },
         ..Default::default()
     };
     let mut trainer = match &a.resume {
@@ -282,6 +289,10 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             println!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats());
             if let Some(w) = a.alpha_loss {
                 t.cfg.alpha_loss_weight = w;
+            }
+            if let Some(p) = a.adam_moments.filter(|&p| p != t.cfg.adam.moments) {
+                println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
+                t.set_moment_precision(p)?;
             }
             t
         }

@@ -194,9 +194,9 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     }
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
     assert_eq!((splats.len(), splats.sh_degree), (800, 1));
-    // The absgrad densification signal trains too.
+    // The absgrad densification signal trains too (here with f32 Adam moments).
     let out_abs = dir.path().join("lego_absgrad");
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out_abs.to_str().unwrap(), "--steps", "10", "--absgrad"];
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out_abs.to_str().unwrap(), "--steps", "10", "--absgrad", "--adam-moments", "f32"];
     args.extend(common);
     let (ok, _, err) = rust3r(&args);
     assert!(ok, "{err}");
@@ -206,13 +206,17 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let side = image::open(out.join("renders/r_0.png")).unwrap();
     assert_eq!((side.width(), side.height()), (80, 40));
 
-    // Resume to 25 steps from the final checkpoint.
+    // Resume to 25 steps from the final checkpoint (compact moments, the default), switching
+    // to f32 moments: the checkpoint's are converted.
     let ck = out.join("checkpoint.bin");
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "25", "--resume", ck.to_str().unwrap()];
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "25", "--resume", ck.to_str().unwrap(), "--adam-moments", "f32"];
     args.extend(common);
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
     assert!(stdout.contains("at step 20"), "{stdout}");
+    assert!(stdout.contains("converting the checkpoint's bf16 Adam moments to f32"), "{stdout}");
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--adam-moments", "f16"]);
+    assert!(!ok && err.contains("unknown moment precision 'f16'"), "{err}");
     let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], 25);
 }

@@ -7,7 +7,8 @@ mod common;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuOptions};
-use rust3r_splat::train::{adam, densify, loss, mcmc};
+use rust3r_splat::train::adam::{MomentPrecision, Moments};
+use rust3r_splat::train::{TrainConfig, Trainer, adam, densify, init, loss, mcmc};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -175,12 +176,13 @@ fn adam_matches_pytorch_formula_with_two_rates_and_visibility() {
         .map(|i| if (i / 2) % 3 == 0 { 0 } else { 4 })
         .collect();
     let gp = gpu.upload(&p.iter().map(|&x| x as f32).collect::<Vec<_>>());
-    let (gm, gv) = (gpu.zeros::<f32>(n * row), gpu.zeros::<f32>(n * row));
+    let moments = adam::Moments::zeros(&gpu, n * row, MomentPrecision::F32);
     let gr = gpu.upload(&radii);
     let cfg = adam::AdamConfig {
         beta1: 0.9,
         beta2: 0.999,
         eps: 1e-8,
+        moments: MomentPrecision::F32,
     };
     for t in 1..=5u64 {
         let g: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() - 0.5).collect();
@@ -188,13 +190,13 @@ fn adam_matches_pytorch_formula_with_two_rates_and_visibility() {
             &gpu,
             &gp,
             &gpu.upload(&g),
-            &gm,
-            &gv,
+            &moments,
             row,
             (2, 0.01, 0.001),
             t,
             &cfg,
             Some(&gr),
+            0,
         );
         for i in 0..n * row {
             if radii[(i / row) * 2] == 0 {
@@ -294,6 +296,12 @@ fn adc_plan_and_rebuild_follow_the_rules() {
     let nl = densify::rebuild(&gpu, &gpu.upload(&ls), &gparent, &gvariant, 3, false);
     let nq = densify::rebuild(&gpu, &gpu.upload(&quats), &gparent, &gvariant, 4, false);
     let nmom = densify::rebuild(&gpu, &gpu.upload(&moments), &gparent, &gvariant, 3, true);
+    // Packed bf16 moments of the same rows (m = the moment, v = its square).
+    let sq: Vec<f32> = moments.iter().map(|x| x * x).collect();
+    let packed = Moments::from_host(&gpu, &moments, &sq, MomentPrecision::Bf16);
+    let npacked = packed.rebuild(&gpu, &gparent, &gvariant, 3);
+    assert_eq!(npacked.precision(), MomentPrecision::Bf16);
+    let (npm, npv) = npacked.read(&gpu).unwrap();
     densify::apply_splits(&gpu, &nm, &nl, &nq, &gvariant, 99);
     let (nm, nl, nq, nmom) = (
         gpu.read(&nm).unwrap(),
@@ -302,9 +310,10 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         gpu.read(&nmom).unwrap(),
     );
     assert_eq!(
-        (nm.len(), nl.len(), nq.len(), nmom.len()),
-        (m * 3, m * 3, m * 4, m * 3)
+        (nm.len(), nl.len(), nq.len(), nmom.len(), npacked.len(), npm.len()),
+        (m * 3, m * 3, m * 4, m * 3, m * 3, m * 3)
     );
+    let bf = |x: f32| adam::bf16_to_f32(adam::bf16_nearest(x));
     let mut whitened = Vec::new();
     for (j, &(p, var)) in expect.iter().enumerate() {
         let p = p as usize;
@@ -312,6 +321,8 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         for k in 0..3 {
             let want_m = if var == 0 { moments[p * 3 + k] } else { 0.0 };
             assert_eq!(nmom[j * 3 + k], want_m);
+            assert_eq!(npm[j * 3 + k], bf(want_m));
+            assert_eq!(npv[j * 3 + k], bf(want_m * want_m));
             if var < 2 {
                 assert_eq!(nm[j * 3 + k], means[p * 3 + k]);
                 assert_eq!(nl[j * 3 + k], ls[p * 3 + k]);
@@ -411,6 +422,16 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     let moments = gpu.read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, true)).unwrap();
     assert_eq!(params, [30.0, 31.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
     assert_eq!(moments, [10.0, 11.0, 20.0, 21.0, 0.0, 0.0, 10.0, 11.0]);
+    // The same with packed bf16 moments (words copied bit for bit, fresh rows zero words).
+    let words = [0x3F80_4000u32, 0xBF00_0001, 0x4120_7F80, 0xC2C8_0000, 0x0001_FFFF, 0x8000_3C00];
+    let packed = Moments::Bf16(gpu.upload(&words));
+    let Moments::Bf16(got) = packed.rebuild(&gpu, &parent, &variant, 2) else {
+        panic!("rebuild keeps the storage");
+    };
+    assert_eq!(
+        gpu.read(&got).unwrap(),
+        [words[0], words[1], words[2], words[3], 0, 0, words[0], words[1]]
+    );
 }
 
 #[test]
@@ -891,4 +912,372 @@ fn trainer_step_with_masks_and_alpha() {
     let old: TrainConfig = serde_json::from_value(json).unwrap();
     assert_eq!(old.alpha_loss_weight, 0.0);
     assert_eq!(old, TrainConfig::default());
+}
+
+/// One bf16 step (unit in the last place) at `x`: 2^(exponent - 7).
+fn bf16_ulp(x: f64) -> f64 {
+    if x == 0.0 {
+        return f64::from(f32::from_bits(1 << 16)); // smallest denormal bf16
+    }
+    2f64.powi(x.abs().log2().floor() as i32 - 7).max(f64::from(f32::from_bits(1 << 16)))
+}
+
+#[test]
+fn bf16_rounding_bounds_special_values_and_unbiased_stochastic_rounding_on_the_host() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for _ in 0..100_000 {
+        let x = (rng.random::<f64>() - 0.5) * 10f64.powi(rng.random_range(-30..30));
+        let x = x as f32;
+        // Round-trip error bound (8 significant bits): nearest within half a step, at most
+        // 2^-8 relative; stochastic within one step, below 2^-7 relative, to one of the two
+        // neighbours of the same sign.
+        let n = adam::bf16_to_f32(adam::bf16_nearest(x)) as f64;
+        let r = adam::bf16_to_f32(adam::bf16_stochastic(x, rng.random())) as f64;
+        let xd = x as f64;
+        assert!((n - xd).abs() <= xd.abs() * 2f64.powi(-8), "{x}: nearest {n}");
+        assert!((r - xd).abs() < xd.abs() * 2f64.powi(-7), "{x}: stochastic {r}");
+        let (lo, hi) = (
+            f32::from_bits(x.to_bits() & 0xFFFF_0000) as f64,
+            f32::from_bits((x.to_bits() & 0xFFFF_0000) + 0x1_0000) as f64,
+        );
+        assert!(r == lo || r == hi, "{x}: {r} is not a neighbour ({lo}, {hi})");
+    }
+    for (x, want) in [
+        (f32::INFINITY, 0x7F80u16),
+        (f32::NEG_INFINITY, 0xFF80),
+        (f32::MAX, 0x7F80), // rounds up past the largest bf16 only stochastically
+        (-0.0, 0x8000),
+        (0.0, 0x0000),
+    ] {
+        let got = adam::bf16_stochastic(x, 0xFFFF);
+        assert_eq!(got, want, "{x}");
+    }
+    assert_eq!(adam::bf16_stochastic(f32::MAX, 0), 0x7F7F);
+    assert_eq!(adam::bf16_stochastic(f32::MAX, 0xFFFF), 0x7F80);
+    for nan in [f32::NAN, -f32::NAN, f32::from_bits(0x7F80_0001), f32::from_bits(0xFFFF_FFFF)] {
+        for r in [0u16, 1, 0x8000, 0xFFFF] {
+            let got = adam::bf16_stochastic(nan, r);
+            assert!(adam::bf16_to_f32(got).is_nan(), "{nan:?} -> {got:#x}");
+            assert_eq!(got & 0x8000, ((nan.to_bits() >> 16) as u16) & 0x8000, "sign kept");
+        }
+        assert!(adam::bf16_to_f32(adam::bf16_nearest(nan)).is_nan());
+    }
+    // Unbiased: the mean of many roundings of one value (with the kernels' random bits)
+    // converges to it. Truncation or nearest would be off by 0.3 of a step here.
+    let key = adam::rounding_key(42, 1, 7);
+    for x in [1.0f32 + 0.3 / 128.0, -3.7e-5, 0.001234, 2.5e-39] {
+        let count = 200_000u32;
+        let sum: f64 = (0..count)
+            .map(|i| {
+                let r = adam::rounding_bits(i, key) as u16;
+                adam::bf16_to_f32(adam::bf16_stochastic(x, r)) as f64
+            })
+            .sum();
+        let mean = sum / count as f64;
+        let ulp = bf16_ulp(x as f64);
+        // One rounding has a standard deviation below ulp/2; 6 sigma of the mean.
+        assert!(
+            (mean - x as f64).abs() < 6.0 * 0.5 * ulp / (count as f64).sqrt(),
+            "{x}: mean of stochastic roundings {mean}, off by {:.4} steps",
+            (mean - x as f64) / ulp
+        );
+    }
+}
+
+/// Float64 reference of the compact Adam update with an error bound: `m`, `v` are the
+/// reference moments, `em`, `ev` bounds of how far the stored bf16 moments may be from them
+/// (each store rounds stochastically to a neighbour: at most one bf16 step away).
+struct CompactRef {
+    p: Vec<f64>,
+    m: Vec<f64>,
+    v: Vec<f64>,
+    em: Vec<f64>,
+    ev: Vec<f64>,
+    ep: Vec<f64>,
+}
+
+impl CompactRef {
+    #[allow(clippy::too_many_arguments)]
+    fn step(&mut self, g: &[f32], lr: &dyn Fn(usize) -> f64, t: u64, b1: f64, b2: f64, eps: f64, skip: &dyn Fn(usize) -> bool) {
+        let bc1 = 1.0 - b1.powi(t as i32);
+        let bc2 = (1.0 - b2.powi(t as i32)).sqrt();
+        for i in 0..self.p.len() {
+            if skip(i) {
+                continue;
+            }
+            let gi = g[i] as f64;
+            let m = b1 * self.m[i] + (1.0 - b1) * gi;
+            let v = b2 * self.v[i] + (1.0 - b2) * gi * gi;
+            // Moments read back carry the old bound (scaled by β); f32 arithmetic adds ~1e-7
+            // of the operands.
+            let em_in = b1 * self.em[i] + 1e-6 * (b1 * self.m[i].abs() + (1.0 - b1) * gi.abs());
+            let ev_in = b2 * self.ev[i] + 1e-6 * v;
+            let upd = |m: f64, v: f64| lr(i) / bc1 * m / (v.max(0.0).sqrt() / bc2 + eps);
+            let exact = upd(m, v);
+            // The parameter step uses the f32 moments of this step: worst case over the box.
+            let mut dev = 0f64;
+            for sm in [-1.0, 1.0] {
+                for sv in [-1.0, 1.0] {
+                    dev = dev.max((upd(m + sm * em_in, v + sv * ev_in) - exact).abs());
+                }
+            }
+            self.p[i] -= exact;
+            self.ep[i] += dev + 1e-7 * exact.abs() + 1e-7 * self.p[i].abs();
+            self.m[i] = m;
+            self.v[i] = v;
+            // Storing rounds to a neighbour of the f32 value: one step more.
+            self.em[i] = em_in + bf16_ulp(m.abs() + em_in);
+            self.ev[i] = ev_in + bf16_ulp(v + ev_in);
+        }
+    }
+}
+
+#[test]
+fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(17);
+    let (n, row) = (211usize, 6usize);
+    let len = n * row;
+    // Start from non-zero bf16 moments (as after earlier steps) and random parameters.
+    let m0: Vec<f32> = (0..len)
+        .map(|_| adam::bf16_to_f32(adam::bf16_nearest((rng.random::<f32>() - 0.5) * 0.2)))
+        .collect();
+    let v0: Vec<f32> = (0..len)
+        .map(|_| adam::bf16_to_f32(adam::bf16_nearest(rng.random::<f32>() * 0.01)))
+        .collect();
+    let p0: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
+    let radii: Vec<u32> = (0..n * 2)
+        .map(|i| if (i / 2) % 4 == 0 { 0 } else { 3 })
+        .collect();
+    let gp = gpu.upload(&p0);
+    let moments = Moments::from_host(&gpu, &m0, &v0, MomentPrecision::Bf16);
+    // Poisoned device: the packed state is exactly what was uploaded.
+    assert_eq!(moments.read(&gpu).unwrap(), (m0.clone(), v0.clone()));
+    let cfg = adam::AdamConfig {
+        eps: 1e-8,
+        moments: MomentPrecision::Bf16,
+        ..Default::default()
+    };
+    let mut r = CompactRef {
+        p: p0.iter().map(|&x| x as f64).collect(),
+        m: m0.iter().map(|&x| x as f64).collect(),
+        v: v0.iter().map(|&x| x as f64).collect(),
+        em: vec![0.0; len],
+        ev: vec![0.0; len],
+        ep: vec![0.0; len],
+    };
+    let gr = gpu.upload(&radii);
+    let lr = |i: usize| if i % row < 2 { 0.01 } else { 0.001 };
+    let skip = |i: usize| radii[(i / row) * 2] == 0;
+    for t in 1..=8u64 {
+        let g: Vec<f32> = (0..len).map(|_| (rng.random::<f32>() - 0.5) * 0.3).collect();
+        adam::adam_update(
+            &gpu,
+            &gp,
+            &gpu.upload(&g),
+            &moments,
+            row,
+            (2, 0.01, 0.001),
+            t,
+            &cfg,
+            Some(&gr),
+            adam::rounding_key(5, 0, t),
+        );
+        r.step(&g, &lr, t, 0.9, 0.999, 1e-8, &skip);
+        let (gm, gv) = moments.read(&gpu).unwrap();
+        for i in 0..len {
+            assert!(
+                (gm[i] as f64 - r.m[i]).abs() <= r.em[i] && (gv[i] as f64 - r.v[i]).abs() <= r.ev[i],
+                "step {t} element {i}: m {} vs {} ± {:e}, v {} vs {} ± {:e}",
+                gm[i], r.m[i], r.em[i], gv[i], r.v[i], r.ev[i]
+            );
+            if skip(i) {
+                assert_eq!((gm[i], gv[i]), (m0[i], v0[i]), "invisible rows keep their moments");
+            }
+        }
+    }
+    let got = gpu.read(&gp).unwrap();
+    let mut worst = 0f64;
+    for i in 0..len {
+        let d = (got[i] as f64 - r.p[i]).abs();
+        assert!(d <= r.ep[i] + 1e-6, "element {i}: {} vs {} ± {:e}", got[i], r.p[i], r.ep[i]);
+        if skip(i) {
+            assert_eq!(got[i], p0[i], "invisible rows must not move");
+        }
+        worst = worst.max(d / (r.p[i] - p0[i] as f64).abs().max(1e-6));
+    }
+    eprintln!("worst parameter deviation: {worst:.4} of the total update");
+
+    // Special values: infinities stay infinities with their sign, NaN stays NaN, negative
+    // moments keep their sign, tiny ones stay tiny (or flush to zero, never to garbage).
+    let g = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -3.0, 1e-20, -2.0];
+    let p = gpu.upload(&[0f32; 6]);
+    let mom = Moments::zeros(&gpu, 6, MomentPrecision::Bf16);
+    adam::adam_update(&gpu, &p, &gpu.upload(&g), &mom, 6, (6, 0.1, 0.1), 1, &cfg, None, 9);
+    let (m, v) = mom.read(&gpu).unwrap();
+    assert_eq!((m[0], v[0]), (f32::INFINITY, f32::INFINITY));
+    assert_eq!((m[1], v[1]), (f32::NEG_INFINITY, f32::INFINITY));
+    assert!(m[2].is_nan() && v[2].is_nan());
+    assert!((m[3] + 0.3).abs() <= 0.3 / 128.0 && (v[3] - 0.009).abs() <= 0.009 / 128.0);
+    assert!(m[4] > 0.0 && (m[4] as f64 - 1e-21).abs() <= 1e-21 / 128.0, "{}", m[4]);
+    assert!(v[4] >= 0.0 && v[4] < 1e-42, "{}", v[4]);
+    assert!(m[5] < 0.0 && v[5] > 0.0);
+}
+
+#[test]
+fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
+    let gpu = gpu();
+    let n = 1 << 16;
+    let cfg = adam::AdamConfig {
+        eps: 1e-8,
+        moments: MomentPrecision::Bf16,
+        ..Default::default()
+    };
+    // m1 = (1 - β1) g: one stochastic rounding of the same f32 value per element.
+    let g = 1.0f32 + 0.3 / 128.0; // (1 - β1) g sits 0.3 of a bf16 step past a bf16 value
+    let mom = Moments::zeros(&gpu, n, MomentPrecision::Bf16);
+    let p = gpu.zeros::<f32>(n);
+    adam::adam_update(&gpu, &p, &gpu.upload(&vec![g * 10.0; n]), &mom, 1, (1, 0.0, 0.0), 1, &cfg, None, 77);
+    let (m, _) = mom.read(&gpu).unwrap();
+    let want = ((1.0f32 - 0.9f32) * (g * 10.0)) as f64;
+    let mean = m.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+    let ulp = bf16_ulp(want);
+    let nearest = adam::bf16_to_f32(adam::bf16_nearest(want as f32)) as f64;
+    eprintln!(
+        "m: {want} -> mean of {n} stochastic roundings {mean} ({:+.4} steps; nearest is {:+.3})",
+        (mean - want) / ulp,
+        (nearest - want) / ulp
+    );
+    assert!((nearest - want).abs() > 0.2 * ulp, "the test value is not near a bf16 value");
+    assert!((mean - want).abs() < 6.0 * 0.5 * ulp / (n as f64).sqrt(), "biased rounding");
+
+    // v = 1 with zero gradients decays by β2 = 0.999 per step, far below half a bf16 step
+    // (2^-9 ≈ 0.002): round-to-nearest would keep it at 1 forever.
+    let mom = Moments::from_host(&gpu, &vec![0.0; n], &vec![1.0; n], MomentPrecision::Bf16);
+    let zeros = gpu.zeros::<f32>(n);
+    let steps = 300u64;
+    for t in 1..=steps {
+        adam::adam_update(&gpu, &p, &zeros, &mom, 1, (1, 0.0, 0.0), t, &cfg, None, adam::rounding_key(1, 0, t));
+    }
+    let (m, v) = mom.read(&gpu).unwrap();
+    let want = 0.999f64.powi(steps as i32);
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+    let sd = (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+    eprintln!("v: 1 after {steps} steps of β2 decay: mean {mean} (exact {want}), spread {sd:.2e}");
+    assert!(m.iter().all(|&x| x == 0.0));
+    // Per element the rounding errors are a martingale: spread about sqrt(steps) · ulp / 2.
+    assert!(sd < 0.05, "spread {sd}");
+    assert!((mean - want).abs() < 6.0 * sd / (n as f64).sqrt() + 1e-5, "v decays to {mean}, exact {want}");
+}
+
+/// A few steps of a small scene, so that the moments are not all zero.
+fn small_trainer(gpu: &rust3r_gpu::Gpu, moments: MomentPrecision) -> Trainer {
+    let init = init::random_box(400, 1.0, 0.3, 1.0, 5, 1);
+    let cfg = TrainConfig {
+        sh_degree: 1,
+        deterministic: true,
+        adam: adam::AdamConfig {
+            moments,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut t = Trainer::new(gpu, cfg, &init).unwrap();
+    let cam = small_camera();
+    let target = gpu.upload(&vec![0.3f32; 24 * 24 * 3]);
+    for _ in 0..3 {
+        t.step(&cam, &target).unwrap();
+    }
+    t
+}
+
+fn small_camera() -> rust3r_splat::Camera {
+    rust3r_splat::Camera {
+        fx: 20.0,
+        fy: 20.0,
+        cx: 12.0,
+        cy: 12.0,
+        width: 24,
+        height: 24,
+        world_to_camera: [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 4.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ],
+    }
+}
+
+fn all_moments(t: &Trainer) -> Vec<(Vec<f32>, Vec<f32>)> {
+    t.moments().iter().map(|m| m.read(t.gpu()).unwrap()).collect()
+}
+
+#[test]
+fn checkpoints_hold_either_moment_storage_and_resume_converts() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.bin");
+
+    // f32 moments round-trip exactly.
+    let t = small_trainer(&gpu, MomentPrecision::F32);
+    let want = all_moments(&t);
+    assert!(want.iter().any(|(m, _)| m.iter().any(|&x| x != 0.0)), "moments moved");
+    t.save_checkpoint(&ck).unwrap();
+    let f32_len = std::fs::metadata(&ck).unwrap().len();
+    let back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
+    assert_eq!(back.cfg.adam.moments, MomentPrecision::F32);
+    assert_eq!(all_moments(&back), want);
+
+    // A checkpoint written before the setting existed (no `moments` in its configuration)
+    // holds f32 moments and still loads.
+    let bytes = std::fs::read(&ck).unwrap();
+    let hlen = u64::from_le_bytes(bytes[20..28].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[28..28 + hlen]).unwrap();
+    let removed = header["config"]["adam"].as_object_mut().unwrap().remove("moments");
+    assert_eq!(removed, Some(serde_json::json!("f32")));
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut legacy = bytes[..20].to_vec();
+    legacy.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    legacy.extend_from_slice(&json);
+    legacy.extend_from_slice(&bytes[28 + hlen..]);
+    let old = dir.path().join("old.bin");
+    std::fs::write(&old, &legacy).unwrap();
+    let mut old_t = Trainer::load_checkpoint(&gpu, &old).unwrap();
+    assert_eq!(old_t.cfg.adam.moments, MomentPrecision::F32);
+    assert_eq!(all_moments(&old_t), want);
+
+    // Resuming it with compact moments converts (to the nearest bf16), and the compact
+    // checkpoint stores the packed words: half the moment bytes.
+    old_t.set_moment_precision(MomentPrecision::Bf16).unwrap();
+    let bf = |x: &f32| adam::bf16_to_f32(adam::bf16_nearest(*x));
+    let rounded: Vec<(Vec<f32>, Vec<f32>)> = want
+        .iter()
+        .map(|(m, v)| (m.iter().map(bf).collect(), v.iter().map(bf).collect()))
+        .collect();
+    assert_eq!(all_moments(&old_t), rounded);
+    assert!(old_t.moments().iter().all(|m| m.precision() == MomentPrecision::Bf16));
+    old_t.save_checkpoint(&ck).unwrap();
+    let bf16_len = std::fs::metadata(&ck).unwrap().len();
+    let values = 400 * (3 + 3 + 4 + 1 + 12) as u64;
+    assert!(
+        f32_len - bf16_len >= 4 * values && f32_len - bf16_len < 4 * values + 256,
+        "checkpoint {f32_len} -> {bf16_len} bytes"
+    );
+    let mut back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
+    assert_eq!(back.cfg.adam.moments, MomentPrecision::Bf16);
+    assert_eq!(all_moments(&back), rounded);
+    // ... and back to f32, exactly; training goes on from either.
+    back.set_moment_precision(MomentPrecision::F32).unwrap();
+    assert_eq!(all_moments(&back), rounded);
+    let target = gpu.upload(&vec![0.3f32; 24 * 24 * 3]);
+    back.step(&small_camera(), &target).unwrap();
+    old_t.step(&small_camera(), &target).unwrap();
+    assert!(back.last_loss().unwrap().unwrap().is_finite());
+    assert!(old_t.last_loss().unwrap().unwrap().is_finite());
+
+    // A truncated compact checkpoint is refused with a clear error.
+    let bytes = std::fs::read(&ck).unwrap();
+    std::fs::write(&ck, &bytes[..bytes.len() - 4]).unwrap();
+    let e = Trainer::load_checkpoint(&gpu, &ck).err().unwrap().to_string();
+    assert!(e.contains("bytes"), "{e}");
 }

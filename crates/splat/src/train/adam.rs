@@ -4,9 +4,21 @@
 //!
 //! Rows can be skipped for Gaussians that were not visible in the step ("visible Adam"):
 //! their parameters and moments stay untouched, as with a sparse gradient.
+//!
+//! The moments are stored either as two f32 buffers or, by default, compactly: both moments
+//! of a value as bfloat16 in one 32-bit word (`m` in the high half, `v` in the low half), 4
+//! bytes per value instead of 8. bf16 is the upper half of an f32, so decoding is a shift and
+//! encoding a truncation; every backend runs it (WGSL needs no `shader-f16`). The update itself
+//! is computed in f32 and the parameter step uses the f32 moments of the step; only the stored
+//! moments are rounded, *stochastically*: a per-element pseudo-random 16-bit value (a hash of
+//! the element index, the step and the seed) is added to the f32 bits before truncation, so
+//! the rounding is unbiased. Round-to-nearest would lose the EMA decrements of `v`
+//! (`β2 = 0.999`: 0.1 % per step, below half a bf16 step of 0.39 %) and freeze it.
 
 use cubecl::prelude::*;
-use rust3r_gpu::{Gpu, GpuBuffer};
+use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
+
+use super::densify::pcg_hash;
 
 #[cube(launch)]
 fn adam_step(
@@ -50,12 +62,126 @@ fn adam_step(
     param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
 }
 
+/// bf16 bits (in the low 16 bits of the result) of `x` rounded stochastically with the
+/// random value `r` (its low 16 bits are used): `(bits(x) + r) >> 16`. On the sign-magnitude
+/// encoding this rounds the magnitude up with probability equal to the dropped fraction, for
+/// either sign, denormals included; a carry into the exponent is the correct next value (the
+/// largest finite values can round up to infinity, as in any rounding of an overflow).
+/// Infinities are kept, NaNs stay NaNs (quiet bit set) instead of carrying into the sign.
+#[cube]
+pub fn bf16_stochastic_bits(x: f32, r: u32) -> u32 {
+    let b = u32::reinterpret(x);
+    let mut out = (b + (r & 0xFFFFu32)) >> 16u32;
+    if (b & 0x7F80_0000u32) == 0x7F80_0000u32 {
+        out = b >> 16u32;
+        if (b & 0x007F_FFFFu32) != 0u32 {
+            out = out | 0x40u32;
+        }
+    }
+    out
+}
+
+#[cube(launch)]
+fn adam_step_bf16(
+    param: &mut [f32],
+    grad: &[f32],
+    mv: &mut [u32],
+    radii: &[u32],
+    len: u32,
+    row: u32,
+    first_cols: u32,
+    lr: f32,
+    lr_rest: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    key: u32,
+    #[comptime] visible_only: bool,
+) {
+    let i = rust3r_gpu::global_id();
+    if i >= len as usize {
+        terminate!();
+    }
+    let g = i / row as usize;
+    if visible_only {
+        if radii[g * 2] == 0u32 {
+            terminate!();
+        }
+    }
+    let col = (i - g * row as usize) as u32;
+    let mut step = lr;
+    if col >= first_cols {
+        step = lr_rest;
+    }
+    let gr = grad[i];
+    let word = mv[i];
+    let m0 = f32::reinterpret(word & 0xFFFF_0000u32);
+    let v0 = f32::reinterpret(word << 16u32);
+    let mi = beta1 * m0 + (1.0f32 - beta1) * gr;
+    let vi = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
+    // Counter-based random bits: element index, then the (step, seed, group) key.
+    let r = pcg_hash(pcg_hash(i as u32) ^ key);
+    mv[i] = (bf16_stochastic_bits(mi, r) << 16u32) | bf16_stochastic_bits(vi, r >> 16u32);
+    param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
+}
+
+/// How the Adam moments are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MomentPrecision {
+    /// Two f32 buffers, 8 bytes per value.
+    F32,
+    /// Both moments as bf16 in one 32-bit word, stochastically rounded: 4 bytes per value.
+    #[default]
+    Bf16,
+}
+
+impl MomentPrecision {
+    /// What configurations written before the setting existed used (f32 moments), so that
+    /// their checkpoints keep loading.
+    pub fn legacy() -> Self {
+        Self::F32
+    }
+    /// Device bytes of the two moments of one value.
+    pub fn bytes_per_value(self) -> u64 {
+        match self {
+            Self::F32 => 8,
+            Self::Bf16 => 4,
+        }
+    }
+}
+
+impl std::str::FromStr for MomentPrecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            other => Err(format!("unknown moment precision '{other}' (f32 or bf16)")),
+        }
+    }
+}
+
+impl std::fmt::Display for MomentPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        })
+    }
+}
+
 /// Hyper-parameters of one parameter group.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AdamConfig {
     pub beta1: f32,
     pub beta2: f32,
     pub eps: f32,
+    /// Storage of the moments (missing in configurations written before it existed: f32).
+    #[serde(default = "MomentPrecision::legacy")]
+    pub moments: MomentPrecision,
 }
 
 impl Default for AdamConfig {
@@ -65,6 +191,165 @@ impl Default for AdamConfig {
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-15,
+            moments: MomentPrecision::default(),
+        }
+    }
+}
+
+/// Host mirror of [`bf16_stochastic_bits`].
+pub fn bf16_stochastic(x: f32, r: u16) -> u16 {
+    let b = x.to_bits();
+    if b & 0x7F80_0000 == 0x7F80_0000 {
+        let t = (b >> 16) as u16;
+        return if b & 0x007F_FFFF != 0 { t | 0x40 } else { t };
+    }
+    ((b + r as u32) >> 16) as u16
+}
+
+/// bf16 nearest to `x`, ties to even (NaN stays NaN).
+pub fn bf16_nearest(x: f32) -> u16 {
+    let b = x.to_bits();
+    if b & 0x7F80_0000 == 0x7F80_0000 {
+        return bf16_stochastic(x, 0);
+    }
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// One packed word of moments: `m` in the high half, `v` in the low half.
+pub fn pack_moments(m: f32, v: f32) -> u32 {
+    ((bf16_nearest(m) as u32) << 16) | bf16_nearest(v) as u32
+}
+
+pub fn unpack_moments(word: u32) -> (f32, f32) {
+    (bf16_to_f32((word >> 16) as u16), bf16_to_f32(word as u16))
+}
+
+/// The 32-bit key of the stochastic rounding of one group's moments at step `t`
+/// (SplitMix64 of the seed, the group and the step).
+pub fn rounding_key(seed: u64, group: usize, t: u64) -> u32 {
+    let mut z = seed
+        .wrapping_add((group as u64).wrapping_mul(0xD1B5_4A32_D192_ED03))
+        .wrapping_add(t.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
+}
+
+/// Host mirror of the kernels' `pcg_hash`.
+pub fn pcg_hash_host(v: u32) -> u32 {
+    let state = v.wrapping_mul(747796405).wrapping_add(2891336453);
+    let word = ((state >> ((state >> 28) + 4)) ^ state).wrapping_mul(277803737);
+    (word >> 22) ^ word
+}
+
+/// The random bits the compact update uses for element `i` under `key`: the low 16 round
+/// `m`, the high 16 round `v`.
+pub fn rounding_bits(i: u32, key: u32) -> u32 {
+    pcg_hash_host(pcg_hash_host(i) ^ key)
+}
+
+/// The Adam moments of one parameter group, `len` values.
+#[derive(Clone, Debug)]
+pub enum Moments {
+    F32 {
+        m: GpuBuffer<f32>,
+        v: GpuBuffer<f32>,
+    },
+    /// One word per value: bf16 `m` in the high half, bf16 `v` in the low half.
+    Bf16(GpuBuffer<u32>),
+}
+
+impl Moments {
+    /// Zero moments of `len` values.
+    pub fn zeros(gpu: &Gpu, len: usize, precision: MomentPrecision) -> Self {
+        match precision {
+            MomentPrecision::F32 => Self::F32 {
+                m: gpu.zeros(len),
+                v: gpu.zeros(len),
+            },
+            MomentPrecision::Bf16 => Self::Bf16(gpu.zeros(len)),
+        }
+    }
+
+    /// Upload host moments (rounded to nearest when stored as bf16).
+    pub fn from_host(gpu: &Gpu, m: &[f32], v: &[f32], precision: MomentPrecision) -> Self {
+        assert_eq!(m.len(), v.len(), "moment lengths");
+        match precision {
+            MomentPrecision::F32 => Self::F32 {
+                m: gpu.upload(m),
+                v: gpu.upload(v),
+            },
+            MomentPrecision::Bf16 => {
+                let words: Vec<u32> = m.iter().zip(v).map(|(&a, &b)| pack_moments(a, b)).collect();
+                Self::Bf16(gpu.upload(&words))
+            }
+        }
+    }
+
+    pub fn precision(&self) -> MomentPrecision {
+        match self {
+            Self::F32 { .. } => MomentPrecision::F32,
+            Self::Bf16(_) => MomentPrecision::Bf16,
+        }
+    }
+
+    /// Number of values (not bytes, not words).
+    pub fn len(&self) -> usize {
+        match self {
+            Self::F32 { m, .. } => m.len(),
+            Self::Bf16(w) => w.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Device bytes of the buffers.
+    pub fn device_bytes(&self) -> u64 {
+        self.len() as u64 * self.precision().bytes_per_value()
+    }
+
+    /// Both moments back on the host as f32 (decoded when compact).
+    pub fn read(&self, gpu: &Gpu) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+        match self {
+            Self::F32 { m, v } => Ok((gpu.read(m)?, gpu.read(v)?)),
+            Self::Bf16(w) => Ok(gpu.read(w)?.into_iter().map(unpack_moments).unzip()),
+        }
+    }
+
+    /// The same moments in another storage (through the host; bf16 values are exact in f32,
+    /// f32 values are rounded to the nearest bf16).
+    pub fn converted(&self, gpu: &Gpu, precision: MomentPrecision) -> Result<Self, GpuError> {
+        if precision == self.precision() {
+            return Ok(self.clone());
+        }
+        let (m, v) = self.read(gpu)?;
+        Ok(Self::from_host(gpu, &m, &v, precision))
+    }
+
+    /// New moments for the Gaussians described by `parent` / `variant` (see
+    /// [`super::densify`]): kept and relocated rows keep their state, new rows start at zero.
+    pub fn rebuild(
+        &self,
+        gpu: &Gpu,
+        parent: &GpuBuffer<u32>,
+        variant: &GpuBuffer<u32>,
+        row: usize,
+    ) -> Self {
+        use super::densify::{rebuild, rebuild_words};
+        match self {
+            // One buffer at a time, so that old and new copies of only one coexist.
+            Self::F32 { m, v } => {
+                let m = rebuild(gpu, m, parent, variant, row, true);
+                let v = rebuild(gpu, v, parent, variant, row, true);
+                Self::F32 { m, v }
+            }
+            Self::Bf16(w) => Self::Bf16(rebuild_words(gpu, w, parent, variant, row, true)),
         }
     }
 }
@@ -72,23 +357,24 @@ impl Default for AdamConfig {
 /// One Adam update of `param` (row width `row` values per Gaussian) at step `t` (1-based):
 /// learning rate `lr` for the first `first_cols` values of each row, `lr_rest` for the others
 /// (SH: DC and higher orders). With `visible` (the rasterizer's radii, 2 per Gaussian) rows of
-/// culled Gaussians are skipped.
+/// culled Gaussians are skipped. `key` seeds the stochastic rounding of compact moments (see
+/// [`rounding_key`]); f32 moments ignore it.
 #[allow(clippy::too_many_arguments)]
 pub fn adam_update(
     gpu: &Gpu,
     param: &GpuBuffer<f32>,
     grad: &GpuBuffer<f32>,
-    m: &GpuBuffer<f32>,
-    v: &GpuBuffer<f32>,
+    moments: &Moments,
     row: usize,
     (first_cols, lr, lr_rest): (usize, f32, f32),
     t: u64,
     cfg: &AdamConfig,
     visible: Option<&GpuBuffer<u32>>,
+    key: u32,
 ) {
     let len = param.len();
     assert!(
-        grad.len() == len && m.len() == len && v.len() == len,
+        grad.len() == len && moments.len() == len,
         "adam buffer lengths"
     );
     if len == 0 {
@@ -104,25 +390,49 @@ pub fn adam_update(
             &dummy
         }
     };
-    adam_step::launch(
-        gpu.client(),
-        gpu.grid(len.div_ceil(256)),
-        CubeDim::new_1d(256),
-        param.arg(),
-        grad.arg(),
-        m.arg(),
-        v.arg(),
-        radii.arg(),
-        len as u32,
-        row as u32,
-        first_cols as u32,
-        lr,
-        lr_rest,
-        cfg.beta1,
-        cfg.beta2,
-        cfg.eps,
-        bc1 as f32,
-        bc2.sqrt() as f32,
-        visible.is_some(),
-    );
+    let grid = gpu.grid(len.div_ceil(256));
+    match moments {
+        Moments::F32 { m, v } => adam_step::launch(
+            gpu.client(),
+            grid,
+            CubeDim::new_1d(256),
+            param.arg(),
+            grad.arg(),
+            m.arg(),
+            v.arg(),
+            radii.arg(),
+            len as u32,
+            row as u32,
+            first_cols as u32,
+            lr,
+            lr_rest,
+            cfg.beta1,
+            cfg.beta2,
+            cfg.eps,
+            bc1 as f32,
+            bc2.sqrt() as f32,
+            visible.is_some(),
+        ),
+        Moments::Bf16(mv) => adam_step_bf16::launch(
+            gpu.client(),
+            grid,
+            CubeDim::new_1d(256),
+            param.arg(),
+            grad.arg(),
+            mv.arg(),
+            radii.arg(),
+            len as u32,
+            row as u32,
+            first_cols as u32,
+            lr,
+            lr_rest,
+            cfg.beta1,
+            cfg.beta2,
+            cfg.eps,
+            bc1 as f32,
+            bc2.sqrt() as f32,
+            key,
+            visible.is_some(),
+        ),
+    }
 }

@@ -2,13 +2,18 @@
 //! host RNG and configuration, in one file written atomically (temporary file + rename).
 //!
 //! Layout: `RUST3R-TRAIN\0\0\0\0` (16 bytes), format version (u32 LE), header length (u64 LE),
-//! a JSON header ([`Header`]), then the arrays it lists as little-endian f32 in order.
+//! a JSON header ([`Header`]), then the arrays it lists in order, 4 bytes per value, little
+//! endian: f32, except compact Adam moments (`adam_mv_bf16.*`), which are stored as they live
+//! on the device, one u32 word per value holding bf16 `m` (high half) and `v` (low half).
+//! The header's configuration says which moments a checkpoint holds; configurations written
+//! before compact moments existed have f32 moments and load unchanged.
 
 use std::io::{Read, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::adam::{MomentPrecision, Moments, unpack_moments};
 use super::{GROUPS, HostRng, TrainConfig, Trainer};
 use crate::SplatError;
 use crate::render::GpuSplats;
@@ -24,7 +29,7 @@ pub struct Header {
     pub num_splats: usize,
     pub sh_degree: u32,
     pub config: TrainConfig,
-    /// `(name, number of f32 values)` in file order.
+    /// `(name, number of 4-byte values)` in file order.
     pub arrays: Vec<(String, usize)>,
 }
 
@@ -34,11 +39,16 @@ fn err(path: &Path, msg: impl std::fmt::Display) -> SplatError {
 
 /// Names and lengths of the arrays of a checkpoint of `n` Gaussians with per-group row
 /// widths `rows`, in file order (the order of [`Trainer::state_buffers`]).
-fn layout(n: usize, rows: [usize; 5]) -> Vec<(String, usize)> {
+fn layout(n: usize, rows: [usize; 5], moments: MomentPrecision) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = (0..5).map(|i| (GROUPS[i].to_string(), n * rows[i])).collect();
     for i in 0..5 {
-        out.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
-        out.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
+        match moments {
+            MomentPrecision::F32 => {
+                out.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
+                out.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
+            }
+            MomentPrecision::Bf16 => out.push((format!("adam_mv_bf16.{}", GROUPS[i]), n * rows[i])),
+        }
     }
     out.push(("grad2d".into(), n));
     out.push(("count".into(), n));
@@ -46,15 +56,23 @@ fn layout(n: usize, rows: [usize; 5]) -> Vec<(String, usize)> {
 }
 
 impl Trainer {
-    /// Every device buffer of the training state, in checkpoint order.
-    fn state_buffers(&self) -> Vec<&rust3r_gpu::GpuBuffer<f32>> {
-        let mut out: Vec<_> = Self::param_buffers(&self.splats).to_vec();
+    /// Every device buffer of the training state, in checkpoint order, as 32-bit words.
+    fn state_buffers(&self) -> Vec<rust3r_gpu::GpuBuffer<u32>> {
+        let mut out: Vec<_> = Self::param_buffers(&self.splats)
+            .iter()
+            .map(|b| (*b).clone().cast::<u32>())
+            .collect();
         for i in 0..5 {
-            out.push(&self.m[i]);
-            out.push(&self.v[i]);
+            match &self.moments[i] {
+                Moments::F32 { m, v } => {
+                    out.push(m.clone().cast());
+                    out.push(v.clone().cast());
+                }
+                Moments::Bf16(mv) => out.push(mv.clone()),
+            }
         }
-        out.push(&self.grad2d);
-        out.push(&self.count);
+        out.push(self.grad2d.clone().cast());
+        out.push(self.count.clone().cast());
         out
     }
 
@@ -62,9 +80,10 @@ impl Trainer {
     pub fn save_checkpoint(&self, path: &Path) -> Result<(), SplatError> {
         let g = &self.gpu;
         let buffers = self.state_buffers();
-        let names = layout(self.splats.len(), self.rows());
-        let mut arrays: Vec<(String, Vec<f32>)> = Vec::with_capacity(buffers.len());
-        for ((name, _), buf) in names.into_iter().zip(buffers) {
+        let names = layout(self.splats.len(), self.rows(), self.cfg.adam.moments);
+        assert_eq!(names.len(), buffers.len(), "checkpoint layout");
+        let mut arrays: Vec<(String, Vec<u32>)> = Vec::with_capacity(buffers.len());
+        for ((name, _), buf) in names.into_iter().zip(&buffers) {
             arrays.push((name, g.read(buf)?));
         }
         let header = Header {
@@ -131,7 +150,8 @@ impl Trainer {
             ));
         }
         let k3 = ((h.sh_degree + 1) * (h.sh_degree + 1)) as usize * 3;
-        let expected = layout(n, [3usize, 3, 4, 1, k3]);
+        let moments = h.config.adam.moments;
+        let expected = layout(n, [3usize, 3, 4, 1, k3], moments);
         if h.arrays != expected {
             return Err(err(
                 path,
@@ -148,32 +168,45 @@ impl Trainer {
                 ),
             ));
         }
-        let mut data = Vec::with_capacity(expected.len());
+        let mut data: Vec<Vec<u32>> = Vec::with_capacity(expected.len());
         for (name, len) in &expected {
-            let mut v = vec![0f32; *len];
+            let mut v = vec![0u32; *len];
             r.read_exact(bytemuck::cast_slice_mut(&mut v))
                 .map_err(|e| err(path, format!("{name}: {e}")))?;
-            if v.iter().any(|x| !x.is_finite()) {
+            let finite = if name.starts_with("adam_mv_bf16.") {
+                v.iter().all(|&w| {
+                    let (m, v) = unpack_moments(w);
+                    m.is_finite() && v.is_finite()
+                })
+            } else {
+                v.iter().all(|&w| f32::from_bits(w).is_finite())
+            };
+            if !finite {
                 return Err(err(path, format!("{name} holds NaN or infinite values")));
             }
             data.push(v);
         }
-        let splats = GpuSplats::from_slices(
-            gpu,
-            &data[0],
-            &data[1],
-            &data[2],
-            &data[3],
-            &data[4],
-            h.sh_degree,
-        )?;
+        let f = |i: usize| -> &[f32] { bytemuck::cast_slice(&data[i]) };
+        let splats = GpuSplats::from_slices(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree)?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
+        let mut at = 5;
         for i in 0..5 {
-            t.m[i] = gpu.upload(&data[5 + 2 * i]);
-            t.v[i] = gpu.upload(&data[6 + 2 * i]);
+            t.moments[i] = match moments {
+                MomentPrecision::F32 => {
+                    at += 2;
+                    Moments::F32 {
+                        m: gpu.upload(f(at - 2)),
+                        v: gpu.upload(f(at - 1)),
+                    }
+                }
+                MomentPrecision::Bf16 => {
+                    at += 1;
+                    Moments::Bf16(gpu.upload(&data[at - 1]))
+                }
+            };
         }
-        t.grad2d = gpu.upload(&data[15]);
-        t.count = gpu.upload(&data[16]);
+        t.grad2d = gpu.upload(f(at));
+        t.count = gpu.upload(f(at + 1));
         t.step = h.step;
         Ok(t)
     }

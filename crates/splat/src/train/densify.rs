@@ -61,6 +61,35 @@ fn gather_rows(
     }
 }
 
+/// [`gather_rows`] on 32-bit words copied bit for bit (packed bf16 moments); fresh rows
+/// become zero words.
+#[cube(launch)]
+fn gather_rows_u32(
+    src: &[u32],
+    parent: &[u32],
+    variant: &[u32],
+    dst: &mut [u32],
+    n_new: u32,
+    row: u32,
+    #[comptime] zero_fresh: bool,
+) {
+    let i = rust3r_gpu::global_id();
+    let r = row as usize;
+    if i >= (n_new as usize) * r {
+        terminate!();
+    }
+    let j = i / r;
+    let k = i - j * r;
+    let var = variant[j];
+    if zero_fresh && var == 4u32 {
+        dst[i] = src[i];
+    } else if zero_fresh && var != 0u32 {
+        dst[i] = 0u32;
+    } else {
+        dst[i] = src[(parent[j] as usize) * r + k];
+    }
+}
+
 /// Split children: `mean += R diag(exp(s)) n` with the parent's (already gathered) values,
 /// then `log_scale -= ln 1.6`.
 #[cube(launch)]
@@ -317,6 +346,34 @@ pub fn rebuild(
     let dst = gpu.alloc::<f32>(n_new * row);
     if n_new * row > 0 {
         gather_rows::launch(
+            gpu.client(),
+            grid(gpu, n_new * row),
+            CubeDim::new_1d(256),
+            src.arg(),
+            parent.arg(),
+            variant.arg(),
+            dst.arg(),
+            n_new as u32,
+            row as u32,
+            zero_fresh,
+        );
+    }
+    dst
+}
+
+/// [`rebuild`] for buffers of 32-bit words (packed moments), copied bit for bit.
+pub fn rebuild_words(
+    gpu: &Gpu,
+    src: &GpuBuffer<u32>,
+    parent: &GpuBuffer<u32>,
+    variant: &GpuBuffer<u32>,
+    row: usize,
+    zero_fresh: bool,
+) -> GpuBuffer<u32> {
+    let n_new = parent.len();
+    let dst = gpu.alloc::<u32>(n_new * row);
+    if n_new * row > 0 {
+        gather_rows_u32::launch(
             gpu.client(),
             grid(gpu, n_new * row),
             CubeDim::new_1d(256),

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::render::{GpuSplats, RenderOptions, render, render_backward_with};
 use crate::{Camera, SplatError};
-use adam::{AdamConfig, adam_update};
+use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
 use densify::AdcThresholds;
 use loss::{AlphaLossOutput, LossKernels, LossOutput};
 use mcmc::{HostRng, McmcConfig};
@@ -188,6 +188,26 @@ impl<'a> StepTarget<'a> {
 /// Parameter groups in buffer order.
 pub const GROUPS: [&str; 5] = ["means", "log_scales", "quats", "opacity_logits", "sh"];
 
+/// Device bytes per Gaussian of training, by kind ([`Trainer::memory_ledger`]). Persistent:
+/// parameters, Adam moments and ADC statistics live as long as the Gaussian; transient: a
+/// step's gradients and rasterizer buffers, which the memory budget also has to hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryLedger {
+    pub params: u64,
+    pub moments: u64,
+    pub adc_stats: u64,
+    pub transient: u64,
+}
+
+impl MemoryLedger {
+    pub fn persistent(&self) -> u64 {
+        self.params + self.moments + self.adc_stats
+    }
+    pub fn total(&self) -> u64 {
+        self.persistent() + self.transient
+    }
+}
+
 /// What one step reports.
 #[derive(Clone, Debug)]
 pub struct StepInfo {
@@ -211,9 +231,8 @@ pub struct Trainer {
     gpu: Gpu,
     pub cfg: TrainConfig,
     pub splats: GpuSplats,
-    /// Adam first and second moments per group, same layout as the parameters.
-    m: Vec<GpuBuffer<f32>>,
-    v: Vec<GpuBuffer<f32>>,
+    /// Adam first and second moments per group, one value per parameter value.
+    moments: Vec<Moments>,
     /// ADC statistics: accumulated normalised 2D gradient norm and visibility count.
     grad2d: GpuBuffer<f32>,
     count: GpuBuffer<f32>,
@@ -256,19 +275,14 @@ impl Trainer {
 
     fn from_parts(gpu: &Gpu, cfg: TrainConfig, splats: GpuSplats, rng: HostRng) -> Self {
         let n = splats.len();
-        let m = Self::param_buffers(&splats)
+        let moments = Self::param_buffers(&splats)
             .iter()
-            .map(|b| gpu.zeros::<f32>(b.len()))
-            .collect();
-        let v = Self::param_buffers(&splats)
-            .iter()
-            .map(|b| gpu.zeros::<f32>(b.len()))
+            .map(|b| Moments::zeros(gpu, b.len(), cfg.adam.moments))
             .collect();
         Self {
             gpu: gpu.clone(),
             cfg,
-            m,
-            v,
+            moments,
             grad2d: gpu.zeros(n),
             count: gpu.zeros(n),
             splats,
@@ -309,29 +323,43 @@ impl Trainer {
         (lr.means as f64 * self.cfg.scene_scale as f64 * gamma.powf(s as f64)) as f32
     }
 
-    /// Device bytes per Gaussian while training (parameters, two Adam moments, gradients,
-    /// the rasterizer's per-Gaussian buffers and, on average, four tile intersections).
-    pub fn bytes_per_splat(sh_degree: u32) -> u64 {
+    /// Device bytes per Gaussian of training, by kind (see [`MemoryLedger`]).
+    pub fn memory_ledger(sh_degree: u32, moments: MomentPrecision) -> MemoryLedger {
         let k = ((sh_degree + 1) * (sh_degree + 1)) as u64;
-        let params = 4 * (3 + 3 + 4 + 1 + 3 * k);
+        let values = 3 + 3 + 4 + 1 + 3 * k;
+        let params = 4 * values;
         let raster = 4 * (10 + 2 + 2 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 10 + 12);
         let isects = 4 * 4 * (1 + 1 + 2 + 2 + 1 + 10);
-        // params + m + v + grads, the ADC statistics, one group rebuilt during densification
-        4 * params + 8 + raster + isects + 4 * 3 * k
+        MemoryLedger {
+            params,
+            moments: moments.bytes_per_value() * values,
+            adc_stats: 8,
+            // gradients, the rasterizer's buffers, four intersections, and one group (SH,
+            // the largest) rebuilt during densification
+            transient: params + raster + isects + 4 * 3 * k,
+        }
+    }
+
+    /// Device bytes per Gaussian while training (parameters, Adam moments, gradients, the
+    /// rasterizer's per-Gaussian buffers and, on average, four tile intersections): the
+    /// estimate behind `memory_budget`.
+    pub fn bytes_per_splat(sh_degree: u32, moments: MomentPrecision) -> u64 {
+        Self::memory_ledger(sh_degree, moments).total()
     }
 
     /// Largest number of Gaussians allowed by `max_splats` and the memory budget.
     pub fn capacity(&self) -> usize {
         let mut cap = self.cfg.max_splats.unwrap_or(usize::MAX);
         if let Some(budget) = self.cfg.memory_budget {
-            cap = cap.min((budget / Self::bytes_per_splat(self.cfg.sh_degree)) as usize);
+            let per = Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments);
+            cap = cap.min((budget / per) as usize);
         }
         cap
     }
 
     fn check_budget(&self, n: usize) -> Result<(), SplatError> {
         if let Some(budget) = self.cfg.memory_budget {
-            let need = n as u64 * Self::bytes_per_splat(self.cfg.sh_degree);
+            let need = n as u64 * Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments);
             if need > budget {
                 return Err(SplatError::InvalidSplats(format!(
                     "{n} Gaussians need about {:.2} GB to train, more than the memory budget of {:.2} GB",
@@ -474,13 +502,13 @@ impl Trainer {
                 &gpu,
                 param,
                 grad_bufs[g],
-                &self.m[g],
-                &self.v[g],
+                &self.moments[g],
                 rows[g],
                 rate,
                 t,
                 &self.cfg.adam,
                 visible,
+                adam::rounding_key(self.cfg.seed, g, t),
             );
         }
 
@@ -582,8 +610,7 @@ impl Trainer {
             densify::rebuild(&gpu, &s.opacity_logits, parent, variant, rows[3], false);
         s.sh = densify::rebuild(&gpu, &s.sh, parent, variant, rows[4], false);
         for g in 0..5 {
-            self.m[g] = densify::rebuild(&gpu, &self.m[g], parent, variant, rows[g], true);
-            self.v[g] = densify::rebuild(&gpu, &self.v[g], parent, variant, rows[g], true);
+            self.moments[g] = self.moments[g].rebuild(&gpu, parent, variant, rows[g]);
         }
         densify::apply_splits(&gpu, &s.means, &s.log_scales, &s.quats, variant, seed);
         let n = parent.len();
@@ -687,8 +714,28 @@ impl Trainer {
     pub fn reset_opacity(&mut self, value: f32) {
         let n = self.splats.len();
         densify::clamp_max(&self.gpu, &self.splats.opacity_logits, logit(value));
-        self.m[3] = self.gpu.zeros(n);
-        self.v[3] = self.gpu.zeros(n);
+        self.moments[3] = Moments::zeros(&self.gpu, n, self.cfg.adam.moments);
+    }
+
+    /// The Adam moments of each group (in [`GROUPS`] order).
+    pub fn moments(&self) -> &[Moments] {
+        &self.moments
+    }
+
+    /// Store the Adam moments in `precision` from now on, converting the current ones
+    /// (bf16 -> f32 is exact, f32 -> bf16 rounds to nearest). Used when a checkpoint is
+    /// resumed with the other setting.
+    pub fn set_moment_precision(&mut self, precision: MomentPrecision) -> Result<(), SplatError> {
+        for g in 0..self.moments.len() {
+            self.moments[g] = self.moments[g].converted(&self.gpu, precision)?;
+        }
+        self.cfg.adam.moments = precision;
+        Ok(())
+    }
+
+    /// Row widths (values per Gaussian) of the parameter groups, in [`GROUPS`] order.
+    pub fn row_widths(&self) -> [usize; 5] {
+        self.rows()
     }
 
     /// Render a view with every SH degree active (evaluation and previews).
