@@ -20,12 +20,17 @@ pub struct SlamArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Front end: rgbd (depth camera) or mono (the MASt3R network on the colour frames,
-    /// uncalibrated; needs --checkpoint).
+    /// uncalibrated unless --calib is given; needs --checkpoint).
     #[arg(long, default_value = "rgbd")]
     pub mode: String,
     /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// Camera calibration for --mode mono (MASt3R-SLAM's `intrinsics.yaml`: `width`, `height`,
+    /// `calibration: [fx, fy, cx, cy(, k1, k2, p1, p2(, k3))]`): frames are undistorted and
+    /// tracked with calibrated pixel residuals, still up to scale (Sim(3)).
+    #[arg(long)]
+    pub calib: Option<PathBuf>,
     /// Data set layout (tum, 7scenes, euroc, eth3d, images); detected when omitted.
     #[arg(long)]
     pub kind: Option<String>,
@@ -66,10 +71,26 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         "mono" | "mast3r" => true,
         other => bail!("unknown mode '{other}' (expected rgbd or mono)"),
     };
-    // Mono: MASt3R-SLAM's base configuration (uncalibrated ray + distance residuals, Sim(3)).
-    let mut cfg = if mono { SlamConfig::default() } else { SlamConfig::rgbd() };
+    if args.calib.is_some() && !mono {
+        bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
+    }
+    let calib = match &args.calib {
+        Some(path) => Some(datasets::SlamCalibration::read(path)?),
+        None => None,
+    };
+    // Mono: MASt3R-SLAM's base configuration (uncalibrated ray + distance residuals, Sim(3));
+    // with --calib its calibrated mode (pixel + log-depth residuals, still Sim(3)).
+    let mut cfg = match (mono, calib.is_some()) {
+        (true, false) => SlamConfig::default(),
+        (true, true) => SlamConfig::calib(),
+        (false, _) => SlamConfig::rgbd(),
+    };
     if let Some(path) = &args.config {
         cfg.apply_yaml_file(path)?;
+    }
+    if calib.is_some() {
+        // As MASt3R-SLAM's main.py: --calib turns the calibrated residuals on whatever the config.
+        cfg.use_calib = true;
     }
     if args.single_thread {
         cfg.single_thread = true;
@@ -78,17 +99,29 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
         None => None,
     };
-    let dataset = datasets::open(&args.dataset, kind, args.stride)?;
+    // The calibration replaces the data set's own (the export's camera; a first image of another
+    // size is refused here, later ones by the front end).
+    let dataset = match &calib {
+        Some(c) => datasets::open_with(&args.dataset, &datasets::OpenOptions { kind, stride: args.stride, calibration: Some(c.intrinsics) })
+            .with_context(|| format!("with --calib {}", c.path.display()))?,
+        None => datasets::open(&args.dataset, kind, args.stride)?,
+    };
     let mut mono_front = None;
     let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
     let (n_loaders, live_camera) = if mono {
         let ckpt = args.checkpoint.as_ref().context("--mode mono needs --checkpoint MODEL.pth (or .safetensors; README, 'MASt3R network')")?;
         let (device, _) = crate::mast3r_cmd::burn_device(&args.device)?;
         let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)?;
-        mono_front = Some(rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?);
+        let mut front = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
+        if let Some(c) = calib {
+            let path = c.path.clone();
+            front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
         // Uncalibrated: the live view draws a nominal 512x384 frustum.
         let nominal = rust3r_geometry::PinholeCamera { fx: 512.0, fy: 512.0, cx: 256.0, cy: 192.0, width: 512, height: 384 };
-        (0, nominal)
+        let camera = front.camera().unwrap_or(nominal);
+        mono_front = Some(front);
+        (0, camera)
     } else {
         let depth_k = dataset.depth_intrinsics().with_context(|| {
             format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())

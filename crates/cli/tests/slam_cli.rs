@@ -121,3 +121,50 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     let (ok, _, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono"]);
     assert!(!ok && err.contains("--checkpoint"), "{err}");
 }
+
+#[test]
+fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
+    // MASt3R-SLAM's calibrated mode with the tiny checkpoint on real 7-Scenes frames and their
+    // known colour calibration (fx = fy = 585, centre 320, 240): finite poses for every frame.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("calib");
+    let data = shared("data/redkitchen");
+    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let yaml = dir.path().join("intrinsics.yaml");
+    std::fs::write(&yaml, "width: 640\nheight: 480\n# fx, fy, cx, cy\ncalibration: [585.0, 585.0, 320.0, 240.0]\n").unwrap();
+    let args = |calib: &std::path::Path, mode: &str| -> Vec<String> {
+        ["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", mode, "--checkpoint", ckpt.to_str().unwrap(), "--calib", calib.to_str().unwrap(), "--max-frames", "2", "--single-thread", "--quiet"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let run = |a: Vec<String>| rust3r(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, stdout, err) = run(args(&yaml, "mono"));
+    assert!(ok, "{err}");
+    assert!(stdout.contains("2 frames in"), "{stdout}");
+    let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
+    let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
+    assert_eq!(poses.len(), 2);
+    assert!(poses.iter().all(|p| p.len() == 8), "{traj}");
+    assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
+    // The export carries the calibration.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    assert_eq!(t["fl_x"], 585.0);
+
+    // --calib is only for the mono mode.
+    let (ok, _, err) = run(args(&yaml, "rgbd"));
+    assert!(!ok && err.contains("--calib") && err.contains("mono"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // A missing or malformed calibration file is named.
+    let (ok, _, err) = run(args(&dir.path().join("missing.yaml"), "mono"));
+    assert!(!ok && err.contains("missing.yaml"), "{err}");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "width: 640\nheight: 480\ncalibration: [585.0, 585.0, 320.0]\n").unwrap();
+    let (ok, _, err) = run(args(&bad, "mono"));
+    assert!(!ok && err.contains("bad.yaml") && err.contains("found 3"), "{err}");
+    // Frames of another size than the calibration's: the error names the first frame.
+    std::fs::write(&bad, "width: 320\nheight: 240\ncalibration: [292.5, 292.5, 160.0, 120.0]\n").unwrap();
+    let (ok, _, err) = run(args(&bad, "mono"));
+    assert!(!ok && err.contains("frame-000000.color.jpg") && err.contains("320x240") && err.contains("bad.yaml"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -282,6 +282,54 @@ pub fn optimal_new_camera_matrix_alpha0(
     optimal_new_camera_matrix(camera, dist, 0.0)
 }
 
+/// Equivalent of `cv::getOptimalNewCameraMatrix(K, dist, size, alpha, size, nullptr,
+/// centerPrincipalPoint = true)`: the principal point moves to the image centre
+/// `((width - 1) / 2, (height - 1) / 2)` (OpenCV 4.10 and 5.0 alike) and both focal lengths are scaled by one factor `s`, the smallest
+/// that keeps only valid pixels (`alpha = 0`) blended towards the largest that keeps every source
+/// pixel (`alpha = 1`). The rectangles are those of [`undistort_rectangles`] in the original
+/// camera's pixels, as OpenCV computes them (`getUndistortRectangles` with `newCameraMatrix = K`).
+///
+/// MASt3R-SLAM's calibrated mode undistorts frames to this camera with `alpha = 0`
+/// (`config.dataset.center_principle_point: True`); with zero distortion it is still a zoom that
+/// centres the principal point.
+pub fn optimal_new_camera_matrix_centered(
+    camera: &PinholeCamera,
+    dist: &RadTanDistortion,
+    alpha: f64,
+) -> PinholeCamera {
+    let (inner, outer) = undistort_rectangles(camera, dist);
+    // Normalised rectangles to the camera's pixels (OpenCV: undistortPoints with P = K, then
+    // min / max; the map is increasing, so it commutes with min / max).
+    let px = |x: f64| camera.fx * x + camera.cx;
+    let py = |y: f64| camera.fy * y + camera.cy;
+    let rect = |r: [f64; 4]| {
+        let (x0, y0) = (px(r[0]), py(r[1]));
+        (x0, y0, px(r[0] + r[2]) - x0, py(r[1] + r[3]) - y0)
+    };
+    let (ix, iy, iw, ih) = rect(inner);
+    let (ox, oy, ow, oh) = rect(outer);
+    let (cx0, cy0) = (camera.cx, camera.cy);
+    let cx = (camera.width as f64 - 1.0) * 0.5;
+    let cy = (camera.height as f64 - 1.0) * 0.5;
+    let s0 = (cx / (cx0 - ix))
+        .max(cy / (cy0 - iy))
+        .max(cx / (ix + iw - cx0))
+        .max(cy / (iy + ih - cy0));
+    let s1 = (cx / (cx0 - ox))
+        .min(cy / (cy0 - oy))
+        .min(cx / (ox + ow - cx0))
+        .min(cy / (oy + oh - cy0));
+    let s = s0 * (1.0 - alpha) + s1 * alpha;
+    PinholeCamera::new(
+        camera.fx * s,
+        camera.fy * s,
+        cx,
+        cy,
+        camera.width,
+        camera.height,
+    )
+}
+
 /// Per-pixel lookup table mapping each pixel of the undistorted (new) image
 /// to sub-pixel coordinates in the distorted source image
 /// (OpenCV `initUndistortRectifyMap` with `CV_32FC1` maps).

@@ -25,7 +25,7 @@
 use rust3r_geometry::nalgebra::{Vector2, Vector3};
 use rust3r_geometry::{
     PinholeCamera, RadTanDistortion, UndistortCriteria, init_undistort_rectify_map,
-    optimal_new_camera_matrix_alpha0, undistort_points,
+    optimal_new_camera_matrix_alpha0, optimal_new_camera_matrix_centered, undistort_points,
 };
 
 struct Case {
@@ -241,5 +241,79 @@ fn remap_identity_map_is_identity() {
     let out = map.remap_bilinear(&src, 8, 6, 2, -1.0);
     for (a, b) in out.iter().zip(src.iter()) {
         assert!((a - b).abs() < 1e-3);
+    }
+}
+
+/// `cv2.getOptimalNewCameraMatrix(K, D, (w, h), alpha, (w, h), centerPrincipalPoint=True)` with
+/// opencv-python-headless 4.10.0.84 (5.0.0.93 gives the same), and `initUndistortRectifyMap` to
+/// that camera (`m1[v, u], m2[v, u]`): MASt3R-SLAM's calibrated-mode undistortion.
+#[test]
+fn centred_optimal_camera_matches_opencv() {
+    let fr1 = PinholeCamera::new(517.3, 516.5, 318.6, 255.3, 640, 480);
+    let euroc = PinholeCamera::new(458.654, 457.296, 367.215, 248.375, 752, 480);
+    let d_fr1 = RadTanDistortion::new5(0.2624, -0.9531, -0.0054, 0.0026, 1.1633);
+    let d_euroc = RadTanDistortion::new(-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05);
+    #[allow(clippy::type_complexity)]
+    let cases: [(
+        PinholeCamera,
+        RadTanDistortion,
+        [f64; 4],
+        [f64; 4],
+        [(u32, u32, f32, f32); 4],
+    ); 3] = [
+        (
+            fr1,
+            d_fr1,
+            [573.5131851332832, 572.6262519260405, 319.5, 239.5],
+            [500.5492727618035, 499.77517761738164, 319.5, 239.5],
+            [
+                (0, 0, 20.276024, 29.83096),
+                (100, 50, 115.848145, 79.24785),
+                (319, 239, 318.14902, 254.849),
+                (639, 479, 617.29553, 477.36203),
+            ],
+        ),
+        (
+            fr1,
+            RadTanDistortion::default(),
+            [553.8370585605721, 552.9805543138132, 319.5, 239.5],
+            [485.2853505679592, 484.5348609479044, 319.5, 239.5],
+            [
+                (0, 0, 20.177662, 31.6),
+                (100, 50, 113.58058, 78.30146),
+                (319, 239, 318.133, 254.833),
+                (639, 479, 617.02234, 479.0),
+            ],
+        ),
+        (
+            euroc,
+            d_euroc,
+            [439.1850483672595, 437.8846927709217, 375.5, 239.5],
+            [321.91529021773795, 320.9621513284757, 375.5, 239.5],
+            [
+                (0, 0, 58.883224, 51.801872),
+                (100, 50, 119.74116, 78.20071),
+                (319, 239, 308.4864, 247.85674),
+                (751, 479, 675.7531, 445.25153),
+            ],
+        ),
+    ];
+    for (cam, d, alpha0, alpha1, map) in cases {
+        for (alpha, want) in [(0.0, alpha0), (1.0, alpha1)] {
+            let k = optimal_new_camera_matrix_centered(&cam, &d, alpha);
+            let got = [k.fx, k.fy, k.cx, k.cy];
+            for (g, e) in got.iter().zip(&want) {
+                assert!((g - e).abs() < 1e-9, "alpha {alpha}: {got:?} vs {want:?}");
+            }
+        }
+        let k = optimal_new_camera_matrix_centered(&cam, &d, 0.0);
+        let m = init_undistort_rectify_map(&cam, &d, &k);
+        for (u, v, ex, ey) in map {
+            let (mx, my) = m.get(u, v);
+            assert!(
+                (mx - ex).abs() < 1e-3 && (my - ey).abs() < 1e-3,
+                "({u}, {v}): ({mx}, {my}) vs ({ex}, {ey})"
+            );
+        }
     }
 }

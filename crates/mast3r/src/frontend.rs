@@ -3,10 +3,20 @@
 //! pointmap is view 1's `pts3d` with its `conf`, in the preprocessed image's pixels, coloured by the
 //! preprocessed RGB. Uncalibrated and up to scale (`camera() == None`, `is_metric() == false`).
 //!
+//! With a calibration ([`Mast3rMonoFrontEnd::with_calibration`], MASt3R-SLAM's `--calib`), each
+//! frame is first undistorted to the calibration's centred pinhole camera
+//! ([`SlamCalibration`]), then preprocessed the same way; the camera is carried into the
+//! network image with MASt3R-SLAM's own formula
+//! ([`transform_intrinsics_mast3r_slam`]), the predicted points are moved onto their pixel rays
+//! keeping their depth, and the front end reports that camera (`camera() == Some(K)`) while
+//! staying up to scale (`is_metric() == false`): the SLAM system then tracks with calibrated
+//! pixel + log-depth residuals in Sim(3), MASt3R-SLAM's calibrated mode.
+//!
 //! The SLAM crate does not depend on this one: the CLI wires the two.
 
 use rust3r_geometry::PinholeCamera;
-use rust3r_io::datasets::Frame;
+use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
+use rust3r_io::datasets::{Frame, SlamCalibration};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
 use crate::model::{Encoded, HostPrediction, Mast3r};
@@ -17,6 +27,8 @@ use crate::preprocess::{Preprocessed, preprocess};
 pub struct Mast3rMonoFrontEnd {
     model: Mast3r,
     size: usize,
+    /// Calibrated mode: the calibration and the camera of the network image.
+    calib: Option<(SlamCalibration, PinholeCamera)>,
     last: Option<(Encoded, HostPrediction, Preprocessed)>,
 }
 
@@ -30,8 +42,18 @@ impl Mast3rMonoFrontEnd {
         Ok(Mast3rMonoFrontEnd {
             model,
             size,
+            calib: None,
             last: None,
         })
+    }
+
+    /// Calibrated mode: frames must have the calibration's size; they are undistorted with it
+    /// before preprocessing, and the pointmaps are in the camera of the network image
+    /// ([`PointmapFrontEnd::camera`]), on their pixel rays.
+    pub fn with_calibration(mut self, calib: SlamCalibration) -> Result<Self, String> {
+        let camera = network_camera(&calib.undistorted, self.size)?;
+        self.calib = Some((calib, camera));
+        Ok(self)
     }
 
     /// The network.
@@ -53,8 +75,25 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
 
     fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError> {
         let (w, h) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
-        let p = preprocess(frame.rgb.as_raw(), w, h, self.size)
+        let undistorted = match &self.calib {
+            Some((calib, _)) => Some(calib.undistort(frame)?),
+            None => None,
+        };
+        let rgb = undistorted.as_ref().unwrap_or(&frame.rgb);
+        let p = preprocess(rgb.as_raw(), w, h, self.size)
             .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", frame.rgb_path.display())))?;
+        if let Some((_, cam)) = &self.calib
+            && (p.width, p.height) != (cam.width as usize, cam.height as usize)
+        {
+            return Err(SlamError::InvalidInput(format!(
+                "{}: the network image is {}x{} but the calibrated camera is {}x{}",
+                frame.rgb_path.display(),
+                p.width,
+                p.height,
+                cam.width,
+                cam.height
+            )));
+        }
         let img = self
             .model
             .image_tensor(p.data.clone(), [1, 3, p.height, p.width]);
@@ -72,22 +111,42 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
                 frame.rgb_path.display()
             )));
         }
-        let pm = Pointmap {
+        let mut pm = Pointmap {
             width: p.width,
             height: p.height,
             points,
             conf: host.conf.clone(),
             colors: p.rgb.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
         };
+        if let Some((_, cam)) = &self.calib {
+            // MASt3R-SLAM `constrain_points_to_ray`: keep the predicted depth, on the pixel's ray.
+            pm.constrain_to_rays(cam);
+        }
         self.last = Some((enc, host, p));
         Ok(pm)
     }
 
     fn camera(&self) -> Option<PinholeCamera> {
-        None
+        self.calib.as_ref().map(|(_, cam)| *cam)
     }
 
     fn is_metric(&self) -> bool {
         false
     }
+}
+
+/// The camera of the network image made from a frame of `undistorted`'s size (MASt3R-SLAM's
+/// `Intrinsics.K_frame`, [`transform_intrinsics_mast3r_slam`]), at input size `size`.
+pub fn network_camera(undistorted: &PinholeCamera, size: usize) -> Result<PinholeCamera, String> {
+    let (w, h) = (undistorted.width, undistorted.height);
+    if w == 0 || h == 0 {
+        return Err(format!("the calibrated image size {w}x{h} is empty"));
+    }
+    let rc = mast3r_resize_crop(w, h, size as u32);
+    if rc.output.0 == 0 || rc.output.1 == 0 {
+        return Err(format!("a {w}x{h} image crops to nothing at size {size}"));
+    }
+    let u = undistorted;
+    let (fx, fy, cx, cy) = transform_intrinsics_mast3r_slam((u.fx, u.fy, u.cx, u.cy), &rc, (w, h));
+    Ok(PinholeCamera::new(fx, fy, cx, cy, rc.output.0, rc.output.1))
 }

@@ -316,3 +316,79 @@ fn slam_front_end_gives_a_finite_pointmap() {
     let err = fe.pointmap(&tiny).unwrap_err().to_string();
     assert!(err.contains("frame-000000.color.jpg"), "{err}");
 }
+
+/// Calibrated mode on a real 640x480 frame at size 512: the reported camera is MASt3R-SLAM's
+/// `K_frame` of the undistorted calibration, the pointmap stays up to scale, and every point lies
+/// on its pixel's ray (reprojects onto its pixel within 1e-3 px).
+#[test]
+fn calibrated_slam_front_end_puts_points_on_the_rays() {
+    use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
+    use rust3r_io::datasets::SlamCalibration;
+    use rust3r_slam::PointmapFrontEnd;
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("intrinsics.yaml");
+    // 7-Scenes' nominal colour calibration with a little distortion, to exercise the remap.
+    std::fs::write(&yaml, "width: 640\nheight: 480\ncalibration: [585.0, 585.0, 320.0, 240.0, 0.02, -0.01, 0.0, 0.0]\n").unwrap();
+    let calib = SlamCalibration::read(&yaml).unwrap();
+    let u = calib.undistorted;
+    let device = device();
+    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512)
+        .unwrap()
+        .with_calibration(calib)
+        .unwrap();
+    let rc = mast3r_resize_crop(640, 480, 512);
+    let want = transform_intrinsics_mast3r_slam((u.fx, u.fy, u.cx, u.cy), &rc, (640, 480));
+    let cam = fe.camera().expect("calibrated");
+    assert_eq!((cam.fx, cam.fy, cam.cx, cam.cy), want);
+    assert_eq!((cam.width, cam.height), (512, 384));
+    assert!(!fe.is_metric());
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/redkitchen/frame-000000.color.jpg"
+    );
+    let frame = rust3r_io::datasets::Frame {
+        index: 0,
+        timestamp: 0.0,
+        rgb: image::open(path).unwrap().to_rgb8(),
+        depth: None,
+        gt_pose: None,
+        rgb_path: path.into(),
+    };
+    let pm = fe.pointmap(&frame).unwrap();
+    assert_eq!((pm.width, pm.height), (512, 384));
+    let mut checked = 0;
+    for (i, p) in pm.points.iter().enumerate() {
+        assert!(p.iter().all(|v| v.is_finite()));
+        let z = p[2] as f64;
+        if z.abs() < 1e-6 {
+            continue;
+        }
+        let (pu, pv) = (
+            cam.fx * p[0] as f64 / z + cam.cx,
+            cam.fy * p[1] as f64 / z + cam.cy,
+        );
+        let (eu, ev) = ((i % pm.width) as f64, (i / pm.width) as f64);
+        assert!(
+            (pu - eu).abs() < 1e-3 && (pv - ev).abs() < 1e-3,
+            "pixel ({eu}, {ev}) reprojects to ({pu}, {pv})"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked > pm.len() / 2,
+        "{checked} of {} points checked",
+        pm.len()
+    );
+    // A frame of another size is refused, naming it.
+    let mut small = frame.clone();
+    small.rgb =
+        image::imageops::resize(&frame.rgb, 320, 240, image::imageops::FilterType::Triangle);
+    let err = fe.pointmap(&small).unwrap_err().to_string();
+    assert!(
+        err.contains("frame-000000.color.jpg")
+            && err.contains("320x240")
+            && err.contains("intrinsics.yaml"),
+        "{err}"
+    );
+}

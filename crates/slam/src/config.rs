@@ -305,6 +305,17 @@ impl Default for SlamConfig {
 }
 
 impl SlamConfig {
+    /// MASt3R-SLAM's calibrated mode (`--calib`; its `config/calib.yaml` is `base.yaml` with
+    /// `use_calib: True`): pixel + log-depth residuals with the base sigmas (network depth,
+    /// `sigma_depth` 10 in log-depth), iterative projection for matching, and Sim(3) poses since
+    /// a network front end is up to scale. Tracking runs at the pointmap resolution only
+    /// (`rgbd.pyramid_levels` 1), as MASt3R-SLAM does; everything else is [`SlamConfig::default`].
+    pub fn calib() -> Self {
+        let mut c = Self { use_calib: true, ..Self::default() };
+        c.rgbd.pyramid_levels = 1;
+        c
+    }
+
     /// Settings for metric RGB-D input: MASt3R-SLAM's values except
     ///
     /// * `use_calib: true` (the camera is calibrated: pixel + log-depth residuals);

@@ -26,6 +26,7 @@
 //! # Ok::<(), rust3r_io::IoError>(())
 //! ```
 
+mod calib;
 mod common;
 mod euroc;
 mod folder;
@@ -40,6 +41,7 @@ use std::str::FromStr;
 
 use crate::IoError;
 
+pub use calib::SlamCalibration;
 pub use common::natural_cmp;
 pub use euroc::EurocDataset;
 pub use folder::ImageFolderDataset;

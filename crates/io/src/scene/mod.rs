@@ -88,6 +88,9 @@ mod image_ops;
 mod points;
 mod transforms;
 
+/// Bilinear remap of an RGB8 image through an undistortion map (shared with the data sets).
+pub(crate) use image_ops::remap_bilinear as remap_rgb8_bilinear;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
