@@ -100,7 +100,7 @@ impl SlamCalibration {
     pub fn undistort(&self, frame: &Frame) -> Result<image::RgbImage, IoError> {
         let (w, h) = (frame.rgb.width(), frame.rgb.height());
         self.check_size(w, h, &frame.rgb_path)?;
-        let data = crate::scene::remap_rgb8_bilinear(frame.rgb.as_raw(), w, h, &self.map);
+        let data = crate::scene::remap_bilinear_channels(frame.rgb.as_raw(), 3, w, h, &self.map);
         image::RgbImage::from_raw(w, h, data).ok_or_else(|| {
             dataset_error(&frame.rgb_path, "the undistorted image has the wrong size")
         })

@@ -89,7 +89,7 @@ mod points;
 mod transforms;
 
 /// Bilinear remap of an RGB8 image through an undistortion map (shared with the data sets).
-pub(crate) use image_ops::remap_bilinear as remap_rgb8_bilinear;
+pub(crate) use image_ops::remap_bilinear_channels;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
