@@ -44,12 +44,17 @@ pub struct InferArgs {
 /// (otherwise wgpu fails on the device, far from the cause).
 fn check_fits(
     name: &str,
+    cuda: bool,
     cfg: &Mast3rConfig,
     h: usize,
     w: usize,
     precision: Precision,
 ) -> Result<()> {
     let need = Mast3r::largest_buffer_bytes(cfg, h, w, precision);
+    // Only wgpu adapters have a binding limit (a CUDA device may share its name with one).
+    if cuda {
+        return Ok(());
+    }
     if let Some(a) = rust3r_gpu::list_adapters()
         .into_iter()
         .find(|a| a.name == name)
@@ -63,6 +68,10 @@ fn check_fits(
         );
     }
     Ok(())
+}
+
+fn is_cuda(args: &DeviceArgs) -> bool {
+    args.backend.parse::<BackendKind>().is_ok_and(|b| b == BackendKind::Cuda)
 }
 
 pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
@@ -117,7 +126,7 @@ pub fn infer(args: &InferArgs) -> Result<()> {
         model_string: args.model_string.clone(),
     };
     let ckpt = rust3r_mast3r::Checkpoint::load_with(&args.checkpoint, &opts)?;
-    check_fits(&name, ckpt.config(), 512, 512, precision)?;
+    check_fits(&name, is_cuda(&args.device), ckpt.config(), 512, 512, precision)?;
     let model = Mast3r::from_checkpoint(&ckpt, &device, precision)?;
     drop(ckpt);
     let t = Instant::now();
@@ -195,7 +204,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     );
     ensure!(a.iters > 0, "--iters must be at least 1");
 
-    check_fits(&name, &cfg, h, w, precision)?;
+    check_fits(&name, is_cuda(&a.device), &cfg, h, w, precision)?;
     let t = Instant::now();
     let model = Mast3r::random(&cfg, &device, precision, 0);
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;

@@ -20,6 +20,38 @@ use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 use super::densify::pcg_hash;
 
+/// Learning rate of value `i` (`lr` for the first `first_cols` values of its row, `lr_rest`
+/// for the others). Units past `len`, and rows of Gaussians the rasterizer culled when
+/// `visible_only`, stop here.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn learning_rate(
+    i: usize,
+    radii: &[u32],
+    len: u32,
+    row: u32,
+    first_cols: u32,
+    lr: f32,
+    lr_rest: f32,
+    #[comptime] visible_only: bool,
+) -> f32 {
+    if i >= len as usize {
+        terminate!();
+    }
+    let g = i / row as usize;
+    if visible_only {
+        if radii[g * 2] == 0u32 {
+            terminate!();
+        }
+    }
+    let col = (i - g * row as usize) as u32;
+    let mut step = lr;
+    if col >= first_cols {
+        step = lr_rest;
+    }
+    step
+}
+
 #[cube(launch)]
 fn adam_step(
     param: &mut [f32],
@@ -40,20 +72,7 @@ fn adam_step(
     #[comptime] visible_only: bool,
 ) {
     let i = rust3r_gpu::global_id();
-    if i >= len as usize {
-        terminate!();
-    }
-    let g = i / row as usize;
-    if visible_only {
-        if radii[g * 2] == 0u32 {
-            terminate!();
-        }
-    }
-    let col = (i - g * row as usize) as u32;
-    let mut step = lr;
-    if col >= first_cols {
-        step = lr_rest;
-    }
+    let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
     let gr = grad[i];
     let mi = beta1 * m[i] + (1.0f32 - beta1) * gr;
     let vi = beta2 * v[i] + (1.0f32 - beta2) * gr * gr;
@@ -101,20 +120,7 @@ fn adam_step_bf16(
     #[comptime] visible_only: bool,
 ) {
     let i = rust3r_gpu::global_id();
-    if i >= len as usize {
-        terminate!();
-    }
-    let g = i / row as usize;
-    if visible_only {
-        if radii[g * 2] == 0u32 {
-            terminate!();
-        }
-    }
-    let col = (i - g * row as usize) as u32;
-    let mut step = lr;
-    if col >= first_cols {
-        step = lr_rest;
-    }
+    let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
     let gr = grad[i];
     let word = mv[i];
     let m0 = f32::reinterpret(word & 0xFFFF_0000u32);

@@ -33,38 +33,11 @@ pub fn normal(seed: u32, index: u32) -> f32 {
     f32::sqrt(-2.0f32 * f32::ln(u1)) * f32::cos(6.283185307179586f32 * u2)
 }
 
+/// Rows of 32-bit words gathered from their parents, copied bit for bit (f32 parameters and
+/// packed bf16 moments alike); with `zero_fresh`, rows of new Gaussians become zero words
+/// (0.0 as f32) and relocated rows keep their own optimizer state (gsplat).
 #[cube(launch)]
 fn gather_rows(
-    src: &[f32],
-    parent: &[u32],
-    variant: &[u32],
-    dst: &mut [f32],
-    n_new: u32,
-    row: u32,
-    #[comptime] zero_fresh: bool,
-) {
-    let i = rust3r_gpu::global_id();
-    let r = row as usize;
-    if i >= (n_new as usize) * r {
-        terminate!();
-    }
-    let j = i / r;
-    let k = i - j * r;
-    let var = variant[j];
-    if zero_fresh && var == 4u32 {
-        // Relocated row: parameters from the parent, optimizer state its own (gsplat).
-        dst[i] = src[i];
-    } else if zero_fresh && var != 0u32 {
-        dst[i] = 0.0f32;
-    } else {
-        dst[i] = src[(parent[j] as usize) * r + k];
-    }
-}
-
-/// [`gather_rows`] on 32-bit words copied bit for bit (packed bf16 moments); fresh rows
-/// become zero words.
-#[cube(launch)]
-fn gather_rows_u32(
     src: &[u32],
     parent: &[u32],
     variant: &[u32],
@@ -82,6 +55,7 @@ fn gather_rows_u32(
     let k = i - j * r;
     let var = variant[j];
     if zero_fresh && var == 4u32 {
+        // Relocated row: parameters from the parent, optimizer state its own.
         dst[i] = src[i];
     } else if zero_fresh && var != 0u32 {
         dst[i] = 0u32;
@@ -342,23 +316,7 @@ pub fn rebuild(
     row: usize,
     zero_fresh: bool,
 ) -> GpuBuffer<f32> {
-    let n_new = parent.len();
-    let dst = gpu.alloc::<f32>(n_new * row);
-    if n_new * row > 0 {
-        gather_rows::launch(
-            gpu.client(),
-            grid(gpu, n_new * row),
-            CubeDim::new_1d(256),
-            src.arg(),
-            parent.arg(),
-            variant.arg(),
-            dst.arg(),
-            n_new as u32,
-            row as u32,
-            zero_fresh,
-        );
-    }
-    dst
+    rebuild_words(gpu, &src.clone().cast::<u32>(), parent, variant, row, zero_fresh).cast::<f32>()
 }
 
 /// [`rebuild`] for buffers of 32-bit words (packed moments), copied bit for bit.
@@ -373,7 +331,7 @@ pub fn rebuild_words(
     let n_new = parent.len();
     let dst = gpu.alloc::<u32>(n_new * row);
     if n_new * row > 0 {
-        gather_rows_u32::launch(
+        gather_rows::launch(
             gpu.client(),
             grid(gpu, n_new * row),
             CubeDim::new_1d(256),
