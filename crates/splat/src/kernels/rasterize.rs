@@ -220,6 +220,36 @@ fn save_back_pixel(px: &BackPixel, carry: &mut [f32], pc: usize, inside: bool) {
     }
 }
 
+/// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
+/// `[start, end)` in shared memory: the projected rows (10 floats) of its Gaussians, between two
+/// barriers. Returns the batch's first intersection and its length.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_back_batch(
+    sorted_gids: &[u32],
+    proj: &[f32],
+    sm: &mut [f32],
+    start: usize,
+    end: usize,
+    bi: usize,
+    t: usize,
+    #[comptime] batch: usize,
+) -> (usize, usize) {
+    let batch_hi = end - bi * batch;
+    let batch_start = max(start, batch_hi - min(batch_hi, batch));
+    let len = batch_hi - batch_start;
+    sync_cube();
+    if t < len {
+        let gid = sorted_gids[batch_start + t] as usize;
+        #[unroll]
+        for k in 0..10usize {
+            sm[t * 10 + k] = proj[gid * 10 + k];
+        }
+    }
+    sync_cube();
+    (batch_start, len)
+}
+
 /// Undo Gaussian `j` of the batch (its 10 projected values at `sm[j * 10..]`) at pixel
 /// (`pxf`, `pyf`). Returns (took, dL/dalpha, blend weight, dx, dy, Gaussian value, opacity x
 /// Gaussian value); when the pixel did not take the Gaussian only `took = false` matters.
@@ -332,18 +362,7 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5f32;
     let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5f32;
     for bi in (batch_begin as usize)..num_batches {
-        let batch_hi = end - bi * batch;
-        let batch_start = max(start, batch_hi - min(batch_hi, batch));
-        let len = batch_hi - batch_start;
-        sync_cube();
-        if t < len {
-            let gid = sorted_gids[batch_start + t] as usize;
-            #[unroll]
-            for k in 0..10usize {
-                sm[t * 10 + k] = proj[gid * 10 + k];
-            }
-        }
-        sync_cube();
+        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -567,18 +586,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let total = end - start;
     let num_batches = min(total.div_ceil(batch), batch_end as usize);
     for bi in (batch_begin as usize)..num_batches {
-        let batch_hi = end - bi * batch;
-        let batch_start = max(start, batch_hi - min(batch_hi, batch));
-        let len = batch_hi - batch_start;
-        sync_cube();
-        if t < len {
-            let gid = sorted_gids[batch_start + t] as usize;
-            #[unroll]
-            for k in 0..10usize {
-                sm[t * 10 + k] = proj[gid * 10 + k];
-            }
-        }
-        sync_cube();
+        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
