@@ -81,15 +81,7 @@ pub fn list_cuda_devices() -> Result<Vec<CudaDeviceInfo>, GpuError> {
         use cudarc::driver::CudaContext;
         use cudarc::driver::sys::CUdevice_attribute as A;
         let err = |e: cudarc::driver::DriverError| GpuError::Config(format!("CUDA driver: {e}"));
-        // cudarc panics on first use when the library is missing: ask first.
-        // SAFETY: only tries to `dlopen` each candidate name.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(GpuError::Config(
-                "the CUDA driver library (libcuda) was not found; use --backend wgpu".into(),
-            ));
-        }
-        let count = CudaContext::device_count().map_err(err)?;
-        (0..count.max(0) as usize)
+        (0..cuda_device_count()?)
             .map(|index| {
                 let ctx = CudaContext::new(index).map_err(err)?;
                 Ok(CudaDeviceInfo {
@@ -112,14 +104,32 @@ pub fn list_cuda_devices() -> Result<Vec<CudaDeviceInfo>, GpuError> {
     ))
 }
 
-/// The cubecl device for CUDA device `adapter` (default 0), after checking it exists.
+/// Number of CUDA devices the driver reports (no context is created).
+#[cfg(feature = "cuda")]
+fn cuda_device_count() -> Result<usize, GpuError> {
+    // cudarc panics on first use when the library is missing: ask first.
+    // SAFETY: only tries to `dlopen` each candidate name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(GpuError::Config(
+            "the CUDA driver library (libcuda) was not found; use --backend wgpu".into(),
+        ));
+    }
+    let count = cudarc::driver::CudaContext::device_count()
+        .map_err(|e| GpuError::Config(format!("CUDA driver: {e}")))?;
+    Ok(count.max(0) as usize)
+}
+
+/// The cubecl device for CUDA device `adapter` (default 0), after checking it exists (by count
+/// only: opening a context on every GPU just to check an index would reserve memory on each).
 fn cuda_device(adapter: Option<usize>) -> Result<cubecl::Device, GpuError> {
-    let devices = list_cuda_devices()?;
+    #[cfg(feature = "cuda")]
+    let count = cuda_device_count()?;
+    #[cfg(not(feature = "cuda"))]
+    let count = list_cuda_devices()?.len();
     let index = adapter.unwrap_or(0);
-    if index >= devices.len() {
+    if index >= count {
         return Err(GpuError::Config(format!(
-            "CUDA device {index} does not exist ({} CUDA devices found; run `rust3r info`)",
-            devices.len()
+            "CUDA device {index} does not exist ({count} CUDA devices found; run `rust3r info`)"
         )));
     }
     cubecl::Device::cuda(index).map_err(|e| GpuError::Config(format!("CUDA device {index}: {e:?}")))
