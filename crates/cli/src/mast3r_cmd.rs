@@ -32,7 +32,8 @@ pub struct InferArgs {
     /// Constructor string for safetensors checkpoints that have none (e.g. the fixture's copy).
     #[arg(long)]
     model_string: Option<String>,
-    /// f32 or f16.
+    /// f32 or f16. On CUDA, f32 matrix products use TF32 tensor cores unless the environment
+    /// has RUST3R_CUDA_TF32=0 (binary32, for parity checks).
     #[arg(long, default_value = "f32")]
     precision: String,
     #[command(flatten)]
@@ -233,6 +234,11 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         for i in 0..a.warmup + a.iters {
             let img = image();
             sync()?;
+            // RUST3R_PROFILE phases: the timed iterations of the per-frame (mono) run only, so
+            // first-use kernel compilation in the warm-ups does not count.
+            if what == "mono" && i == a.warmup {
+                rust3r_mast3r::model::profile::reset();
+            }
             let t = Instant::now();
             f(img);
             sync()?;
@@ -261,6 +267,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         let e = model.encode(img);
         let _ = model.mono(&e);
     })?;
+    let mono_phases = rust3r_mast3r::model::profile::report();
     let pair = measure("pair", &|img| {
         let e = model.encode(img);
         let _ = model.decode(&e, &keyframe);
@@ -294,10 +301,11 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "peak_memory_note": "largest bytes reserved by Burn's device memory pool after any iteration (weights included)",
     });
     if rust3r_mast3r::model::profile::enabled() {
-        for (phase, (secs, n)) in rust3r_mast3r::model::profile::report() {
+        eprintln!("  profile of the timed mono iterations (synchronised per phase), ms per frame:");
+        for (phase, (secs, n)) in mono_phases {
             eprintln!(
-                "  profile {phase:12} {:9.2} ms x {n}",
-                secs * 1e3 / n.max(1) as f64
+                "  profile {phase:12} {:9.2} ms ({n} calls)",
+                secs * 1e3 / a.iters as f64
             );
         }
     }

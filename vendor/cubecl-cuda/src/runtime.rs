@@ -247,9 +247,15 @@ impl DeviceService for CudaServer {
             comp_opts.supports_features.fast_tanh = CUDA_VERSION >= 12080;
         }
 
-        if arch_version >= 80 {
+        // rust3r: `RUST3R_CUDA_TF32=0` keeps binary32 matmuls in binary32 (no TF32 tensor
+        // cores): bit-level parity checks against a float32 reference need it. Default on, as
+        // PyTorch's `allow_tf32` in MASt3R-SLAM.
+        let tf32 = !std::env::var("RUST3R_CUDA_TF32").is_ok_and(|v| v == "0");
+        if arch_version >= 80 && tf32 {
             device_props
                 .register_type_usage(ElemType::Float(FloatKind::TF32), TypeUsage::Conversion);
+        }
+        if arch_version >= 80 {
             device_props.features.copy_async = true;
         }
 
