@@ -57,22 +57,3 @@ pub(crate) struct CrossAttention {
     pub proj: Linear,
     pub heads: usize,
 }
-
-impl CrossAttention {
-    pub fn forward(
-        &self,
-        x: Tensor<3>,
-        y: Tensor<3>,
-        qrope: &RopeTables,
-        krope: &RopeTables,
-    ) -> Tensor<3> {
-        let [b, nq, c] = x.dims();
-        let nk = y.dims()[1];
-        let h = self.heads;
-        let d = c / h;
-        let q = qrope.apply(self.projq.forward(x).reshape([b, nq, h, d]));
-        let k = krope.apply(self.projk.forward(y.clone()).reshape([b, nk, h, d]));
-        let v = self.projv.forward(y).reshape([b, nk, h, d]);
-        self.proj.forward(attend(q, k, v))
-    }
-}

@@ -38,7 +38,7 @@ pub use postprocess::Prediction;
 use crate::checkpoint::Checkpoint;
 use crate::config::Mast3rConfig;
 use crate::error::Error;
-use decoder::DecoderBlock;
+use decoder::{DecoderBlock, PairedDecoderBlock};
 use dpt::Dpt;
 use encoder::EncoderBlock;
 use layers::{LayerNorm, Linear, Loader, Source};
@@ -164,7 +164,8 @@ pub struct Mast3r {
     enc_blocks: Vec<EncoderBlock>,
     enc_norm: LayerNorm,
     decoder_embed: Linear,
-    dec_blocks: [Vec<DecoderBlock>; 2],
+    /// Block `i` of `dec_blocks` (view 1) and `dec_blocks2` (view 2), weights stacked.
+    dec_blocks: Vec<PairedDecoderBlock>,
     dec_norm: LayerNorm,
     heads: [Head; 2],
     rope: Mutex<HashMap<(usize, usize, usize), RopeTables>>,
@@ -274,7 +275,11 @@ impl Mast3r {
             enc_blocks,
             enc_norm: l.layer_norm("enc_norm", e, eps)?,
             decoder_embed: l.linear("decoder_embed", e, d, true)?,
-            dec_blocks: [stack("dec_blocks")?, stack("dec_blocks2")?],
+            dec_blocks: stack("dec_blocks")?
+                .into_iter()
+                .zip(stack("dec_blocks2")?)
+                .map(|(a, b)| PairedDecoderBlock::stack(a, b))
+                .collect(),
             dec_norm: l.layer_norm("dec_norm", d, eps)?,
             heads: [head(1)?, head(2)?],
             rope: Mutex::new(HashMap::new()),
@@ -437,15 +442,37 @@ impl Mast3r {
         for v in 0..2 {
             trace.record(&format!("view{}.decoder_embed", v + 1), &x[v]);
         }
-        for i in 0..self.cfg.dec_depth {
-            let n1 =
-                self.dec_blocks[0][i].forward(x[0].clone(), x[1].clone(), &ropes[0], &ropes[1]);
-            let n2 =
-                self.dec_blocks[1][i].forward(x[1].clone(), x[0].clone(), &ropes[1], &ropes[0]);
-            x = [n1, n2];
-            for v in 0..2 {
-                trace.record(&format!("view{}.dec_block{i}", v + 1), &x[v]);
-                tokens[v].push(x[v].clone());
+        let batch = a.batch();
+        let dims = |t: &Tensor<3>| t.dims();
+        let flat = |t: Tensor<3>| {
+            let [b, n, c] = t.dims();
+            t.reshape([1, b * n, c])
+        };
+        if a.grid == b.grid {
+            // Both views in one launch per operation (stacked weights, slot = view).
+            let [bb, n, c] = dims(&x[0]);
+            let [x0, x1] = x;
+            let mut xs = Tensor::cat(vec![flat(x0), flat(x1)], 0);
+            for (i, blk) in self.dec_blocks.iter().enumerate() {
+                let other = xs.clone().flip([0]);
+                xs = blk.forward(xs, other, batch, &ropes[0], &ropes[1]);
+                for (v, t) in tokens.iter_mut().enumerate() {
+                    let xv = xs.clone().narrow(0, v, 1).reshape([bb, n, c]);
+                    trace.record(&format!("view{}.dec_block{i}", v + 1), &xv);
+                    t.push(xv);
+                }
+            }
+        } else {
+            for (i, blk) in self.dec_blocks.iter().enumerate() {
+                let [d0, d1] = [dims(&x[0]), dims(&x[1])];
+                let (f0, f1) = (flat(x[0].clone()), flat(x[1].clone()));
+                let n1 = blk.slot(0).forward(f0.clone(), f1.clone(), batch, &ropes[0], &ropes[1]);
+                let n2 = blk.slot(1).forward(f1, f0, batch, &ropes[1], &ropes[0]);
+                x = [n1.reshape(d0), n2.reshape(d1)];
+                for v in 0..2 {
+                    trace.record(&format!("view{}.dec_block{i}", v + 1), &x[v]);
+                    tokens[v].push(x[v].clone());
+                }
             }
         }
         for (v, t) in tokens.iter_mut().enumerate() {
