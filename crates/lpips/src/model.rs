@@ -16,6 +16,10 @@ pub const SCALE: [f64; 3] = [0.458, 0.448, 0.450];
 pub const EPS: f64 = 1e-10;
 
 /// One backbone operation with its weights on the device.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "at most 30 layers, built once per network"
+)]
 enum Layer {
     Conv {
         weight: Tensor<4>,

@@ -167,8 +167,7 @@ fn tap_convs(net: Net) -> [usize; 5] {
     net.taps().map(|end| {
         *convs
             .iter()
-            .filter(|&&i| i < end)
-            .next_back()
+            .rfind(|&&i| i < end)
             .expect("a conv before each tap")
     })
 }

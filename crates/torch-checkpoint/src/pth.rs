@@ -568,7 +568,7 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 fn parse_legacy_header(path: &Path, buf: &[u8]) -> Result<LegacyHeader, HeaderError> {
     let mut pos = 0usize;
     let mut pickles = Vec::with_capacity(5);
-    for k in 0..5 {
+    for (k, what) in LEGACY_PICKLES.iter().enumerate() {
         match unpickle_prefix(&buf[pos..]) {
             Ok((p, used)) => {
                 let p = check_legacy_pickle(path, k, p)?;
@@ -589,9 +589,8 @@ fn parse_legacy_header(path: &Path, buf: &[u8]) -> Result<LegacyHeader, HeaderEr
                     Error::Pickle {
                         path: path.to_path_buf(),
                         entry: format!(
-                            "legacy PyTorch pickle {} of 5 ({}, from file byte {pos})",
-                            k + 1,
-                            LEGACY_PICKLES[k]
+                            "legacy PyTorch pickle {} of 5 ({what}, from file byte {pos})",
+                            k + 1
                         ),
                         source,
                     }

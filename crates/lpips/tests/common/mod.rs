@@ -221,7 +221,7 @@ pub fn random_net(
     );
     let mut lin = BTreeMap::new();
     for (k, end) in net.taps().into_iter().enumerate() {
-        let conv = *convs.iter().filter(|&&i| i < end).next_back().unwrap();
+        let conv = *convs.iter().rfind(|&&i| i < end).unwrap();
         let c = backbone[&format!("features.{conv}.weight")].shape[0];
         let w: Vec<f32> = (0..c).map(|_| (rng.uniform() * 0.2) as f32).collect();
         lin.insert(lin_key(k), TensorF32::new(vec![1, c, 1, 1], w).unwrap());
