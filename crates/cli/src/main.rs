@@ -2,6 +2,7 @@
 
 mod bench;
 mod live;
+mod lpips_cmd;
 mod mast3r_cmd;
 mod render_cmd;
 mod train_cmd;
@@ -70,6 +71,9 @@ enum Command {
     },
     /// Run the MASt3R network on a parity inputs file (shared/fixtures/mast3r_tiny layout).
     Mast3rInfer(mast3r_cmd::InferArgs),
+    /// LPIPS v0.1 between two images of the same size, from torchvision + lpips weight files
+    /// (the `lpips` package's LPIPS(net=..., version='0.1') with normalize=True).
+    Lpips(lpips_cmd::LpipsArgs),
     /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
     Slam(slam_cmd::SlamArgs),
     /// Benchmarks (not tests): timing and peak memory.
@@ -128,6 +132,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Mast3rInfer(args) => mast3r_cmd::infer(&args),
+        Command::Lpips(args) => lpips_cmd::run(&args),
         Command::Slam(args) => slam_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }

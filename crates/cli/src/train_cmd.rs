@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
+use rust3r_lpips::{Image, Lpips};
 use rust3r_splat::Camera;
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
@@ -17,6 +19,7 @@ use serde::Serialize;
 
 use crate::DeviceArgs;
 use crate::live::{CameraView, Live, LiveSink};
+use crate::lpips_cmd::LpipsFlags;
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -107,6 +110,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
+    pub lpips: LpipsFlags,
+    #[command(flatten)]
     pub device: DeviceArgs,
 }
 
@@ -115,6 +120,10 @@ struct EvalRecord {
     step: u64,
     psnr: f64,
     ssim: f64,
+    /// Mean LPIPS over the held-out views; only with `--lpips-backbone` / `--lpips-weights`
+    /// (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lpips: Option<f64>,
     num_splats: usize,
     num_views: usize,
     train_seconds: f64,
@@ -224,6 +233,9 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     if let Some(w) = a.alpha_loss {
         anyhow::ensure!(w.is_finite() && w >= 0.0, "--alpha-loss {w} is not a finite weight >= 0");
     }
+    // LPIPS weights are read and checked before anything else is loaded, so a bad file stops
+    // the run at once.
+    let lpips_weights = a.lpips.load()?;
     let budget = match a.memory_budget {
         Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
         Some(gb) => Some((gb * 1e9) as u64),
@@ -241,6 +253,15 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     anyhow::ensure!(!train_idx.is_empty(), "{}: no training views left after holding out every {}th", a.dataset.display(), a.eval_every);
     let scale = scene_scale(&scene, &train_idx);
     let kind = scene.kind;
+    if let Some(w) = &lpips_weights {
+        if eval_idx.is_empty() {
+            eprintln!("warning: --lpips-backbone / --lpips-weights: no held-out views to evaluate (--eval-every 0)");
+        }
+        for &i in &eval_idx {
+            let v = &scene.views[i];
+            w.tap_sizes(v.height as usize, v.width as usize).with_context(|| format!("LPIPS on held-out view {}", v.name))?;
+        }
+    }
     println!(
         "{} ({}): {} train / {} held-out views, {}x{}, scene scale {:.3}",
         a.dataset.display(),
@@ -253,6 +274,11 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     );
 
     let gpu = a.device.open()?;
+    // On the trainer's own device (a Burn device over the same CubeCL client).
+    let lpips = lpips_weights.map(|w| {
+        println!("LPIPS v0.1 ({}) on the held-out views", w.net);
+        Lpips::new(w, &Device::from(gpu.device().clone()))
+    });
     let mcmc = match a.strategy.as_str() {
         "adc" => false,
         "mcmc" => true,
@@ -437,22 +463,26 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             gpu.sync()?;
             train_s += seg.elapsed().as_secs_f64();
             let render_dir = a.out.join("renders");
-            let (psnr, ssim) = evaluate(&trainer, &scene, &targets.cache, &eval_idx, last.then_some(render_dir.as_path()))?;
+            let (psnr, ssim, lpips_mean) = evaluate(&trainer, &scene, &targets.cache, &eval_idx, last.then_some(render_dir.as_path()), lpips.as_ref())?;
             if let Some(l) = &live {
-                log_eval(l, &trainer, &scene, &targets.cache, eval_idx[0], s, psnr, ssim)?;
+                log_eval(l, &trainer, &scene, &targets.cache, eval_idx[0], s, psnr, ssim, lpips_mean)?;
             }
             peak = peak.max(gpu.memory_reserved());
             let rec = EvalRecord {
                 step: s,
                 psnr,
                 ssim,
+                lpips: lpips_mean,
                 num_splats: trainer.num_splats(),
                 num_views: eval_idx.len(),
                 train_seconds: train_s,
                 it_per_s: (s - start_step) as f64 / train_s.max(1e-9),
                 peak_gpu_bytes: peak,
             };
-            bar.println(format!("step {s}: held-out PSNR {psnr:.3} dB, SSIM {ssim:.4}, {} splats, {:.1} it/s", rec.num_splats, rec.it_per_s));
+            let lpips_text = lpips_mean.map(|v| format!(", LPIPS {v:.4}")).unwrap_or_default();
+            // Through `suspend`, not `bar.println`: that prints nothing when the output is not a
+            // terminal (logs, CI).
+            bar.suspend(|| println!("step {s}: held-out PSNR {psnr:.3} dB, SSIM {ssim:.4}{lpips_text}, {} splats, {:.1} it/s", rec.num_splats, rec.it_per_s));
             records.push(rec);
             let json = serde_json::to_vec_pretty(&records)?;
             rust3r_io::atomic::write_atomic_with(&eval_path, |w| std::io::Write::write_all(w, &json))
@@ -488,10 +518,13 @@ pub fn run(a: &TrainArgs) -> Result<()> {
 /// Live view at an evaluation: held-out metrics, the first held-out view rendered next to its
 /// ground truth, and the Gaussian centres coloured by their base colour (at most 200k).
 #[allow(clippy::too_many_arguments)]
-fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view: usize, step: u64, psnr: f64, ssim: f64) -> Result<()> {
+fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view: usize, step: u64, psnr: f64, ssim: f64, lpips: Option<f64>) -> Result<()> {
     l.at("step", step);
     l.scalar("eval/psnr", psnr)?;
     l.scalar("eval/ssim", ssim)?;
+    if let Some(v) = lpips {
+        l.scalar("eval/lpips", v)?;
+    }
     let gt = cache.get(view)?;
     let cam = camera_of(scene, view);
     let (_, _, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
@@ -538,10 +571,10 @@ fn write_splats(trainer: &Trainer, paths: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-/// Mean PSNR / SSIM over the held-out views; with `renders`, writes render | ground truth
-/// side by side for each view.
-fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize], renders: Option<&Path>) -> Result<(f64, f64)> {
-    let (mut psnr, mut ssim) = (0.0, 0.0);
+/// Mean PSNR / SSIM (and LPIPS with `lpips`) over the held-out views, on renders clamped to
+/// [0, 1]; with `renders`, writes render | ground truth side by side for each view.
+fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize], renders: Option<&Path>, lpips: Option<&Lpips>) -> Result<(f64, f64, Option<f64>)> {
+    let (mut psnr, mut ssim, mut lp) = (0.0, 0.0, 0.0);
     if let Some(dir) = renders {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -551,6 +584,13 @@ fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize],
         let (p, s, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
         psnr += p;
         ssim += s;
+        if let Some(net) = lpips {
+            let (w, h) = (cam.width as usize, cam.height as usize);
+            let gt_f: Vec<f32> = gt.rgb.iter().map(|&v| v as f32 / 255.0).collect();
+            lp += net
+                .distance(Image { rgb: &pred, width: w, height: h }, Image { rgb: &gt_f, width: w, height: h })
+                .with_context(|| format!("LPIPS of held-out view {}", scene.views[i].name))?;
+        }
         if let Some(dir) = renders {
             let (w, h) = (cam.width as usize, cam.height as usize);
             let mut side = vec![0u8; w * 2 * h * 3];
@@ -572,5 +612,5 @@ fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize],
         }
     }
     let n = idx.len().max(1) as f64;
-    Ok((psnr / n, ssim / n))
+    Ok((psnr / n, ssim / n, lpips.map(|_| lp / n)))
 }

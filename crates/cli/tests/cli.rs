@@ -191,6 +191,8 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
         assert_eq!(r["step"], step);
         assert!(r["psnr"].as_f64().unwrap() > 5.0 && r["ssim"].as_f64().unwrap() > 0.0);
         assert_eq!(r["num_splats"], 800);
+        // Without --lpips-backbone / --lpips-weights there is no lpips entry.
+        assert!(r.get("lpips").is_none(), "{r}");
     }
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
     assert_eq!((splats.len(), splats.sh_degree), (800, 1));

@@ -1,57 +1,19 @@
-//! A validated MASt3R checkpoint in memory: load from `.pth` or safetensors, save as safetensors.
+//! A validated MASt3R checkpoint in memory: load from `.pth` (zip or legacy) or safetensors, save
+//! as safetensors.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
+
+use rust3r_torch_checkpoint::{
+    CheckpointFormat, PthFile, SafetensorsFile, TensorF32, detect_format, write_safetensors,
+};
 
 use crate::config::{Mast3rConfig, expected_layout};
 use crate::error::{Error, LayoutReport};
-use crate::pth::PthFile;
-use crate::safetensors::{SafetensorsFile, write_safetensors};
-use crate::tensor::TensorF32;
 
 /// safetensors `__metadata__` key holding the constructor string (written by
 /// [`Checkpoint::save_safetensors`], read by [`Checkpoint::load`]).
 pub const MODEL_STRING_METADATA_KEY: &str = "args.model";
-
-/// The container format of a checkpoint file, decided from its first bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CheckpointFormat {
-    /// A PyTorch zip archive (`torch.save`, PyTorch >= 1.6).
-    PyTorchZip,
-    /// Anything else is read as safetensors.
-    Safetensors,
-}
-
-/// Decides the format from the file's content: zip magic means PyTorch, anything else safetensors.
-/// The pre-1.6 (non-zip) PyTorch format is recognised and reported as unsupported.
-pub fn detect_format(path: impl AsRef<Path>) -> Result<CheckpointFormat, Error> {
-    let path = path.as_ref();
-    let mut head = [0u8; 4];
-    let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    let head = &head[..n];
-    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
-        Ok(CheckpointFormat::PyTorchZip)
-    } else if head.starts_with(&[0x80, 0x02, 0x8a, 0x0a]) {
-        Err(Error::format(
-            path,
-            "legacy PyTorch serialisation (before 1.6, not a zip archive) is not supported; \
-             re-save it with a recent torch.save",
-        ))
-    } else {
-        Ok(CheckpointFormat::Safetensors)
-    }
-}
 
 /// Strips a `module.` prefix (left by `torch.nn.DataParallel`) from a state-dict key.
 pub fn normalize_key(key: &str) -> &str {
@@ -103,7 +65,8 @@ impl Checkpoint {
         Self::load_with(path, &LoadOptions::default())
     }
 
-    /// Loads a checkpoint, choosing the reader from the file's content.
+    /// Loads a checkpoint, choosing the reader from the file's content
+    /// ([`rust3r_torch_checkpoint::detect_format`]).
     ///
     /// Keys lose a `module.` prefix; the configuration is derived from the shapes and the
     /// constructor string; the key/shape map must equal [`expected_layout`] exactly (missing, extra
@@ -112,7 +75,7 @@ impl Checkpoint {
     pub fn load_with(path: impl AsRef<Path>, options: &LoadOptions) -> Result<Self, Error> {
         let path = path.as_ref();
         match detect_format(path)? {
-            CheckpointFormat::PyTorchZip => {
+            CheckpointFormat::PyTorchZip | CheckpointFormat::PyTorchLegacy => {
                 let mut f = PthFile::open(path)?;
                 let listed: Vec<(String, Vec<usize>)> = f
                     .tensor_names()
@@ -128,7 +91,7 @@ impl Checkpoint {
                     .clone()
                     .or(f.model_string().map(str::to_string));
                 Self::assemble(path, listed, model_string, |names| {
-                    f.read_tensors(names.iter().map(String::as_str))
+                    Ok(f.read_tensors(names.iter().map(String::as_str))?)
                 })
             }
             CheckpointFormat::Safetensors => {
@@ -199,7 +162,7 @@ impl Checkpoint {
                 .remove(&name)
                 .expect("reader returns every requested tensor");
             if t.shape != shapes[&key]
-                || t.data.len() != crate::tensor::numel(&t.shape).unwrap_or(usize::MAX)
+                || t.data.len() != rust3r_torch_checkpoint::numel(&t.shape).unwrap_or(usize::MAX)
             {
                 return Err(Error::tensor(
                     path,
@@ -270,6 +233,6 @@ impl Checkpoint {
             ("format".to_string(), "pt".to_string()),
             (MODEL_STRING_METADATA_KEY.to_string(), model_string),
         ]);
-        write_safetensors(path, &self.tensors, &metadata)
+        Ok(write_safetensors(path, &self.tensors, &metadata)?)
     }
 }

@@ -3,7 +3,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use rust3r_torch_checkpoint::PickleError;
+
 /// An error from reading, validating or writing a checkpoint.
+///
+/// The first six variants are those of [`rust3r_torch_checkpoint::Error`] (the file readers),
+/// converted one to one by `From`; `Config` and `Layout` are MASt3R's own.
 ///
 /// The `Display` form always starts with the file's path and says what is wrong with it.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +47,8 @@ pub enum Error {
     Pickle {
         /// The file.
         path: PathBuf,
-        /// The pickle's entry name inside the archive (`<root>/data.pkl`).
+        /// Which pickle: the entry name inside a zip archive (`<root>/data.pkl`), or which of
+        /// the pickles of a legacy file.
         entry: String,
         /// What is wrong, with the byte offset inside the pickle.
         #[source]
@@ -86,13 +92,6 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
     pub(crate) fn format(path: &Path, message: impl Into<String>) -> Self {
         Error::Format {
             path: path.to_path_buf(),
@@ -121,44 +120,6 @@ impl Error {
             | Error::Layout { path, .. } => path,
         }
     }
-}
-
-/// An error from the restricted pickle interpreter, with the byte offset of the offending opcode.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("pickle byte {offset}: {kind}")]
-pub struct PickleError {
-    /// Offset of the opcode (or data) that failed, from the start of the pickle.
-    pub offset: usize,
-    /// What went wrong.
-    pub kind: PickleErrorKind,
-}
-
-/// The kinds of [`PickleError`].
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PickleErrorKind {
-    /// A `GLOBAL`/`STACK_GLOBAL` named something outside the allow-list. It was not imported or executed.
-    #[error(
-        "forbidden global `{module}.{name}`: only torch tensor/storage rebuilders, \
-         collections.OrderedDict, argparse.Namespace and torch.device are allowed (nothing was executed)"
-    )]
-    ForbiddenGlobal {
-        /// The module part, e.g. `os`.
-        module: String,
-        /// The attribute part, e.g. `system`.
-        name: String,
-    },
-    /// An opcode outside the supported subset.
-    #[error("unsupported pickle opcode 0x{0:02x}")]
-    UnsupportedOpcode(u8),
-    /// A pickle protocol other than 2..=5.
-    #[error("unsupported pickle protocol {0}")]
-    UnsupportedProtocol(u8),
-    /// The data ended in the middle of an opcode or before `STOP`.
-    #[error("unexpected end of pickle data")]
-    Truncated,
-    /// Anything else that is malformed (stack underflow, wrong argument types, ...).
-    #[error("{0}")]
-    Invalid(String),
 }
 
 /// The MASt3R configuration could not be derived (missing tensor, bad constructor string, inconsistency).
@@ -232,5 +193,44 @@ impl fmt::Display for LayoutReport {
             &self.mismatched,
             |(k, e, g)| format!("{k}: expected {e:?}, file has {g:?}"),
         )
+    }
+}
+
+impl From<rust3r_torch_checkpoint::Error> for Error {
+    /// The checkpoint reader's errors map one to one onto the variants of the same name.
+    fn from(e: rust3r_torch_checkpoint::Error) -> Self {
+        use rust3r_torch_checkpoint::Error as E;
+        match e {
+            E::Io { path, source } => Error::Io { path, source },
+            E::Zip { path, source } => Error::Zip { path, source },
+            E::ZipEntry {
+                path,
+                entry,
+                source,
+            } => Error::ZipEntry {
+                path,
+                entry,
+                source,
+            },
+            E::Pickle {
+                path,
+                entry,
+                source,
+            } => Error::Pickle {
+                path,
+                entry,
+                source,
+            },
+            E::Format { path, message } => Error::Format { path, message },
+            E::Tensor {
+                path,
+                name,
+                message,
+            } => Error::Tensor {
+                path,
+                name,
+                message,
+            },
+        }
     }
 }

@@ -8,8 +8,8 @@
 //! | [`preprocess`] | `resize_img` at 512 / 224, bit-exact with Pillow (LANCZOS shrinking, BICUBIC enlarging) |
 //! | [`frontend`] | [`frontend::Mast3rMonoFrontEnd`]: the network as `rust3r_slam`'s `PointmapFrontEnd` (monocular, uncalibrated) |
 //! | [`parity`] | the fixture's cases (`rust3r mast3r-infer`): every reference tensor, same names and shapes |
-//! | [`pth`] | PyTorch zip checkpoints: restricted pickle interpreter, lazy storage reads, strided/f16/bf16 to `f32` |
-//! | [`safetensors`] | safetensors reading (header first, data on demand) and atomic writing |
+//! | [`pth`] | PyTorch checkpoints (zip and legacy): `rust3r_torch_checkpoint`'s reader, re-exported |
+//! | [`safetensors`] | safetensors reading and atomic writing: `rust3r_torch_checkpoint`'s, re-exported |
 //! | [`config`] | [`Mast3rConfig`] from shapes (+ `args.model` string) and [`expected_layout`]; [`Mast3rConfig::released`] |
 //! | [`checkpoint`] | [`Checkpoint`]: format detection, `module.` stripping, validation, conversion |
 //!
@@ -21,9 +21,11 @@
 //! matrix products (`RUST3R_MAST3R_CONV=direct` uses Burn's `conv2d` instead);
 //! `RUST3R_PROFILE=1` times encoder, decoder, DPT, local features and post-processing.
 //!
-//! The pickle interpreter never imports or runs anything: globals outside a fixed allow-list
-//! (tensor/storage rebuilders, `collections.OrderedDict`, `argparse.Namespace`, `torch.device`) are
-//! errors that name the global. Every error names the file; malformed input never panics.
+//! The checkpoint files are read by `rust3r_torch_checkpoint` (shared with the LPIPS metric): its
+//! pickle interpreter never imports or runs anything: globals outside a fixed allow-list
+//! (tensor/storage rebuilders and types, `collections.OrderedDict`, `argparse.Namespace`,
+//! `torch.device`) are errors that name the global. Every error names the file; malformed input
+//! never panics.
 //!
 //! ```no_run
 //! use burn::tensor::{Device, DeviceKind};
@@ -45,26 +47,32 @@
 
 pub mod checkpoint;
 pub mod config;
-pub mod frontend;
 mod error;
+pub mod frontend;
 pub mod model;
 pub mod model_string;
 pub mod parity;
 pub mod preprocess;
-mod pickle;
-pub mod pth;
-pub mod safetensors;
-mod tensor;
+
+/// PyTorch `.pth` checkpoints (zip and legacy formats), from `rust3r_torch_checkpoint`.
+pub mod pth {
+    pub use rust3r_torch_checkpoint::pth::*;
+}
+
+/// safetensors reading and writing, from `rust3r_torch_checkpoint`.
+pub mod safetensors {
+    pub use rust3r_torch_checkpoint::safetensors::*;
+}
 
 pub use checkpoint::{
-    Checkpoint, CheckpointFormat, LoadOptions, MODEL_STRING_METADATA_KEY, detect_format,
-    normalize_key, validate_layout,
+    Checkpoint, LoadOptions, MODEL_STRING_METADATA_KEY, normalize_key, validate_layout,
 };
 pub use config::{
     ActivationKind, ActivationMode, DptConfig, LocalFeatConfig, Mast3rConfig, expected_layout,
 };
+pub use error::{ConfigError, Error, LayoutReport};
 pub use model::{Encoded, HostPrediction, Mast3r, Precision, Prediction, Trace};
-pub use error::{ConfigError, Error, LayoutReport, PickleError, PickleErrorKind};
-pub use pth::{PthFile, PthTensorInfo};
-pub use safetensors::{SafetensorsFile, write_safetensors};
-pub use tensor::{ElementType, TensorF32};
+pub use rust3r_torch_checkpoint::{
+    CheckpointFormat, ElementType, PickleError, PickleErrorKind, PthFile, PthTensorInfo,
+    SafetensorsFile, TensorF32, detect_format, write_safetensors,
+};

@@ -21,8 +21,8 @@ use burn::tensor::Tensor;
 
 use crate::error::Error;
 use crate::model::{Encoded, Mast3r, Trace};
-use crate::safetensors::SafetensorsFile;
-use crate::tensor::TensorF32;
+use rust3r_torch_checkpoint::SafetensorsFile;
+use rust3r_torch_checkpoint::TensorF32;
 
 /// Values of an output tensor.
 #[derive(Clone, Debug, PartialEq)]
@@ -410,5 +410,8 @@ pub fn write_outputs(path: &Path, tensors: &BTreeMap<String, OutTensor>) -> Resu
         .collect::<Result<Vec<_>, _>>()?;
     let data = ::safetensors::tensor::serialize(views, None)
         .map_err(|e| Error::format(path, format!("cannot serialise safetensors: {e}")))?;
-    crate::safetensors::write_atomic(path, |w| std::io::Write::write_all(w, &data))
+    Ok(rust3r_torch_checkpoint::safetensors::write_atomic(
+        path,
+        |w| std::io::Write::write_all(w, &data),
+    )?)
 }

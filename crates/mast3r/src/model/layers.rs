@@ -10,7 +10,7 @@ use burn::tensor::ops::{ConvOptions, PadMode};
 use burn::tensor::{DType, Device, Distribution, Slice, Tensor, TensorData};
 
 use crate::error::Error;
-use crate::tensor::TensorF32;
+use rust3r_torch_checkpoint::TensorF32;
 
 /// Numeric precision of the network's weights and activations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

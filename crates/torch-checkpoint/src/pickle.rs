@@ -1,8 +1,17 @@
 //! A small, safe interpreter for the subset of Python pickle that `torch.save` emits.
 //!
 //! Nothing is ever imported or executed: `GLOBAL`/`STACK_GLOBAL` resolve only names on a fixed
-//! allow-list to built-in stand-ins (tensor rebuilders, storage types, `collections.OrderedDict`,
-//! `argparse.Namespace`, `torch.device`); any other global is an error naming it.
+//! allow-list to built-in stand-ins (tensor rebuilders, storage and tensor types,
+//! `collections.OrderedDict`, `argparse.Namespace`, `torch.device`); any other global is an error
+//! naming it.
+//!
+//! Tensors come in the three shapes `torch.save` has written over the years:
+//! `torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])`
+//! (PyTorch >= 0.4), `torch._utils._rebuild_tensor(storage, offset, size, stride)` (0.2-0.3), and a
+//! tensor class (`torch.FloatTensor` ...) instantiated without arguments and given the state
+//! `(storage, offset, size, stride)` by `BUILD` (0.1.x, the `__setstate__` PyTorch still honours).
+//! Storages are persistent ids `('storage', torch.<Type>Storage, key, location, numel)`, with a
+//! sixth element `view_metadata` (always `None` in practice) in the legacy format.
 //!
 //! Objects live in an arena and values refer to them by index, so shared and mutated containers
 //! behave as in Python (identity is preserved through the memo), reference cycles are harmless and
@@ -27,6 +36,9 @@ pub(crate) enum Value {
     Int(i64),
     Float(f64),
     Str(Rc<str>),
+    /// An integer wider than 64 bits (`LONG1` with more than 8 bytes), as little-endian two's
+    /// complement bytes; the legacy format's magic number is one.
+    BigInt(Rc<[u8]>),
     Global(Global),
     /// Index into [`Pickled::arena`].
     Obj(usize),
@@ -36,8 +48,12 @@ pub(crate) enum Value {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Global {
     RebuildTensorV2,
+    /// `torch._utils._rebuild_tensor` (PyTorch 0.2-0.3).
+    RebuildTensor,
     RebuildParameter,
     Storage(ElementType),
+    /// A tensor class such as `torch.FloatTensor` (PyTorch 0.1.x pickles).
+    TensorClass(ElementType),
     OrderedDict,
     Namespace,
     Device,
@@ -76,6 +92,8 @@ pub(crate) enum Obj {
     Namespace(Vec<(Value, Value)>),
     Storage(StorageRef),
     Tensor(TensorRef),
+    /// A tensor class instantiated without arguments, waiting for its `BUILD` state.
+    PendingTensor(ElementType),
     Device(String),
 }
 
@@ -116,7 +134,7 @@ impl Pickled {
         match v {
             Value::None => "None",
             Value::Bool(_) => "bool",
-            Value::Int(_) => "int",
+            Value::Int(_) | Value::BigInt(_) => "int",
             Value::Float(_) => "float",
             Value::Str(_) => "str",
             Value::Global(_) => "class/function",
@@ -127,6 +145,7 @@ impl Pickled {
                 Some(Obj::Namespace(_)) => "argparse.Namespace",
                 Some(Obj::Storage(_)) => "storage",
                 Some(Obj::Tensor(_)) => "tensor",
+                Some(Obj::PendingTensor(_)) => "tensor without state",
                 Some(Obj::Device(_)) => "torch.device",
                 None => "invalid object",
             },
@@ -134,8 +153,15 @@ impl Pickled {
     }
 }
 
-/// Runs `data` as a pickle program and returns what it built.
+/// Runs `data` as a pickle program and returns what it built (bytes after `STOP` are ignored).
 pub(crate) fn unpickle(data: &[u8]) -> Result<Pickled, PickleError> {
+    unpickle_prefix(data).map(|(p, _)| p)
+}
+
+/// Runs the pickle program at the start of `data` and returns what it built and the number of
+/// bytes it took, up to and including its `STOP` (the legacy format writes several pickles one
+/// after the other).
+pub(crate) fn unpickle_prefix(data: &[u8]) -> Result<(Pickled, usize), PickleError> {
     let mut vm = Vm {
         data,
         pos: 0,
@@ -146,10 +172,14 @@ pub(crate) fn unpickle(data: &[u8]) -> Result<Pickled, PickleError> {
         arena: Vec::new(),
     };
     let root = vm.run()?;
-    Ok(Pickled {
-        arena: vm.arena,
-        root,
-    })
+    let used = vm.pos;
+    Ok((
+        Pickled {
+            arena: vm.arena,
+            root,
+        },
+        used,
+    ))
 }
 
 struct Vm<'a> {
@@ -281,6 +311,7 @@ impl Vm<'_> {
     fn resolve_global(&self, module: &str, name: &str) -> R<Global> {
         let g = match (module, name) {
             ("torch._utils", "_rebuild_tensor_v2") => Global::RebuildTensorV2,
+            ("torch._utils", "_rebuild_tensor") => Global::RebuildTensor,
             ("torch._utils", "_rebuild_parameter") => Global::RebuildParameter,
             ("collections", "OrderedDict") => Global::OrderedDict,
             ("argparse", "Namespace") => Global::Namespace,
@@ -295,6 +326,14 @@ impl Vm<'_> {
             ("torch", "CharStorage") => Global::Storage(ElementType::I8),
             ("torch", "ByteStorage") => Global::Storage(ElementType::U8),
             ("torch", "BoolStorage") => Global::Storage(ElementType::Bool),
+            ("torch", "DoubleTensor") => Global::TensorClass(ElementType::F64),
+            ("torch", "FloatTensor") => Global::TensorClass(ElementType::F32),
+            ("torch", "HalfTensor") => Global::TensorClass(ElementType::F16),
+            ("torch", "LongTensor") => Global::TensorClass(ElementType::I64),
+            ("torch", "IntTensor") => Global::TensorClass(ElementType::I32),
+            ("torch", "ShortTensor") => Global::TensorClass(ElementType::I16),
+            ("torch", "CharTensor") => Global::TensorClass(ElementType::I8),
+            ("torch", "ByteTensor") => Global::TensorClass(ElementType::U8),
             _ => {
                 return self.err(PickleErrorKind::ForbiddenGlobal {
                     module: truncate(module),
@@ -321,6 +360,34 @@ impl Vm<'_> {
         items.iter().map(|x| self.usize_arg(x, what)).collect()
     }
 
+    /// `(storage, storage_offset, size, stride)`, the first four arguments of every tensor
+    /// rebuilder and the state of a 0.1.x tensor.
+    fn tensor_ref(&self, a: &[Value], what: &str) -> R<TensorRef> {
+        let storage = match &a[0] {
+            Value::Obj(i) => match self.arena.get(*i) {
+                Some(Obj::Storage(s)) => s.clone(),
+                _ => return self.invalid(format!("{what}: first argument is not a storage")),
+            },
+            _ => return self.invalid(format!("{what}: first argument is not a storage")),
+        };
+        let offset = self.usize_arg(&a[1], "storage offset")?;
+        let shape = self.usize_tuple(&a[2], "tensor size")?;
+        let stride = self.usize_tuple(&a[3], "tensor stride")?;
+        if shape.len() != stride.len() {
+            return self.invalid(format!(
+                "tensor size has {} dims but stride has {}",
+                shape.len(),
+                stride.len()
+            ));
+        }
+        Ok(TensorRef {
+            storage,
+            offset,
+            shape,
+            stride,
+        })
+    }
+
     /// `REDUCE`: calls an allowed global with a tuple of arguments.
     fn call(&mut self, f: Global, args: &Value) -> R<Value> {
         let Some(a) = self.tuple_items(args) else {
@@ -335,34 +402,27 @@ impl Vm<'_> {
                         a.len()
                     ));
                 }
-                let storage = match &a[0] {
-                    Value::Obj(i) => match self.arena.get(*i) {
-                        Some(Obj::Storage(s)) => s.clone(),
-                        _ => {
-                            return self
-                                .invalid("_rebuild_tensor_v2: first argument is not a storage");
-                        }
-                    },
-                    _ => {
-                        return self.invalid("_rebuild_tensor_v2: first argument is not a storage");
-                    }
-                };
-                let offset = self.usize_arg(&a[1], "storage offset")?;
-                let shape = self.usize_tuple(&a[2], "tensor size")?;
-                let stride = self.usize_tuple(&a[3], "tensor stride")?;
-                if shape.len() != stride.len() {
+                let t = self.tensor_ref(a, "_rebuild_tensor_v2")?;
+                Ok(self.new_obj(Obj::Tensor(t)))
+            }
+            Global::RebuildTensor => {
+                // (storage, storage_offset, size, stride)
+                if a.len() != 4 {
                     return self.invalid(format!(
-                        "tensor size has {} dims but stride has {}",
-                        shape.len(),
-                        stride.len()
+                        "_rebuild_tensor takes 4 arguments, got {}",
+                        a.len()
                     ));
                 }
-                Ok(self.new_obj(Obj::Tensor(TensorRef {
-                    storage,
-                    offset,
-                    shape,
-                    stride,
-                })))
+                let t = self.tensor_ref(a, "_rebuild_tensor")?;
+                Ok(self.new_obj(Obj::Tensor(t)))
+            }
+            Global::TensorClass(dtype) => {
+                if !a.is_empty() {
+                    return self.invalid(
+                        "tensor classes (torch.FloatTensor ...) are only supported without arguments",
+                    );
+                }
+                Ok(self.new_obj(Obj::PendingTensor(dtype)))
             }
             Global::RebuildParameter => {
                 // (data, requires_grad, backward_hooks)
@@ -404,12 +464,25 @@ impl Vm<'_> {
         }
     }
 
-    /// `BINPERSID`: `('storage', torch.XStorage, key, location, numel)`.
+    /// `BINPERSID`: `('storage', torch.XStorage, key, location, numel)` (zip format) or the same
+    /// with a sixth element `view_metadata`, which must be `None` (legacy format).
     fn persistent_load(&mut self, pid: &Value) -> R<Value> {
         let Some(items) = self.tuple_items(pid) else {
             return self.invalid("persistent id is not a tuple");
         };
-        let (dtype, key, numel) = match items {
+        let (head, view) = match items.len() {
+            5 => (items, None),
+            6 => (&items[..5], Some(&items[5])),
+            _ => (&items[..0], None),
+        };
+        if let Some(v) = view
+            && !matches!(v, Value::None)
+        {
+            return self.invalid(
+                "storage persistent id has view metadata: storage views are not supported",
+            );
+        }
+        let (dtype, key, numel) = match head {
             [
                 Value::Str(tag),
                 Value::Global(Global::Storage(dtype)),
@@ -423,7 +496,7 @@ impl Vm<'_> {
             ),
             _ => {
                 return self.invalid(
-                    "persistent id is not ('storage', torch.<Type>Storage, key, location, numel)",
+                    "persistent id is not ('storage', torch.<Type>Storage, key, location, numel[, None])",
                 );
             }
         };
@@ -480,6 +553,21 @@ impl Vm<'_> {
                     let v = self.string(n)?;
                     self.stack.push(v);
                 }
+                // SHORT_BINSTRING, BINSTRING: Python 2 `str`, decoded as UTF-8 (what torch.load
+                // does with its default `encoding='utf-8'`).
+                b'U' => {
+                    let n = self.u8()? as usize;
+                    let v = self.string(n)?;
+                    self.stack.push(v);
+                }
+                b'T' => {
+                    let n = i32::from_le_bytes(self.array()?);
+                    let Ok(n) = usize::try_from(n) else {
+                        return self.invalid("BINSTRING with a negative length");
+                    };
+                    let v = self.string(n)?;
+                    self.stack.push(v);
+                }
                 // BINPUT, LONG_BINPUT, MEMOIZE
                 b'q' => {
                     let i = self.u8()? as u32;
@@ -518,8 +606,13 @@ impl Vm<'_> {
                 0x8a => {
                     let n = self.u8()? as usize;
                     let b = self.bytes(n)?;
-                    if n > 8 {
+                    if n > MAX_BIGINT_BYTES {
                         return self.invalid(format!("LONG1 integer of {n} bytes is too large"));
+                    }
+                    if n > 8 {
+                        let v = Value::BigInt(Rc::from(b));
+                        self.stack.push(v);
+                        continue;
                     }
                     let mut v: i64 = 0;
                     for (k, &byte) in b.iter().enumerate() {
@@ -625,12 +718,13 @@ impl Vm<'_> {
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let v = match cls {
-                        Value::Global(g @ (Global::OrderedDict | Global::Namespace)) => {
-                            self.call(g, &args)?
-                        }
+                        Value::Global(
+                            g @ (Global::OrderedDict | Global::Namespace | Global::TensorClass(_)),
+                        ) => self.call(g, &args)?,
                         _ => {
-                            return self
-                                .invalid("NEWOBJ is only supported for OrderedDict and Namespace");
+                            return self.invalid(
+                                "NEWOBJ is only supported for OrderedDict, Namespace and tensor classes",
+                            );
                         }
                     };
                     self.stack.push(v);
@@ -639,6 +733,25 @@ impl Vm<'_> {
                 b'b' => {
                     let state = self.pop()?;
                     let target = self.top_obj()?;
+                    if let Obj::PendingTensor(dtype) = self.arena[target] {
+                        // A 0.1.x tensor: the state is (storage, offset, size, stride).
+                        let t = match self.tuple_items(&state) {
+                            Some(a) if a.len() == 4 => self.tensor_ref(a, "tensor state")?,
+                            _ => {
+                                return self.invalid(
+                                    "tensor state is not (storage, offset, size, stride)",
+                                );
+                            }
+                        };
+                        if t.storage.dtype != dtype {
+                            return self.invalid(format!(
+                                "a {dtype:?} tensor class built on a {:?} storage",
+                                t.storage.dtype
+                            ));
+                        }
+                        self.arena[target] = Obj::Tensor(t);
+                        continue;
+                    }
                     let state_items = match &state {
                         Value::None => Vec::new(),
                         Value::Obj(i) => match &self.arena[*i] {
@@ -672,6 +785,9 @@ impl Vm<'_> {
         }
     }
 }
+
+/// Widest `LONG1` integer accepted (the legacy magic number takes 10 bytes).
+const MAX_BIGINT_BYTES: usize = 64;
 
 /// Keeps hostile names from producing enormous error messages.
 fn truncate(s: &str) -> String {
@@ -761,11 +877,96 @@ mod tests {
             b"\x80\x02K\x01K\x02s.",              // SETITEM on an int
             b"\x80\x02t.",                        // TUPLE without MARK
             b"\x80\x02(K\x01u.",                  // SETITEMS odd / no dict
-            b"\x80\x02\x8a\x09AAAAAAAAA.",        // LONG1 too large
+            b"\x80\x02\x8a\x41AAAAAAAAA.",        // LONG1 longer than the data
             b"\x80\x02ctorch\nFloatStorage\n)R.", // calling a storage type
         ] {
             assert!(unpickle(p).is_err(), "{p:?}");
         }
+    }
+
+    #[test]
+    fn wide_ints_strings_and_legacy_storage_ids() {
+        // The legacy magic number: a 10-byte LONG1.
+        let r = unpickle(b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.").unwrap();
+        assert!(
+            matches!(&r.root, Value::BigInt(b) if **b == [0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19])
+        );
+        // Wider than 64 bytes: refused, even when the data is there.
+        let mut p = b"\x80\x02\x8a\x41".to_vec();
+        p.extend([7u8; 65]);
+        p.push(b'.');
+        let e = unpickle(&p).unwrap_err();
+        assert!(e.to_string().contains("65 bytes is too large"), "{e}");
+        // Python 2 strings (SHORT_BINSTRING, BINSTRING); invalid UTF-8 and negative lengths fail.
+        let r = unpickle(b"\x80\x02U\x03abc.").unwrap();
+        assert!(matches!(&r.root, Value::Str(s) if &**s == "abc"));
+        let r = unpickle(b"\x80\x02T\x02\x00\x00\x00hi.").unwrap();
+        assert!(matches!(&r.root, Value::Str(s) if &**s == "hi"));
+        assert!(unpickle(b"\x80\x02U\x01\xff.").is_err());
+        assert!(unpickle(b"\x80\x02T\xff\xff\xff\xffhi.").is_err());
+        // Persistent ids: 5 elements (zip), 6 with None (legacy); a view is refused.
+        let pid = |tail: &[u8]| {
+            let mut p = b"\x80\x02(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04".to_vec();
+            p.extend(tail);
+            p.extend(b"tQ.");
+            unpickle(&p)
+        };
+        for tail in [&b""[..], b"N"] {
+            let r = pid(tail).unwrap();
+            assert!(
+                matches!(r.obj(&r.root), Some(Obj::Storage(s)) if s.numel == 4 && s.key == "0")
+            );
+        }
+        let e = pid(b"(X\x01\x00\x00\x001K\x00K\x02t").unwrap_err();
+        assert!(e.to_string().contains("storage views"), "{e}");
+        assert!(pid(b"NN").is_err());
+    }
+
+    #[test]
+    fn tensor_classes_and_rebuild_v1() {
+        let storage = b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x06NtQ";
+        // torch.FloatTensor() + BUILD (storage, offset, size, stride).
+        let built = |class: &str| {
+            let mut p = format!("\x00ctorch\n{class}\n").into_bytes();
+            p[0] = 0x80;
+            p.insert(1, 2);
+            p.extend(b")\x81(");
+            p.extend(storage);
+            p.extend(b"K\x01K\x02K\x02\x86K\x01K\x02\x86tb.");
+            unpickle(&p)
+        };
+        let r = built("FloatTensor").unwrap();
+        let Some(Obj::Tensor(t)) = r.obj(&r.root) else {
+            panic!("{:?}", r.root)
+        };
+        assert_eq!(
+            (t.offset, &t.shape[..], &t.stride[..]),
+            (1, &[2, 2][..], &[1, 2][..])
+        );
+        // The class must match the storage's type.
+        let e = built("LongTensor").unwrap_err();
+        assert!(e.to_string().contains("I64"), "{e}");
+        // A class left without state is not a tensor; BUILD with a 3-tuple is refused.
+        let r = unpickle(b"\x80\x02ctorch\nFloatTensor\n)R.").unwrap();
+        assert_eq!(r.kind(&r.root), "tensor without state");
+        assert!(unpickle(b"\x80\x02ctorch\nFloatTensor\n)RK\x01K\x02K\x03\x87b.").is_err());
+        // _rebuild_tensor(storage, offset, size, stride).
+        let mut p = b"\x80\x02ctorch._utils\n_rebuild_tensor\n(".to_vec();
+        p.extend(storage);
+        p.extend(b"K\x00K\x06\x85K\x01\x85tR.");
+        let r = unpickle(&p).unwrap();
+        assert!(matches!(r.obj(&r.root), Some(Obj::Tensor(t)) if t.shape == [6]));
+    }
+
+    #[test]
+    fn prefix_reports_its_length() {
+        let data = b"\x80\x02K\x05.\x80\x02K\x06.";
+        let (r, used) = unpickle_prefix(data).unwrap();
+        assert!(matches!(r.root, Value::Int(5)));
+        assert_eq!(used, 5);
+        let (r, used) = unpickle_prefix(&data[used..]).unwrap();
+        assert!(matches!(r.root, Value::Int(6)));
+        assert_eq!(used, 5);
     }
 
     #[test]

@@ -191,12 +191,14 @@ pub fn write_safetensors(
         .map_err(|e| Error::format(path, format!("cannot build the safetensors header: {e}")))?;
     // Through a `serde_json::Value` (a sorted map) so the header's key order,
     // and with it the file's bytes, do not depend on hash-map iteration order.
-    let mut header = serde_json::to_value(&header).and_then(|v| serde_json::to_vec(&v)).map_err(|e| {
-        Error::format(
-            path,
-            format!("cannot serialise the safetensors header: {e}"),
-        )
-    })?;
+    let mut header = serde_json::to_value(&header)
+        .and_then(|v| serde_json::to_vec(&v))
+        .map_err(|e| {
+            Error::format(
+                path,
+                format!("cannot serialise the safetensors header: {e}"),
+            )
+        })?;
     header.resize(header.len().next_multiple_of(8), b' ');
 
     write_atomic(path, |w| {
@@ -215,7 +217,7 @@ pub fn write_safetensors(
 }
 
 /// Streams `body` into `path` atomically (temporary sibling, sync, rename).
-pub(crate) fn write_atomic(
+pub fn write_atomic(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {

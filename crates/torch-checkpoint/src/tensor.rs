@@ -22,7 +22,7 @@ impl TensorF32 {
 }
 
 /// Product of a shape, or `None` on overflow.
-pub(crate) fn numel(shape: &[usize]) -> Option<usize> {
+pub fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
@@ -93,7 +93,7 @@ impl ElementType {
 }
 
 /// A `Vec` with capacity for `n` elements, or an error message instead of an allocation abort.
-pub(crate) fn try_vec<T>(n: usize) -> Result<Vec<T>, String> {
+pub fn try_vec<T>(n: usize) -> Result<Vec<T>, String> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
         .map_err(|_| format!("cannot allocate {n} elements"))?;
