@@ -18,7 +18,7 @@ fn rel(got: f64, want: f64) -> f64 {
 #[test]
 fn random_networks_match_the_float64_reference() {
     let device = device();
-    let mut rng = Rng(0x1b1b5);
+    let mut rng = Rng::new(0x1b1b5);
     let (mut worst, mut worst_layer): (f64, f64) = (0.0, 0.0);
     for (net, channels, sizes) in [
         (
@@ -84,7 +84,7 @@ fn random_networks_match_the_float64_reference() {
 #[test]
 fn inputs_are_checked() {
     let device = device();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let (backbone, lin) = random_net(&mut rng, Net::Alex, &[4, 4, 4, 4, 4]);
     let lpips = Lpips::new(
         LpipsWeights::from_tensors(&backbone, &lin, Some(Net::Alex)).unwrap(),

@@ -68,7 +68,7 @@ fn safetensors_copies_give_the_same_values() {
     let ls = save(dir.path(), "lin.safetensors", &read_all(&lp));
     let a = Lpips::load(&bp, &lp, Some(Net::Alex), &device).unwrap();
     let b = Lpips::load(&bs, &ls, None, &device).unwrap();
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     let (x, y) = image_pair(&mut rng, 50, 41);
     let (x, y) = (
         Image {
@@ -274,7 +274,7 @@ fn broken_legacy_files_are_errors() {
     let lin = fixture("alex_lin_legacy.pth");
     let bytes = std::fs::read(fixture("alex_backbone_legacy.pth")).unwrap();
     // Truncated in the pickles, in a storage count, in the data, by one byte.
-    let mut rng = Rng(99);
+    let mut rng = Rng::new(99);
     let mut cuts = vec![3, 20, 200, bytes.len() / 2, bytes.len() - 1];
     cuts.extend((0..20).map(|_| 1 + (rng.next() as usize) % (bytes.len() - 1)));
     for cut in cuts {
@@ -312,7 +312,7 @@ fn broken_legacy_files_are_errors() {
 
 #[test]
 fn in_memory_weights_are_checked_too() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let (backbone, mut lin) = random_net(
         &mut rng,
         Net::Vgg,

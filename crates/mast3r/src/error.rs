@@ -3,75 +3,18 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use rust3r_torch_checkpoint::PickleError;
 
 /// An error from reading, validating or writing a checkpoint.
 ///
-/// The first six variants are those of [`rust3r_torch_checkpoint::Error`] (the file readers),
-/// converted one to one by `From`; `Config` and `Layout` are MASt3R's own.
+/// `File` wraps the file readers' errors ([`rust3r_torch_checkpoint::Error`]: I/O, zip, pickle,
+/// format, tensor); `Config` and `Layout` are MASt3R's own.
 ///
 /// The `Display` form always starts with the file's path and says what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The file could not be opened, read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file starts like a zip archive but its structure is invalid or unsupported.
-    #[error("{}: not a readable PyTorch zip archive: {source}", path.display())]
-    Zip {
-        /// The file.
-        path: PathBuf,
-        /// The zip reader's error.
-        #[source]
-        source: zip::result::ZipError,
-    },
-    /// One entry of a zip archive could not be read (truncated data, bad checksum, compressed entry, ...).
-    #[error("{}: zip entry `{entry}`: {source}", path.display())]
-    ZipEntry {
-        /// The file.
-        path: PathBuf,
-        /// The entry's name inside the archive.
-        entry: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The pickle program of a PyTorch checkpoint is malformed or uses something that is not allowed.
-    #[error("{}: `{entry}`: {source}", path.display())]
-    Pickle {
-        /// The file.
-        path: PathBuf,
-        /// Which pickle: the entry name inside a zip archive (`<root>/data.pkl`), or which of
-        /// the pickles of a legacy file.
-        entry: String,
-        /// What is wrong, with the byte offset inside the pickle.
-        #[source]
-        source: PickleError,
-    },
-    /// The file's structure is not what the format requires (missing entries, bad header, ...).
-    #[error("{}: {message}", path.display())]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-    /// A tensor's metadata or data is inconsistent or of an unsupported type.
-    #[error("{}: tensor `{name}`: {message}", path.display())]
-    Tensor {
-        /// The file.
-        path: PathBuf,
-        /// The tensor's name as stored in the file.
-        name: String,
-        /// What is wrong.
-        message: String,
-    },
+    /// Reading or writing the file failed, or its contents are malformed.
+    #[error(transparent)]
+    File(#[from] rust3r_torch_checkpoint::Error),
     /// The MASt3R configuration cannot be derived from the tensors (and constructor string).
     #[error("{}: cannot derive the MASt3R configuration: {source}", path.display())]
     Config {
@@ -93,31 +36,18 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn format(path: &Path, message: impl Into<String>) -> Self {
-        Error::Format {
-            path: path.to_path_buf(),
-            message: message.into(),
-        }
+        Error::File(rust3r_torch_checkpoint::Error::format(path, message))
     }
 
     pub(crate) fn tensor(path: &Path, name: &str, message: impl Into<String>) -> Self {
-        Error::Tensor {
-            path: path.to_path_buf(),
-            name: name.to_string(),
-            message: message.into(),
-        }
+        Error::File(rust3r_torch_checkpoint::Error::tensor(path, name, message))
     }
 
     /// The file this error concerns.
     pub fn path(&self) -> &Path {
         match self {
-            Error::Io { path, .. }
-            | Error::Zip { path, .. }
-            | Error::ZipEntry { path, .. }
-            | Error::Pickle { path, .. }
-            | Error::Format { path, .. }
-            | Error::Tensor { path, .. }
-            | Error::Config { path, .. }
-            | Error::Layout { path, .. } => path,
+            Error::File(e) => e.path(),
+            Error::Config { path, .. } | Error::Layout { path, .. } => path,
         }
     }
 }
@@ -193,44 +123,5 @@ impl fmt::Display for LayoutReport {
             &self.mismatched,
             |(k, e, g)| format!("{k}: expected {e:?}, file has {g:?}"),
         )
-    }
-}
-
-impl From<rust3r_torch_checkpoint::Error> for Error {
-    /// The checkpoint reader's errors map one to one onto the variants of the same name.
-    fn from(e: rust3r_torch_checkpoint::Error) -> Self {
-        use rust3r_torch_checkpoint::Error as E;
-        match e {
-            E::Io { path, source } => Error::Io { path, source },
-            E::Zip { path, source } => Error::Zip { path, source },
-            E::ZipEntry {
-                path,
-                entry,
-                source,
-            } => Error::ZipEntry {
-                path,
-                entry,
-                source,
-            },
-            E::Pickle {
-                path,
-                entry,
-                source,
-            } => Error::Pickle {
-                path,
-                entry,
-                source,
-            },
-            E::Format { path, message } => Error::Format { path, message },
-            E::Tensor {
-                path,
-                name,
-                message,
-            } => Error::Tensor {
-                path,
-                name,
-                message,
-            },
-        }
     }
 }

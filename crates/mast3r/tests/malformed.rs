@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 use common::*;
+use rust3r_torch_checkpoint::Error as FileError;
 use rust3r_mast3r::{
     Checkpoint, Error, LoadOptions, MODEL_STRING_METADATA_KEY, PickleErrorKind, write_safetensors,
 };
@@ -61,7 +62,7 @@ fn garbage_empty_and_truncated_files() {
         &write(dir.path(), "trunc.pth", &pth[..pth.len() / 2]),
         &["zip"],
     );
-    assert!(matches!(e, Error::Zip { .. }), "{e:?}");
+    assert!(matches!(e, Error::File(FileError::Zip { .. })), "{e:?}");
     // Truncated by a few bytes (end-of-central-directory damaged).
     expect_err(
         &write(dir.path(), "trunc2.pth", &pth[..pth.len() - 3]),
@@ -102,7 +103,7 @@ fn forbidden_global_in_checkpoint() {
     let p = write(dir.path(), "evil.pth", &bytes);
     let e = expect_err(&p, &["os.system", "forbidden", "data.pkl"]);
     match e {
-        Error::Pickle { source, .. } => {
+        Error::File(FileError::Pickle { source, .. }) => {
             assert!(
                 matches!(source.kind, PickleErrorKind::ForbiddenGlobal { ref module, ref name }
                 if module == "os" && name == "system")
@@ -390,12 +391,12 @@ fn random_corruption_never_panics() {
                     "iteration {iter}: {text}"
                 );
                 match e {
-                    Error::Io { .. } => "io",
-                    Error::Zip { .. } => "zip",
-                    Error::ZipEntry { .. } => "zip entry",
-                    Error::Pickle { .. } => "pickle",
-                    Error::Format { .. } => "format",
-                    Error::Tensor { .. } => "tensor",
+                    Error::File(FileError::Io { .. }) => "io",
+                    Error::File(FileError::Zip { .. }) => "zip",
+                    Error::File(FileError::ZipEntry { .. }) => "zip entry",
+                    Error::File(FileError::Pickle { .. }) => "pickle",
+                    Error::File(FileError::Format { .. }) => "format",
+                    Error::File(FileError::Tensor { .. }) => "tensor",
                     Error::Config { .. } => "config",
                     Error::Layout { .. } => "layout",
                 }

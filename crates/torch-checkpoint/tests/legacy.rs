@@ -56,7 +56,7 @@ fn expect_err(path: &Path, needles: &[&str]) -> Error {
 #[test]
 fn legacy_and_zip_load_the_same_tensors() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     let (storages, entries) = sample(&mut rng);
     let legacy = write(
         dir.path(),
@@ -103,7 +103,7 @@ fn legacy_and_zip_load_the_same_tensors() {
 #[test]
 fn python2_strings_and_every_tensor_style() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(12);
+    let mut rng = Rng::new(12);
     let (storages, mut entries) = sample(&mut rng);
     for (i, e) in entries.iter_mut().enumerate() {
         e.style = [Style::V2, Style::V1, Style::ClassBuild][i % 3];
@@ -122,7 +122,7 @@ fn python2_strings_and_every_tensor_style() {
 #[test]
 fn header_errors_say_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(13);
+    let mut rng = Rng::new(13);
     let (s, e) = sample(&mut rng);
     let d = LegacyOptions::default();
     let file = |o: &LegacyOptions| legacy_file(&s, &e, o);
@@ -197,7 +197,7 @@ fn header_errors_say_what_is_wrong() {
 #[test]
 fn storage_records_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(14);
+    let mut rng = Rng::new(14);
     let (s, e) = sample(&mut rng);
     let d = LegacyOptions::default();
     let file = |o: &LegacyOptions| legacy_file(&s, &e, o);
@@ -262,7 +262,7 @@ fn storage_records_are_checked() {
 #[test]
 fn forbidden_globals_are_named_and_not_run() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(15);
+    let mut rng = Rng::new(15);
     let (s, e) = sample(&mut rng);
     let o = LegacyOptions {
         dict_global: ("os".into(), "system".into()),
@@ -290,7 +290,7 @@ fn forbidden_globals_are_named_and_not_run() {
 #[test]
 fn every_truncation_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(16);
+    let mut rng = Rng::new(16);
     let (s, e) = sample(&mut rng);
     let full = legacy_file(&s, &e, &LegacyOptions::default());
     let p = dir.path().join("trunc.pth");
@@ -324,7 +324,7 @@ fn flip(rng: &mut Rng, data: &mut [u8], n: usize) {
 #[test]
 fn random_corruption_never_panics() {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = Rng(0x001e_9ac7);
+    let mut rng = Rng::new(0x001e_9ac7);
     let (s, e) = sample(&mut rng);
     let full = legacy_file(&s, &e, &LegacyOptions::default());
     let header_end = full.len() - s.iter().map(|s| 8 + s.bytes().len()).sum::<usize>();

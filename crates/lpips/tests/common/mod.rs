@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::{Device, DeviceKind};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use rust3r_lpips::{Net, Op, SCALE, SHIFT, lin_key};
 use rust3r_torch_checkpoint::TensorF32;
 
@@ -11,19 +13,19 @@ pub fn device() -> Device {
     Device::wgpu(DeviceKind::DefaultDevice)
 }
 
-/// Deterministic xorshift64* generator.
-pub struct Rng(pub u64);
+/// Seeded random numbers for the tests (`rand`'s `StdRng`).
+pub struct Rng(StdRng);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(StdRng::seed_from_u64(seed))
+    }
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.random()
     }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.random()
     }
     /// Standard normal (Box-Muller).
     pub fn normal(&mut self) -> f64 {

@@ -5,19 +5,23 @@
 
 use std::io::{Cursor, Write};
 
-/// Deterministic xorshift64* generator (no extra dependency).
-pub struct Rng(pub u64);
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
+
+/// Seeded random numbers for the tests (`rand`'s `StdRng`).
+pub struct Rng(StdRng);
 
 impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(StdRng::seed_from_u64(seed))
+    }
+
     pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.random()
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        self.0.random_range(0..n)
     }
 
     /// Uniform in [-1, 1).
