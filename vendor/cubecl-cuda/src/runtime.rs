@@ -248,7 +248,7 @@ impl DeviceService for CudaServer {
         }
 
         // rust3r: `RUST3R_CUDA_TF32=0` keeps binary32 matmuls in binary32 (no TF32 tensor
-        // cores): bit-level parity checks against a float32 reference need it. Default on, as
+        // cores): parity checks against a float32 reference (1e-4) need it. Default on, as
         // PyTorch's `allow_tf32` in MASt3R-SLAM.
         let tf32 = !std::env::var("RUST3R_CUDA_TF32").is_ok_and(|v| v == "0");
         if arch_version >= 80 && tf32 {
