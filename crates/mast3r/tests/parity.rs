@@ -282,25 +282,30 @@ fn half_precision_stays_within_documented_tolerance() {
 
 /// The SLAM front end on a real frame (the fixture's first frame, decoded by the `image` crate) with
 /// the tiny checkpoint: a finite pointmap of the preprocessed size, positive confidences, colours.
-#[test]
-fn slam_front_end_gives_a_finite_pointmap() {
-    use rust3r_slam::PointmapFrontEnd;
-    let device = device();
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
-    let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 224).unwrap();
+/// The first colour frame of the real redkitchen sequence in `../shared/data`.
+fn redkitchen_frame() -> rust3r_io::datasets::Frame {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../../shared/data/redkitchen/frame-000000.color.jpg"
     );
     assert!(Path::new(path).exists(), "{path} is missing");
-    let frame = rust3r_io::datasets::Frame {
+    rust3r_io::datasets::Frame {
         index: 0,
         timestamp: 0.0,
         rgb: image::open(path).unwrap().to_rgb8(),
         depth: None,
         gt_pose: None,
         rgb_path: path.into(),
-    };
+    }
+}
+
+#[test]
+fn slam_front_end_gives_a_finite_pointmap() {
+    use rust3r_slam::PointmapFrontEnd;
+    let device = device();
+    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 224).unwrap();
+    let frame = redkitchen_frame();
     let pm = fe.pointmap(&frame).unwrap();
     assert_eq!((pm.width, pm.height, pm.len()), (224, 224, 224 * 224));
     assert!(pm.points.iter().flatten().all(|v| v.is_finite()));
@@ -343,18 +348,7 @@ fn calibrated_slam_front_end_puts_points_on_the_rays() {
     assert_eq!((cam.fx, cam.fy, cam.cx, cam.cy), want);
     assert_eq!((cam.width, cam.height), (512, 384));
     assert!(!fe.is_metric());
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/redkitchen/frame-000000.color.jpg"
-    );
-    let frame = rust3r_io::datasets::Frame {
-        index: 0,
-        timestamp: 0.0,
-        rgb: image::open(path).unwrap().to_rgb8(),
-        depth: None,
-        gt_pose: None,
-        rgb_path: path.into(),
-    };
+    let frame = redkitchen_frame();
     let pm = fe.pointmap(&frame).unwrap();
     assert_eq!((pm.width, pm.height), (512, 384));
     let mut checked = 0;
