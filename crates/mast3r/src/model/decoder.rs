@@ -71,7 +71,8 @@ impl StackedLinear {
     fn stack(a: Linear, b: Linear) -> Self {
         let bias = match (a.b, b.b) {
             (Some(x), Some(y)) => Some(Tensor::stack::<2>(vec![x, y], 0).unsqueeze_dim::<3>(1)),
-            _ => None,
+            (None, None) => None,
+            _ => unreachable!("both decoder stacks are loaded with the same layers"),
         };
         StackedLinear { w: Tensor::stack(vec![a.w, b.w], 0), b: bias }
     }
@@ -153,7 +154,8 @@ impl PairedDecoderBlock {
             proj: l(a.attn.proj, b.attn.proj),
             norm_y: match (a.norm_y, b.norm_y) {
                 (Some(x), Some(y)) => Some(n(x, y)),
-                _ => None,
+                (None, None) => None,
+                _ => unreachable!("both decoder stacks are loaded with the same layers"),
             },
             norm2: n(a.norm2, b.norm2),
             projq: l(a.cross_attn.projq, b.cross_attn.projq),
