@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
-use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, render, render_backward, render_backward_with};
+use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, render_backward_chunks, render_chunks};
 
 use crate::DeviceArgs;
 
@@ -260,7 +260,8 @@ fn raster(a: &RasterArgs) -> Result<()> {
     for &n in &ns {
         let set = build_set(&garden, &nn, n);
         let opac = vec![0f32; n];
-        let splats = GpuSplats::from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3)?;
+        // Split past the adapter's binding limit (wgpu: 2 GiB, about 11M Gaussians at SH 3).
+        let splats = GpuSplats::chunks_from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3, None)?;
         for &(w, h) in &res {
             let cam = camera_for(&garden, w, h);
             let opts = RenderOptions { backward_kernel: a.backward_kernel, ..Default::default() };
@@ -273,6 +274,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
             let mut fwd = vec![];
             let mut both = vec![];
             let mut stats = (0, 0);
+            let mut rgb_mean = f64::NAN;
             for i in 0..a.warmup + a.iters {
                 if i == a.warmup {
                     rust3r_gpu::profile::reset();
@@ -280,16 +282,21 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 gpu.sync()?;
                 rust3r_gpu::profile::start(&gpu);
                 let t0 = Instant::now();
-                let (out, _) = render(&gpu, &splats, &cam, &opts)?;
+                let (out, _) = render_chunks(&gpu, &splats, &cam, &opts)?;
                 gpu.sync()?;
                 let dt = t0.elapsed().as_secs_f64() * 1e3;
                 stats = (out.num_visible, out.num_intersections);
+                if i + 1 == a.warmup + a.iters {
+                    // Image checksum (after timing): compares backends and chunkings of one scene.
+                    let rgb = gpu.read(&out.rgb)?;
+                    rgb_mean = rgb.iter().map(|&v| v as f64).sum::<f64>() / rgb.len().max(1) as f64;
+                }
                 drop(out);
                 gpu.sync()?;
                 rust3r_gpu::profile::start(&gpu);
                 let t1 = Instant::now();
-                let (out, state) = render(&gpu, &splats, &cam, &opts)?;
-                let grads = render_backward_with(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
+                let (out, state) = render_chunks(&gpu, &splats, &cam, &opts)?;
+                let grads = render_backward_chunks(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
                 gpu.sync()?;
                 let dt2 = t1.elapsed().as_secs_f64() * 1e3;
                 peak = peak.max(gpu.memory_reserved());
@@ -316,7 +323,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 "n": n, "width": w, "height": h, "visible": stats.0, "isects": stats.1,
                 "fwd_median_ms": fm, "fwd_min_ms": fwd.iter().copied().fold(f64::MAX, f64::min),
                 "fwdbwd_median_ms": bm, "fwdbwd_min_ms": both.iter().copied().fold(f64::MAX, f64::min),
-                "pool_peak_bytes": peak, "inputs": set.checks,
+                "pool_peak_bytes": peak, "inputs": set.checks, "rgb_mean": rgb_mean, "chunks": splats.len(),
             }));
         }
     }
@@ -335,7 +342,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
 /// Gradients of the plane-reduction backward vs the shared-memory backward (max |diff| / max |ref|).
 fn check_backward(
     gpu: &rust3r_gpu::Gpu,
-    splats: &GpuSplats,
+    splats: &[GpuSplats],
     cam: &rust3r_splat::Camera,
     opts: &RenderOptions,
     ones: &rust3r_gpu::GpuBuffer<f32>,
@@ -343,17 +350,20 @@ fn check_backward(
 ) -> Result<()> {
     let grads = |kernel: BackwardKernel| -> Result<Vec<(&'static str, Vec<f32>)>> {
         let opts = RenderOptions { absgrad: true, backward_kernel: kernel, ..opts.clone() };
-        let (out, state) = render(gpu, splats, cam, &opts)?;
-        let g = render_backward(gpu, splats, &out, &state, ones, zeros, zeros)?;
-        Ok(vec![
+        let (out, state) = render_chunks(gpu, splats, cam, &opts)?;
+        let g = render_backward_chunks(gpu, splats, &out, &state, ones, zeros, zeros, false)?;
+        let mut rows = vec![
             ("means2d_abs", gpu.read(g.means2d_abs.as_ref().expect("absgrad"))?),
-            ("means", gpu.read(&g.means)?),
-            ("log_scales", gpu.read(&g.log_scales)?),
-            ("quats", gpu.read(&g.quats)?),
-            ("opacity", gpu.read(&g.opacity_logits)?),
-            ("sh", gpu.read(&g.sh)?),
             ("projected", gpu.read(&g.projected)?),
-        ])
+        ];
+        for (name, i) in [("means", 0), ("log_scales", 1), ("quats", 2), ("opacity", 3), ("sh", 4)] {
+            let mut all = vec![];
+            for p in &g.params {
+                all.extend(gpu.read([&p.means, &p.log_scales, &p.quats, &p.opacity_logits, &p.sh][i])?);
+            }
+            rows.push((name, all));
+        }
+        Ok(rows)
     };
     let (with, without) = (grads(BackwardKernel::Subgroup)?, grads(BackwardKernel::Portable)?);
     println!("backward check (plane vs shared), adapter planes {:?}:", gpu.plane_sizes());

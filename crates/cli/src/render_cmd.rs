@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rust3r_splat::{Camera, GpuSplats, RenderOptions, render};
+use rust3r_splat::{Camera, GpuSplats, RenderOptions, render_chunks};
 
 use crate::DeviceArgs;
 
@@ -71,10 +71,11 @@ pub fn run(args: &RenderArgs) -> Result<()> {
         }
     };
     let gpu = args.device.open()?;
-    let gpu_splats = GpuSplats::from_host(&gpu, &splats)?;
+    // Split into several buffers past the adapter's binding limit (wgpu: 2 GiB).
+    let gpu_splats = GpuSplats::chunks_from_host(&gpu, &splats, None)?;
     let opts = RenderOptions { background, antialiased: args.antialiased, sh_degree: args.sh_degree, ..Default::default() };
     let t = std::time::Instant::now();
-    let (out, _) = render(&gpu, &gpu_splats, &camera, &opts)?;
+    let (out, _) = render_chunks(&gpu, &gpu_splats, &camera, &opts)?;
     let rgb = gpu.read(&out.rgb)?;
     tracing::info!(
         "rendered {} splats ({} visible, {} tile intersections) in {:.1} ms",

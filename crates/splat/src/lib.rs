@@ -9,8 +9,8 @@ pub mod train;
 
 pub use camera::Camera;
 pub use render::{
-    BackwardKernel, GpuSplats, RenderOptions, RenderOutput, RenderState, SplatGrads, render, render_backward,
-    render_backward_with,
+    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState, SplatGrads,
+    render, render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
 };
 
 /// Errors of the splat crate.

@@ -81,10 +81,6 @@ impl GpuSplats {
             )));
         }
         gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
-        gpu.check_fits(
-            "projected Gaussians",
-            (n * crate::kernels::project::PROJ * 4) as u64,
-        )?;
         Ok(Self {
             means: gpu.upload(means),
             log_scales: gpu.upload(log_scales),
@@ -94,6 +90,92 @@ impl GpuSplats {
             sh_degree,
         })
     }
+}
+
+/// Gaussians per chunk of [`GpuSplats::chunks_from_host`] at `sh_degree` on this adapter: as many
+/// rows as keep the widest per-Gaussian buffer (the SH coefficients, or the quaternions at low
+/// degrees) inside one buffer binding.
+pub fn rows_per_chunk(gpu: &Gpu, sh_degree: u32) -> usize {
+    let k = ((sh_degree.min(3) + 1) * (sh_degree.min(3) + 1)) as usize;
+    let widest = 4 * (k * 3).max(4);
+    ((gpu.max_buffer_bytes() as usize / widest).max(1)).min(u32::MAX as usize / 64)
+}
+
+impl GpuSplats {
+    /// Upload splats split into consecutive row ranges ("chunks") of at most `max_rows`
+    /// Gaussians each (`None`: [`rows_per_chunk`]), so every buffer fits the adapter's
+    /// binding limit however many Gaussians there are (wgpu binds at most 2 GiB at once, SH degree
+    /// 3 needs 192 B per Gaussian: one buffer stops at about 11M). [`render_chunks`] and
+    /// [`render_backward_chunks`] render them as one scene; chunk `i` holds rows
+    /// `sum(len of chunks < i)..` of `s`.
+    pub fn chunks_from_host(
+        gpu: &Gpu,
+        s: &rust3r_io::Splats,
+        max_rows: Option<usize>,
+    ) -> Result<Vec<Self>, SplatError> {
+        s.validate()
+            .map_err(|e| SplatError::InvalidSplats(e.to_string()))?;
+        Self::chunks_from_slices(
+            gpu,
+            bytemuck::cast_slice(&s.means),
+            bytemuck::cast_slice(&s.log_scales),
+            bytemuck::cast_slice(&s.rotations),
+            &s.opacity_logits,
+            &s.sh,
+            s.sh_degree,
+            max_rows,
+        )
+    }
+
+    /// [`GpuSplats::chunks_from_host`] from flat host arrays (the layouts of
+    /// [`GpuSplats::from_slices`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn chunks_from_slices(
+        gpu: &Gpu,
+        means: &[f32],
+        log_scales: &[f32],
+        quats: &[f32],
+        opacity_logits: &[f32],
+        sh: &[f32],
+        sh_degree: u32,
+        max_rows: Option<usize>,
+    ) -> Result<Vec<Self>, SplatError> {
+        let n = opacity_logits.len();
+        let per = ((sh_degree.min(3) + 1) * (sh_degree.min(3) + 1) * 3) as usize;
+        let rows = max_rows
+            .unwrap_or_else(|| rows_per_chunk(gpu, sh_degree))
+            .max(1);
+        if means.len() != n * 3 || log_scales.len() != n * 3 || quats.len() != n * 4 || sh.len() != n * per {
+            // One call over everything reports the inconsistency.
+            return Self::from_slices(gpu, means, log_scales, quats, opacity_logits, sh, sh_degree).map(|c| vec![c]);
+        }
+        let mut chunks = Vec::with_capacity(n.div_ceil(rows).max(1));
+        for start in (0..n.max(1)).step_by(rows) {
+            let end = (start + rows).min(n);
+            chunks.push(Self::from_slices(
+                gpu,
+                &means[start * 3..end * 3],
+                &log_scales[start * 3..end * 3],
+                &quats[start * 4..end * 4],
+                &opacity_logits[start..end],
+                &sh[start * per..end * per],
+                sh_degree,
+            )?);
+        }
+        Ok(chunks)
+    }
+}
+
+/// The SH degree every chunk shares, and the total number of Gaussians.
+fn chunks_layout(chunks: &[GpuSplats]) -> Result<(u32, usize), SplatError> {
+    let degree = chunks.first().map_or(0, |c| c.sh_degree);
+    if let Some(c) = chunks.iter().find(|c| c.sh_degree != degree) {
+        return Err(SplatError::InvalidSplats(format!(
+            "splat chunks mix SH degrees {degree} and {}",
+            c.sh_degree
+        )));
+    }
+    Ok((degree, chunks.iter().map(GpuSplats::len).sum()))
 }
 
 /// Rendering options.
@@ -212,6 +294,28 @@ pub struct SplatGrads {
     pub means2d_abs: Option<GpuBuffer<f32>>,
 }
 
+/// Gradients of one chunk's parameters (same layouts as [`GpuSplats`]).
+#[derive(Clone, Debug)]
+pub struct ParamGrads {
+    pub means: GpuBuffer<f32>,
+    pub log_scales: GpuBuffer<f32>,
+    pub quats: GpuBuffer<f32>,
+    pub opacity_logits: GpuBuffer<f32>,
+    pub sh: GpuBuffer<f32>,
+}
+
+/// [`SplatGrads`] of a scene held in chunks ([`render_backward_chunks`]): parameter gradients
+/// per chunk, the rest over all Gaussians by global row.
+#[derive(Clone, Debug)]
+pub struct ChunkedGrads {
+    pub params: Vec<ParamGrads>,
+    /// As [`SplatGrads::projected`].
+    pub projected: GpuBuffer<f32>,
+    pub world_to_camera: [[f32; 4]; 3],
+    /// As [`SplatGrads::means2d_abs`].
+    pub means2d_abs: Option<GpuBuffer<f32>>,
+}
+
 fn blocks(n: usize) -> usize {
     n.div_ceil(256)
 }
@@ -223,16 +327,29 @@ pub fn render(
     camera: &Camera,
     opts: &RenderOptions,
 ) -> Result<(RenderOutput, RenderState), SplatError> {
+    render_chunks(gpu, std::slice::from_ref(splats), camera, opts)
+}
+
+/// Render the Gaussians of all `chunks` (same SH degree; see
+/// [`GpuSplats::chunks_from_host`]) as one scene from `camera`. Per-Gaussian outputs
+/// ([`RenderOutput::radii`], [`SplatGrads::projected`]) are indexed by global row: the rows of
+/// chunk 0, then chunk 1, and so on.
+pub fn render_chunks(
+    gpu: &Gpu,
+    chunks: &[GpuSplats],
+    camera: &Camera,
+    opts: &RenderOptions,
+) -> Result<(RenderOutput, RenderState), SplatError> {
     camera.validate()?;
-    let n = splats.len();
+    let (sh_degree, n) = chunks_layout(chunks)?;
+    // Past one binding here, the projected data would have to be split as well (about 53M
+    // Gaussians at 2 GiB).
+    gpu.check_fits("projected Gaussians", (n * project::PROJ * 4) as u64)?;
     let (w, h) = (camera.width, camera.height);
     let (tiles_x, tiles_y) = camera.tiles();
     let num_tiles = (tiles_x * tiles_y) as usize;
-    let num_coeffs = splats.num_coeffs() as u32;
-    let active_degree = opts
-        .sh_degree
-        .unwrap_or(splats.sh_degree)
-        .min(splats.sh_degree);
+    let num_coeffs = (sh_degree + 1) * (sh_degree + 1);
+    let active_degree = opts.sh_degree.unwrap_or(sh_degree).min(sh_degree);
     let active_coeffs = (active_degree + 1) * (active_degree + 1);
     let cam = gpu.upload(&camera.gpu_block(opts.background, opts.near, opts.far));
     let client = gpu.client();
@@ -242,10 +359,12 @@ pub fn render(
     let rects = gpu.alloc::<u32>(n * 2);
     let tiles_touched = gpu.alloc::<u32>(n);
     let depth_keys = gpu.alloc::<u32>(n);
-    if n > 0 {
+    let mut row0 = 0;
+    for splats in chunks.iter().filter(|c| !c.is_empty()) {
+        let rows = splats.len();
         project::project_forward::launch(
             client,
-            gpu.grid(blocks(n)),
+            gpu.grid(blocks(rows)),
             CubeDim::new_1d(256),
             splats.means.arg(),
             splats.log_scales.arg(),
@@ -258,13 +377,15 @@ pub fn render(
             rects.arg(),
             tiles_touched.arg(),
             depth_keys.arg(),
-            n as u32,
+            rows as u32,
+            row0 as u32,
             w,
             h,
             num_coeffs,
             active_coeffs,
             opts.antialiased,
         );
+        row0 += rows;
     }
 
     rust3r_gpu::profile::mark(gpu, "fwd 1 project");
@@ -298,11 +419,15 @@ pub fn render(
     let offsets = exclusive_scan(gpu, &counts);
     rust3r_gpu::profile::mark(gpu, "fwd 2 depth sort + scan + count read-back");
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
-    // The backward pass keeps one 10-float gradient row per intersection.
-    gpu.check_fits(
-        "tile intersections",
-        num_isects as u64 * (project::VPROJ as u64) * 4,
-    )?;
+    // Without float atomics (or when asked to be deterministic) the backward pass keeps one
+    // 10-float gradient row per intersection: about 53M intersections in 2 GiB.
+    if opts.deterministic || !gpu.f32_atomic_add() {
+        gpu.check_fits(
+            "tile intersections",
+            num_isects as u64 * (project::VPROJ as u64) * 4,
+        )?;
+    }
+    gpu.check_fits("tile intersections", num_isects as u64 * 4)?;
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
     if num_isects > 0 {
@@ -489,7 +614,51 @@ pub fn render_backward_with(
     v_depth: &GpuBuffer<f32>,
     pose_grad: bool,
 ) -> Result<SplatGrads, SplatError> {
-    let n = splats.len();
+    let g = render_backward_chunks(
+        gpu,
+        std::slice::from_ref(splats),
+        out,
+        state,
+        v_rgb,
+        v_alpha,
+        v_depth,
+        pose_grad,
+    )?;
+    let p = g.params.into_iter().next().ok_or_else(|| {
+        SplatError::InvalidSplats("backward pass of one chunk returned none".into())
+    })?;
+    Ok(SplatGrads {
+        means: p.means,
+        log_scales: p.log_scales,
+        quats: p.quats,
+        opacity_logits: p.opacity_logits,
+        sh: p.sh,
+        projected: g.projected,
+        world_to_camera: g.world_to_camera,
+        means2d_abs: g.means2d_abs,
+    })
+}
+
+/// [`render_backward_with`] for a scene rendered with [`render_chunks`]: `chunks` must be the
+/// chunks that were rendered; the parameter gradients come back one chunk at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn render_backward_chunks(
+    gpu: &Gpu,
+    chunks: &[GpuSplats],
+    out: &RenderOutput,
+    state: &RenderState,
+    v_rgb: &GpuBuffer<f32>,
+    v_alpha: &GpuBuffer<f32>,
+    v_depth: &GpuBuffer<f32>,
+    pose_grad: bool,
+) -> Result<ChunkedGrads, SplatError> {
+    let (_, n) = chunks_layout(chunks)?;
+    if n != state.tiles_touched.len() {
+        return Err(SplatError::InvalidSplats(format!(
+            "backward pass over {n} Gaussians of a frame rendered with {}",
+            state.tiles_touched.len()
+        )));
+    }
     let npix = (out.width as usize) * (out.height as usize);
     if v_rgb.len() != npix * 3 || v_alpha.len() != npix || v_depth.len() != npix {
         return Err(SplatError::InvalidSplats(format!(
@@ -568,59 +737,69 @@ pub fn render_backward_with(
         );
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
-    let k = splats.num_coeffs();
-    let grads_means = gpu.alloc::<f32>(n * 3);
-    let grads_scales = gpu.alloc::<f32>(n * 3);
-    let grads_quats = gpu.alloc::<f32>(n * 4);
-    let grads_opac = gpu.alloc::<f32>(n);
-    let grads_sh = gpu.alloc::<f32>(n * k * 3);
-    // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
-    let v_cam = gpu.alloc::<f32>(if pose_grad { n * project::VCAM } else { 1 });
-    if n > 0 {
-        project::project_backward::launch(
-            client,
-            gpu.grid(blocks(n)),
-            CubeDim::new_1d(256),
-            splats.means.arg(),
-            splats.log_scales.arg(),
-            splats.quats.arg(),
-            splats.opacity_logits.arg(),
-            splats.sh.arg(),
-            state.cam.arg(),
-            state.tiles_touched.arg(),
-            v_proj.arg(),
-            grads_means.arg(),
-            grads_scales.arg(),
-            grads_quats.arg(),
-            grads_opac.arg(),
-            grads_sh.arg(),
-            v_cam.arg(),
-            n as u32,
-            out.width,
-            out.height,
-            k as u32,
-            state.active_coeffs,
-            state.antialiased,
-            pose_grad,
-        );
+    let mut params = Vec::with_capacity(chunks.len());
+    let mut cam_sums = Vec::new();
+    let mut row0 = 0;
+    for splats in chunks {
+        let rows = splats.len();
+        let k = splats.num_coeffs();
+        let p = ParamGrads {
+            means: gpu.alloc::<f32>(rows * 3),
+            log_scales: gpu.alloc::<f32>(rows * 3),
+            quats: gpu.alloc::<f32>(rows * 4),
+            opacity_logits: gpu.alloc::<f32>(rows),
+            sh: gpu.alloc::<f32>(rows * k * 3),
+        };
+        // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
+        let v_cam = gpu.alloc::<f32>(if pose_grad { rows * project::VCAM } else { 1 });
+        if rows > 0 {
+            project::project_backward::launch(
+                client,
+                gpu.grid(blocks(rows)),
+                CubeDim::new_1d(256),
+                splats.means.arg(),
+                splats.log_scales.arg(),
+                splats.quats.arg(),
+                splats.opacity_logits.arg(),
+                splats.sh.arg(),
+                state.cam.arg(),
+                state.tiles_touched.arg(),
+                v_proj.arg(),
+                p.means.arg(),
+                p.log_scales.arg(),
+                p.quats.arg(),
+                p.opacity_logits.arg(),
+                p.sh.arg(),
+                v_cam.arg(),
+                rows as u32,
+                row0 as u32,
+                out.width,
+                out.height,
+                k as u32,
+                state.active_coeffs,
+                state.antialiased,
+                pose_grad,
+            );
+            if pose_grad {
+                cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));
+            }
+        }
+        params.push(p);
+        row0 += rows;
     }
     rust3r_gpu::profile::mark(gpu, "bwd 3 project");
     let mut world_to_camera = [[0.0f32; 4]; 3];
-    if pose_grad {
-        let cam_sum = gpu.read(&reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum))?;
+    for sum in &cam_sums {
+        let cam_sum = gpu.read(sum)?;
         for r in 0..3 {
             for c in 0..3 {
-                world_to_camera[r][c] = cam_sum[r * 3 + c];
+                world_to_camera[r][c] += cam_sum[r * 3 + c];
             }
-            world_to_camera[r][3] = cam_sum[9 + r];
+            world_to_camera[r][3] += cam_sum[9 + r];
         }
     }
-    Ok(SplatGrads {
-        means: grads_means,
-        log_scales: grads_scales,
-        quats: grads_quats,
-        opacity_logits: grads_opac,
-        sh: grads_sh,
+    Ok(ChunkedGrads {
+        params,
         projected: v_proj,
         world_to_camera,
         means2d_abs: absgrad.then_some(v_abs),

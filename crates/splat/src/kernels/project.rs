@@ -52,6 +52,7 @@ pub fn project_forward(
     tiles_touched: &mut [u32],
     depth_keys: &mut [u32],
     n: u32,
+    row0: u32,
     width: u32,
     height: u32,
     #[comptime] num_coeffs: u32,
@@ -62,17 +63,19 @@ pub fn project_forward(
     if g >= n as usize {
         terminate!();
     }
+    // Chunk-local row `g` of the parameters; global row `gg` of the per-Gaussian outputs.
+    let gg = g + row0 as usize;
     // Defaults: culled.
-    radii[g * 2] = 0u32;
-    radii[g * 2 + 1] = 0u32;
-    rects[g * 2] = 0u32;
-    rects[g * 2 + 1] = 0u32;
-    tiles_touched[g] = 0u32;
+    radii[gg * 2] = 0u32;
+    radii[gg * 2 + 1] = 0u32;
+    rects[gg * 2] = 0u32;
+    rects[gg * 2 + 1] = 0u32;
+    tiles_touched[gg] = 0u32;
     // Culled Gaussians sort after every visible one.
-    depth_keys[g] = 4294967295u32;
+    depth_keys[gg] = 4294967295u32;
     #[unroll]
     for k in 0..10usize {
-        proj[g * 10 + k] = 0.0f32;
+        proj[gg * 10 + k] = 0.0f32;
     }
 
     let mx = means[g * 3];
@@ -236,22 +239,22 @@ pub fn project_forward(
         cb += bk * sh[o + 2];
     }
 
-    proj[g * 10] = mean_x;
-    proj[g * 10 + 1] = mean_y;
-    proj[g * 10 + 2] = conic_a;
-    proj[g * 10 + 3] = conic_b;
-    proj[g * 10 + 4] = conic_c;
-    proj[g * 10 + 5] = pz;
-    proj[g * 10 + 6] = opacity;
-    proj[g * 10 + 7] = max(cr, 0.0f32);
-    proj[g * 10 + 8] = max(cg, 0.0f32);
-    proj[g * 10 + 9] = max(cb, 0.0f32);
-    radii[g * 2] = u32::cast_from(rx.ceil());
-    radii[g * 2 + 1] = u32::cast_from(ry.ceil());
-    rects[g * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
-    rects[g * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
-    tiles_touched[g] = u32::cast_from(count);
-    depth_keys[g] = pz.to_bits();
+    proj[gg * 10] = mean_x;
+    proj[gg * 10 + 1] = mean_y;
+    proj[gg * 10 + 2] = conic_a;
+    proj[gg * 10 + 3] = conic_b;
+    proj[gg * 10 + 4] = conic_c;
+    proj[gg * 10 + 5] = pz;
+    proj[gg * 10 + 6] = opacity;
+    proj[gg * 10 + 7] = max(cr, 0.0f32);
+    proj[gg * 10 + 8] = max(cg, 0.0f32);
+    proj[gg * 10 + 9] = max(cb, 0.0f32);
+    radii[gg * 2] = u32::cast_from(rx.ceil());
+    radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
+    rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
+    rects[gg * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
+    tiles_touched[gg] = u32::cast_from(count);
+    depth_keys[gg] = pz.to_bits();
 }
 
 /// Backward of [`project_forward`]: from per-Gaussian gradients of the
@@ -275,6 +278,7 @@ pub fn project_backward(
     v_sh: &mut [f32],
     v_cam: &mut [f32],
     n: u32,
+    row0: u32,
     width: u32,
     height: u32,
     #[comptime] num_coeffs: u32,
@@ -286,8 +290,11 @@ pub fn project_backward(
     if g >= n as usize {
         terminate!();
     }
+    // Chunk-local row `g` of parameters and their gradients; global row `gg` of the
+    // projected-Gaussian buffers.
+    let gg = g + row0 as usize;
     let kc = comptime![num_coeffs as usize];
-    if tiles_touched[g] == 0u32 {
+    if tiles_touched[gg] == 0u32 {
         #[unroll]
         for k in 0..3usize {
             v_means[g * 3 + k] = 0.0f32;
@@ -310,16 +317,16 @@ pub fn project_backward(
         }
         terminate!();
     }
-    let v_mean_x = v_proj[g * 10];
-    let v_mean_y = v_proj[g * 10 + 1];
-    let v_ca = v_proj[g * 10 + 2];
-    let v_cb = v_proj[g * 10 + 3];
-    let v_cc = v_proj[g * 10 + 4];
-    let v_depth = v_proj[g * 10 + 5];
-    let v_opacity = v_proj[g * 10 + 6];
-    let v_r = v_proj[g * 10 + 7];
-    let v_g = v_proj[g * 10 + 8];
-    let v_b = v_proj[g * 10 + 9];
+    let v_mean_x = v_proj[gg * 10];
+    let v_mean_y = v_proj[gg * 10 + 1];
+    let v_ca = v_proj[gg * 10 + 2];
+    let v_cb = v_proj[gg * 10 + 3];
+    let v_cc = v_proj[gg * 10 + 4];
+    let v_depth = v_proj[gg * 10 + 5];
+    let v_opacity = v_proj[gg * 10 + 6];
+    let v_r = v_proj[gg * 10 + 7];
+    let v_g = v_proj[gg * 10 + 8];
+    let v_b = v_proj[gg * 10 + 9];
 
     // ---- recompute forward ----
     let mx = means[g * 3];
