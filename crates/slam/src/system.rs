@@ -14,6 +14,17 @@
 //! the time per phase. Per-pixel sums use rayon's global pool with fixed-chunk reductions
 //! ([`crate::par`]), so they do not depend on the thread count.
 //!
+//! With a front end that decodes pairs ([`PointmapFrontEnd::pairs`], the MASt3R network) and
+//! [`FrameSource::Inline`], frames are tracked as MASt3R-SLAM does ([`crate::pair`]): loading a
+//! frame only encodes it; while tracking, the frame is decoded together with the current
+//! keyframe (whose encoding the front end keeps: [`PairFrontEnd::retain`] is called after
+//! every frame with the current keyframe's index) and tracked on that pair
+//! ([`Tracker::track_pair`], on the CPU); the first frame and relocalising frames are decoded
+//! with themselves. The network runs on the tracking thread because the keyframe a frame is
+//! decoded with is only known there, after the previous frame was tracked (and one model on
+//! one device gains nothing from a second thread); decode time is counted as
+//! [`Timings::load_s`]. [`FrameSource::Prefetch`] loaders only give pointmaps.
+//!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one
 //! whole-graph optimisation after the last frame (off by default). [`run_slam_with`] tracks

@@ -21,6 +21,12 @@
 //! Gauss-Newton runs coarse to fine down to `tracking.finest_level`; the final association
 //! (statistics, keyframe rule, fusion observation) is at level 0. The normal-equation
 //! reductions over pixels are also available on the GPU ([`crate::kernels`]).
+//!
+//! This is how frames are tracked on their own pointmaps (RGB-D, or the MASt3R front end with
+//! `tracking.pairs` off, and relocalisation). With a front end that decodes pairs, MASt3R-SLAM's
+//! tracking is [`Tracker::track_pair`] ([`crate::pair`]): the network predicts the keyframe's
+//! points in the frame's camera, so matching is done once per frame, refined with the
+//! descriptors, and the residuals are weighted by the match quality `Q`.
 
 use nalgebra::{Matrix3, SMatrix, Vector3};
 use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
