@@ -145,7 +145,8 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     );
     let gpu = if args.gpu { Some(args.device.open()?) } else { None };
     let start = Instant::now();
-    // The network runs on the tracking thread (one model on the GPU); RGB-D frames on loaders.
+    // The network runs on the tracking thread (one model on the GPU; the pair (frame, keyframe)
+    // it decodes depends on the keyframe, known only there); RGB-D frames on loaders.
     let source = match mono_front.as_mut() {
         Some(front) => FrameSource::Inline { dataset: dataset.as_ref(), front },
         None => FrameSource::Prefetch { loaders, ahead: 4 * n_loaders },
@@ -194,6 +195,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         t.load_s,
         if n_loaders == 1 { "" } else { "s" },
     );
+    if result.pair_frames > 0 {
+        println!(
+            "pair tracking: {} frames tracked on network pairs with their keyframe, {} matches moved by descriptor refinement",
+            result.pair_frames, result.refined_matches
+        );
+    }
     println!(
         "keyframe memory: {:.1} MiB ({:.2} MiB per keyframe)",
         result.keyframe_bytes as f64 / (1 << 20) as f64,

@@ -113,6 +113,8 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     let (ok, stdout, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono", "--checkpoint", ckpt.to_str().unwrap(), "--max-frames", "2", "--quiet"]);
     assert!(ok, "{err}");
     assert!(stdout.contains("2 frames in"), "{stdout}");
+    // Frame 1 is tracked against keyframe 0 on the network's pair decoding (MASt3R-SLAM).
+    assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
     let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
     assert_eq!(poses.len(), 2);
@@ -142,6 +144,7 @@ fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
     let (ok, stdout, err) = run(args(&yaml, "mono"));
     assert!(ok, "{err}");
     assert!(stdout.contains("2 frames in"), "{stdout}");
+    assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
     let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
     assert_eq!(poses.len(), 2);

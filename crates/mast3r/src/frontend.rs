@@ -12,11 +12,27 @@
 //! staying up to scale (`is_metric() == false`): the SLAM system then tracks with calibrated
 //! pixel + log-depth residuals in Sim(3), MASt3R-SLAM's calibrated mode.
 //!
+//! **Pair decoding** ([`PairFrontEnd`], MASt3R-SLAM's `mast3r_asymmetric_inference`): the front
+//! end also keeps encodings of frames by data-set index, and decodes the pair (frame,
+//! keyframe) with the keyframe's cached encoding (`decode(frame, keyframe)`: head 1 gives
+//! `Xff`, `Cff`, `Dff`, `Qff` of the frame in its own camera, head 2 `Xkf`, `Ckf`, `Dkf`, `Qkf`
+//! of the keyframe's pixels in the frame's camera). `rust3r_slam` then tracks each frame on
+//! that pair ([`rust3r_slam::pair`]): each frame is encoded once and decoded once (with the
+//! keyframe), the first frame and relocalising frames with themselves. Pair decoding needs a
+//! checkpoint with descriptor confidences (`two_confs`, as the released one);
+//! [`PointmapFrontEnd::pairs`] is `None` without them and tracking uses mono pointmaps.
+//!
+//! Threads: the network (one model on one device) runs where the SLAM system calls it, the
+//! tracking thread ([`rust3r_slam::FrameSource::Inline`]): which keyframe a frame is decoded
+//! with is only known there, after the previous frame is tracked. The pair's points are as the
+//! network predicts them; the SLAM system puts them on the pixel rays in calibrated mode.
+//!
 //! The SLAM crate does not depend on this one: the CLI wires the two.
 
 use rust3r_geometry::PinholeCamera;
 use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
 use rust3r_io::datasets::{Frame, SlamCalibration};
+use rust3r_slam::pair::{PairFrontEnd, PairPrediction};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
 use crate::model::{Encoded, HostPrediction, Mast3r};
@@ -30,6 +46,8 @@ pub struct Mast3rMonoFrontEnd {
     /// Calibrated mode: the calibration and the camera of the network image.
     calib: Option<(SlamCalibration, PinholeCamera)>,
     last: Option<(Encoded, HostPrediction, Preprocessed)>,
+    /// Encoded frames kept for pair decoding: data-set index, encoding, network image.
+    encoded: Vec<(usize, Encoded, Preprocessed)>,
 }
 
 impl Mast3rMonoFrontEnd {
@@ -44,6 +62,7 @@ impl Mast3rMonoFrontEnd {
             size,
             calib: None,
             last: None,
+            encoded: Vec::new(),
         })
     }
 
@@ -74,6 +93,33 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
     }
 
     fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError> {
+        let (enc, p) = self.encode_frame(frame)?;
+        let (pm, host) = self.mono_of(&enc, &p, &frame.rgb_path.display().to_string())?;
+        self.last = Some((enc, host, p));
+        Ok(pm)
+    }
+
+    fn camera(&self) -> Option<PinholeCamera> {
+        self.calib.as_ref().map(|(_, cam)| *cam)
+    }
+
+    fn is_metric(&self) -> bool {
+        false
+    }
+
+    fn pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
+        // MASt3R-SLAM weighs matches by the descriptor confidence: without it, mono tracking.
+        if self.model.config().two_confs {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl Mast3rMonoFrontEnd {
+    /// Undistorts (calibrated), preprocesses and encodes a frame.
+    fn encode_frame(&self, frame: &Frame) -> Result<(Encoded, Preprocessed), SlamError> {
         let (w, h) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
         let undistorted = match &self.calib {
             Some((calib, _)) => Some(calib.undistort(frame)?),
@@ -97,41 +143,117 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
         let img = self
             .model
             .image_tensor(p.data.clone(), [1, 3, p.height, p.width]);
-        let enc = self.model.encode(img);
-        let [own, _] = self.model.mono(&enc);
+        Ok((self.model.encode(img), p))
+    }
+
+    /// The frame decoded with itself: view 1's points (on the rays when calibrated) and
+    /// confidence, coloured by the network image; `name` names the frame in errors.
+    fn mono_of(
+        &self,
+        enc: &Encoded,
+        p: &Preprocessed,
+        name: &str,
+    ) -> Result<(Pointmap, HostPrediction), SlamError> {
+        let [own, _] = self.model.mono(enc);
         let host = own.to_host();
-        let points: Vec<[f32; 3]> = host
-            .pts3d
-            .chunks_exact(3)
-            .map(|v| [v[0], v[1], v[2]])
-            .collect();
-        if points.iter().flatten().any(|v| !v.is_finite()) {
-            return Err(SlamError::InvalidInput(format!(
-                "{}: the network produced non-finite points",
-                frame.rgb_path.display()
-            )));
-        }
-        let mut pm = Pointmap {
-            width: p.width,
-            height: p.height,
-            points,
-            conf: host.conf.clone(),
-            colors: p.rgb.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
-        };
+        let mut pm = host_pointmap(&host, p, name)?;
         if let Some((_, cam)) = &self.calib {
             // MASt3R-SLAM `constrain_points_to_ray`: keep the predicted depth, on the pixel's ray.
             pm.constrain_to_rays(cam);
         }
-        self.last = Some((enc, host, p));
+        Ok((pm, host))
+    }
+
+    fn cached(&self, index: usize) -> Result<&(usize, Encoded, Preprocessed), SlamError> {
+        self.encoded.iter().find(|e| e.0 == index).ok_or_else(|| {
+            SlamError::InvalidInput(format!(
+                "frame {index} is not encoded (encoded: {:?})",
+                self.encoded.iter().map(|e| e.0).collect::<Vec<_>>()
+            ))
+        })
+    }
+}
+
+/// The points and confidence of one view of a prediction as a pointmap coloured by `p`.
+fn host_pointmap(
+    host: &HostPrediction,
+    p: &Preprocessed,
+    name: &str,
+) -> Result<Pointmap, SlamError> {
+    let points: Vec<[f32; 3]> = host
+        .pts3d
+        .chunks_exact(3)
+        .map(|v| [v[0], v[1], v[2]])
+        .collect();
+    if points.iter().flatten().any(|v| !v.is_finite()) {
+        return Err(SlamError::InvalidInput(format!(
+            "{name}: the network produced non-finite points"
+        )));
+    }
+    if (host.width, host.height) != (p.width, p.height) {
+        return Err(SlamError::InvalidInput(format!(
+            "{name}: the prediction is {}x{} but the network image is {}x{}",
+            host.width, host.height, p.width, p.height
+        )));
+    }
+    Ok(Pointmap {
+        width: p.width,
+        height: p.height,
+        points,
+        conf: host.conf.clone(),
+        colors: p.rgb.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+    })
+}
+
+impl PairFrontEnd for Mast3rMonoFrontEnd {
+    fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError> {
+        let (enc, p) = self.encode_frame(frame)?;
+        self.encoded.retain(|e| e.0 != index);
+        self.encoded.push((index, enc, p));
+        Ok(())
+    }
+
+    fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
+        let (_, enc, p) = self.cached(index)?;
+        let (pm, _) = self.mono_of(enc, p, &format!("frame {index}"))?;
         Ok(pm)
     }
 
-    fn camera(&self) -> Option<PinholeCamera> {
-        self.calib.as_ref().map(|(_, cam)| *cam)
+    fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError> {
+        let (_, ef, pf) = self.cached(frame)?;
+        let (_, ek, pk) = self.cached(keyframe)?;
+        if (pf.width, pf.height) != (pk.width, pk.height) {
+            return Err(SlamError::InvalidInput(format!(
+                "frame {frame} ({}x{}) and keyframe {keyframe} ({}x{}) have different network image sizes",
+                pf.width, pf.height, pk.width, pk.height
+            )));
+        }
+        let [head1, head2] = self.model.decode(ef, ek);
+        let (hf, hk) = (head1.to_host(), head2.to_host());
+        let name = format!("frames {frame} and {keyframe}");
+        if hf.desc_conf.len() != hf.conf.len() || hk.desc_conf.len() != hk.conf.len() {
+            return Err(SlamError::InvalidInput(format!(
+                "{name}: the network has no descriptor confidence (two_confs), which pair tracking needs"
+            )));
+        }
+        let frame_pm = host_pointmap(&hf, pf, &name)?;
+        let keyframe_pm = host_pointmap(&hk, pk, &name)?;
+        let pred = PairPrediction {
+            frame: frame_pm,
+            frame_desc: hf.desc,
+            frame_desc_conf: hf.desc_conf,
+            keyframe_points: keyframe_pm.points,
+            keyframe_conf: keyframe_pm.conf,
+            keyframe_desc: hk.desc,
+            keyframe_desc_conf: hk.desc_conf,
+            desc_dim: hf.desc_dim,
+        };
+        pred.check()?;
+        Ok(pred)
     }
 
-    fn is_metric(&self) -> bool {
-        false
+    fn retain(&mut self, keep: &[usize]) {
+        self.encoded.retain(|e| keep.contains(&e.0));
     }
 }
 

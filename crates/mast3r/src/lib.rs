@@ -6,7 +6,7 @@
 //! |---|---|
 //! | [`model`] | [`Mast3r`]: weights on a Burn [`Device`](burn::tensor::Device) (wgpu by default) in f32 or f16; [`Mast3r::encode`], [`Mast3r::decode`], [`Mast3r::mono`], [`Mast3r::symmetric`], [`Mast3r::asymmetric`]; outputs [`Prediction`] (pts3d, conf, desc, desc_conf) |
 //! | [`preprocess`] | `resize_img` at 512 / 224, bit-exact with Pillow (LANCZOS shrinking, BICUBIC enlarging) |
-//! | [`frontend`] | [`frontend::Mast3rMonoFrontEnd`]: the network as `rust3r_slam`'s `PointmapFrontEnd` (monocular, uncalibrated) |
+//! | [`frontend`] | [`frontend::Mast3rMonoFrontEnd`]: the network as `rust3r_slam`'s `PointmapFrontEnd` (mono pointmaps, uncalibrated or calibrated) and `PairFrontEnd` (pairs (frame, keyframe) with cached encodings, for MASt3R-SLAM's tracking) |
 //! | [`parity`] | the fixture's cases (`rust3r mast3r-infer`): every reference tensor, same names and shapes |
 //! | [`pth`] | PyTorch checkpoints (zip and legacy): `rust3r_torch_checkpoint`'s reader, re-exported |
 //! | [`safetensors`] | safetensors reading and atomic writing: `rust3r_torch_checkpoint`'s, re-exported |

@@ -121,6 +121,11 @@ pub struct TrackingConfig {
     /// Gauss-Newton sums only the pixels with `u + v` even (a checkerboard, half the pixels;
     /// projective association path). RGB-D addition.
     pub checkerboard: bool,
+    /// Track on network pairs (frame, keyframe) when the front end decodes pairs
+    /// ([`crate::pair`], MASt3R-SLAM's tracking); false: on the frames' own pointmaps, matched by
+    /// pose-dependent iterative projection every iteration. rust3r switch, on by default;
+    /// front ends without pair decoding (RGB-D) ignore it.
+    pub pairs: bool,
     /// Keyframe pointmap fusion.
     pub filtering_mode: FusionMode,
     /// Score for [`FusionMode::BestScore`].
@@ -266,6 +271,7 @@ impl Default for SlamConfig {
                 pixel_border: -10.0,
                 finest_level: 0,
                 checkerboard: false,
+                pairs: true,
                 filtering_mode: FusionMode::Weighted,
                 filtering_score: FilteringScore::Median,
             },
@@ -472,6 +478,7 @@ impl SlamConfig {
                     "depth_eps" => t.depth_eps = f(value)?,
                     "finest_level" => t.finest_level = u(value)?,
                     "checkerboard" => t.checkerboard = b(value)?,
+                    "pairs" => t.pairs = b(value)?,
                     "filtering_mode" => t.filtering_mode = value.parse()?,
                     "filtering_score" => {
                         t.filtering_score = match value {

@@ -1,8 +1,11 @@
 //! rust3r SLAM: MASt3R-SLAM's design in one process.
 //!
 //! * [`pointmap`]: pointmaps and the [`PointmapFrontEnd`] trait, with the RGB-D front end
-//!   ([`RgbdFrontEnd`]); the MASt3R network plugs in as another front end later.
+//!   ([`RgbdFrontEnd`]); the MASt3R network (crate `rust3r-mast3r`) is another front end.
 //! * [`matching`]: iterative-projection matching, occlusion check, descriptor refinement.
+//! * [`pair`]: tracking on network pairs (MASt3R-SLAM's `mast3r_match_asymmetric` +
+//!   `FrameTracker.track`): a [`PairFrontEnd`] decodes (frame, keyframe), matches are refined
+//!   with the descriptors and weighted by the match quality `Q`.
 //! * [`projective`]: projective association and fused normal equations for calibrated views
 //!   (RGB-D), summed in parallel with deterministic fixed-chunk reductions ([`par`]).
 //! * [`residuals`]: calibrated (pixel + log-depth), point-to-plane and uncalibrated (ray +
@@ -27,6 +30,7 @@ pub mod keyframes;
 pub mod kernels;
 pub mod matching;
 pub mod output;
+pub mod pair;
 pub mod par;
 pub mod pointmap;
 pub mod projective;
@@ -42,6 +46,7 @@ pub use ate::{
 };
 pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;
+pub use pair::{PairFrontEnd, PairPrediction};
 pub use pointmap::{Pointmap, PointmapFrontEnd, RgbdFrontEnd};
 pub use system::{FrameSource, Progress, SlamResult, Timings, TrackingState, run_slam, run_slam_source, run_slam_with};
 pub use trajectory::{

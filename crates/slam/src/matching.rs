@@ -12,6 +12,7 @@
 //! `dilation_max` down to 1). The GPU port is [`crate::kernels::iter_proj`].
 
 use nalgebra::Vector3;
+use rayon::prelude::*;
 
 use crate::config::MatchingConfig;
 
@@ -225,34 +226,40 @@ pub fn match_iterative_proj(
     p_init: &[[f32; 2]],
     cfg: &MatchingConfig,
 ) -> Matches {
-    let n = queries.len();
-    let mut idx = vec![0u32; n];
-    let mut pos = p_init.to_vec();
-    let mut valid = vec![false; n];
-    for i in 0..n {
-        let Some(q) = queries[i] else { continue };
-        let x = Vector3::new(q[0] as f64, q[1] as f64, q[2] as f64);
-        let norm = x.norm();
-        if !(norm > 0.0) {
-            continue;
-        }
-        let (p, conv) = iter_proj_point(rays, &(x / norm), [p_init[i][0] as f64, p_init[i][1] as f64], cfg.max_iter, cfg.lambda_init, cfg.convergence_thresh);
-        pos[i] = [p[0] as f32, p[1] as f32];
-        let j = round_pixel(pos[i], rays.width, rays.height);
-        idx[i] = j as u32;
-        if conv && ref_valid[j] {
-            let r = ref_points[j];
-            let d = ((r[0] as f64 - x.x).powi(2) + (r[1] as f64 - x.y).powi(2) + (r[2] as f64 - x.z).powi(2)).sqrt();
-            valid[i] = d < cfg.dist_thresh;
-        }
-    }
-    Matches { idx, pos, valid }
+    // One independent search per query, in parallel (element-wise: same result as in order).
+    let per: Vec<(u32, [f32; 2], bool)> = queries
+        .par_iter()
+        .zip(p_init.par_iter())
+        .map(|(query, init)| {
+            let Some(q) = query else { return (0, *init, false) };
+            let x = Vector3::new(q[0] as f64, q[1] as f64, q[2] as f64);
+            let norm = x.norm();
+            if !(norm > 0.0) {
+                return (0, *init, false);
+            }
+            let (p, conv) = iter_proj_point(rays, &(x / norm), [init[0] as f64, init[1] as f64], cfg.max_iter, cfg.lambda_init, cfg.convergence_thresh);
+            let pos = [p[0] as f32, p[1] as f32];
+            let j = round_pixel(pos, rays.width, rays.height);
+            let mut valid = false;
+            if conv && ref_valid[j] {
+                let r = ref_points[j];
+                let d = ((r[0] as f64 - x.x).powi(2) + (r[1] as f64 - x.y).powi(2) + (r[2] as f64 - x.z).powi(2)).sqrt();
+                valid = d < cfg.dist_thresh;
+            }
+            (j as u32, pos, valid)
+        })
+        .collect();
+    Matches { idx: per.iter().map(|m| m.0).collect(), pos: per.iter().map(|m| m.1).collect(), valid: per.iter().map(|m| m.2).collect() }
 }
 
 /// Descriptor refinement (MASt3R-SLAM `refine_matches`): for each query, search a window of
 /// radius `radius * d` with spacing `d` around its pixel for the reference descriptor with the
 /// largest dot product with the query's, recentring after each `d` from `dilation_max` down to
-/// 1. `ref_desc` is `[h][w][dim]`, `query_desc` `[n][dim]`. Returns the refined linear pixels.
+/// 1. The best score is kept across dilations and starts at the smallest positive normal float
+/// (as upstream's `numeric_limits<scalar_t>::min()`), so a query whose every score is zero or
+/// negative keeps its pixel. `ref_desc` is `[h][w][dim]`, `query_desc` `[n][dim]`. Returns the
+/// refined linear pixels. Scores are summed in f32 (upstream: f16). Queries run in parallel.
+#[allow(clippy::too_many_arguments)]
 pub fn refine_matches(
     ref_desc: &[f32],
     width: usize,
@@ -263,38 +270,42 @@ pub fn refine_matches(
     radius: usize,
     dilation_max: usize,
 ) -> Vec<u32> {
-    let mut out = Vec::with_capacity(idx.len());
-    for (n, &i) in idx.iter().enumerate() {
-        let q = &query_desc[n * dim..(n + 1) * dim];
-        let (mut u0, mut v0) = ((i as usize % width) as isize, (i as usize / width) as isize);
-        let mut best = f32::MIN;
-        let (mut ub, mut vb) = (u0, v0);
-        for d in (1..=dilation_max).rev() {
-            let rd = (radius * d) as isize;
-            let diam = 2 * rd + 1;
-            let mut a = 0;
-            while a < diam {
-                let mut b = 0;
-                while b < diam {
+    idx.par_iter()
+        .enumerate()
+        .map(|(n, &i)| {
+            let q = &query_desc[n * dim..(n + 1) * dim];
+            let (mut u0, mut v0) = ((i as usize % width) as isize, (i as usize / width) as isize);
+            let mut best = f32::MIN_POSITIVE;
+            let (mut ub, mut vb) = (u0, v0);
+            for d in (1..=dilation_max).rev() {
+                let rd = (radius * d) as isize;
+                let step = d as isize;
+                // Window columns `u0 - rd, u0 - rd + d, ..., u0 + rd` (the same for rows),
+                // the column index outer as upstream (first maximum wins on ties).
+                for a in (0..=2 * rd).step_by(d) {
                     let u = u0 - rd + a;
-                    let v = v0 - rd + b;
-                    if u >= 0 && v >= 0 && (u as usize) < width && (v as usize) < height {
-                        let r = &ref_desc[(v as usize * width + u as usize) * dim..][..dim];
-                        let score: f32 = r.iter().zip(q).map(|(x, y)| x * y).sum();
-                        if score > best {
-                            best = score;
-                            ub = u;
-                            vb = v;
-                        }
+                    if u < 0 || u as usize >= width {
+                        continue;
                     }
-                    b += d as isize;
+                    let mut b = 0;
+                    while b <= 2 * rd {
+                        let v = v0 - rd + b;
+                        if v >= 0 && (v as usize) < height {
+                            let r = &ref_desc[(v as usize * width + u as usize) * dim..][..dim];
+                            let score: f32 = r.iter().zip(q).map(|(x, y)| x * y).sum();
+                            if score > best {
+                                best = score;
+                                ub = u;
+                                vb = v;
+                            }
+                        }
+                        b += step;
+                    }
                 }
-                a += d as isize;
+                u0 = ub;
+                v0 = vb;
             }
-            u0 = ub;
-            v0 = vb;
-        }
-        out.push((vb as usize * width + ub as usize) as u32);
-    }
-    out
+            (vb as usize * width + ub as usize) as u32
+        })
+        .collect()
 }

@@ -1,9 +1,10 @@
 //! Pointmaps (per-pixel 3D points in the camera frame) and the front ends that produce them.
 //!
 //! A [`PointmapFrontEnd`] turns a data-set frame into a [`Pointmap`]: per-pixel points in the
-//! camera frame, a confidence per pixel, and a colour per pixel. The MASt3R network will be one
-//! implementation (it also predicts pairs; that part of the seam arrives with the network);
-//! [`RgbdFrontEnd`] is the one for metric depth cameras.
+//! camera frame, a confidence per pixel, and a colour per pixel. The MASt3R network
+//! (`rust3r_mast3r::frontend`) is one implementation, which also decodes frame pairs
+//! ([`PointmapFrontEnd::pairs`], [`crate::pair`]); [`RgbdFrontEnd`] is the one for metric depth
+//! cameras.
 
 use nalgebra::Vector3;
 use rust3r_geometry::PinholeCamera;
@@ -150,6 +151,13 @@ pub trait PointmapFrontEnd: Send {
     fn camera(&self) -> Option<PinholeCamera>;
     /// Whether the pointmaps are metric (scale observable, so poses can be SE(3)).
     fn is_metric(&self) -> bool;
+    /// The front end's pair decoding, when it has one (MASt3R): frames are then tracked against
+    /// the keyframe on network pairs ([`crate::pair`]) when the front end runs on the tracking
+    /// thread ([`crate::FrameSource::Inline`]). `None` (the default): tracking uses the frames'
+    /// own pointmaps.
+    fn pairs(&mut self) -> Option<&mut dyn crate::pair::PairFrontEnd> {
+        None
+    }
 }
 
 /// RGB-D front end: the pointmap is the back-projected depth image (block-averaged by

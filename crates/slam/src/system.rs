@@ -14,6 +14,17 @@
 //! the time per phase. Per-pixel sums use rayon's global pool with fixed-chunk reductions
 //! ([`crate::par`]), so they do not depend on the thread count.
 //!
+//! With a front end that decodes pairs ([`PointmapFrontEnd::pairs`], the MASt3R network) and
+//! [`FrameSource::Inline`], frames are tracked as MASt3R-SLAM does ([`crate::pair`]): loading a
+//! frame only encodes it; while tracking, the frame is decoded together with the current
+//! keyframe (whose encoding the front end keeps: [`PairFrontEnd::retain`] is called after
+//! every frame with the current keyframe's index) and tracked on that pair
+//! ([`Tracker::track_pair`], on the CPU); the first frame and relocalising frames are decoded
+//! with themselves. The network runs on the tracking thread because the keyframe a frame is
+//! decoded with is only known there, after the previous frame was tracked (and one model on
+//! one device gains nothing from a second thread); decode time is counted as
+//! [`Timings::load_s`]. [`FrameSource::Prefetch`] loaders only give pointmaps.
+//!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one
 //! whole-graph optimisation after the last frame (off by default). [`run_slam_with`] tracks
@@ -36,6 +47,7 @@ use crate::SlamError;
 use crate::backend::{Edge, KeyframeView, match_fraction, optimize};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
+use crate::pair::PairFrontEnd;
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 use crate::tracker::{LevelView, ResidualParams, Tracker};
 
@@ -94,6 +106,10 @@ pub struct SlamResult {
     pub keyframe_bytes: usize,
     /// Time per phase.
     pub timings: Timings,
+    /// Frames tracked on a network pair (frame, keyframe) ([`crate::pair`]).
+    pub pair_frames: usize,
+    /// Matches moved by the descriptor refinement, summed over those frames.
+    pub refined_matches: usize,
 }
 
 impl SlamResult {
@@ -448,7 +464,8 @@ pub enum FrameSource<'a> {
 /// Wall-clock seconds per phase of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timings {
-    /// Decoding and pointmap construction (summed over loader threads when prefetching).
+    /// Decoding and pointmap construction (summed over loader threads when prefetching),
+    /// network pair decoding included.
     pub load_s: f64,
     /// Tracking thread waiting for decoded frames (prefetching).
     pub wait_frames_s: f64,
@@ -472,30 +489,57 @@ struct FrameMeta {
 struct Loaded {
     timestamp: f64,
     rgb_path: std::path::PathBuf,
-    pm: Pointmap,
+    /// The frame's pointmap; `None` when the front end decodes pairs: the frame is then only
+    /// encoded, and decoded when tracking knows with which keyframe.
+    pm: Option<Pointmap>,
     load_s: f64,
 }
 
-fn load(dataset: &dyn Dataset, front: &mut dyn PointmapFrontEnd, i: usize) -> Result<Loaded, SlamError> {
+fn load(dataset: &dyn Dataset, front: &mut dyn PointmapFrontEnd, i: usize, pairs: bool) -> Result<Loaded, SlamError> {
     let start = std::time::Instant::now();
     let frame = dataset.frame(i)?;
-    let pm = front.pointmap(&frame)?;
+    let pm = match front.pairs().filter(|_| pairs) {
+        Some(p) => {
+            p.encode(i, &frame)?;
+            None
+        }
+        None => Some(front.pointmap(&frame)?),
+    };
     Ok(Loaded { timestamp: frame.timestamp, rgb_path: frame.rgb_path, pm, load_s: start.elapsed().as_secs_f64() })
 }
 
 enum Source<'a> {
-    Inline(&'a dyn Dataset, &'a mut dyn PointmapFrontEnd),
+    /// The front end on the tracking thread; `bool`: track on network pairs.
+    Inline(&'a dyn Dataset, &'a mut dyn PointmapFrontEnd, bool),
     Channels(Vec<std::sync::mpsc::Receiver<Result<Loaded, SlamError>>>),
 }
 
 impl Source<'_> {
     fn next(&mut self, i: usize) -> Result<Loaded, SlamError> {
         match self {
-            Self::Inline(d, f) => load(*d, &mut **f, i),
+            Self::Inline(d, f, pairs) => load(*d, &mut **f, i, *pairs),
             Self::Channels(rx) => {
                 let n = rx.len();
                 rx[i % n].recv().map_err(|_| SlamError::Backend("a frame loader thread stopped".into()))?
             }
+        }
+    }
+
+    /// The pair decoder when frames are tracked on network pairs.
+    fn pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
+        match self {
+            Self::Inline(_, f, true) => f.pairs(),
+            _ => None,
+        }
+    }
+
+    /// The pointmap of frame `i`: the loaded one, or (pair tracking) the encoded frame decoded
+    /// with itself.
+    fn pointmap(&mut self, i: usize, pm: Option<Pointmap>) -> Result<Pointmap, SlamError> {
+        match (pm, self.pairs()) {
+            (Some(pm), _) => Ok(pm),
+            (None, Some(p)) => p.mono(i),
+            (None, None) => Err(SlamError::Backend(format!("frame {i} was neither decoded nor encoded"))),
         }
     }
 }
@@ -542,7 +586,12 @@ pub fn run_slam_source(
     let load_s = Arc::new(Mutex::new(0.0f64));
     let result = std::thread::scope(|scope| {
         let src = match source {
-            FrameSource::Inline { dataset, front } => Source::Inline(dataset, front),
+            FrameSource::Inline { dataset, front } => {
+                // Pair decoding needs the keyframe, known only here: the network stays on the
+                // tracking thread.
+                let pairs = cfg.tracking.pairs && front.pairs().is_some();
+                Source::Inline(dataset, front, pairs)
+            }
             FrameSource::Prefetch { loaders, ahead } => {
                 let nl = loaders.len();
                 let bound = ahead.div_ceil(nl).max(1);
@@ -556,7 +605,7 @@ pub fn run_slam_source(
                         .spawn_scoped(scope, move || {
                             let mut spent = 0.0;
                             for i in (k..total).step_by(nl) {
-                                let item = load(dataset.as_ref(), front.as_mut(), i);
+                                let item = load(dataset.as_ref(), front.as_mut(), i, false);
                                 let stop = item.is_err();
                                 if let Ok(l) = &item {
                                     spent += l.load_s;
@@ -573,21 +622,29 @@ pub fn run_slam_source(
                 Source::Channels(rxs)
             }
         };
-        let r = run_frames(src, cfg, total, cam, &tracker, gpu, &shared, &mut runner, &mut timings, &mut progress);
+        let r = run_frames(src, cfg, total, cam, camera, &tracker, gpu, &shared, &mut runner, &mut timings, &mut progress);
         let wait = std::time::Instant::now();
         let finish = if r.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
         timings.backend_wait_s = wait.elapsed().as_secs_f64();
         (r, finish)
     });
     let (result, finish) = result;
-    let (frames, peak) = result?;
+    let (frames, peak, pair_frames, refined_matches) = result?;
     finish?;
     let s = Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
     let s = s.into_inner().map_err(|_| SlamError::Backend("the back end panicked".into()))?;
     let keyframe_bytes = peak.max(s.store.memory_bytes());
     timings.backend_s = s.backend_s;
     timings.load_s += *load_s.lock().expect("timing lock");
-    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes, timings })
+    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes, timings, pair_frames, refined_matches })
+}
+
+/// Runs `f`, adding its wall-clock seconds to `acc`.
+fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+    let t = std::time::Instant::now();
+    let r = f();
+    *acc += t.elapsed().as_secs_f64();
+    r
 }
 
 fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamError> {
@@ -600,16 +657,21 @@ fn run_frames(
     cfg: &SlamConfig,
     total: usize,
     cam: Option<PinholeCamera>,
+    front_cam: Option<PinholeCamera>,
     tracker: &Tracker,
     gpu: Option<&rust3r_gpu::Gpu>,
     shared: &Arc<Mutex<Shared>>,
     runner: &mut BackendRunner,
     timings: &mut Timings,
     progress: &mut impl FnMut(&Progress),
-) -> Result<(Vec<FrameRecord>, usize), SlamError> {
+) -> Result<(Vec<FrameRecord>, usize, usize, usize), SlamError> {
     let mut records: Vec<FrameRecord> = Vec::with_capacity(total);
     let mut state = TrackingState::Init;
     let mut peak_bytes = 0usize;
+    // Pair tracking: frames tracked on pairs, refined matches, and the last frame's matches
+    // against keyframe `.0` (warm start of the next frame against the same keyframe).
+    let (mut pair_frames, mut refined_matches) = (0usize, 0usize);
+    let mut pair_warm: Option<(usize, Vec<u32>)> = None;
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
     for i in 0..total {
@@ -625,12 +687,15 @@ fn run_frames(
         }
         let t_frame = std::time::Instant::now();
         let mut tracked_s = 0.0;
+        // Network decoding on this thread (pair tracking decodes here, not while loading).
+        let mut decode_s = 0.0;
         // Inline back-end time is counted as back end, not mapping.
         let backend_inline = matches!(runner, BackendRunner::Inline(_));
         let backend_before = if backend_inline { lock(shared)?.backend_s } else { 0.0 };
-        let conf = pm.conf.clone();
+        let pair_mode = source.pairs().is_some();
         match state {
             TrackingState::Init => {
+                let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
                 let kf = Keyframe::new(i, frame.timestamp, Sim3::identity(), pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
                 let k = lock(shared)?.store.push(kf);
                 records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
@@ -639,20 +704,46 @@ fn run_frames(
             }
             TrackingState::Tracking => {
                 let last = records.last().expect("a frame precedes tracking").clone();
-                let (k, kf_pm, kf_conf, t_wck, t_wc_last_kf) = {
+                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last_kf) = {
                     let s = lock(shared)?;
                     let k = s.store.len() - 1;
                     let kf = &s.store.frames[k];
-                    (k, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, s.store.frames[last.keyframe].t_wc)
+                    (k, kf.frame_index, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, s.store.frames[last.keyframe].t_wc)
                 };
                 // Start from the previous frame's pose.
                 let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
-                let t_track = std::time::Instant::now();
-                let res = match (gpu, cam) {
-                    (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
-                    _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
+                let (res, pm) = match source.pairs() {
+                    Some(pairs) => {
+                        // MASt3R-SLAM: decode (frame, keyframe), match once, refine with the
+                        // descriptors, weigh by Q (crate::pair). The frame's pointmap is Xff.
+                        let pred = timed(&mut decode_s, || pairs.pair(i, kf_index))?;
+                        let t_track = std::time::Instant::now();
+                        let warm = pair_warm.as_ref().filter(|w| w.0 == k).map(|w| w.1.as_slice());
+                        let pt = tracker.track_pair(&pred, &kf_pm, &kf_conf, cam, &t_init, warm)?;
+                        tracked_s += t_track.elapsed().as_secs_f64();
+                        tracing::debug!("frame {i}: pair with keyframe {k}: {} matches used, {} moved by the descriptors", pt.used, pt.matches.refined);
+                        pair_frames += 1;
+                        refined_matches += pt.matches.refined;
+                        pair_warm = Some((k, pt.matches.idx));
+                        let mut pm = pred.frame;
+                        if let Some(c) = &front_cam {
+                            // As the front end's own pointmaps: on the pixel rays, keeping depth.
+                            pm.constrain_to_rays(c);
+                        }
+                        (pt.result, pm)
+                    }
+                    None => {
+                        let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
+                        let conf = pm.conf.clone();
+                        let t_track = std::time::Instant::now();
+                        let res = match (gpu, cam) {
+                            (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
+                            _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
+                        };
+                        tracked_s += t_track.elapsed().as_secs_f64();
+                        (res, pm)
+                    }
                 };
-                tracked_s += t_track.elapsed().as_secs_f64();
                 tracing::debug!(
                     "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
                     res.iterations,
@@ -682,6 +773,8 @@ fn run_frames(
                 }
             }
             TrackingState::Relocalising => {
+                let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
+                let conf = pm.conf.clone();
                 let last_good = records.iter().rev().find(|r| r.tracked).expect("frame 0 is tracked").clone();
                 let (cands, t_wc_last) = {
                     let s = lock(shared)?;
@@ -729,6 +822,10 @@ fn run_frames(
         let rec = records.last().expect("one record per frame");
         let (nk, backend_after, pose, new_keyframe, graph) = {
             let s = lock(shared)?;
+            if pair_mode && let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
+                // Only the current keyframe's encoding is needed from here on.
+                pairs.retain(&[kf.frame_index]);
+            }
             peak_bytes = peak_bytes.max(s.store.memory_bytes());
             let pose = s.store.frames[rec.keyframe].t_wc.compose(&rec.t_kf_frame);
             let new_keyframe = (s.store.len() > reported.0)
@@ -740,7 +837,8 @@ fn run_frames(
             (s.store.len(), if backend_inline { s.backend_s } else { 0.0 }, pose, new_keyframe, graph)
         };
         timings.track_s += tracked_s;
-        timings.map_s += t_frame.elapsed().as_secs_f64() - tracked_s - (backend_after - backend_before);
+        timings.load_s += decode_s;
+        timings.map_s += t_frame.elapsed().as_secs_f64() - tracked_s - decode_s - (backend_after - backend_before);
         progress(&Progress {
             frame: i + 1,
             total,
@@ -752,5 +850,5 @@ fn run_frames(
             graph,
         });
     }
-    Ok((records, peak_bytes))
+    Ok((records, peak_bytes, pair_frames, refined_matches))
 }

@@ -21,6 +21,12 @@
 //! Gauss-Newton runs coarse to fine down to `tracking.finest_level`; the final association
 //! (statistics, keyframe rule, fusion observation) is at level 0. The normal-equation
 //! reductions over pixels are also available on the GPU ([`crate::kernels`]).
+//!
+//! This is how frames are tracked on their own pointmaps (RGB-D, or the MASt3R front end with
+//! `tracking.pairs` off, and relocalisation). With a front end that decodes pairs, MASt3R-SLAM's
+//! tracking is [`Tracker::track_pair`] ([`crate::pair`]): the network predicts the keyframe's
+//! points in the frame's camera, so matching is done once per frame, refined with the
+//! descriptors, and the residuals are weighted by the match quality `Q`.
 
 use nalgebra::{Matrix3, SMatrix, Vector3};
 use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
@@ -201,8 +207,9 @@ impl LevelView {
         self.len() == 0
     }
 
+    /// Point of pixel `i` as f64.
     #[inline]
-    fn point(&self, i: usize) -> Vector3<f64> {
+    pub fn point(&self, i: usize) -> Vector3<f64> {
         let p = self.points[i];
         Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64)
     }
@@ -273,11 +280,19 @@ pub struct PointInfo {
 /// Linearises the residuals between keyframe pixel `q` of `meas` and the source point moved
 /// into `meas`'s camera, `y`. `None` when the projection or the measurement is invalid.
 pub fn point_info(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &ResidualParams) -> Option<PointInfo> {
+    point_info_weighted(meas, q, y, p, 1.0)
+}
+
+/// [`point_info`] with every residual's information scaled by `weight` (MASt3R-SLAM's match
+/// quality `Q`: square-root information `sqrt(Q) / sigma`, Huber on the residual whitened that
+/// way).
+pub fn point_info_weighted(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &ResidualParams, weight: f64) -> Option<PointInfo> {
     let mut m = Matrix3::zeros();
     let mut v = Vector3::zeros();
     let mut cost = 0.0;
+    let sqrt_weight = weight.sqrt();
     let mut add = |r: f64, dh: &SMatrix<f64, 1, 3>, sigma: f64| {
-        let sqrt_info = 1.0 / sigma;
+        let sqrt_info = sqrt_weight / sigma;
         let wr = sqrt_info * r;
         let w = sqrt_info * sqrt_info * huber_weight(wr, p.huber);
         m += dh.transpose() * dh * w;
@@ -477,7 +492,7 @@ impl Tracker {
 
     /// Gauss-Newton at one pyramid level: `normal_eq(t)` is the system at pose `t`; stops at
     /// `max_iters`, with fewer than 6 residuals, on a singular system or at convergence.
-    fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) {
+    pub(crate) fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) {
         let mut old_cost = f64::INFINITY;
         for _ in 0..self.cfg.max_iters {
             *iterations += 1;

@@ -14,6 +14,8 @@ fn defaults_are_mast3r_slam_base_yaml() {
     assert_eq!((t.rel_error, t.delta_norm, t.huber, t.match_frac_thresh), (1e-3, 1e-3, 1.345, 0.333));
     assert_eq!((t.sigma_ray, t.sigma_dist, t.sigma_pixel, t.sigma_depth), (0.003, 10.0, 1.0, 10.0));
     assert_eq!((t.depth_eps, t.pixel_border, t.filtering_mode), (1e-6, -10.0, FusionMode::Weighted));
+    // rust3r switch: MASt3R-SLAM always tracks on network pairs.
+    assert!(t.pairs);
     let l = &c.local_opt;
     assert_eq!((l.pin, l.window_size, l.min_match_frac, l.max_iters, l.delta_norm), (1, 1_000_000, 0.1, 10, 1e-8));
     assert_eq!((c.retrieval.k, c.retrieval.min_thresh, c.reloc.min_match_frac, c.reloc.strict), (3, 5e-3, 0.3, true));
@@ -22,9 +24,10 @@ fn defaults_are_mast3r_slam_base_yaml() {
 #[test]
 fn yaml_overrides_keys_and_rejects_unknown_ones() {
     let mut c = SlamConfig::rgbd();
-    let text = "use_calib: True\ntracking:\n  max_iters: 7 # comment\n  filtering_mode: indep_conf\nlocal_opt:\n  window_size: 1e+6\n\nrgbd:\n  pyramid_levels: 2\n";
+    let text = "use_calib: True\ntracking:\n  max_iters: 7 # comment\n  pairs: False\n  filtering_mode: indep_conf\nlocal_opt:\n  window_size: 1e+6\n\nrgbd:\n  pyramid_levels: 2\n";
     c.apply_yaml(text, Path::new("my.yaml")).unwrap();
     assert_eq!(c.tracking.max_iters, 7);
+    assert!(!c.tracking.pairs);
     assert_eq!(c.tracking.filtering_mode, FusionMode::IndepConf);
     assert_eq!(c.local_opt.window_size, 1_000_000);
     assert_eq!(c.rgbd.pyramid_levels, 2);

@@ -1,0 +1,129 @@
+//! MASt3R-SLAM's pair tracking with the network in the loop: the tiny fixture checkpoint as the
+//! front end of `rust3r_slam` on real redkitchen frames (random weights, so the geometry is
+//! meaningless; what is checked is that the pair path runs, with the keyframe's cached
+//! encoding, and gives finite poses).
+
+mod common;
+
+use std::path::Path;
+
+use burn::tensor::{Device, DeviceKind};
+use common::TINY_PTH;
+use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
+use rust3r_mast3r::{Mast3r, Precision};
+use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
+
+const REDKITCHEN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/data/redkitchen"
+);
+
+fn front_end(size: usize) -> Mast3rMonoFrontEnd {
+    assert!(
+        !rust3r_gpu::list_adapters().is_empty(),
+        "a GPU adapter is required (CI installs Mesa's lavapipe)"
+    );
+    let device = Device::wgpu(DeviceKind::DefaultDevice);
+    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    Mast3rMonoFrontEnd::new(model, size).unwrap()
+}
+
+#[test]
+fn pair_decoding_reuses_encodings_and_agrees_with_the_network() {
+    let data = rust3r_io::datasets::open(Path::new(REDKITCHEN), None, 5).unwrap();
+    let mut fe = front_end(224);
+    let (f0, f1) = (data.frame(0).unwrap(), data.frame(1).unwrap());
+    let pairs = fe
+        .pairs()
+        .expect("the tiny checkpoint has descriptor confidences");
+    pairs.encode(0, &f0).unwrap();
+    pairs.encode(1, &f1).unwrap();
+    let pred = pairs.pair(1, 0).unwrap();
+    pred.check().unwrap();
+    assert_eq!(
+        (pred.frame.width, pred.frame.height, pred.desc_dim),
+        (224, 224, 24)
+    );
+    assert!(
+        pred.frame_desc_conf
+            .iter()
+            .chain(&pred.keyframe_desc_conf)
+            .all(|q| *q > 0.0 && q.is_finite())
+    );
+    assert!(
+        pred.frame
+            .conf
+            .iter()
+            .chain(&pred.keyframe_conf)
+            .all(|c| *c >= 1.0 && c.is_finite())
+    );
+    // The pair is decode(frame, keyframe) of the two frames' encodings.
+    let model = fe.model();
+    let enc = |f: &rust3r_io::datasets::Frame| {
+        let p = rust3r_mast3r::preprocess::preprocess(
+            f.rgb.as_raw(),
+            f.rgb.width() as usize,
+            f.rgb.height() as usize,
+            224,
+        )
+        .unwrap();
+        model.encode(model.image_tensor(p.data, [1, 3, p.height, p.width]))
+    };
+    let [h1, h2] = model.decode(&enc(&f1), &enc(&f0));
+    let (h1, h2) = (h1.to_host(), h2.to_host());
+    let flat = |p: &[[f32; 3]]| p.iter().flatten().copied().collect::<Vec<f32>>();
+    assert_eq!(flat(&pred.frame.points), h1.pts3d);
+    assert_eq!(flat(&pred.keyframe_points), h2.pts3d);
+    assert_eq!(
+        (&pred.frame_desc, &pred.keyframe_desc_conf),
+        (&h1.desc, &h2.desc_conf)
+    );
+    // The frame decoded with itself is the front end's mono pointmap.
+    let pairs = fe.pairs().unwrap();
+    let mono = pairs.mono(1).unwrap();
+    assert_eq!(mono, fe.pointmap(&f1).unwrap());
+    // Dropped encodings are an error naming the frame, not a panic.
+    let pairs = fe.pairs().unwrap();
+    pairs.retain(&[0]);
+    let err = pairs.pair(1, 0).unwrap_err().to_string();
+    assert!(err.contains("frame 1 is not encoded"), "{err}");
+    assert!(pairs.mono(0).is_ok());
+}
+
+#[test]
+fn slam_tracks_on_network_pairs() {
+    let data = rust3r_io::datasets::open(Path::new(REDKITCHEN), None, 5).unwrap();
+    let frames = 4;
+    let mut cfg = SlamConfig::default();
+    cfg.single_thread = true;
+    let mut fe = front_end(224);
+    let res = run_slam(data.as_ref(), &mut fe, &cfg, Some(frames), |_| {}).unwrap();
+    assert_eq!(res.frames.len(), frames);
+    // Frame 0 starts the map; every later frame is tracked on a pair with its keyframe, unless
+    // the previous one was lost (then it relocalises on its own pointmap).
+    let relocalising = res.frames.windows(2).filter(|w| !w[0].tracked).count();
+    assert_eq!(
+        res.pair_frames,
+        frames - 1 - relocalising,
+        "{:?}",
+        res.frames.iter().map(|f| f.tracked).collect::<Vec<_>>()
+    );
+    assert!(res.pair_frames >= 1);
+    for (_, pose) in res.frame_poses() {
+        assert!(
+            pose.translation.iter().all(|v| v.is_finite())
+                && pose.scale.is_finite()
+                && pose.rotation.coords.iter().all(|v| v.is_finite())
+        );
+    }
+    for kf in &res.keyframes.frames {
+        assert!(kf.pointmap.points.iter().flatten().all(|v| v.is_finite()));
+    }
+
+    // With pair tracking switched off the same run tracks on mono pointmaps.
+    cfg.tracking.pairs = false;
+    let mut fe = front_end(224);
+    let mono = run_slam(data.as_ref(), &mut fe, &cfg, Some(frames), |_| {}).unwrap();
+    assert_eq!((mono.pair_frames, mono.refined_matches), (0, 0));
+    assert_eq!(mono.frames.len(), frames);
+}

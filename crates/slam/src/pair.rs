@@ -1,0 +1,288 @@
+//! Tracking on network pairs: MASt3R-SLAM's `mast3r_match_asymmetric` and `FrameTracker.track`.
+//!
+//! A front end that can decode a *pair* of frames ([`PairFrontEnd`], the MASt3R network) gives,
+//! for the current frame `f` and the current keyframe `k` decoded together (`decode(f, k)`),
+//! a [`PairPrediction`]:
+//!
+//! * `Xff`, `Cff`, `Dff`, `Qff`: the frame's points in its own camera, their confidence, the
+//!   frame's descriptors and the descriptor confidence (view 1);
+//! * `Xkf`, `Ckf`, `Dkf`, `Qkf`: the keyframe's pixels, their points *in the frame's camera*,
+//!   confidence, descriptors and descriptor confidence (view 2).
+//!
+//! Because `Xkf` is already in the frame's camera, matching needs no pose and runs once per
+//! frame ([`match_pair`]): each keyframe pixel's `Xkf` is located on the ray image of `Xff` by
+//! iterative projection (warm-started from the previous frame's matches against the same
+//! keyframe), checked for occlusion (`|Xff(p) - Xkf| < dist_thresh`), and then moved by the
+//! descriptor window search ([`crate::matching::refine_matches`]: `Dkf` against `Dff`,
+//! `matching.radius`, dilations `matching.dilation_max` down to 1). As upstream, the occlusion
+//! check is made before the refinement and not repeated.
+//!
+//! [`Tracker::track_pair`] then weighs and filters the matches as `FrameTracker.track` does:
+//! the match quality is `Qk = sqrt(Qff(idx) Qkf)`; a match is used by the optimisation when it
+//! is valid, both points' average confidences exceed `tracking.C_conf` and `Qk > Q_conf`; each
+//! residual's square-root information is `sqrt(Qk) / sigma` (Huber on the residual whitened
+//! that way). The residuals are those of [`crate::tracker`] between the frame's pointmap
+//! (`Xff`) moved into the keyframe and the keyframe's fused pointmap: ray + distance
+//! uncalibrated, pixel + log-depth calibrated (both constrained to their pixel rays). With too
+//! few usable matches (`tracking.min_match_frac`) the frame is lost before any optimisation.
+//! A new keyframe is made when `min(fraction of valid matches with Qk > Q_conf, fraction of
+//! distinct frame pixels among the valid matches)` falls below `match_frac_thresh`.
+//!
+//! Fusion follows upstream too: the keyframe's pointmap is averaged with `T_CkCf Xkf` weighted
+//! by `Ckf` for every keyframe pixel (calibrated: kept on the keyframe pixel's ray), and the
+//! frame's own pointmap (what it is stored as if it becomes a keyframe) is `Xff` with `Cff`.
+//!
+//! Differences from upstream, all documented where they are made: sub-pixel matches are rounded
+//! to the nearest pixel instead of truncated ([`crate::matching::round_pixel`]); the descriptor
+//! scores are summed in f32 instead of f16; iterative projection stops early once converged
+//! ([`crate::matching::ITER_PROJ_MIN_STEP`]).
+
+use nalgebra::Vector3;
+use rust3r_geometry::{PinholeCamera, Sim3};
+use rust3r_io::datasets::Frame;
+
+use crate::SlamError;
+use crate::config::MatchingConfig;
+use crate::matching::{match_iterative_proj, ray_image, refine_matches};
+use crate::pointmap::Pointmap;
+use crate::residuals;
+use crate::tracker::{LevelView, NormalEq, ResidualParams, TrackResult, Tracker, accumulate, point_info_weighted};
+
+/// The network's prediction for the pair (current frame, current keyframe), both views of the
+/// same size, row-major `[height][width]`, channels last. Points are as the network predicts
+/// them (not constrained to pixel rays, even for a calibrated front end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairPrediction {
+    /// The frame's points in its own camera (`Xff`), their confidence (`Cff`) and colours.
+    pub frame: Pointmap,
+    /// The frame's descriptors (`Dff`), `desc_dim` per pixel.
+    pub frame_desc: Vec<f32>,
+    /// The frame's descriptor confidence (`Qff`).
+    pub frame_desc_conf: Vec<f32>,
+    /// The keyframe's pixels as points in the *frame's* camera (`Xkf`).
+    pub keyframe_points: Vec<[f32; 3]>,
+    /// Their confidence (`Ckf`).
+    pub keyframe_conf: Vec<f32>,
+    /// The keyframe's descriptors (`Dkf`).
+    pub keyframe_desc: Vec<f32>,
+    /// The keyframe's descriptor confidence (`Qkf`).
+    pub keyframe_desc_conf: Vec<f32>,
+    /// Descriptor size.
+    pub desc_dim: usize,
+}
+
+impl PairPrediction {
+    /// Pixels per view.
+    pub fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    /// Whether the views have no pixels.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks that every field has the size of the views and that the points are finite.
+    pub fn check(&self) -> Result<(), SlamError> {
+        let n = self.len();
+        let f = &self.frame;
+        let sizes = [
+            ("frame points", f.points.len(), n),
+            ("frame confidences", f.conf.len(), n),
+            ("frame colours", f.colors.len(), n),
+            ("frame descriptors", self.frame_desc.len(), n * self.desc_dim),
+            ("frame descriptor confidences", self.frame_desc_conf.len(), n),
+            ("keyframe points", self.keyframe_points.len(), n),
+            ("keyframe confidences", self.keyframe_conf.len(), n),
+            ("keyframe descriptors", self.keyframe_desc.len(), n * self.desc_dim),
+            ("keyframe descriptor confidences", self.keyframe_desc_conf.len(), n),
+        ];
+        for (what, got, want) in sizes {
+            if got != want {
+                return Err(SlamError::InvalidInput(format!("pair prediction of {}x{} pixels: {got} {what}, expected {want}", f.width, f.height)));
+            }
+        }
+        if n == 0 || self.desc_dim == 0 {
+            return Err(SlamError::InvalidInput(format!("empty pair prediction ({}x{} pixels, {} descriptor channels)", f.width, f.height, self.desc_dim)));
+        }
+        if f.points.iter().chain(&self.keyframe_points).flatten().any(|v| !v.is_finite()) {
+            return Err(SlamError::InvalidInput("the pair prediction has non-finite points".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A front end that decodes pairs of frames (MASt3R). Frames are encoded once and kept by
+/// their data-set index until [`PairFrontEnd::retain`] drops them, so the keyframe's encoding
+/// is reused for every frame tracked against it.
+///
+/// The SLAM system calls it from the tracking thread only: [`PairFrontEnd::encode`] for every
+/// frame, [`PairFrontEnd::mono`] for the first frame and while relocalising,
+/// [`PairFrontEnd::pair`] while tracking, and [`PairFrontEnd::retain`] after every frame with
+/// the current keyframe's index.
+pub trait PairFrontEnd {
+    /// Encodes frame `index` and keeps its encoding.
+    fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError>;
+    /// The pointmap of encoded frame `index` decoded with itself (what
+    /// [`crate::PointmapFrontEnd::pointmap`] gives for the frame).
+    fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError>;
+    /// Decodes encoded frames `frame` and `keyframe` as the pair `(frame, keyframe)`.
+    fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError>;
+    /// Drops every kept encoding but those of `keep`.
+    fn retain(&mut self, keep: &[usize]);
+}
+
+/// Matches of every keyframe pixel in the frame ([`match_pair`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairMatches {
+    /// Linear frame pixel of each keyframe pixel (after descriptor refinement).
+    pub idx: Vec<u32>,
+    /// Converged and not occluded (checked before the refinement).
+    pub valid: Vec<bool>,
+    /// Number of keyframe pixels the descriptor refinement moved to another frame pixel.
+    pub refined: usize,
+}
+
+/// MASt3R-SLAM's `match_iterative_proj` on a pair: every keyframe pixel's `Xkf` located on
+/// the ray image of `Xff` starting from `idx_init` (the previous frame's matches against the
+/// same keyframe; identity when `None` or of another size), occlusion check, then the
+/// descriptor refinement when `cfg.radius > 0`.
+pub fn match_pair(pred: &PairPrediction, cfg: &MatchingConfig, idx_init: Option<&[u32]>) -> PairMatches {
+    let f = &pred.frame;
+    let (w, n) = (f.width, f.len());
+    // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
+    let rays = ray_image(f.width, f.height, &f.points, |_| None, |_| true);
+    let all = vec![true; n];
+    let queries: Vec<Option<[f32; 3]>> = pred.keyframe_points.iter().map(|p| Some(*p)).collect();
+    let p_init: Vec<[f32; 2]> = match idx_init {
+        Some(idx) if idx.len() == n => idx.iter().map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32]).collect(),
+        _ => (0..n).map(|i| [(i % w) as f32, (i / w) as f32]).collect(),
+    };
+    let m = match_iterative_proj(&rays, &f.points, &all, &queries, &p_init, cfg);
+    if cfg.radius == 0 {
+        return PairMatches { idx: m.idx, valid: m.valid, refined: 0 };
+    }
+    let idx = refine_matches(&pred.frame_desc, f.width, f.height, pred.desc_dim, &pred.keyframe_desc, &m.idx, cfg.radius, cfg.dilation_max);
+    let refined = idx.iter().zip(&m.idx).filter(|(a, b)| a != b).count();
+    PairMatches { idx, valid: m.valid, refined }
+}
+
+/// Outcome of [`Tracker::track_pair`].
+#[derive(Debug, Clone)]
+pub struct PairTrack {
+    /// Pose, statistics, keyframe decision and the fusion observation (`T_CkCf Xkf`, `Ckf`).
+    pub result: TrackResult,
+    /// The matches (warm start of the next frame against the same keyframe).
+    pub matches: PairMatches,
+    /// Matches used by the optimisation (valid, confident, `Qk > Q_conf`).
+    pub used: usize,
+}
+
+/// Normal equations of the pair residuals at pose `t` (`T_CkCf`): keyframe pixel `q` against
+/// frame pixel `idx[q]` where `used[q]`, information scaled by `qk[q]`. Summed in parallel in
+/// fixed chunks ([`crate::par`]), so bit-identical whatever the thread count.
+pub fn pair_normal_eq(fv: &LevelView, kv: &LevelView, idx: &[u32], used: &[bool], qk: &[f32], t: &Sim3, p: &ResidualParams) -> NormalEq {
+    let eq = crate::par::chunked_reduce(
+        kv.len(),
+        crate::par::CHUNK,
+        |range| {
+            let mut eq = NormalEq::default();
+            for q in range {
+                if !used[q] {
+                    continue;
+                }
+                let y = t.act(&fv.point(idx[q] as usize));
+                if let Some(info) = point_info_weighted(kv, q, &y, p, qk[q] as f64) {
+                    accumulate(&mut eq, &info, &residuals::point_jacobian(&y));
+                }
+            }
+            eq
+        },
+        |mut a, b| {
+            a.h += b.h;
+            a.g += b.g;
+            a.cost += b.cost;
+            a.count += b.count;
+            a
+        },
+    );
+    eq.unwrap_or_default()
+}
+
+impl Tracker {
+    /// Tracks the frame of `pred` against the keyframe it was decoded with (fused pointmap `kf`
+    /// with average confidences `kf_conf`), starting from `t_init` (`T_CkCf`), as
+    /// MASt3R-SLAM's `FrameTracker.track` (module docs). `idx_init` warm-starts the matching.
+    /// Runs at the pointmap resolution, on the CPU.
+    pub fn track_pair(&self, pred: &PairPrediction, kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3, idx_init: Option<&[u32]>) -> Result<PairTrack, SlamError> {
+        pred.check()?;
+        let f = &pred.frame;
+        if (kf.width, kf.height) != (f.width, f.height) || kf_conf.len() != kf.len() {
+            return Err(SlamError::InvalidInput(format!(
+                "the pair prediction is {}x{} but the keyframe's pointmap is {}x{} ({} confidences)",
+                f.width,
+                f.height,
+                kf.width,
+                kf.height,
+                kf_conf.len()
+            )));
+        }
+        if let Some(c) = cam
+            && (c.width as usize, c.height as usize) != (f.width, f.height)
+        {
+            return Err(SlamError::InvalidInput(format!("the pair prediction is {}x{} but the camera is {}x{}", f.width, f.height, c.width, c.height)));
+        }
+        let p = ResidualParams::tracking(&self.cfg);
+        let matches = match_pair(pred, &self.matching, idx_init);
+        // Frame: Xff with its confidence (a single observation, so average = Cff).
+        let fv = LevelView::build(f, &f.conf, cam, 0, &p, false, false);
+        let kv = LevelView::build(kf, kf_conf, cam, 0, &p, p.sigma_plane > 0.0, false);
+        let n = kv.len();
+        let q_conf = self.cfg.q_conf;
+        let qk: Vec<f32> = (0..n).map(|q| (pred.frame_desc_conf[matches.idx[q] as usize] * pred.keyframe_desc_conf[q]).sqrt()).collect();
+        let used: Vec<bool> = (0..n).map(|q| matches.valid[q] && fv.valid[matches.idx[q] as usize] && kv.valid[q] && qk[q] as f64 > q_conf).collect();
+        let n_used = used.iter().filter(|u| **u).count();
+        let n_kf = (0..n).filter(|&q| matches.valid[q] && qk[q] as f64 > q_conf).count();
+        let mut seen = vec![false; fv.len()];
+        let mut n_unique = 0usize;
+        for q in (0..n).filter(|&q| matches.valid[q]) {
+            let s = &mut seen[matches.idx[q] as usize];
+            n_unique += !*s as usize;
+            *s = true;
+        }
+        let match_frac = n_used as f64 / n as f64;
+        let keyframe_frac = (n_kf as f64 / n as f64).min(n_unique as f64 / n as f64);
+        let lost = match_frac < self.cfg.min_match_frac;
+        let mut t = *t_init;
+        let (mut iterations, mut cost) = (0, 0.0);
+        if !lost {
+            self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p));
+        }
+        let observation = (!lost).then(|| {
+            let tq = crate::projective::Affine::from_sim3(&t);
+            let mut obs = vec![[0.0f32; 3]; n];
+            crate::par::fill_rows(&mut obs, kv.width, |u, v, q| {
+                let x = pred.keyframe_points[q];
+                let y = tq.act([x[0] as f64, x[1] as f64, x[2] as f64]);
+                let y = match &kv.cam {
+                    // Calibrated: keep the depth, on the keyframe pixel's ray.
+                    Some(c) => Vector3::new((u as f64 - c.cx) / c.fx * y[2], (v as f64 - c.cy) / c.fy * y[2], y[2]),
+                    None => Vector3::new(y[0], y[1], y[2]),
+                };
+                [y.x as f32, y.y as f32, y.z as f32]
+            });
+            (obs, pred.keyframe_conf.clone())
+        });
+        let result = TrackResult {
+            t_kf_frame: t,
+            match_frac,
+            keyframe_frac,
+            new_keyframe: !lost && keyframe_frac < self.cfg.match_frac_thresh,
+            lost,
+            observation,
+            iterations,
+            cost,
+        };
+        Ok(PairTrack { result, matches, used: n_used })
+    }
+}
