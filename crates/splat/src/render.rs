@@ -753,6 +753,22 @@ pub fn render_backward_chunks(
         // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
         let v_cam = gpu.alloc::<f32>(if pose_grad { rows * project::VCAM } else { 1 });
         if rows > 0 {
+            project::project_backward_sh::launch(
+                client,
+                gpu.grid(rows.div_ceil(project::SH_BACKWARD_CUBE)),
+                CubeDim::new_1d(project::SH_BACKWARD_CUBE as u32),
+                splats.means.arg(),
+                splats.sh.arg(),
+                state.cam.arg(),
+                state.tiles_touched.arg(),
+                v_proj.arg(),
+                p.sh.arg(),
+                p.means.arg(),
+                rows as u32,
+                row0 as u32,
+                k as u32,
+                state.active_coeffs,
+            );
             project::project_backward::launch(
                 client,
                 gpu.grid(blocks(rows)),
@@ -761,7 +777,6 @@ pub fn render_backward_chunks(
                 splats.log_scales.arg(),
                 splats.quats.arg(),
                 splats.opacity_logits.arg(),
-                splats.sh.arg(),
                 state.cam.arg(),
                 state.tiles_touched.arg(),
                 v_proj.arg(),
@@ -769,14 +784,11 @@ pub fn render_backward_chunks(
                 p.log_scales.arg(),
                 p.quats.arg(),
                 p.opacity_logits.arg(),
-                p.sh.arg(),
                 v_cam.arg(),
                 rows as u32,
                 row0 as u32,
                 out.width,
                 out.height,
-                k as u32,
-                state.active_coeffs,
                 state.antialiased,
                 pose_grad,
             );
