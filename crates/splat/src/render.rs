@@ -364,8 +364,8 @@ pub fn render_chunks(
         let rows = splats.len();
         project::project_forward::launch(
             client,
-            gpu.grid(blocks(rows)),
-            CubeDim::new_1d(256),
+            gpu.grid(rows.div_ceil(project::PROJECT_CUBE)),
+            CubeDim::new_1d(project::PROJECT_CUBE as u32),
             splats.means.arg(),
             splats.log_scales.arg(),
             splats.quats.arg(),

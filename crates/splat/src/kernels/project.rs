@@ -38,6 +38,9 @@ fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32,
     )
 }
 
+/// Units per cube of [`project_forward`].
+pub const PROJECT_CUBE: usize = 256;
+
 #[cube(launch)]
 pub fn project_forward(
     means: &[f32],
@@ -59,202 +62,223 @@ pub fn project_forward(
     #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
 ) {
-    let g = rust3r_gpu::global_id();
-    if g >= n as usize {
-        terminate!();
-    }
+    // The cube's projected rows are assembled in shared memory and stored together (coalesced):
+    // one unit writing its own 10 floats would store 4 bytes per memory transaction.
+    let t = UNIT_POS as usize;
+    let first = rust3r_gpu::block_id() * comptime![PROJECT_CUBE];
     // Chunk-local row `g` of the parameters; global row `gg` of the per-Gaussian outputs.
+    let g = first + t;
     let gg = g + row0 as usize;
-    // Defaults: culled.
-    radii[gg * 2] = 0u32;
-    radii[gg * 2 + 1] = 0u32;
-    rects[gg * 2] = 0u32;
-    rects[gg * 2 + 1] = 0u32;
-    tiles_touched[gg] = 0u32;
-    // Culled Gaussians sort after every visible one.
-    depth_keys[gg] = 4294967295u32;
+    let mut rows = Shared::<[f32]>::new_slice(comptime![PROJECT_CUBE * 10]);
     #[unroll]
     for k in 0..10usize {
-        proj[gg * 10 + k] = 0.0f32;
+        rows[t * 10 + k] = 0.0f32;
     }
+    // One pass; `break` leaves a culled Gaussian with the defaults.
+    loop {
+        if g >= n as usize {
+            break;
+        }
+        // Defaults: culled.
+        radii[gg * 2] = 0u32;
+        radii[gg * 2 + 1] = 0u32;
+        rects[gg * 2] = 0u32;
+        rects[gg * 2 + 1] = 0u32;
+        tiles_touched[gg] = 0u32;
+        // Culled Gaussians sort after every visible one.
+        depth_keys[gg] = 4294967295u32;
 
-    let mx = means[g * 3];
-    let my = means[g * 3 + 1];
-    let mz = means[g * 3 + 2];
-    let r00 = cam[0];
-    let r01 = cam[1];
-    let r02 = cam[2];
-    let r10 = cam[3];
-    let r11 = cam[4];
-    let r12 = cam[5];
-    let r20 = cam[6];
-    let r21 = cam[7];
-    let r22 = cam[8];
-    let px = r00 * mx + r01 * my + r02 * mz + cam[9];
-    let py = r10 * mx + r11 * my + r12 * mz + cam[10];
-    let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
-    let fx = cam[12];
-    let fy = cam[13];
-    let cx = cam[14];
-    let cy = cam[15];
-    if pz < cam[22] || pz > cam[23] {
-        terminate!();
-    }
+        let mx = means[g * 3];
+        let my = means[g * 3 + 1];
+        let mz = means[g * 3 + 2];
+        let r00 = cam[0];
+        let r01 = cam[1];
+        let r02 = cam[2];
+        let r10 = cam[3];
+        let r11 = cam[4];
+        let r12 = cam[5];
+        let r20 = cam[6];
+        let r21 = cam[7];
+        let r22 = cam[8];
+        let px = r00 * mx + r01 * my + r02 * mz + cam[9];
+        let py = r10 * mx + r11 * my + r12 * mz + cam[10];
+        let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
+        let fx = cam[12];
+        let fy = cam[13];
+        let cx = cam[14];
+        let cy = cam[15];
+        if pz < cam[22] || pz > cam[23] {
+            break;
+        }
 
-    // 3D covariance: M = R S, Sigma = M M^T.
-    let qw0 = quats[g * 4];
-    let qx0 = quats[g * 4 + 1];
-    let qy0 = quats[g * 4 + 2];
-    let qz0 = quats[g * 4 + 3];
-    let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
-    if !(qn > 0.0f32) {
-        terminate!();
-    }
-    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) =
-        quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
-    let sx = log_scales[g * 3].exp();
-    let sy = log_scales[g * 3 + 1].exp();
-    let sz = log_scales[g * 3 + 2].exp();
-    let m00 = a00 * sx;
-    let m01 = a01 * sy;
-    let m02 = a02 * sz;
-    let m10 = a10 * sx;
-    let m11 = a11 * sy;
-    let m12 = a12 * sz;
-    let m20 = a20 * sx;
-    let m21 = a21 * sy;
-    let m22 = a22 * sz;
-    let s00 = m00 * m00 + m01 * m01 + m02 * m02;
-    let s01 = m00 * m10 + m01 * m11 + m02 * m12;
-    let s02 = m00 * m20 + m01 * m21 + m02 * m22;
-    let s11 = m10 * m10 + m11 * m11 + m12 * m12;
-    let s12 = m10 * m20 + m11 * m21 + m12 * m22;
-    let s22 = m20 * m20 + m21 * m21 + m22 * m22;
-    // Camera-space covariance C = W Sigma W^T; first B = W Sigma.
-    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
-    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
-    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
-    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
-    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
-    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
-    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
-    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
-    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
-    let c00 = b00 * r00 + b01 * r01 + b02 * r02;
-    let c01 = b00 * r10 + b01 * r11 + b02 * r12;
-    let c02 = b00 * r20 + b01 * r21 + b02 * r22;
-    let c11 = b10 * r10 + b11 * r11 + b12 * r12;
-    let c12 = b10 * r20 + b11 * r21 + b12 * r22;
-    let c22 = b20 * r20 + b21 * r21 + b22 * r22;
+        // 3D covariance: M = R S, Sigma = M M^T.
+        let qw0 = quats[g * 4];
+        let qx0 = quats[g * 4 + 1];
+        let qy0 = quats[g * 4 + 2];
+        let qz0 = quats[g * 4 + 3];
+        let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
+        if !(qn > 0.0f32) {
+            break;
+        }
+        let (a00, a01, a02, a10, a11, a12, a20, a21, a22) =
+            quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
+        let sx = log_scales[g * 3].exp();
+        let sy = log_scales[g * 3 + 1].exp();
+        let sz = log_scales[g * 3 + 2].exp();
+        let m00 = a00 * sx;
+        let m01 = a01 * sy;
+        let m02 = a02 * sz;
+        let m10 = a10 * sx;
+        let m11 = a11 * sy;
+        let m12 = a12 * sz;
+        let m20 = a20 * sx;
+        let m21 = a21 * sy;
+        let m22 = a22 * sz;
+        let s00 = m00 * m00 + m01 * m01 + m02 * m02;
+        let s01 = m00 * m10 + m01 * m11 + m02 * m12;
+        let s02 = m00 * m20 + m01 * m21 + m02 * m22;
+        let s11 = m10 * m10 + m11 * m11 + m12 * m12;
+        let s12 = m10 * m20 + m11 * m21 + m12 * m22;
+        let s22 = m20 * m20 + m21 * m21 + m22 * m22;
+        // Camera-space covariance C = W Sigma W^T; first B = W Sigma.
+        let b00 = r00 * s00 + r01 * s01 + r02 * s02;
+        let b01 = r00 * s01 + r01 * s11 + r02 * s12;
+        let b02 = r00 * s02 + r01 * s12 + r02 * s22;
+        let b10 = r10 * s00 + r11 * s01 + r12 * s02;
+        let b11 = r10 * s01 + r11 * s11 + r12 * s12;
+        let b12 = r10 * s02 + r11 * s12 + r12 * s22;
+        let b20 = r20 * s00 + r21 * s01 + r22 * s02;
+        let b21 = r20 * s01 + r21 * s11 + r22 * s12;
+        let b22 = r20 * s02 + r21 * s12 + r22 * s22;
+        let c00 = b00 * r00 + b01 * r01 + b02 * r02;
+        let c01 = b00 * r10 + b01 * r11 + b02 * r12;
+        let c02 = b00 * r20 + b01 * r21 + b02 * r22;
+        let c11 = b10 * r10 + b11 * r11 + b12 * r12;
+        let c12 = b10 * r20 + b11 * r21 + b12 * r22;
+        let c22 = b20 * r20 + b21 * r21 + b22 * r22;
 
-    // Jacobian of the perspective projection, with the frustum clamp.
-    let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
-    let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
-    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
-    let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
-    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
-    let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
-    let rz = 1.0f32 / pz;
-    let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
-    let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
-    let j00 = fx * rz;
-    let j02 = -fx * tx * rz * rz;
-    let j11 = fy * rz;
-    let j12 = -fy * ty * rz * rz;
-    // cov2d = J C J^T with J = [[j00, 0, j02], [0, j11, j12]].
-    let u00 = j00 * c00 + j02 * c02;
-    let u01 = j00 * c01 + j02 * c12;
-    let u02 = j00 * c02 + j02 * c22;
-    let u10 = j11 * c01 + j12 * c02;
-    let u11 = j11 * c11 + j12 * c12;
-    let u12 = j11 * c12 + j12 * c22;
-    let v00 = u00 * j00 + u02 * j02;
-    let v01 = u01 * j11 + u02 * j12;
-    let v11 = u11 * j11 + u12 * j12;
-    let _ = u10;
-    let det_orig = v00 * v11 - v01 * v01;
-    let w00 = v00 + 0.3f32;
-    let w11 = v11 + 0.3f32;
-    let det = w00 * w11 - v01 * v01;
-    if !(det > 0.0f32) {
-        terminate!();
-    }
-    let mut opacity = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
-    if comptime![antialiased] {
-        opacity *= max(det_orig / det, 0.0f32).sqrt();
-    }
-    if opacity < 1.0f32 / 255.0f32 {
-        terminate!();
-    }
-    let inv_det = 1.0f32 / det;
-    let conic_a = w11 * inv_det;
-    let conic_b = -v01 * inv_det;
-    let conic_c = w00 * inv_det;
-    let mean_x = fx * px * rz + cx;
-    let mean_y = fy * py * rz + cy;
-    // Exact extent of the ellipse where alpha can reach 1/255.
-    let extent = min((2.0f32 * (255.0f32 * opacity).ln()).sqrt(), 3.33f32);
-    let rx = extent * w00.sqrt();
-    let ry = extent * w11.sqrt();
-    let tiles_x = (width + 15u32) / 16u32;
-    let tiles_y = (height + 15u32) / 16u32;
-    let tx0 = clamp((mean_x - rx) / 16.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
-    let tx1 = clamp(
-        (mean_x + rx) / 16.0f32 + 1.0f32,
-        0.0f32,
-        f32::cast_from(tiles_x),
-    )
-    .floor();
-    let ty0 = clamp((mean_y - ry) / 16.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
-    let ty1 = clamp(
-        (mean_y + ry) / 16.0f32 + 1.0f32,
-        0.0f32,
-        f32::cast_from(tiles_y),
-    )
-    .floor();
-    let count = (tx1 - tx0) * (ty1 - ty0);
-    if !(count > 0.0f32) {
-        terminate!();
-    }
+        // Jacobian of the perspective projection, with the frustum clamp.
+        let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
+        let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
+        let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
+        let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
+        let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
+        let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
+        let rz = 1.0f32 / pz;
+        let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
+        let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
+        let j00 = fx * rz;
+        let j02 = -fx * tx * rz * rz;
+        let j11 = fy * rz;
+        let j12 = -fy * ty * rz * rz;
+        // cov2d = J C J^T with J = [[j00, 0, j02], [0, j11, j12]].
+        let u00 = j00 * c00 + j02 * c02;
+        let u01 = j00 * c01 + j02 * c12;
+        let u02 = j00 * c02 + j02 * c22;
+        let u10 = j11 * c01 + j12 * c02;
+        let u11 = j11 * c11 + j12 * c12;
+        let u12 = j11 * c12 + j12 * c22;
+        let v00 = u00 * j00 + u02 * j02;
+        let v01 = u01 * j11 + u02 * j12;
+        let v11 = u11 * j11 + u12 * j12;
+        let _ = u10;
+        let det_orig = v00 * v11 - v01 * v01;
+        let w00 = v00 + 0.3f32;
+        let w11 = v11 + 0.3f32;
+        let det = w00 * w11 - v01 * v01;
+        if !(det > 0.0f32) {
+            break;
+        }
+        let mut opacity = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
+        if comptime![antialiased] {
+            opacity *= max(det_orig / det, 0.0f32).sqrt();
+        }
+        if opacity < 1.0f32 / 255.0f32 {
+            break;
+        }
+        let inv_det = 1.0f32 / det;
+        let conic_a = w11 * inv_det;
+        let conic_b = -v01 * inv_det;
+        let conic_c = w00 * inv_det;
+        let mean_x = fx * px * rz + cx;
+        let mean_y = fy * py * rz + cy;
+        // Exact extent of the ellipse where alpha can reach 1/255.
+        let extent = min((2.0f32 * (255.0f32 * opacity).ln()).sqrt(), 3.33f32);
+        let rx = extent * w00.sqrt();
+        let ry = extent * w11.sqrt();
+        let tiles_x = (width + 15u32) / 16u32;
+        let tiles_y = (height + 15u32) / 16u32;
+        let tx0 = clamp((mean_x - rx) / 16.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
+        let tx1 = clamp(
+            (mean_x + rx) / 16.0f32 + 1.0f32,
+            0.0f32,
+            f32::cast_from(tiles_x),
+        )
+        .floor();
+        let ty0 = clamp((mean_y - ry) / 16.0f32, 0.0f32, f32::cast_from(tiles_y)).floor();
+        let ty1 = clamp(
+            (mean_y + ry) / 16.0f32 + 1.0f32,
+            0.0f32,
+            f32::cast_from(tiles_y),
+        )
+        .floor();
+        let count = (tx1 - tx0) * (ty1 - ty0);
+        if !(count > 0.0f32) {
+            break;
+        }
 
-    // Colour from spherical harmonics, view direction from the camera centre.
-    let dx = mx - cam[16];
-    let dy = my - cam[17];
-    let dz = mz - cam[18];
-    let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-    let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
-    let ux = dx * inv_dn;
-    let uy = dy * inv_dn;
-    let uz = dz * inv_dn;
-    let mut cr = 0.5f32;
-    let mut cg = 0.5f32;
-    let mut cb = 0.5f32;
-    let base = g * comptime![num_coeffs as usize * 3];
-    #[unroll]
-    for k in 0..active_coeffs {
-        let bk = sh_basis(k, ux, uy, uz);
-        let o = base + (k as usize) * 3;
-        cr += bk * sh[o];
-        cg += bk * sh[o + 1];
-        cb += bk * sh[o + 2];
-    }
+        // Colour from spherical harmonics, view direction from the camera centre.
+        let dx = mx - cam[16];
+        let dy = my - cam[17];
+        let dz = mz - cam[18];
+        let dn = (dx * dx + dy * dy + dz * dz).sqrt();
+        let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
+        let ux = dx * inv_dn;
+        let uy = dy * inv_dn;
+        let uz = dz * inv_dn;
+        let mut cr = 0.5f32;
+        let mut cg = 0.5f32;
+        let mut cb = 0.5f32;
+        let base = g * comptime![num_coeffs as usize * 3];
+        #[unroll]
+        for k in 0..active_coeffs {
+            let bk = sh_basis(k, ux, uy, uz);
+            let o = base + (k as usize) * 3;
+            cr += bk * sh[o];
+            cg += bk * sh[o + 1];
+            cb += bk * sh[o + 2];
+        }
 
-    proj[gg * 10] = mean_x;
-    proj[gg * 10 + 1] = mean_y;
-    proj[gg * 10 + 2] = conic_a;
-    proj[gg * 10 + 3] = conic_b;
-    proj[gg * 10 + 4] = conic_c;
-    proj[gg * 10 + 5] = pz;
-    proj[gg * 10 + 6] = opacity;
-    proj[gg * 10 + 7] = max(cr, 0.0f32);
-    proj[gg * 10 + 8] = max(cg, 0.0f32);
-    proj[gg * 10 + 9] = max(cb, 0.0f32);
-    radii[gg * 2] = u32::cast_from(rx.ceil());
-    radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
-    rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
-    rects[gg * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
-    tiles_touched[gg] = u32::cast_from(count);
-    depth_keys[gg] = pz.to_bits();
+        rows[t * 10] = mean_x;
+        rows[t * 10 + 1] = mean_y;
+        rows[t * 10 + 2] = conic_a;
+        rows[t * 10 + 3] = conic_b;
+        rows[t * 10 + 4] = conic_c;
+        rows[t * 10 + 5] = pz;
+        rows[t * 10 + 6] = opacity;
+        rows[t * 10 + 7] = max(cr, 0.0f32);
+        rows[t * 10 + 8] = max(cg, 0.0f32);
+        rows[t * 10 + 9] = max(cb, 0.0f32);
+        radii[gg * 2] = u32::cast_from(rx.ceil());
+        radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
+        rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
+        rects[gg * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
+        tiles_touched[gg] = u32::cast_from(count);
+        depth_keys[gg] = pz.to_bits();
+        break;
+    }
+    sync_cube();
+    let mut count = 0usize;
+    if first < n as usize {
+        count = (n as usize - first) * 10;
+    }
+    let base = (first + row0 as usize) * 10;
+    for i in 0..10usize {
+        let idx = i * comptime![PROJECT_CUBE] + t;
+        if idx < count {
+            proj[base + idx] = rows[idx];
+        }
+    }
 }
 
 /// Gaussians per cube of [`project_backward_sh`] (its shared memory holds their SH rows: 24 KiB
@@ -287,7 +311,8 @@ pub fn project_backward_sh(
 ) {
     let f = comptime![num_coeffs as usize * 3];
     let units = comptime![SH_BACKWARD_CUBE];
-    let mut rows = Shared::<[f32]>::new_slice(comptime![SH_BACKWARD_CUBE * num_coeffs as usize * 3]);
+    let mut rows =
+        Shared::<[f32]>::new_slice(comptime![SH_BACKWARD_CUBE * num_coeffs as usize * 3]);
     let t = UNIT_POS as usize;
     let first = rust3r_gpu::block_id() * units;
     let g = first + t;
