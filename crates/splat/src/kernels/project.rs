@@ -38,6 +38,122 @@ fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32,
     )
 }
 
+/// `M = R S` for a rotation `R` (row-major) and the scales `S = diag(sx, sy, sz)`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn scaled_rotation(
+    a00: f32,
+    a01: f32,
+    a02: f32,
+    a10: f32,
+    a11: f32,
+    a12: f32,
+    a20: f32,
+    a21: f32,
+    a22: f32,
+    sx: f32,
+    sy: f32,
+    sz: f32,
+) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+    (
+        a00 * sx,
+        a01 * sy,
+        a02 * sz,
+        a10 * sx,
+        a11 * sy,
+        a12 * sz,
+        a20 * sx,
+        a21 * sy,
+        a22 * sz,
+    )
+}
+
+/// The upper triangle (00, 01, 02, 11, 12, 22) of `M M^T`: the world covariance `Sigma`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn gram(
+    m00: f32,
+    m01: f32,
+    m02: f32,
+    m10: f32,
+    m11: f32,
+    m12: f32,
+    m20: f32,
+    m21: f32,
+    m22: f32,
+) -> (f32, f32, f32, f32, f32, f32) {
+    (
+        m00 * m00 + m01 * m01 + m02 * m02,
+        m00 * m10 + m01 * m11 + m02 * m12,
+        m00 * m20 + m01 * m21 + m02 * m22,
+        m10 * m10 + m11 * m11 + m12 * m12,
+        m10 * m20 + m11 * m21 + m12 * m22,
+        m20 * m20 + m21 * m21 + m22 * m22,
+    )
+}
+
+/// The upper triangle of `W Sigma W^T` for a rotation `W` (row-major) and a symmetric `Sigma`
+/// given by its upper triangle.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn rotate_covariance(
+    r00: f32,
+    r01: f32,
+    r02: f32,
+    r10: f32,
+    r11: f32,
+    r12: f32,
+    r20: f32,
+    r21: f32,
+    r22: f32,
+    s00: f32,
+    s01: f32,
+    s02: f32,
+    s11: f32,
+    s12: f32,
+    s22: f32,
+) -> (f32, f32, f32, f32, f32, f32) {
+    // B = W Sigma.
+    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
+    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
+    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
+    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
+    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
+    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
+    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
+    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
+    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
+    (
+        b00 * r00 + b01 * r01 + b02 * r02,
+        b00 * r10 + b01 * r11 + b02 * r12,
+        b00 * r20 + b01 * r21 + b02 * r22,
+        b10 * r10 + b11 * r11 + b12 * r12,
+        b10 * r20 + b11 * r21 + b12 * r22,
+        b20 * r20 + b21 * r21 + b22 * r22,
+    )
+}
+
+/// The 3DGS / gsplat frustum clamp of the projection's Jacobian: normalised image coordinates
+/// are clamped to `[-lim_neg, lim_pos]`, 1.3 times the field of view (`x` then `y`).
+#[cube]
+fn frustum_limits(
+    width: u32,
+    height: u32,
+    fx: f32,
+    fy: f32,
+    cx: f32,
+    cy: f32,
+) -> (f32, f32, f32, f32) {
+    let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
+    let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
+    (
+        (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx,
+        cx / fx + 0.3f32 * tan_fovx,
+        (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy,
+        cy / fy + 0.3f32 * tan_fovy,
+    )
+}
+
 /// Units per cube of [`project_forward`].
 pub const PROJECT_CUBE: usize = 256;
 
@@ -125,45 +241,17 @@ pub fn project_forward(
         let sx = log_scales[g * 3].exp();
         let sy = log_scales[g * 3 + 1].exp();
         let sz = log_scales[g * 3 + 2].exp();
-        let m00 = a00 * sx;
-        let m01 = a01 * sy;
-        let m02 = a02 * sz;
-        let m10 = a10 * sx;
-        let m11 = a11 * sy;
-        let m12 = a12 * sz;
-        let m20 = a20 * sx;
-        let m21 = a21 * sy;
-        let m22 = a22 * sz;
-        let s00 = m00 * m00 + m01 * m01 + m02 * m02;
-        let s01 = m00 * m10 + m01 * m11 + m02 * m12;
-        let s02 = m00 * m20 + m01 * m21 + m02 * m22;
-        let s11 = m10 * m10 + m11 * m11 + m12 * m12;
-        let s12 = m10 * m20 + m11 * m21 + m12 * m22;
-        let s22 = m20 * m20 + m21 * m21 + m22 * m22;
-        // Camera-space covariance C = W Sigma W^T; first B = W Sigma.
-        let b00 = r00 * s00 + r01 * s01 + r02 * s02;
-        let b01 = r00 * s01 + r01 * s11 + r02 * s12;
-        let b02 = r00 * s02 + r01 * s12 + r02 * s22;
-        let b10 = r10 * s00 + r11 * s01 + r12 * s02;
-        let b11 = r10 * s01 + r11 * s11 + r12 * s12;
-        let b12 = r10 * s02 + r11 * s12 + r12 * s22;
-        let b20 = r20 * s00 + r21 * s01 + r22 * s02;
-        let b21 = r20 * s01 + r21 * s11 + r22 * s12;
-        let b22 = r20 * s02 + r21 * s12 + r22 * s22;
-        let c00 = b00 * r00 + b01 * r01 + b02 * r02;
-        let c01 = b00 * r10 + b01 * r11 + b02 * r12;
-        let c02 = b00 * r20 + b01 * r21 + b02 * r22;
-        let c11 = b10 * r10 + b11 * r11 + b12 * r12;
-        let c12 = b10 * r20 + b11 * r21 + b12 * r22;
-        let c22 = b20 * r20 + b21 * r21 + b22 * r22;
+        let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
+            scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
+        let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
+        // Camera-space covariance C = W Sigma W^T.
+        let (c00, c01, c02, c11, c12, c22) = rotate_covariance(
+            r00, r01, r02, r10, r11, r12, r20, r21, r22, s00, s01, s02, s11, s12, s22,
+        );
 
         // Jacobian of the perspective projection, with the frustum clamp.
-        let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
-        let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
-        let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
-        let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
-        let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
-        let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
+        let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
+            frustum_limits(width, height, fx, fy, cx, cy);
         let rz = 1.0f32 / pz;
         let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
         let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
@@ -501,42 +589,15 @@ pub fn project_backward(
     let sx = log_scales[g * 3].exp();
     let sy = log_scales[g * 3 + 1].exp();
     let sz = log_scales[g * 3 + 2].exp();
-    let m00 = a00 * sx;
-    let m01 = a01 * sy;
-    let m02 = a02 * sz;
-    let m10 = a10 * sx;
-    let m11 = a11 * sy;
-    let m12 = a12 * sz;
-    let m20 = a20 * sx;
-    let m21 = a21 * sy;
-    let m22 = a22 * sz;
-    let s00 = m00 * m00 + m01 * m01 + m02 * m02;
-    let s01 = m00 * m10 + m01 * m11 + m02 * m12;
-    let s02 = m00 * m20 + m01 * m21 + m02 * m22;
-    let s11 = m10 * m10 + m11 * m11 + m12 * m12;
-    let s12 = m10 * m20 + m11 * m21 + m12 * m22;
-    let s22 = m20 * m20 + m21 * m21 + m22 * m22;
-    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
-    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
-    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
-    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
-    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
-    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
-    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
-    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
-    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
-    let c00 = b00 * r00 + b01 * r01 + b02 * r02;
-    let c01 = b00 * r10 + b01 * r11 + b02 * r12;
-    let c02 = b00 * r20 + b01 * r21 + b02 * r22;
-    let c11 = b10 * r10 + b11 * r11 + b12 * r12;
-    let c12 = b10 * r20 + b11 * r21 + b12 * r22;
-    let c22 = b20 * r20 + b21 * r21 + b22 * r22;
-    let tan_fovx = 0.5f32 * f32::cast_from(width) / fx;
-    let tan_fovy = 0.5f32 * f32::cast_from(height) / fy;
-    let lim_x_pos = (f32::cast_from(width) - cx) / fx + 0.3f32 * tan_fovx;
-    let lim_x_neg = cx / fx + 0.3f32 * tan_fovx;
-    let lim_y_pos = (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy;
-    let lim_y_neg = cy / fy + 0.3f32 * tan_fovy;
+    let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
+        scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
+    let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
+    // Camera-space covariance C = W Sigma W^T.
+    let (c00, c01, c02, c11, c12, c22) = rotate_covariance(
+        r00, r01, r02, r10, r11, r12, r20, r21, r22, s00, s01, s02, s11, s12, s22,
+    );
+    let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
+        frustum_limits(width, height, fx, fy, cx, cy);
     let rz = 1.0f32 / pz;
     let ux_raw = px * rz;
     let uy_raw = py * rz;
