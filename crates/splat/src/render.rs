@@ -37,17 +37,9 @@ impl GpuSplats {
 
     /// Upload splats loaded by `rust3r_io`.
     pub fn from_host(gpu: &Gpu, s: &rust3r_io::Splats) -> Result<Self, SplatError> {
-        s.validate()
-            .map_err(|e| SplatError::InvalidSplats(e.to_string()))?;
-        Self::from_slices(
-            gpu,
-            bytemuck::cast_slice(&s.means),
-            bytemuck::cast_slice(&s.log_scales),
-            bytemuck::cast_slice(&s.rotations),
-            &s.opacity_logits,
-            &s.sh,
-            s.sh_degree,
-        )
+        Self::chunks_from_host(gpu, s, Some(usize::MAX))?
+            .pop()
+            .ok_or_else(|| SplatError::InvalidSplats("no splats uploaded".into()))
     }
 
     /// Upload host arrays (flattened, same layouts as the fields).
@@ -151,7 +143,7 @@ impl GpuSplats {
         }
         let mut chunks = Vec::with_capacity(n.div_ceil(rows).max(1));
         for start in (0..n.max(1)).step_by(rows) {
-            let end = (start + rows).min(n);
+            let end = start.saturating_add(rows).min(n);
             chunks.push(Self::from_slices(
                 gpu,
                 &means[start * 3..end * 3],
