@@ -38,6 +38,24 @@ fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32,
     )
 }
 
+/// The world-to-camera rotation (row-major) of the camera block.
+#[cube]
+fn camera_rotation(cam: &[f32]) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+    (
+        cam[0], cam[1], cam[2], cam[3], cam[4], cam[5], cam[6], cam[7], cam[8],
+    )
+}
+
+/// A world point in the camera frame of the camera block.
+#[cube]
+fn to_camera(cam: &[f32], x: f32, y: f32, z: f32) -> (f32, f32, f32) {
+    (
+        cam[0] * x + cam[1] * y + cam[2] * z + cam[9],
+        cam[3] * x + cam[4] * y + cam[5] * z + cam[10],
+        cam[6] * x + cam[7] * y + cam[8] * z + cam[11],
+    )
+}
+
 /// `M = R S` for a rotation `R` (row-major) and the scales `S = diag(sx, sy, sz)`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -204,25 +222,10 @@ pub fn project_forward(
         // Culled Gaussians sort after every visible one.
         depth_keys[gg] = 4294967295u32;
 
-        let mx = means[g * 3];
-        let my = means[g * 3 + 1];
-        let mz = means[g * 3 + 2];
-        let r00 = cam[0];
-        let r01 = cam[1];
-        let r02 = cam[2];
-        let r10 = cam[3];
-        let r11 = cam[4];
-        let r12 = cam[5];
-        let r20 = cam[6];
-        let r21 = cam[7];
-        let r22 = cam[8];
-        let px = r00 * mx + r01 * my + r02 * mz + cam[9];
-        let py = r10 * mx + r11 * my + r12 * mz + cam[10];
-        let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
-        let fx = cam[12];
-        let fy = cam[13];
-        let cx = cam[14];
-        let cy = cam[15];
+        let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+        let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
+        let (px, py, pz) = to_camera(cam, mx, my, mz);
+        let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
         if pz < cam[22] || pz > cam[23] {
             break;
         }
@@ -557,25 +560,10 @@ pub fn project_backward(
     let vdz = v_means[g * 3 + 2];
 
     // ---- recompute forward ----
-    let mx = means[g * 3];
-    let my = means[g * 3 + 1];
-    let mz = means[g * 3 + 2];
-    let r00 = cam[0];
-    let r01 = cam[1];
-    let r02 = cam[2];
-    let r10 = cam[3];
-    let r11 = cam[4];
-    let r12 = cam[5];
-    let r20 = cam[6];
-    let r21 = cam[7];
-    let r22 = cam[8];
-    let px = r00 * mx + r01 * my + r02 * mz + cam[9];
-    let py = r10 * mx + r11 * my + r12 * mz + cam[10];
-    let pz = r20 * mx + r21 * my + r22 * mz + cam[11];
-    let fx = cam[12];
-    let fy = cam[13];
-    let cx = cam[14];
-    let cy = cam[15];
+    let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+    let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
+    let (px, py, pz) = to_camera(cam, mx, my, mz);
+    let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
     let qw0 = quats[g * 4];
     let qx0 = quats[g * 4 + 1];
     let qy0 = quats[g * 4 + 2];
