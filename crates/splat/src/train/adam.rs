@@ -52,6 +52,29 @@ fn learning_rate(
     step
 }
 
+/// One Adam update of `param[i]` from the previous moments `(m0, v0)`; returns the new ones for
+/// the caller to store in its own format.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn adam_element(
+    param: &mut [f32],
+    i: usize,
+    gr: f32,
+    m0: f32,
+    v0: f32,
+    step: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+) -> (f32, f32) {
+    let mi = beta1 * m0 + (1.0f32 - beta1) * gr;
+    let vi = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
+    param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
+    (mi, vi)
+}
+
 #[cube(launch)]
 fn adam_step(
     param: &mut [f32],
@@ -73,12 +96,11 @@ fn adam_step(
 ) {
     let i = rust3r_gpu::global_id();
     let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
-    let gr = grad[i];
-    let mi = beta1 * m[i] + (1.0f32 - beta1) * gr;
-    let vi = beta2 * v[i] + (1.0f32 - beta2) * gr * gr;
+    let (mi, vi) = adam_element(
+        param, i, grad[i], m[i], v[i], step, beta1, beta2, eps, bc1, bc2_sqrt,
+    );
     m[i] = mi;
     v[i] = vi;
-    param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
 }
 
 /// bf16 bits (in the low 16 bits of the result) of `x` rounded stochastically with the
@@ -121,16 +143,15 @@ fn adam_step_bf16(
 ) {
     let i = rust3r_gpu::global_id();
     let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
-    let gr = grad[i];
     let word = mv[i];
     let m0 = f32::reinterpret(word & 0xFFFF_0000u32);
     let v0 = f32::reinterpret(word << 16u32);
-    let mi = beta1 * m0 + (1.0f32 - beta1) * gr;
-    let vi = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
+    let (mi, vi) = adam_element(
+        param, i, grad[i], m0, v0, step, beta1, beta2, eps, bc1, bc2_sqrt,
+    );
     // Counter-based random bits: element index, then the (step, seed, group) key.
     let r = pcg_hash(pcg_hash(i as u32) ^ key);
     mv[i] = (bf16_stochastic_bits(mi, r) << 16u32) | bf16_stochastic_bits(vi, r >> 16u32);
-    param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
 }
 
 /// How the Adam moments are stored.
