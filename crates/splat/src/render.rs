@@ -10,6 +10,7 @@ use rust3r_gpu::{
 
 use crate::kernels::{project, rasterize, tiles};
 use crate::{Camera, SplatError};
+use rust3r_io::{MAX_SH_DEGREE, num_coeffs_for_degree};
 
 /// Gaussians resident on the device, pre-activation (the 3DGS PLY convention).
 #[derive(Clone, Debug)]
@@ -32,7 +33,7 @@ impl GpuSplats {
         self.len() == 0
     }
     pub fn num_coeffs(&self) -> usize {
-        ((self.sh_degree + 1) * (self.sh_degree + 1)) as usize
+        num_coeffs_for_degree(self.sh_degree)
     }
 
     /// Upload splats loaded by `rust3r_io`.
@@ -53,8 +54,8 @@ impl GpuSplats {
         sh_degree: u32,
     ) -> Result<Self, SplatError> {
         let n = opacity_logits.len();
-        let k = ((sh_degree + 1) * (sh_degree + 1)) as usize;
-        if sh_degree > 3 {
+        let k = num_coeffs_for_degree(sh_degree);
+        if sh_degree > MAX_SH_DEGREE {
             return Err(SplatError::InvalidSplats(format!(
                 "SH degree {sh_degree} > 3"
             )));
@@ -88,7 +89,7 @@ impl GpuSplats {
 /// rows as keep the widest per-Gaussian buffer (the SH coefficients, or the quaternions at low
 /// degrees) inside one buffer binding.
 pub fn rows_per_chunk(gpu: &Gpu, sh_degree: u32) -> usize {
-    let k = ((sh_degree.min(3) + 1) * (sh_degree.min(3) + 1)) as usize;
+    let k = num_coeffs_for_degree(sh_degree.min(MAX_SH_DEGREE));
     let widest = 4 * (k * 3).max(4);
     ((gpu.max_buffer_bytes() as usize / widest).max(1)).min(u32::MAX as usize / 64)
 }
@@ -133,7 +134,7 @@ impl GpuSplats {
         max_rows: Option<usize>,
     ) -> Result<Vec<Self>, SplatError> {
         let n = opacity_logits.len();
-        let per = ((sh_degree.min(3) + 1) * (sh_degree.min(3) + 1) * 3) as usize;
+        let per = num_coeffs_for_degree(sh_degree.min(MAX_SH_DEGREE)) * 3;
         let rows = max_rows
             .unwrap_or_else(|| rows_per_chunk(gpu, sh_degree))
             .max(1);
@@ -340,9 +341,9 @@ pub fn render_chunks(
     let (w, h) = (camera.width, camera.height);
     let (tiles_x, tiles_y) = camera.tiles();
     let num_tiles = (tiles_x * tiles_y) as usize;
-    let num_coeffs = (sh_degree + 1) * (sh_degree + 1);
+    let num_coeffs = num_coeffs_for_degree(sh_degree) as u32;
     let active_degree = opts.sh_degree.unwrap_or(sh_degree).min(sh_degree);
-    let active_coeffs = (active_degree + 1) * (active_degree + 1);
+    let active_coeffs = num_coeffs_for_degree(active_degree) as u32;
     let cam = gpu.upload(&camera.gpu_block(opts.background, opts.near, opts.far));
     let client = gpu.client();
 
