@@ -37,7 +37,7 @@
 //! scores are summed in f32 instead of f16; iterative projection stops early once converged
 //! ([`crate::matching::ITER_PROJ_MIN_STEP`]).
 
-use nalgebra::Vector3;
+use nalgebra::{Vector2, Vector3};
 use rust3r_geometry::{PinholeCamera, Sim3};
 use rust3r_io::datasets::Frame;
 
@@ -266,7 +266,7 @@ impl Tracker {
                 let y = tq.act([x[0] as f64, x[1] as f64, x[2] as f64]);
                 let y = match &kv.cam {
                     // Calibrated: keep the depth, on the keyframe pixel's ray.
-                    Some(c) => Vector3::new((u as f64 - c.cx) / c.fx * y[2], (v as f64 - c.cy) / c.fy * y[2], y[2]),
+                    Some(c) => c.unproject(&Vector2::new(u as f64, v as f64), y[2]),
                     None => Vector3::new(y[0], y[1], y[2]),
                 };
                 [y.x as f32, y.y as f32, y.z as f32]

@@ -28,7 +28,7 @@
 //! points in the frame's camera, so matching is done once per frame, refined with the
 //! descriptors, and the residuals are weighted by the match quality `Q`.
 
-use nalgebra::{Matrix3, SMatrix, Vector3};
+use nalgebra::{Matrix3, SMatrix, Vector2, Vector3};
 use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
 
 use crate::config::{MatchingConfig, TrackingConfig};
@@ -540,8 +540,7 @@ impl Tracker {
             let mut y = Vector3::new(y[0], y[1], y[2]);
             if let Some(c) = &kv.cam {
                 // Calibrated: keep the depth, on the keyframe pixel's ray.
-                let (u, v) = (u as f64, v as f64);
-                y = Vector3::new((u - c.cx) / c.fx * y.z, (v - c.cy) / c.fy * y.z, y.z);
+                y = c.unproject(&Vector2::new(u as f64, v as f64), y.z);
                 // Gate fusion on the depth-noise model: an observation more than 3 sigma from
                 // the keyframe's depth (an edge, an occluder, a moved object) is not averaged in.
                 if self.cfg.depth_noise && self.cfg.sigma_plane > 0.0 {
