@@ -279,7 +279,6 @@ pub fn refine_matches(
             let (mut ub, mut vb) = (u0, v0);
             for d in (1..=dilation_max).rev() {
                 let rd = (radius * d) as isize;
-                let step = d as isize;
                 // Window columns `u0 - rd, u0 - rd + d, ..., u0 + rd` (the same for rows),
                 // the column index outer as upstream (first maximum wins on ties).
                 for a in (0..=2 * rd).step_by(d) {
@@ -287,8 +286,7 @@ pub fn refine_matches(
                     if u < 0 || u as usize >= width {
                         continue;
                     }
-                    let mut b = 0;
-                    while b <= 2 * rd {
+                    for b in (0..=2 * rd).step_by(d) {
                         let v = v0 - rd + b;
                         if v >= 0 && (v as usize) < height {
                             let r = &ref_desc[(v as usize * width + u as usize) * dim..][..dim];
@@ -299,7 +297,6 @@ pub fn refine_matches(
                                 vb = v;
                             }
                         }
-                        b += step;
                     }
                 }
                 u0 = ub;

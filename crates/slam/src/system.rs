@@ -692,7 +692,6 @@ fn run_frames(
         // Inline back-end time is counted as back end, not mapping.
         let backend_inline = matches!(runner, BackendRunner::Inline(_));
         let backend_before = if backend_inline { lock(shared)?.backend_s } else { 0.0 };
-        let pair_mode = source.pairs().is_some();
         match state {
             TrackingState::Init => {
                 let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
@@ -822,7 +821,7 @@ fn run_frames(
         let rec = records.last().expect("one record per frame");
         let (nk, backend_after, pose, new_keyframe, graph) = {
             let s = lock(shared)?;
-            if pair_mode && let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
+            if let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
                 // Only the current keyframe's encoding is needed from here on.
                 pairs.retain(&[kf.frame_index]);
             }
