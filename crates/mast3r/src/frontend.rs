@@ -238,7 +238,8 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
         }
         let frame_pm = host_pointmap(&hf, pf, &name)?;
         let keyframe_pm = host_pointmap(&hk, pk, &name)?;
-        let pred = PairPrediction {
+        // `Tracker::track_pair` checks the prediction's sizes.
+        Ok(PairPrediction {
             frame: frame_pm,
             frame_desc: hf.desc,
             frame_desc_conf: hf.desc_conf,
@@ -247,9 +248,7 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
             keyframe_desc: hk.desc,
             keyframe_desc_conf: hk.desc_conf,
             desc_dim: hf.desc_dim,
-        };
-        pred.check()?;
-        Ok(pred)
+        })
     }
 
     fn retain(&mut self, keep: &[usize]) {
