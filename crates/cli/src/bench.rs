@@ -70,6 +70,9 @@ pub struct RasterArgs {
     /// Backward kernel to time: auto (the renderer's choice), subgroup or portable.
     #[arg(long, default_value = "auto", value_parser = parse_backward_kernel)]
     backward_kernel: BackwardKernel,
+    /// Forward checkpoint spacing in batches of 256 intersections (the backward pass's chunk).
+    #[arg(long, default_value_t = RenderOptions::default().checkpoint_every)]
+    checkpoint_every: u32,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -264,7 +267,11 @@ fn raster(a: &RasterArgs) -> Result<()> {
         let splats = GpuSplats::chunks_from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3, None)?;
         for &(w, h) in &res {
             let cam = camera_for(&garden, w, h);
-            let opts = RenderOptions { backward_kernel: a.backward_kernel, ..Default::default() };
+            let opts = RenderOptions {
+                backward_kernel: a.backward_kernel,
+                checkpoint_every: a.checkpoint_every,
+                ..Default::default()
+            };
             let npix = (w * h) as usize;
             let ones = gpu.upload(&vec![1f32; npix * 3]);
             let zeros = gpu.upload(&vec![0f32; npix]);
@@ -309,10 +316,12 @@ fn raster(a: &RasterArgs) -> Result<()> {
             if a.check_backward {
                 check_backward(&gpu, &splats, &cam, &opts, &ones, &zeros)?;
             }
+            let tiles = render_chunks(&gpu, &splats, &cam, &opts)?.1.tile_stats(&gpu)?;
             let (fm, bm) = (median(fwd.clone()), median(both.clone()));
             if let Some(r) = rust3r_gpu::profile::report() {
                 println!("profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}");
             }
+            eprintln!("tiles {n} {w}x{h}: {tiles:?}");
             println!(
                 "| {n} | {w}x{h} | {} | {} | {fm:.3} | {bm:.3} | {:.2} |",
                 stats.0,
@@ -323,7 +332,9 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 "n": n, "width": w, "height": h, "visible": stats.0, "isects": stats.1,
                 "fwd_median_ms": fm, "fwd_min_ms": fwd.iter().copied().fold(f64::MAX, f64::min),
                 "fwdbwd_median_ms": bm, "fwdbwd_min_ms": both.iter().copied().fold(f64::MAX, f64::min),
-                "pool_peak_bytes": peak, "inputs": set.checks, "rgb_mean": rgb_mean, "chunks": splats.len(),
+                "pool_peak_bytes": peak, "inputs": set.checks,
+                "tile_len_p50": tiles.len_p50, "tile_len_p99": tiles.len_p99, "tile_len_max": tiles.len_max,
+                "tile_walked_total": tiles.walked_total, "tile_walked_max": tiles.walked_max, "rgb_mean": rgb_mean, "chunks": splats.len(),
             }));
         }
     }

@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 use rust3r_gpu::{
     Gpu, GpuBuffer, compact::scatter_indices, gather::gather, gather::iota, reduce::ReduceOp,
-    reduce::reduce_columns, reduce::to_unit_mask, scan::exclusive_scan, sort::bits_for,
+    reduce::reduce_columns, reduce::to_unit_mask, scan::{exclusive_scan, inclusive_scan}, sort::bits_for,
     sort::sort_pairs,
 };
 
@@ -188,6 +188,12 @@ pub struct RenderOptions {
     /// tile per dispatch); when a frame has more intersections than that in total,
     /// finding the longest tile costs one extra read-back.
     pub max_batches_per_dispatch: u32,
+    /// The forward pass saves every tile's blend state each this many batches of 256
+    /// intersections, and the backward pass works on each such chunk of a tile in a cube of its
+    /// own, so a dense tile does not leave the rest of the GPU idle. Capped by
+    /// `max_batches_per_dispatch`. Default 8 (2048 intersections; 5 KiB per checkpoint, about
+    /// 2.5 bytes per intersection).
+    pub checkpoint_every: u32,
     /// Make the backward pass bit-reproducible run to run: gradient rows per intersection
     /// summed in a fixed order, instead of float atomics (faster, used where the adapter has
     /// them) whose addition order varies.
@@ -221,6 +227,7 @@ impl Default for RenderOptions {
             near: 0.01,
             far: 1e10,
             max_batches_per_dispatch: 4096,
+            checkpoint_every: 8,
             deterministic: false,
             absgrad: false,
             backward_kernel: BackwardKernel::Auto,
@@ -262,11 +269,50 @@ pub struct RenderState {
     isect_orig: GpuBuffer<u32>,
     last: GpuBuffer<u32>,
     tile_last: GpuBuffer<u32>,
-    max_tile: usize,
-    gaussians_per_dispatch: usize,
+    /// Forward checkpoints (`rasterize::CHECKPOINT` floats each), the first slot of each tile,
+    /// and the intersections per checkpoint.
+    checkpoints: GpuBuffer<f32>,
+    checkpoint_offsets: GpuBuffer<u32>,
+    chunk: u32,
     deterministic: bool,
     absgrad: bool,
     backward_kernel: BackwardKernel,
+}
+
+/// How a render's intersections spread over its tiles (for benchmarks and diagnostics).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TileStats {
+    pub tiles: usize,
+    /// Intersections per tile: median, 99th percentile and maximum.
+    pub len_p50: usize,
+    pub len_p99: usize,
+    pub len_max: usize,
+    /// Intersections up to each tile's last contributing Gaussian (what the backward walks).
+    pub walked_total: usize,
+    pub walked_p99: usize,
+    pub walked_max: usize,
+}
+
+impl RenderState {
+    /// Reads the tile ranges back (a synchronising read; not for hot loops).
+    pub fn tile_stats(&self, gpu: &Gpu) -> Result<TileStats, SplatError> {
+        let ranges = gpu.read(&self.ranges)?;
+        let mut len: Vec<usize> = ranges.chunks(2).map(|r| r[1].saturating_sub(r[0]) as usize).collect();
+        let mut walked: Vec<usize> = gpu.read(&self.tile_last)?.iter().map(|&v| v as usize).collect();
+        let pct = |v: &mut Vec<usize>, q: f64| {
+            v.sort_unstable();
+            v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0)
+        };
+        Ok(TileStats {
+            tiles: len.len(),
+            len_p50: pct(&mut len, 0.5),
+            len_p99: pct(&mut len, 0.99),
+            len_max: pct(&mut len, 1.0),
+            walked_total: walked.iter().sum(),
+            walked_p99: pct(&mut walked, 0.99),
+            walked_max: pct(&mut walked, 1.0),
+        })
+    }
 }
 
 /// Gradients of a scalar loss with respect to the splats and the camera.
@@ -481,6 +527,24 @@ pub fn render_chunks(
     let carry = gpu.alloc::<f32>(npix * 5);
     let carry_done = gpu.alloc::<u32>(npix);
     let k = opts.max_batches_per_dispatch.max(1);
+    let chunk = opts.checkpoint_every.clamp(1, k) * 256;
+    let checkpoint_offsets = {
+        let counts = gpu.alloc::<u32>(num_tiles);
+        tiles::checkpoint_counts::launch(
+            client,
+            gpu.grid(blocks(num_tiles)),
+            CubeDim::new_1d(256),
+            ranges.arg(),
+            counts.arg(),
+            num_tiles as u32,
+            chunk,
+        );
+        exclusive_scan(gpu, &counts)
+    };
+    // A tile of `len` intersections takes (len - 1) / chunk checkpoints.
+    let slots = (num_isects / chunk as usize).max(1);
+    gpu.check_fits("forward checkpoints", (slots * rasterize::CHECKPOINT * 4) as u64)?;
+    let checkpoints = gpu.alloc::<f32>(slots * rasterize::CHECKPOINT);
     for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
         rasterize::rasterize_forward::launch(
             client,
@@ -497,11 +561,14 @@ pub fn render_chunks(
             tile_last.arg(),
             carry.arg(),
             carry_done.arg(),
+            checkpoints.arg(),
+            checkpoint_offsets.arg(),
             w,
             h,
             tiles_x,
             d * k,
             (d + 1) * k,
+            chunk,
         );
     }
 
@@ -530,8 +597,9 @@ pub fn render_chunks(
         isect_orig,
         last,
         tile_last,
-        max_tile,
-        gaussians_per_dispatch: per_dispatch,
+        checkpoints,
+        checkpoint_offsets,
+        chunk,
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
         backward_kernel: opts.backward_kernel,
@@ -685,32 +753,45 @@ pub fn render_backward_chunks(
         gpu.alloc::<f32>(1)
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
-    let carry = gpu.alloc::<f32>(npix * 5);
     let plane = plane_backward(gpu, tiles_x * tiles_y, state.backward_kernel);
     let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
-    let kb = (state.gaussians_per_dispatch / batch).max(1);
-    for d in 0..state.max_tile.div_ceil(kb * batch).max(1) {
-        let count = CubeCount::Static(tiles_x, tiles_y, 1);
-        let (b0, b1) = ((d * kb) as u32, ((d + 1) * kb) as u32);
-        macro_rules! launch {
-            ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
-                rasterize::$kernel::launch::<$elem>(
-                    client, count, CubeDim::new_1d(256),
-                    state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
-                    state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
-                    state.tile_last.arg(), v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
-                    isect_grads.arg(), $target, isect_abs.arg(), $abs_target, carry.arg(),
-                    out.width, out.height, tiles_x, b0, b1, batch $(, $extra)*, atomic, absgrad,
-                )
-            };
-        }
-        // In the atomic mode with absgrad off, `v_abs` (1 float) is bound but never touched.
-        match (plane, atomic) {
-            (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
-            (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), unused.arg(), mp),
-            (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
-            (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
-        }
+    // One cube per chunk of each tile's intersections up to its last contributor; the cubes
+    // find their chunk in the prefix sums of the chunks per tile (no read-back).
+    let num_tiles = tiles_x * tiles_y;
+    let chunk_end = {
+        let counts = gpu.alloc::<u32>(num_tiles as usize);
+        tiles::backward_chunk_counts::launch(
+            client,
+            gpu.grid(blocks(num_tiles as usize)),
+            CubeDim::new_1d(256),
+            state.tile_last.arg(),
+            counts.arg(),
+            num_tiles,
+            state.chunk,
+        );
+        inclusive_scan(gpu, &counts)
+    };
+    let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
+    macro_rules! launch {
+        ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
+            rasterize::$kernel::launch::<$elem>(
+                client, gpu.grid(cubes), CubeDim::new_1d(256),
+                state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
+                state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
+                state.tile_last.arg(), chunk_end.arg(), state.checkpoints.arg(),
+                state.checkpoint_offsets.arg(), out.rgb.arg(), out.depth.arg(),
+                v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
+                isect_grads.arg(), $target, isect_abs.arg(), $abs_target,
+                out.width, out.height, tiles_x, num_tiles, state.chunk, batch $(, $extra)*, atomic, absgrad,
+            )
+        };
+    }
+    // In the atomic mode with absgrad off, `v_abs` (1 float) is bound but never touched.
+    match (plane, atomic) {
+        (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
+        (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), unused.arg(), mp),
+        (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
+        (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     if !atomic && out.num_visible > 0 {

@@ -183,8 +183,20 @@ fn central_difference(f: impl Fn(f64) -> f64) -> Option<f64> {
 }
 
 fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usize>) {
+    gradient_check_with(seed, random_scene(seed, n, degree), aa, sample, 8, |_| {});
+}
+
+/// [`gradient_check`] of scene `s`, checkpointing the blend state every `checkpoint_every`
+/// batches of 256 intersections; `inspect` sees the forward pass's state.
+fn gradient_check_with(
+    seed: u64,
+    s: Scene,
+    aa: bool,
+    sample: Option<usize>,
+    checkpoint_every: u32,
+    inspect: impl Fn(&rust3r_splat::TileStats),
+) {
     let gpu = gpu();
-    let s = random_scene(seed, n, degree);
     let cam = round_camera(test_camera(40, 30));
     let bg = [0.2, 0.3, 0.4];
     let npix = 40 * 30;
@@ -198,9 +210,11 @@ fn gradient_check(seed: u64, n: usize, degree: u32, aa: bool, sample: Option<usi
     let opts = RenderOptions {
         background: bg.map(|v| v as f32),
         antialiased: aa,
+        checkpoint_every,
         ..Default::default()
     };
     let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+    inspect(&state.tile_stats(&gpu).unwrap());
     let grads = render_backward(
         &gpu,
         &splats,
@@ -304,6 +318,19 @@ fn backward_matches_finite_differences_dense_scene() {
 }
 
 #[test]
+fn backward_matches_finite_differences_across_checkpoints() {
+    // Faint Gaussians piled on a 40x30 image, checkpoints every 256 intersections: the backward
+    // pass splits tiles into chunks that start from the forward pass's saved blend state.
+    let mut s = random_scene(24, 2500, 1);
+    for v in s.opacity_logits.iter_mut() {
+        *v = *v * 0.3 - 3.0;
+    }
+    gradient_check_with(24, s, false, Some(40), 1, |t| {
+        assert!(t.walked_max > 3 * 256, "a tile must span several chunks: {t:?}");
+    });
+}
+
+#[test]
 fn image_larger_than_the_adapter_allows_is_a_clear_error() {
     let gpu = gpu();
     let s = random_scene(15, 10, 0);
@@ -321,7 +348,7 @@ fn image_larger_than_the_adapter_allows_is_a_clear_error() {
 #[test]
 fn bounded_dispatches_give_the_same_image_and_gradients() {
     // 5000 Gaussians in one tile, split into dispatches of 256 Gaussians per tile:
-    // the carried blend state must reproduce the single-dispatch result exactly.
+    // the carried blend state must reproduce the single-dispatch image exactly.
     let gpu = gpu();
     let mut s = random_scene(41, 5000, 1);
     for i in 0..s.len() {
@@ -373,8 +400,17 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
     );
     assert_eq!(single.0, split.0, "rgb");
     assert_eq!(single.1, split.1, "alpha");
-    assert_eq!(single.2, split.2, "means gradient");
-    assert_eq!(single.3, split.3, "opacity gradient");
+    // The split backward starts its chunks from checkpoints every 256 intersections instead of
+    // undoing the blend from the final transmittance: the same gradients up to rounding.
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{what}: all zero");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= 1e-4 * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
+        }
+    };
+    close(&single.2, &split.2, "means gradient");
+    close(&single.3, &split.3, "opacity gradient");
     // And the image is still the reference one.
     compare_forward(&gpu, &s, &cam, false, [0.3, 0.2, 0.1]);
 }

@@ -1,11 +1,14 @@
 //! Tile rasterizer: front-to-back alpha blending per 16x16 tile, and its
-//! backward pass. One cube per tile, one unit per pixel.
+//! backward pass. Forward: one cube per tile, one unit per pixel; it saves the
+//! blend state every `chunk` intersections of a tile (checkpoints).
 //!
-//! The backward pass walks each tile's Gaussians back to front in batches of
+//! Backward: one cube per chunk of a tile's intersections (up to the tile's last
+//! contributor), starting from the checkpoint at the chunk's end, so that dense
+//! tiles are spread over many cubes. Each cube walks its chunk back to front in batches of
 //! `B`. Phase A (unit = pixel) computes dL/dalpha and the blend weight of every
 //! (Gaussian, pixel) pair of the batch into shared memory; phase B (units =
 //! Gaussian x pixel group) turns them into per-Gaussian gradients and reduces
-//! them in shared memory. Each tile writes one gradient row per intersection,
+//! them in shared memory. Each chunk writes one gradient row per intersection,
 //! so no float atomics are needed (WGSL has none) and results are
 //! deterministic run to run.
 
@@ -13,6 +16,9 @@ use cubecl::prelude::*;
 
 pub const ALPHA_MAX: f32 = 0.99;
 pub const T_MIN: f32 = 1e-4;
+/// Floats of one forward checkpoint: the front-to-back blend state (transmittance, colour,
+/// depth) of the tile's 256 pixels, component-major.
+pub const CHECKPOINT: usize = 5 * 256;
 
 #[cube(launch)]
 pub fn rasterize_forward(
@@ -27,11 +33,14 @@ pub fn rasterize_forward(
     tile_last: &mut [u32],
     carry: &mut [f32],
     carry_done: &mut [u32],
+    ck: &mut [f32],
+    ck_off: &[u32],
     width: u32,
     height: u32,
     tiles_x: u32,
     batch_begin: u32,
     batch_end: u32,
+    chunk: u32,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -79,6 +88,16 @@ pub fn rasterize_forward(
         let finished = workgroup_uniform_load_atomic(&done_count[0]);
         if finished >= 256u32 {
             break;
+        }
+        // Checkpoint before every `chunk`-th intersection: the backward pass starts its
+        // chunks there (`rasterize_backward`).
+        if b > 0 && (b * 256) % (chunk as usize) == 0 {
+            let o = (ck_off[tile] as usize + b * 256 / (chunk as usize) - 1) * comptime![CHECKPOINT] + t;
+            ck[o] = tr;
+            ck[o + 256] = cr;
+            ck[o + 512] = cg;
+            ck[o + 768] = cb;
+            ck[o + 1024] = cd;
         }
         let idx = start + b * 256 + t;
         if idx < end {
@@ -158,18 +177,23 @@ pub struct BackPixel {
     last: usize,
 }
 
-/// Load pixel `pc`'s gradients and forward results (zeros outside the image); with `resume`,
-/// the blend state carried from the previous dispatch of the tile (`carry[pc * 5..]`).
+/// Load pixel `pc`'s gradients and forward results (zeros outside the image). A chunk that
+/// ends before the tile's last contributor starts from the forward checkpoint at its end
+/// (`ck[base..]`, `base = slot * CHECKPOINT + unit`): the transmittance there, and the colour
+/// and depth behind it as the final front-to-back sums less the sums in front of it.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn back_pixel(
     cam: &[f32],
+    out_rgb: &[f32],
     out_alpha: &[f32],
+    out_depth: &[f32],
     out_last: &[u32],
     v_rgb: &[f32],
     v_alpha: &[f32],
     v_depth: &[f32],
-    carry: &mut [f32],
+    ck: &[f32],
+    base: usize,
     pc: usize,
     inside: bool,
     resume: bool,
@@ -198,26 +222,63 @@ fn back_pixel(
         px.final_term = v_alpha[pc] - (cam[19] * px.vcr + cam[20] * px.vcg + cam[21] * px.vcb);
         px.tr = px.t_final;
         if resume {
-            px.tr = carry[pc * 5];
-            px.sr = carry[pc * 5 + 1];
-            px.sg = carry[pc * 5 + 2];
-            px.sb = carry[pc * 5 + 3];
-            px.sd = carry[pc * 5 + 4];
+            px.tr = ck[base];
+            px.sr = out_rgb[pc * 3] - px.t_final * cam[19] - ck[base + 256];
+            px.sg = out_rgb[pc * 3 + 1] - px.t_final * cam[20] - ck[base + 512];
+            px.sb = out_rgb[pc * 3 + 2] - px.t_final * cam[21] - ck[base + 768];
+            px.sd = out_depth[pc] - ck[base + 1024];
         }
     }
     px
 }
 
-/// Store the blend state for the next dispatch of the tile.
+/// The backward cube's share of the work: its tile (found from the inclusive prefix sums of
+/// the chunks per tile, `chunk_end`) and the intersections `[begin, end)` of its chunk, plus
+/// whether the chunk starts from a forward checkpoint (every chunk but the tile's last), and
+/// that checkpoint's slot. Cubes past the last chunk get an empty range.
+#[derive(CubeType, Clone, Copy)]
+pub struct BackChunk {
+    tile: usize,
+    begin: usize,
+    end: usize,
+    resume: bool,
+    slot: usize,
+}
+
 #[cube]
-fn save_back_pixel(px: &BackPixel, carry: &mut [f32], pc: usize, inside: bool) {
-    if inside {
-        carry[pc * 5] = px.tr;
-        carry[pc * 5 + 1] = px.sr;
-        carry[pc * 5 + 2] = px.sg;
-        carry[pc * 5 + 3] = px.sb;
-        carry[pc * 5 + 4] = px.sd;
+fn back_chunk(
+    ranges: &[u32],
+    tile_last: &[u32],
+    chunk_end: &[u32],
+    ck_off: &[u32],
+    num_tiles: u32,
+    chunk: u32,
+) -> BackChunk {
+    let g = rust3r_gpu::block_id() as u32;
+    // First tile whose inclusive chunk prefix exceeds g.
+    let mut lo = 0u32;
+    let mut hi = num_tiles;
+    while lo < hi {
+        let mid = (lo + hi) / 2u32;
+        if chunk_end[mid as usize] > g {
+            hi = mid;
+        } else {
+            lo = mid + 1u32;
+        }
     }
+    let tile = min(lo, num_tiles - 1u32) as usize;
+    let mut out = BackChunk { tile, begin: 0usize, end: 0usize, resume: false, slot: 0usize };
+    if lo < num_tiles {
+        let walked = tile_last[tile];
+        let first = chunk_end[tile] - walked.div_ceil(chunk);
+        let c = g - first;
+        let start = ranges[tile * 2] as usize;
+        out.begin = start + (c * chunk) as usize;
+        out.end = start + min((c + 1u32) * chunk, walked) as usize;
+        out.resume = (c + 1u32) * chunk < walked;
+        out.slot = (ck_off[tile] + c) as usize;
+    }
+    out
 }
 
 /// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
@@ -305,6 +366,11 @@ pub fn rasterize_backward<A: Numeric>(
     out_alpha: &[f32],
     out_last: &[u32],
     tile_last: &[u32],
+    chunk_end: &[u32],
+    ck: &[f32],
+    ck_off: &[u32],
+    out_rgb: &[f32],
+    out_depth: &[f32],
     v_rgb: &[f32],
     v_alpha: &[f32],
     v_depth: &[f32],
@@ -312,12 +378,11 @@ pub fn rasterize_backward<A: Numeric>(
     v_atomic: &[Atomic<A>],
     isect_abs: &mut [f32],
     v_abs_atomic: &[Atomic<A>],
-    carry: &mut [f32],
     width: u32,
     height: u32,
     tiles_x: u32,
-    batch_begin: u32,
-    batch_end: u32,
+    num_tiles: u32,
+    chunk: u32,
     #[comptime] batch: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
@@ -328,27 +393,28 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let ch = back_chunk(ranges, tile_last, chunk_end, ck_off, num_tiles, chunk);
     let t = UNIT_POS as usize;
-    let x = CUBE_POS_X * 16 + UNIT_POS % 16;
-    let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
+    let tile_x = ch.tile as u32 % tiles_x;
+    let tile_y = ch.tile as u32 / tiles_x;
+    let x = tile_x * 16 + UNIT_POS % 16;
+    let y = tile_y * 16 + UNIT_POS / 16;
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let start = ranges[tile * 2] as usize;
+    let tile_start = ranges[ch.tile * 2] as usize;
     // Rows of intersections behind every pixel's last contributor stay zero.
-    let end = start + tile_last[tile] as usize;
+    let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
 
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
-    // Bounded work per dispatch: batches [batch_begin, batch_end), counted from
-    // the back; transmittance and the colour behind are carried between dispatches.
+    // Bounded work per cube: one chunk of at most `chunk` intersections.
     let mut px = back_pixel(
-        cam, out_alpha, out_last, v_rgb, v_alpha, v_depth, carry, pc, inside,
-        batch_begin > 0u32,
+        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
+        ch.slot * comptime![CHECKPOINT] + t, pc, inside, ch.resume,
     );
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
@@ -356,12 +422,12 @@ pub fn rasterize_backward<A: Numeric>(
     pix[768 + t] = px.vd;
 
     let total = end - start;
-    let num_batches = min(total.div_ceil(batch), batch_end as usize);
+    let num_batches = total.div_ceil(batch);
     let jb = t / group;
     let lane = t % group;
-    let tile_x0 = f32::cast_from(CUBE_POS_X * 16) + 0.5f32;
-    let tile_y0 = f32::cast_from(CUBE_POS_Y * 16) + 0.5f32;
-    for bi in (batch_begin as usize)..num_batches {
+    let tile_x0 = f32::cast_from(tile_x * 16) + 0.5f32;
+    let tile_y0 = f32::cast_from(tile_y * 16) + 0.5f32;
+    for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
@@ -369,7 +435,7 @@ pub fn rasterize_backward<A: Numeric>(
             let pos = batch_start + j;
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
-            if inside && pos < start + px.last {
+            if inside && pos < tile_start + px.last {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
@@ -483,7 +549,6 @@ pub fn rasterize_backward<A: Numeric>(
             }
         }
     }
-    save_back_pixel(&px, carry, pc, inside);
 }
 
 /// Pack the three images into one `[h][w][5]` buffer (r, g, b, alpha, depth).
@@ -542,6 +607,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
     out_alpha: &[f32],
     out_last: &[u32],
     tile_last: &[u32],
+    chunk_end: &[u32],
+    ck: &[f32],
+    ck_off: &[u32],
+    out_rgb: &[f32],
+    out_depth: &[f32],
     v_rgb: &[f32],
     v_alpha: &[f32],
     v_depth: &[f32],
@@ -549,26 +619,27 @@ pub fn rasterize_backward_plane<A: Numeric>(
     v_atomic: &[Atomic<A>],
     isect_abs: &mut [f32],
     v_abs_atomic: &[Atomic<A>],
-    carry: &mut [f32],
     width: u32,
     height: u32,
     tiles_x: u32,
-    batch_begin: u32,
-    batch_end: u32,
+    num_tiles: u32,
+    chunk: u32,
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let ch = back_chunk(ranges, tile_last, chunk_end, ck_off, num_tiles, chunk);
     let t = UNIT_POS as usize;
-    let x = CUBE_POS_X * 16 + UNIT_POS % 16;
-    let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
+    let tile_x = ch.tile as u32 % tiles_x;
+    let tile_y = ch.tile as u32 / tiles_x;
+    let x = tile_x * 16 + UNIT_POS % 16;
+    let y = tile_y * 16 + UNIT_POS / 16;
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let start = ranges[tile * 2] as usize;
-    let end = start + tile_last[tile] as usize;
+    let tile_start = ranges[ch.tile * 2] as usize;
+    let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs =
@@ -579,13 +650,13 @@ pub fn rasterize_backward_plane<A: Numeric>(
 
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     let mut px = back_pixel(
-        cam, out_alpha, out_last, v_rgb, v_alpha, v_depth, carry, pc, inside,
-        batch_begin > 0u32,
+        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
+        ch.slot * comptime![CHECKPOINT] + t, pc, inside, ch.resume,
     );
 
     let total = end - start;
-    let num_batches = min(total.div_ceil(batch), batch_end as usize);
-    for bi in (batch_begin as usize)..num_batches {
+    let num_batches = total.div_ceil(batch);
+    for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -601,7 +672,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a8 = 0.0f32;
             let mut a9 = 0.0f32;
             let mut took = false;
-            if inside && pos < start + px.last {
+            if inside && pos < tile_start + px.last {
                 let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took_it {
                     took = true;
@@ -698,5 +769,4 @@ pub fn rasterize_backward_plane<A: Numeric>(
             }
         }
     }
-    save_back_pixel(&px, carry, pc, inside);
 }

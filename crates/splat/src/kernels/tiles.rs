@@ -150,3 +150,25 @@ pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
         lengths[t] = ranges[t * 2 + 1] - ranges[t * 2];
     }
 }
+
+/// Forward checkpoints per tile: the blend state is saved before every intersection at a
+/// multiple of `chunk` (counted from the tile's start) that the tile reaches,
+/// `(len - 1) / chunk` of them.
+#[cube(launch)]
+pub fn checkpoint_counts(ranges: &[u32], counts: &mut [u32], num_tiles: u32, chunk: u32) {
+    let t = rust3r_gpu::global_id();
+    if t < num_tiles as usize {
+        let len = ranges[t * 2 + 1] - ranges[t * 2];
+        counts[t] = select(len > 0u32, (len - min(len, 1u32)) / chunk, 0u32);
+    }
+}
+
+/// Backward chunks per tile: the intersections up to the tile's last contributor, `chunk`
+/// at a time.
+#[cube(launch)]
+pub fn backward_chunk_counts(tile_last: &[u32], counts: &mut [u32], num_tiles: u32, chunk: u32) {
+    let t = rust3r_gpu::global_id();
+    if t < num_tiles as usize {
+        counts[t] = tile_last[t].div_ceil(chunk);
+    }
+}
