@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 use rust3r_gpu::{
     Gpu, GpuBuffer, compact::scatter_indices, gather::gather, gather::iota, reduce::ReduceOp,
-    reduce::reduce_columns, reduce::to_unit_mask, scan::{exclusive_scan, inclusive_scan}, sort::bits_for,
+    reduce::reduce_columns, reduce::to_unit_mask, scan::exclusive_scan, sort::bits_for,
     sort::sort_pairs,
 };
 
@@ -191,8 +191,8 @@ pub struct RenderOptions {
     /// The forward pass saves every tile's blend state each this many batches of 256
     /// intersections, and the backward pass works on each such chunk of a tile in a cube of its
     /// own, so a dense tile does not leave the rest of the GPU idle. Capped by
-    /// `max_batches_per_dispatch`. Default 8 (2048 intersections; 5 KiB per checkpoint, about
-    /// 2.5 bytes per intersection).
+    /// `max_batches_per_dispatch`. Default 4 (1024 intersections; 5 KiB per checkpoint, about
+    /// 5 bytes per intersection).
     pub checkpoint_every: u32,
     /// Make the backward pass bit-reproducible run to run: gradient rows per intersection
     /// summed in a fixed order, instead of float atomics (faster, used where the adapter has
@@ -227,7 +227,7 @@ impl Default for RenderOptions {
             near: 0.01,
             far: 1e10,
             max_batches_per_dispatch: 4096,
-            checkpoint_every: 8,
+            checkpoint_every: 4,
             deterministic: false,
             absgrad: false,
             backward_kernel: BackwardKernel::Auto,
@@ -269,10 +269,9 @@ pub struct RenderState {
     isect_orig: GpuBuffer<u32>,
     last: GpuBuffer<u32>,
     tile_last: GpuBuffer<u32>,
-    /// Forward checkpoints (`rasterize::CHECKPOINT` floats each), the first slot of each tile,
-    /// and the intersections per checkpoint.
+    /// Forward checkpoints (`rasterize::CHECKPOINT` floats each) and the intersections per
+    /// checkpoint.
     checkpoints: GpuBuffer<f32>,
-    checkpoint_offsets: GpuBuffer<u32>,
     chunk: u32,
     deterministic: bool,
     absgrad: bool,
@@ -283,6 +282,8 @@ pub struct RenderState {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TileStats {
     pub tiles: usize,
+    /// Tiles without intersections.
+    pub empty: usize,
     /// Intersections per tile: median, 99th percentile and maximum.
     pub len_p50: usize,
     pub len_p99: usize,
@@ -305,6 +306,7 @@ impl RenderState {
         };
         Ok(TileStats {
             tiles: len.len(),
+            empty: len.iter().filter(|&&l| l == 0).count(),
             len_p50: pct(&mut len, 0.5),
             len_p99: pct(&mut len, 0.99),
             len_max: pct(&mut len, 1.0),
@@ -497,6 +499,7 @@ pub fn render_chunks(
             sorted_tiles.arg(),
             ranges.arg(),
             num_isects as u32,
+            num_tiles as u32,
         );
     }
 
@@ -528,20 +531,8 @@ pub fn render_chunks(
     let carry_done = gpu.alloc::<u32>(npix);
     let k = opts.max_batches_per_dispatch.max(1);
     let chunk = opts.checkpoint_every.clamp(1, k) * 256;
-    let checkpoint_offsets = {
-        let counts = gpu.alloc::<u32>(num_tiles);
-        tiles::checkpoint_counts::launch(
-            client,
-            gpu.grid(blocks(num_tiles)),
-            CubeDim::new_1d(256),
-            ranges.arg(),
-            counts.arg(),
-            num_tiles as u32,
-            chunk,
-        );
-        exclusive_scan(gpu, &counts)
-    };
-    // A tile of `len` intersections takes (len - 1) / chunk checkpoints.
+    // A tile of `len` intersections takes (len - 1) / chunk checkpoints, in slots that never
+    // overlap and stay below intersections / chunk (`rasterize_forward`).
     let slots = (num_isects / chunk as usize).max(1);
     gpu.check_fits("forward checkpoints", (slots * rasterize::CHECKPOINT * 4) as u64)?;
     let checkpoints = gpu.alloc::<f32>(slots * rasterize::CHECKPOINT);
@@ -562,7 +553,6 @@ pub fn render_chunks(
             carry.arg(),
             carry_done.arg(),
             checkpoints.arg(),
-            checkpoint_offsets.arg(),
             w,
             h,
             tiles_x,
@@ -598,7 +588,6 @@ pub fn render_chunks(
         last,
         tile_last,
         checkpoints,
-        checkpoint_offsets,
         chunk,
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
@@ -755,22 +744,9 @@ pub fn render_backward_chunks(
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     let plane = plane_backward(gpu, tiles_x * tiles_y, state.backward_kernel);
     let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
-    // One cube per chunk of each tile's intersections up to its last contributor; the cubes
-    // find their chunk in the prefix sums of the chunks per tile (no read-back).
+    // One cube per chunk of each tile's intersections up to its last contributor, found from
+    // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
     let num_tiles = tiles_x * tiles_y;
-    let chunk_end = {
-        let counts = gpu.alloc::<u32>(num_tiles as usize);
-        tiles::backward_chunk_counts::launch(
-            client,
-            gpu.grid(blocks(num_tiles as usize)),
-            CubeDim::new_1d(256),
-            state.tile_last.arg(),
-            counts.arg(),
-            num_tiles,
-            state.chunk,
-        );
-        inclusive_scan(gpu, &counts)
-    };
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
     macro_rules! launch {
         ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
@@ -778,8 +754,7 @@ pub fn render_backward_chunks(
                 client, gpu.grid(cubes), CubeDim::new_1d(256),
                 state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
                 state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
-                state.tile_last.arg(), chunk_end.arg(), state.checkpoints.arg(),
-                state.checkpoint_offsets.arg(), out.rgb.arg(), out.depth.arg(),
+                state.tile_last.arg(), state.checkpoints.arg(), out.rgb.arg(), out.depth.arg(),
                 v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
                 isect_grads.arg(), $target, isect_abs.arg(), $abs_target,
                 out.width, out.height, tiles_x, num_tiles, state.chunk, batch $(, $extra)*, atomic, absgrad,

@@ -416,6 +416,55 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
 }
 
 #[test]
+fn backward_chunks_skip_empty_tiles() {
+    // Two dense clumps at the image's left and right edges with empty tiles between them: every
+    // backward cube must find its own tile's chunk. Checkpoints every 256 intersections against
+    // none (one chunk per tile) give the same gradients.
+    let gpu = gpu();
+    let mut s = random_scene(43, 3000, 0);
+    for i in 0..s.len() {
+        let z = s.means[i * 3 + 2];
+        let side = if i % 2 == 0 { -0.55 } else { 0.5 };
+        s.means[i * 3] = (side + 0.02 * (i % 5) as f64) * z;
+        s.means[i * 3 + 1] = 0.02 * (i % 3) as f64 * z;
+        s.log_scales[i * 3..i * 3 + 3].copy_from_slice(&[-2.5; 3]);
+        s.opacity_logits[i] = -4.0;
+    }
+    let s = s.rounded();
+    let cam = round_camera(test_camera(128, 32));
+    let splats = upload(&gpu, &s);
+    let npix = 128 * 32;
+    let mut rng = StdRng::seed_from_u64(10);
+    let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let run = |every: u32| {
+        let opts = RenderOptions {
+            checkpoint_every: every,
+            deterministic: true,
+            ..Default::default()
+        };
+        let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+        let stats = state.tile_stats(&gpu).unwrap();
+        let (wr, wa) = (gpu.upload(&w), gpu.upload(&wa));
+        let g = render_backward(&gpu, &splats, &out, &state, &wr, &wa, &wa).unwrap();
+        (gpu.read(&out.rgb).unwrap(), gpu.read(&g.means).unwrap(), gpu.read(&g.sh).unwrap(), stats)
+    };
+    let (rgb_one, means_one, sh_one, stats) = run(64);
+    let (rgb_chunked, means_chunked, sh_chunked, _) = run(1);
+    assert!(stats.empty >= 4, "tiles between the clumps must be empty: {stats:?}");
+    assert!(stats.walked_max > 3 * 256, "a tile must span several chunks: {stats:?}");
+    assert_eq!(rgb_one, rgb_chunked);
+    for (what, a, b) in [("means", &means_one, &means_chunked), ("sh", &sh_one, &sh_chunked)] {
+        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{what}: all zero");
+        for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+            assert!((x - y).abs() <= 1e-4 * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
+        }
+    }
+    compare_forward(&gpu, &s, &cam, false, [0.0; 3]);
+}
+
+#[test]
 fn atomic_and_deterministic_backward_agree() {
     // The float-atomic backward (default where the adapter has f32 atomics, as lavapipe does)
     // and the fixed-order one give the same gradients up to summation order; the fixed-order

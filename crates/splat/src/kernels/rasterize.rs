@@ -34,7 +34,6 @@ pub fn rasterize_forward(
     carry: &mut [f32],
     carry_done: &mut [u32],
     ck: &mut [f32],
-    ck_off: &[u32],
     width: u32,
     height: u32,
     tiles_x: u32,
@@ -90,9 +89,12 @@ pub fn rasterize_forward(
             break;
         }
         // Checkpoint before every `chunk`-th intersection: the backward pass starts its
-        // chunks there (`rasterize_backward`).
+        // chunks there (`rasterize_backward`). Checkpoint k >= 1 of the tile goes to slot
+        // start / chunk + k - 1: the tiles' slots never overlap, and fewer than
+        // (intersections / chunk) are used.
         if b > 0 && (b * 256) % (chunk as usize) == 0 {
-            let o = (ck_off[tile] as usize + b * 256 / (chunk as usize) - 1) * comptime![CHECKPOINT] + t;
+            let slot = start / (chunk as usize) + b * 256 / (chunk as usize) - 1;
+            let o = slot * comptime![CHECKPOINT] + t;
             ck[o] = tr;
             ck[o + 256] = cr;
             ck[o + 512] = cg;
@@ -232,10 +234,11 @@ fn back_pixel(
     px
 }
 
-/// The backward cube's share of the work: its tile (found from the inclusive prefix sums of
-/// the chunks per tile, `chunk_end`) and the intersections `[begin, end)` of its chunk, plus
-/// whether the chunk starts from a forward checkpoint (every chunk but the tile's last), and
-/// that checkpoint's slot. Cubes past the last chunk get an empty range.
+/// The backward cube's share of the work: its tile and the intersections `[begin, end)` of
+/// its chunk, plus whether the chunk starts from a forward checkpoint (every chunk but the
+/// tile's last) and that checkpoint's slot. Tile `t` (intersections from `s_t`) owns cubes
+/// from `s_t / chunk + t` on, one per chunk up to its last contributor; its other cubes get an
+/// empty range.
 #[derive(CubeType, Clone, Copy)]
 pub struct BackChunk {
     tile: usize,
@@ -246,39 +249,31 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk(
-    ranges: &[u32],
-    tile_last: &[u32],
-    chunk_end: &[u32],
-    ck_off: &[u32],
-    num_tiles: u32,
-    chunk: u32,
-) -> BackChunk {
+fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
-    // First tile whose inclusive chunk prefix exceeds g.
-    let mut lo = 0u32;
+    // First tile whose first cube is past g; the cube belongs to the tile before it.
+    let mut lo = 1u32;
     let mut hi = num_tiles;
     while lo < hi {
         let mid = (lo + hi) / 2u32;
-        if chunk_end[mid as usize] > g {
+        if ranges[mid as usize * 2] / chunk + mid > g {
             hi = mid;
         } else {
             lo = mid + 1u32;
         }
     }
-    let tile = min(lo, num_tiles - 1u32) as usize;
-    let mut out = BackChunk { tile, begin: 0usize, end: 0usize, resume: false, slot: 0usize };
-    if lo < num_tiles {
-        let walked = tile_last[tile];
-        let first = chunk_end[tile] - walked.div_ceil(chunk);
-        let c = g - first;
-        let start = ranges[tile * 2] as usize;
-        out.begin = start + (c * chunk) as usize;
-        out.end = start + min((c + 1u32) * chunk, walked) as usize;
-        out.resume = (c + 1u32) * chunk < walked;
-        out.slot = (ck_off[tile] + c) as usize;
+    let tile = (lo - 1u32) as usize;
+    let start = ranges[tile * 2];
+    let c = g - (start / chunk + tile as u32);
+    let walked = tile_last[tile];
+    let begin = min(c * chunk, walked);
+    BackChunk {
+        tile,
+        begin: (start + begin) as usize,
+        end: (start + min(begin + chunk, walked)) as usize,
+        resume: begin + chunk < walked,
+        slot: (start / chunk + c) as usize,
     }
-    out
 }
 
 /// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
@@ -366,9 +361,7 @@ pub fn rasterize_backward<A: Numeric>(
     out_alpha: &[f32],
     out_last: &[u32],
     tile_last: &[u32],
-    chunk_end: &[u32],
     ck: &[f32],
-    ck_off: &[u32],
     out_rgb: &[f32],
     out_depth: &[f32],
     v_rgb: &[f32],
@@ -393,7 +386,7 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let ch = back_chunk(ranges, tile_last, chunk_end, ck_off, num_tiles, chunk);
+    let ch = back_chunk(ranges, tile_last, num_tiles, chunk);
     let t = UNIT_POS as usize;
     let tile_x = ch.tile as u32 % tiles_x;
     let tile_y = ch.tile as u32 / tiles_x;
@@ -607,9 +600,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     out_alpha: &[f32],
     out_last: &[u32],
     tile_last: &[u32],
-    chunk_end: &[u32],
     ck: &[f32],
-    ck_off: &[u32],
     out_rgb: &[f32],
     out_depth: &[f32],
     v_rgb: &[f32],
@@ -629,7 +620,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let ch = back_chunk(ranges, tile_last, chunk_end, ck_off, num_tiles, chunk);
+    let ch = back_chunk(ranges, tile_last, num_tiles, chunk);
     let t = UNIT_POS as usize;
     let tile_x = ch.tile as u32 % tiles_x;
     let tile_y = ch.tile as u32 / tiles_x;

@@ -38,26 +38,34 @@ pub fn emit_intersections(
 }
 
 /// `ranges[2t], ranges[2t+1]` = first and one-past-last position of tile `t`
-/// in the sorted list. `ranges` must be zero-initialised (empty tiles stay 0..0).
+/// in the sorted list. An empty tile gets the position where it would start, so the starts
+/// never decrease with the tile index (the backward pass searches them).
+/// `ranges` must be zero-initialised.
 #[cube(launch)]
-pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32) {
+pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32, num_tiles: u32) {
     let s = rust3r_gpu::global_id();
     let n = n as usize;
     if s >= n {
         terminate!();
     }
     let tile = sorted_tiles[s] as usize;
-    if s == 0 {
-        ranges[tile * 2] = 0u32;
-    } else {
+    if s > 0 {
         let prev = sorted_tiles[s - 1] as usize;
         if prev != tile {
             ranges[prev * 2 + 1] = s as u32;
+            for e in prev + 1..tile {
+                ranges[e * 2] = s as u32;
+                ranges[e * 2 + 1] = s as u32;
+            }
             ranges[tile * 2] = s as u32;
         }
     }
     if s == n - 1 {
         ranges[tile * 2 + 1] = n as u32;
+        for e in tile + 1..num_tiles as usize {
+            ranges[e * 2] = n as u32;
+            ranges[e * 2 + 1] = n as u32;
+        }
     }
 }
 
@@ -151,24 +159,3 @@ pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
     }
 }
 
-/// Forward checkpoints per tile: the blend state is saved before every intersection at a
-/// multiple of `chunk` (counted from the tile's start) that the tile reaches,
-/// `(len - 1) / chunk` of them.
-#[cube(launch)]
-pub fn checkpoint_counts(ranges: &[u32], counts: &mut [u32], num_tiles: u32, chunk: u32) {
-    let t = rust3r_gpu::global_id();
-    if t < num_tiles as usize {
-        let len = ranges[t * 2 + 1] - ranges[t * 2];
-        counts[t] = select(len > 0u32, (len - min(len, 1u32)) / chunk, 0u32);
-    }
-}
-
-/// Backward chunks per tile: the intersections up to the tile's last contributor, `chunk`
-/// at a time.
-#[cube(launch)]
-pub fn backward_chunk_counts(tile_last: &[u32], counts: &mut [u32], num_tiles: u32, chunk: u32) {
-    let t = rust3r_gpu::global_id();
-    if t < num_tiles as usize {
-        counts[t] = tile_last[t].div_ceil(chunk);
-    }
-}
