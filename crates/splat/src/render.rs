@@ -599,8 +599,9 @@ pub fn render_chunks(
 /// Gaussians per backward batch that fit the device's shared memory.
 fn backward_batch(gpu: &Gpu) -> usize {
     let bytes = gpu.max_shared_memory();
-    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
-    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
+    // floats: 11 B (params, row reach) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads)
+    // + 512 (absgrad)
+    let need = |b: usize| 4 * (11 * b + (2 * 256 * b).max(2560) + 1024 + 512);
     [16usize, 8, 4]
         .into_iter()
         .find(|&b| need(b) <= bytes)
@@ -632,7 +633,7 @@ fn plane_backward(gpu: &Gpu, num_tiles: u32, kernel: BackwardKernel) -> Option<u
         return None;
     }
     let max_planes = (256 / min) as usize;
-    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
+    let need = 4 * (11 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
     (need <= gpu.max_shared_memory()).then_some(max_planes)
 }
 

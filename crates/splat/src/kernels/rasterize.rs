@@ -20,6 +20,22 @@ pub const T_MIN: f32 = 1e-4;
 /// depth) of the tile's 256 pixels, component-major.
 pub const CHECKPOINT: usize = 5 * 256;
 
+/// Squared vertical reach of a projected Gaussian (conic `a, b, c`, opacity `op`): pixels whose
+/// row centre is farther than this from the mean have alpha below 1/255 whatever their column
+/// (the largest |dy| with `0.5 (a dx^2 + c dy^2) + b dx dy <= ln(255 op)` is
+/// `sqrt(2 ln(255 op) a / (a c - b^2))`). Widened by 1% and 0.01 px^2 against rounding;
+/// 3e38 (no limit) for a degenerate conic; negative when no pixel can take the Gaussian.
+#[cube]
+pub fn row_reach2(a: f32, b: f32, c: f32, op: f32) -> f32 {
+    let det = a * c - b * b;
+    let tau = (255.0f32 * op).ln();
+    let mut r = 3.0e38f32;
+    if det > 0.0f32 && a > 0.0f32 {
+        r = 2.02f32 * tau * a / det + 0.01f32;
+    }
+    r
+}
+
 #[cube(launch)]
 pub fn rasterize_forward(
     ranges: &[u32],
@@ -50,7 +66,7 @@ pub fn rasterize_forward(
     let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
     let end = ranges[tile * 2 + 1] as usize;
-    let mut sm = Shared::<[f32]>::new_slice(2560usize);
+    let mut sm = Shared::<[f32]>::new_slice(2816usize);
     let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
     let max_last = Shared::<[Atomic<u32>]>::new_slice(1usize);
     if t == 0 {
@@ -108,13 +124,17 @@ pub fn rasterize_forward(
             for k in 0..10usize {
                 sm[k * 256 + t] = proj[gid * 10 + k];
             }
+            sm[2560 + t] = row_reach2(sm[512 + t], sm[768 + t], sm[1024 + t], sm[1536 + t]);
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
         if !done {
             for j in 0..batch_len {
-                let dx = sm[j] - pxf;
                 let dy = sm[256 + j] - pyf;
+                // Rows out of the Gaussian's reach skip the exponential (whole warps at once
+                // when its rows are all out of reach).
+                if dy * dy <= sm[2560 + j] {
+                let dx = sm[j] - pxf;
                 let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
                     + sm[768 + j] * dx * dy;
                 let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
@@ -131,6 +151,7 @@ pub fn rasterize_forward(
                     cd += sm[1280 + j] * vis;
                     tr = next_t;
                     last = (b * 256 + j + 1) as u32;
+                }
                 }
             }
             if done {
@@ -278,13 +299,15 @@ fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> 
 
 /// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
 /// `[start, end)` in shared memory: the projected rows (10 floats) of its Gaussians, between two
-/// barriers. Returns the batch's first intersection and its length.
+/// barriers, and their squared row reach ([`row_reach2`]) in `reach`. Returns the batch's first
+/// intersection and its length.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_back_batch(
     sorted_gids: &[u32],
     proj: &[f32],
     sm: &mut [f32],
+    reach: &mut [f32],
     start: usize,
     end: usize,
     bi: usize,
@@ -301,6 +324,7 @@ fn stage_back_batch(
         for k in 0..10usize {
             sm[t * 10 + k] = proj[gid * 10 + k];
         }
+        reach[t] = row_reach2(sm[t * 10 + 2], sm[t * 10 + 3], sm[t * 10 + 4], sm[t * 10 + 6]);
     }
     sync_cube();
     (batch_start, len)
@@ -399,6 +423,7 @@ pub fn rasterize_backward<A: Numeric>(
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut reach = Shared::<[f32]>::new_slice(comptime![batch]);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
@@ -421,14 +446,16 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(tile_x * 16) + 0.5f32;
     let tile_y0 = f32::cast_from(tile_y * 16) + 0.5f32;
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
+        let (batch_start, len) =
+            stage_back_batch(sorted_gids, proj, &mut sm, &mut reach, start, end, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
-            if inside && pos < tile_start + px.last {
+            let dy = sm[j * 10 + 1] - pyf;
+            if inside && pos < tile_start + px.last && dy * dy <= reach[j] {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
@@ -632,6 +659,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let tile_start = ranges[ch.tile * 2] as usize;
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut reach = Shared::<[f32]>::new_slice(comptime![batch]);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs =
         Shared::<[f32]>::new_slice(comptime![if absgrad { max_planes * batch * 2 } else { 1usize }]);
@@ -648,7 +676,8 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
+        let (batch_start, len) =
+            stage_back_batch(sorted_gids, proj, &mut sm, &mut reach, start, end, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
@@ -663,7 +692,8 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a8 = 0.0f32;
             let mut a9 = 0.0f32;
             let mut took = false;
-            if inside && pos < tile_start + px.last {
+            let dy = sm[j * 10 + 1] - pyf;
+            if inside && pos < tile_start + px.last && dy * dy <= reach[j] {
                 let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took_it {
                     took = true;
