@@ -273,6 +273,7 @@ pub struct RenderState {
     /// checkpoint.
     checkpoints: GpuBuffer<f32>,
     chunk: u32,
+    row_skip: bool,
     deterministic: bool,
     absgrad: bool,
     backward_kernel: BackwardKernel,
@@ -295,6 +296,12 @@ pub struct TileStats {
 }
 
 impl RenderState {
+    /// Whether the forward rasterizer skipped pixel rows out of each Gaussian's reach (chosen
+    /// per frame from the mean tiles per Gaussian; the image is the same either way).
+    pub fn row_skip(&self) -> bool {
+        self.row_skip
+    }
+
     /// Reads the tile ranges back (a synchronising read; not for hot loops).
     pub fn tile_stats(&self, gpu: &Gpu) -> Result<TileStats, SplatError> {
         let ranges = gpu.read(&self.ranges)?;
@@ -530,6 +537,7 @@ pub fn render_chunks(
     let carry = gpu.alloc::<f32>(npix * 5);
     let carry_done = gpu.alloc::<u32>(npix);
     let k = opts.max_batches_per_dispatch.max(1);
+    let row_skip = row_skip(num_visible, num_isects);
     let chunk = opts.checkpoint_every.clamp(1, k) * 256;
     // A tile of `len` intersections takes (len - 1) / chunk checkpoints, in slots that never
     // overlap and stay below intersections / chunk (`rasterize_forward`).
@@ -559,6 +567,7 @@ pub fn render_chunks(
             d * k,
             (d + 1) * k,
             chunk,
+            row_skip,
         );
     }
 
@@ -589,6 +598,7 @@ pub fn render_chunks(
         tile_last,
         checkpoints,
         chunk,
+        row_skip,
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
         backward_kernel: opts.backward_kernel,
@@ -596,12 +606,21 @@ pub fn render_chunks(
     Ok((out, state))
 }
 
+/// Whether the forward rasterizer tests each Gaussian's row reach before its exponential
+/// (`rasterize::row_reach2`): it pays where Gaussians span few rows of a tile, which the mean
+/// number of tiles per visible Gaussian measures. On the H100 (BENCHMARKS.md, 2026-11-26) the
+/// test took the 10M-Gaussian forward pass from 6.9 to 5.6 ms at 648x420 (1.8 tiles per
+/// Gaussian) and from 5.2 to 4.9 ms at 1920x1080 (3.3), and cost 5-10% on the 138k scene (4.5 and
+/// 20 tiles per Gaussian) and at 1M, 1920x1080 (7.4).
+fn row_skip(visible: usize, isects: usize) -> bool {
+    isects < 4 * visible
+}
+
 /// Gaussians per backward batch that fit the device's shared memory.
 fn backward_batch(gpu: &Gpu) -> usize {
     let bytes = gpu.max_shared_memory();
-    // floats: 11 B (params, row reach) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads)
-    // + 512 (absgrad)
-    let need = |b: usize| 4 * (11 * b + (2 * 256 * b).max(2560) + 1024 + 512);
+    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
+    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
     [16usize, 8, 4]
         .into_iter()
         .find(|&b| need(b) <= bytes)
@@ -633,7 +652,7 @@ fn plane_backward(gpu: &Gpu, num_tiles: u32, kernel: BackwardKernel) -> Option<u
         return None;
     }
     let max_planes = (256 / min) as usize;
-    let need = 4 * (11 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
+    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
     (need <= gpu.max_shared_memory()).then_some(max_planes)
 }
 

@@ -41,13 +41,15 @@ fn round_camera(mut c: Camera) -> Camera {
     c
 }
 
-fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) {
+/// Compares the GPU image with the reference renderer; returns whether the forward pass skipped
+/// rows out of the Gaussians' reach.
+fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) -> bool {
     let opts = RenderOptions {
         background: bg.map(|v| v as f32),
         antialiased: aa,
         ..Default::default()
     };
-    let (out, _) = render(gpu, &upload(gpu, s), cam, &opts).unwrap();
+    let (out, state) = render(gpu, &upload(gpu, s), cam, &opts).unwrap();
     let reference = common::render(
         s,
         cam,
@@ -76,23 +78,30 @@ fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) {
     assert!(e_depth <= 1e-3, "depth max relative error {e_depth}");
     // The image is not trivially empty.
     assert!(reference.alpha.iter().any(|&a| a > 0.5));
+    state.row_skip()
 }
 
 #[test]
 fn forward_matches_reference_random_scenes() {
     let gpu = gpu();
-    for (seed, degree, aa) in [
-        (1u64, 0u32, false),
-        (2, 1, true),
-        (3, 2, false),
-        (4, 3, true),
-        (5, 3, false),
+    let mut paths = vec![];
+    for (seed, degree, aa, grow) in [
+        (1u64, 0u32, false, 0.0),
+        (2, 1, true, 0.0),
+        (3, 2, false, 0.0),
+        (4, 3, true, 0.0),
+        (5, 3, false, 0.0),
+        // Small and large Gaussians: with and without the row-reach test.
+        (6, 1, false, -1.0),
+        (7, 1, true, 1.5),
     ] {
-        let s = random_scene(seed, 1500, degree);
+        let mut s = random_scene(seed, 1500, degree);
+        s.log_scales.iter_mut().for_each(|v| *v += grow);
         // Odd sizes exercise partial edge tiles.
         let cam = round_camera(test_camera(67, 45));
-        compare_forward(&gpu, &s, &cam, aa, [0.1, 0.5, 0.9]);
+        paths.push(compare_forward(&gpu, &s.rounded(), &cam, aa, [0.1, 0.5, 0.9]));
     }
+    assert!(paths.contains(&true) && paths.contains(&false), "row-skip paths taken: {paths:?}");
 }
 
 #[test]

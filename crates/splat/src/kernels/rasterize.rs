@@ -56,6 +56,7 @@ pub fn rasterize_forward(
     batch_begin: u32,
     batch_end: u32,
     chunk: u32,
+    #[comptime] row_skip: bool,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -124,16 +125,18 @@ pub fn rasterize_forward(
             for k in 0..10usize {
                 sm[k * 256 + t] = proj[gid * 10 + k];
             }
-            sm[2560 + t] = row_reach2(sm[512 + t], sm[768 + t], sm[1024 + t], sm[1536 + t]);
+            if row_skip {
+                sm[2560 + t] = row_reach2(sm[512 + t], sm[768 + t], sm[1024 + t], sm[1536 + t]);
+            }
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
         if !done {
             for j in 0..batch_len {
                 let dy = sm[256 + j] - pyf;
-                // Rows out of the Gaussian's reach skip the exponential (whole warps at once
-                // when its rows are all out of reach).
-                if dy * dy <= sm[2560 + j] {
+                // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
+                // warps at once when its rows are all out of reach).
+                if !row_skip || dy * dy <= sm[2560 + j] {
                 let dx = sm[j] - pxf;
                 let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
                     + sm[768 + j] * dx * dy;
@@ -299,15 +302,13 @@ fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> 
 
 /// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
 /// `[start, end)` in shared memory: the projected rows (10 floats) of its Gaussians, between two
-/// barriers, and their squared row reach ([`row_reach2`]) in `reach`. Returns the batch's first
-/// intersection and its length.
+/// barriers. Returns the batch's first intersection and its length.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_back_batch(
     sorted_gids: &[u32],
     proj: &[f32],
     sm: &mut [f32],
-    reach: &mut [f32],
     start: usize,
     end: usize,
     bi: usize,
@@ -324,7 +325,6 @@ fn stage_back_batch(
         for k in 0..10usize {
             sm[t * 10 + k] = proj[gid * 10 + k];
         }
-        reach[t] = row_reach2(sm[t * 10 + 2], sm[t * 10 + 3], sm[t * 10 + 4], sm[t * 10 + 6]);
     }
     sync_cube();
     (batch_start, len)
@@ -423,7 +423,6 @@ pub fn rasterize_backward<A: Numeric>(
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
-    let mut reach = Shared::<[f32]>::new_slice(comptime![batch]);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
@@ -446,16 +445,14 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(tile_x * 16) + 0.5f32;
     let tile_y0 = f32::cast_from(tile_y * 16) + 0.5f32;
     for bi in 0..num_batches {
-        let (batch_start, len) =
-            stage_back_batch(sorted_gids, proj, &mut sm, &mut reach, start, end, bi, t, batch);
+        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
-            let dy = sm[j * 10 + 1] - pyf;
-            if inside && pos < tile_start + px.last && dy * dy <= reach[j] {
+            if inside && pos < tile_start + px.last {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
@@ -659,7 +656,6 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let tile_start = ranges[ch.tile * 2] as usize;
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
-    let mut reach = Shared::<[f32]>::new_slice(comptime![batch]);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs =
         Shared::<[f32]>::new_slice(comptime![if absgrad { max_planes * batch * 2 } else { 1usize }]);
@@ -676,8 +672,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
-        let (batch_start, len) =
-            stage_back_batch(sorted_gids, proj, &mut sm, &mut reach, start, end, bi, t, batch);
+        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
@@ -692,8 +687,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a8 = 0.0f32;
             let mut a9 = 0.0f32;
             let mut took = false;
-            let dy = sm[j * 10 + 1] - pyf;
-            if inside && pos < tile_start + px.last && dy * dy <= reach[j] {
+            if inside && pos < tile_start + px.last {
                 let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took_it {
                     took = true;
