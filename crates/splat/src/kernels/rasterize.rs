@@ -186,7 +186,8 @@ pub fn rasterize_forward(
 }
 
 /// Per-pixel state of the backward walk (back to front): the output gradients, the final
-/// transmittance, and the running transmittance `tr` and colour / depth `s*` behind.
+/// transmittance, the running transmittance `tr` and colour / depth `s*` behind, and the
+/// sorted-list position one past the pixel's last contributor (`last`).
 #[derive(CubeType, Clone, Copy)]
 pub struct BackPixel {
     tr: f32,
@@ -220,6 +221,7 @@ fn back_pixel(
     v_depth: &[f32],
     ck: &[f32],
     base: usize,
+    tile_start: usize,
     pc: usize,
     inside: bool,
     resume: bool,
@@ -240,7 +242,7 @@ fn back_pixel(
     };
     if inside {
         px.t_final = 1.0f32 - out_alpha[pc];
-        px.last = out_last[pc] as usize;
+        px.last = tile_start + out_last[pc] as usize;
         px.vcr = v_rgb[pc * 3];
         px.vcg = v_rgb[pc * 3 + 1];
         px.vcb = v_rgb[pc * 3 + 2];
@@ -266,6 +268,7 @@ fn back_pixel(
 #[derive(CubeType, Clone, Copy)]
 pub struct BackChunk {
     tile: usize,
+    tile_start: usize,
     begin: usize,
     end: usize,
     resume: bool,
@@ -293,6 +296,7 @@ fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> 
     let begin = min(c * chunk, walked);
     BackChunk {
         tile,
+        tile_start: start as usize,
         begin: (start + begin) as usize,
         end: (start + min(begin + chunk, walked)) as usize,
         resume: begin + chunk < walked,
@@ -419,7 +423,6 @@ pub fn rasterize_backward<A: Numeric>(
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let tile_start = ranges[ch.tile * 2] as usize;
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
@@ -431,7 +434,7 @@ pub fn rasterize_backward<A: Numeric>(
     // Bounded work per cube: one chunk of at most `chunk` intersections.
     let mut px = back_pixel(
         cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
-        ch.slot * comptime![CHECKPOINT] + t, pc, inside, ch.resume,
+        ch.slot * comptime![CHECKPOINT] + t, ch.tile_start, pc, inside, ch.resume,
     );
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
@@ -452,7 +455,7 @@ pub fn rasterize_backward<A: Numeric>(
             let pos = batch_start + j;
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
-            if inside && pos < tile_start + px.last {
+            if inside && pos < px.last {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
@@ -653,7 +656,6 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let tile_start = ranges[ch.tile * 2] as usize;
     let (start, end) = (ch.begin, ch.end);
     let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
@@ -666,7 +668,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     let mut px = back_pixel(
         cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
-        ch.slot * comptime![CHECKPOINT] + t, pc, inside, ch.resume,
+        ch.slot * comptime![CHECKPOINT] + t, ch.tile_start, pc, inside, ch.resume,
     );
 
     let total = end - start;
@@ -687,7 +689,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a8 = 0.0f32;
             let mut a9 = 0.0f32;
             let mut took = false;
-            if inside && pos < tile_start + px.last {
+            if inside && pos < px.last {
                 let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
                 if took_it {
                     took = true;
