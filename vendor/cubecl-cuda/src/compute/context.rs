@@ -273,7 +273,8 @@ impl CudaContext {
 
         logger.log_compilation(&jitc_kernel);
 
-        let ptx = self.compile_to_ptx(&jitc_kernel.source)?;
+        let source = min_blocks_per_sm(&jitc_kernel.source);
+        let ptx = self.compile_to_ptx(&source)?;
 
         let cube_dim = jitc_kernel.cube_dim;
         let io = jitc_kernel.io.take();
@@ -527,4 +528,30 @@ fn launch_failed(op: &'static str, err: cudarc::driver::DriverError) -> LaunchEr
             backtrace: BackTrace::capture(),
         },
     }
+}
+
+/// rust3r: `RUST3R_CUDA_MIN_BLOCKS=name:blocks[,name:blocks]` adds a minimum of `blocks` resident
+/// blocks per multiprocessor to the launch bounds of every kernel whose source contains `name`
+/// (NVCC then caps the registers per thread to fit). An experiment knob; unset, sources are
+/// compiled as upstream emits them.
+fn min_blocks_per_sm(source: &str) -> std::borrow::Cow<'_, str> {
+    let Ok(spec) = std::env::var("RUST3R_CUDA_MIN_BLOCKS") else {
+        return source.into();
+    };
+    for item in spec.split(',') {
+        let Some((name, blocks)) = item.split_once(':') else { continue };
+        let Ok(blocks) = blocks.trim().parse::<u32>() else { continue };
+        if name.is_empty() || !source.contains(name) {
+            continue;
+        }
+        let Some(at) = source.find("__launch_bounds__(") else { continue };
+        let open = at + "__launch_bounds__(".len();
+        let Some(close) = source[open..].find(')') else { continue };
+        let threads = &source[open..open + close];
+        if threads.contains(',') {
+            continue;
+        }
+        return format!("{}{threads}, {blocks}{}", &source[..open], &source[open + close..]).into();
+    }
+    source.into()
 }
