@@ -34,6 +34,16 @@ pub enum GpuError {
     BufferTooLarge { what: String, needed: u64, limit: u64 },
 }
 
+/// Asks the CUDA runtime to compile kernels whose entry-point name contains `fragment` for at
+/// least `blocks` resident cubes per multiprocessor (NVRTC caps their registers to fit). Call it
+/// before the kernel's first launch; no effect on other backends or builds without `cuda`.
+pub fn cuda_min_blocks_per_sm(fragment: &str, blocks: u32) {
+    #[cfg(feature = "cuda")]
+    cubecl_cuda::set_min_blocks_per_sm(fragment, blocks);
+    #[cfg(not(feature = "cuda"))]
+    let _ = (fragment, blocks);
+}
+
 /// Threads per cube used by the 1D primitives.
 pub const BLOCK: u32 = 256;
 

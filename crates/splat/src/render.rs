@@ -762,6 +762,10 @@ pub fn render_backward_chunks(
         gpu.alloc::<f32>(1)
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
+    // On CUDA, NVRTC gave the backward kernels 80 registers (3 resident cubes per multiprocessor);
+    // capped at 64 (4 cubes) they ran 3-6% faster at every bench size (H200, BENCHMARKS.md).
+    static BACKWARD_BOUNDS: std::sync::Once = std::sync::Once::new();
+    BACKWARD_BOUNDS.call_once(|| rust3r_gpu::cuda_min_blocks_per_sm("rasterize_backward", 4));
     let plane = plane_backward(gpu, tiles_x * tiles_y, state.backward_kernel);
     let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
     // One cube per chunk of each tile's intersections up to its last contributor, found from

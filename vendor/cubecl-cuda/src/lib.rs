@@ -8,6 +8,8 @@ mod device;
 mod runtime;
 
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
+/// rust3r: per-kernel minimum resident blocks (RUST3R_PATCH.md).
+pub use compute::context::set_min_blocks_per_sm;
 pub use device::*;
 pub use runtime::*;
 

@@ -530,18 +530,34 @@ fn launch_failed(op: &'static str, err: cudarc::driver::DriverError) -> LaunchEr
     }
 }
 
-/// rust3r: `RUST3R_CUDA_MIN_BLOCKS=name:blocks[,name:blocks]` adds a minimum of `blocks` resident
-/// blocks per multiprocessor to the launch bounds of every kernel whose source contains `name`
-/// (NVCC then caps the registers per thread to fit). An experiment knob; unset, sources are
-/// compiled as upstream emits them.
+/// rust3r: minimum resident blocks per multiprocessor for kernels whose source contains a
+/// fragment of their name, added to `__launch_bounds__` (NVRTC then caps the registers per
+/// thread to fit). Set by the code that owns the kernel, before its first launch.
+static MIN_BLOCKS: std::sync::Mutex<Vec<(String, u32)>> = std::sync::Mutex::new(Vec::new());
+
+/// rust3r: ask for at least `blocks` resident blocks per multiprocessor for kernels whose
+/// source contains `fragment` (their entry-point name). Applies to kernels compiled afterwards.
+pub fn set_min_blocks_per_sm(fragment: &str, blocks: u32) {
+    let mut rules = MIN_BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    rules.retain(|(f, _)| f != fragment);
+    rules.push((fragment.to_string(), blocks));
+}
+
+/// Applies the rules of [`set_min_blocks_per_sm`], then those of
+/// `RUST3R_CUDA_MIN_BLOCKS=name:blocks[,name:blocks]` (an override for experiments; `name:0`
+/// drops a rule). Without a matching rule the source is compiled as upstream emits it.
 fn min_blocks_per_sm(source: &str) -> std::borrow::Cow<'_, str> {
-    let Ok(spec) = std::env::var("RUST3R_CUDA_MIN_BLOCKS") else {
-        return source.into();
-    };
-    for item in spec.split(',') {
-        let Some((name, blocks)) = item.split_once(':') else { continue };
-        let Ok(blocks) = blocks.trim().parse::<u32>() else { continue };
-        if name.is_empty() || !source.contains(name) {
+    let mut rules = MIN_BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Ok(spec) = std::env::var("RUST3R_CUDA_MIN_BLOCKS") {
+        for item in spec.split(',') {
+            let Some((name, blocks)) = item.split_once(':') else { continue };
+            let Ok(blocks) = blocks.trim().parse::<u32>() else { continue };
+            rules.retain(|(f, _)| f != name);
+            rules.push((name.to_string(), blocks));
+        }
+    }
+    for (name, blocks) in rules {
+        if blocks == 0 || name.is_empty() || !source.contains(name.as_str()) {
             continue;
         }
         let Some(at) = source.find("__launch_bounds__(") else { continue };
