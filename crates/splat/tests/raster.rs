@@ -81,6 +81,25 @@ fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) -
     state.row_skip()
 }
 
+/// Output-gradient weights for a `npix`-pixel image: dL/d rgb and dL/d alpha (the latter also
+/// serves as dL/d depth), uniform in [-1, 1).
+fn output_weights(seed: u64, npix: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let w = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let wa = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    (w, wa)
+}
+
+/// `b` equals `a` within `rel` of `a`'s largest magnitude, and `a` is not all zero.
+fn assert_close(what: &str, a: &[f32], b: &[f32], rel: f32) {
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: all zero");
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= rel * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
+    }
+}
+
 #[test]
 fn forward_matches_reference_random_scenes() {
     let gpu = gpu();
@@ -369,10 +388,7 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
     let s = s.rounded();
     let cam = round_camera(test_camera(24, 20));
     let splats = upload(&gpu, &s);
-    let npix = 24 * 20;
-    let mut rng = StdRng::seed_from_u64(9);
-    let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (w, wa) = output_weights(9, 24 * 20);
     let run = |k: u32| {
         let opts = RenderOptions {
             max_batches_per_dispatch: k,
@@ -411,15 +427,8 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
     assert_eq!(single.1, split.1, "alpha");
     // The split backward starts its chunks from checkpoints every 256 intersections instead of
     // undoing the blend from the final transmittance: the same gradients up to rounding.
-    let close = |a: &[f32], b: &[f32], what: &str| {
-        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0, "{what}: all zero");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= 1e-4 * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
-        }
-    };
-    close(&single.2, &split.2, "means gradient");
-    close(&single.3, &split.3, "opacity gradient");
+    assert_close("means gradient", &single.2, &split.2, 1e-4);
+    assert_close("opacity gradient", &single.3, &split.3, 1e-4);
     // And the image is still the reference one.
     compare_forward(&gpu, &s, &cam, false, [0.3, 0.2, 0.1]);
 }
@@ -442,10 +451,7 @@ fn backward_chunks_skip_empty_tiles() {
     let s = s.rounded();
     let cam = round_camera(test_camera(128, 32));
     let splats = upload(&gpu, &s);
-    let npix = 128 * 32;
-    let mut rng = StdRng::seed_from_u64(10);
-    let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (w, wa) = output_weights(10, 128 * 32);
     let run = |every: u32| {
         let opts = RenderOptions {
             checkpoint_every: every,
@@ -463,13 +469,8 @@ fn backward_chunks_skip_empty_tiles() {
     assert!(stats.empty >= 4, "tiles between the clumps must be empty: {stats:?}");
     assert!(stats.walked_max > 3 * 256, "a tile must span several chunks: {stats:?}");
     assert_eq!(rgb_one, rgb_chunked);
-    for (what, a, b) in [("means", &means_one, &means_chunked), ("sh", &sh_one, &sh_chunked)] {
-        let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0, "{what}: all zero");
-        for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
-            assert!((x - y).abs() <= 1e-4 * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
-        }
-    }
+    assert_close("means", &means_one, &means_chunked, 1e-4);
+    assert_close("sh", &sh_one, &sh_chunked, 1e-4);
     compare_forward(&gpu, &s, &cam, false, [0.0; 3]);
 }
 
@@ -483,10 +484,7 @@ fn atomic_and_deterministic_backward_agree() {
     let s = random_scene(77, 3000, 3).rounded();
     let cam = round_camera(test_camera(70, 50));
     let splats = upload(&gpu, &s);
-    let npix = 70 * 50;
-    let mut rng = StdRng::seed_from_u64(5);
-    let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (w, wa) = output_weights(5, 70 * 50);
     let run = |deterministic: bool| {
         let opts = RenderOptions { deterministic, ..Default::default() };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
@@ -505,11 +503,7 @@ fn atomic_and_deterministic_backward_agree() {
     assert_eq!(fixed, run(true), "deterministic backward differs between runs");
     let atomic = run(false);
     for (name, (a, b)) in ["projected", "means", "log_scales", "opacity", "sh"].iter().zip(atomic.iter().zip(&fixed)) {
-        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert!(scale > 0.0, "{name}: all-zero gradient");
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= 1e-4 * scale, "{name}[{i}]: atomic {x} vs fixed-order {y} (max {scale})");
-        }
+        assert_close(&format!("{name} (fixed-order vs atomic)"), b, a, 1e-4);
     }
 }
 
@@ -524,9 +518,7 @@ fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
     let cam = round_camera(test_camera(w, h));
     let splats = upload(&gpu, &s);
     let npix = (w * h) as usize;
-    let mut rng = StdRng::seed_from_u64(6);
-    let wr: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let wa: Vec<f32> = (0..npix).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let (wr, wa) = output_weights(6, npix);
     for deterministic in [true, false] {
         let opts = RenderOptions { deterministic, absgrad: true, ..Default::default() };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
