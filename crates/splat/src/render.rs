@@ -181,12 +181,12 @@ pub struct RenderOptions {
     pub sh_degree: Option<u32>,
     pub near: f32,
     pub far: f32,
-    /// Bound on the work of one dispatch: at most this many batches of 256
-    /// Gaussians per tile (forward; the backward pass takes the same number of
-    /// Gaussians). Tiles holding more are finished over several dispatches, so a
+    /// Bound on the work of one forward dispatch: at most this many batches of 256
+    /// Gaussians per tile. Tiles holding more are finished over several dispatches, so a
     /// dense tile never trips an OS GPU watchdog. Default 4096 (1M Gaussians per
     /// tile per dispatch); when a frame has more intersections than that in total,
-    /// finding the longest tile costs one extra read-back.
+    /// finding the longest tile costs one extra read-back. (The backward pass is bounded per
+    /// cube by `checkpoint_every`.)
     pub max_batches_per_dispatch: u32,
     /// The forward pass saves every tile's blend state each this many batches of 256
     /// intersections, and the backward pass works on each such chunk of a tile in a cube of its
