@@ -137,24 +137,24 @@ pub fn rasterize_forward(
                 // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
                 // warps at once when its rows are all out of reach).
                 if !row_skip || dy * dy <= sm[2560 + j] {
-                let dx = sm[j] - pxf;
-                let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
-                    + sm[768 + j] * dx * dy;
-                let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
-                if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
-                    let next_t = tr * (1.0f32 - alpha);
-                    if next_t <= 1e-4f32 {
-                        done = true;
-                        break;
+                    let dx = sm[j] - pxf;
+                    let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
+                        + sm[768 + j] * dx * dy;
+                    let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
+                    if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                        let next_t = tr * (1.0f32 - alpha);
+                        if next_t <= 1e-4f32 {
+                            done = true;
+                            break;
+                        }
+                        let vis = alpha * tr;
+                        cr += sm[1792 + j] * vis;
+                        cg += sm[2048 + j] * vis;
+                        cb += sm[2304 + j] * vis;
+                        cd += sm[1280 + j] * vis;
+                        tr = next_t;
+                        last = (b * 256 + j + 1) as u32;
                     }
-                    let vis = alpha * tr;
-                    cr += sm[1792 + j] * vis;
-                    cg += sm[2048 + j] * vis;
-                    cb += sm[2304 + j] * vis;
-                    cd += sm[1280 + j] * vis;
-                    tr = next_t;
-                    last = (b * 256 + j + 1) as u32;
-                }
                 }
             }
             if done {
