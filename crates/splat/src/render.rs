@@ -266,6 +266,8 @@ pub struct RenderState {
     offsets: GpuBuffer<u32>,
     ranges: GpuBuffer<u32>,
     sorted_gids: GpuBuffer<u32>,
+    /// Emission index of each sorted intersection (row-mode backward only; one placeholder
+    /// value otherwise).
     isect_orig: GpuBuffer<u32>,
     last: GpuBuffer<u32>,
     tile_last: GpuBuffer<u32>,
@@ -469,7 +471,7 @@ pub fn render_chunks(
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // Without float atomics (or when asked to be deterministic) the backward pass keeps one
     // 10-float gradient row per intersection: about 53M intersections in 2 GiB.
-    if opts.deterministic || !gpu.f32_atomic_add() {
+    if row_mode_backward(gpu, opts.deterministic) {
         gpu.check_fits(
             "tile intersections",
             num_isects as u64 * (project::VPROJ as u64) * 4,
@@ -492,11 +494,19 @@ pub fn render_chunks(
             tiles_x,
         );
     }
-    // Stable sort by tile keeps the depth order inside each tile.
-    let order = iota(gpu, num_isects);
-    let (sorted_tiles, isect_orig) =
-        sort_pairs(gpu, &isect_tiles, &order, bits_for(num_tiles as u32 - 1));
-    let sorted_gids = gather(gpu, &isect_gids, &isect_orig);
+    // Stable sort by tile keeps the depth order inside each tile. The backward pass that keeps
+    // one gradient row per intersection also needs each sorted intersection's emission index;
+    // the float-atomic one does not, and the Gaussian ids are sorted directly.
+    let tile_bits = bits_for(num_tiles as u32 - 1);
+    let (sorted_tiles, sorted_gids, isect_orig) = if row_mode_backward(gpu, opts.deterministic) {
+        let order = iota(gpu, num_isects);
+        let (sorted_tiles, isect_orig) = sort_pairs(gpu, &isect_tiles, &order, tile_bits);
+        let sorted_gids = gather(gpu, &isect_gids, &isect_orig);
+        (sorted_tiles, sorted_gids, isect_orig)
+    } else {
+        let (sorted_tiles, sorted_gids) = sort_pairs(gpu, &isect_tiles, &isect_gids, tile_bits);
+        (sorted_tiles, sorted_gids, gpu.alloc::<u32>(1))
+    };
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
     if num_isects > 0 {
         tiles::tile_ranges::launch(
@@ -614,6 +624,12 @@ pub fn render_chunks(
 /// 20 tiles per Gaussian) and at 1M, 1920x1080 (7.4).
 fn row_skip(visible: usize, isects: usize) -> bool {
     isects < 4 * visible
+}
+
+/// Whether the backward pass keeps one gradient row per intersection (summed per Gaussian in a
+/// fixed order): when asked to be deterministic, or where the adapter has no float atomics.
+fn row_mode_backward(gpu: &Gpu, deterministic: bool) -> bool {
+    deterministic || !gpu.f32_atomic_add()
 }
 
 /// Gaussians per backward batch that fit the device's shared memory.
@@ -745,7 +761,7 @@ pub fn render_backward_chunks(
     // Float atomics add each (tile, Gaussian) sum straight into the per-Gaussian gradient;
     // otherwise every intersection gets a gradient row (zero-filled: only rows in front of each
     // tile's last contributor are written) and a second pass sums each Gaussian's rows.
-    let atomic = !state.deterministic && gpu.f32_atomic_add();
+    let atomic = !row_mode_backward(gpu, state.deterministic);
     let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
     let isect_grads = if atomic {
         gpu.alloc::<f32>(1)
