@@ -309,19 +309,19 @@ impl RenderState {
         let ranges = gpu.read(&self.ranges)?;
         let mut len: Vec<usize> = ranges.chunks(2).map(|r| r[1].saturating_sub(r[0]) as usize).collect();
         let mut walked: Vec<usize> = gpu.read(&self.tile_last)?.iter().map(|&v| v as usize).collect();
-        let pct = |v: &mut Vec<usize>, q: f64| {
-            v.sort_unstable();
-            v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0)
-        };
+        len.sort_unstable();
+        walked.sort_unstable();
+        // Quantile `q` of a sorted list.
+        let pct = |v: &[usize], q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
         Ok(TileStats {
             tiles: len.len(),
             empty: len.iter().filter(|&&l| l == 0).count(),
-            len_p50: pct(&mut len, 0.5),
-            len_p99: pct(&mut len, 0.99),
-            len_max: pct(&mut len, 1.0),
+            len_p50: pct(&len, 0.5),
+            len_p99: pct(&len, 0.99),
+            len_max: pct(&len, 1.0),
             walked_total: walked.iter().sum(),
-            walked_p99: pct(&mut walked, 0.99),
-            walked_max: pct(&mut walked, 1.0),
+            walked_p99: pct(&walked, 0.99),
+            walked_max: pct(&walked, 1.0),
         })
     }
 }

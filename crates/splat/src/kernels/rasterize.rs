@@ -205,9 +205,9 @@ pub struct BackPixel {
 }
 
 /// Load pixel `pc`'s gradients and forward results (zeros outside the image). A chunk that
-/// ends before the tile's last contributor starts from the forward checkpoint at its end
-/// (`ck[base..]`, `base = slot * CHECKPOINT + unit`): the transmittance there, and the colour
-/// and depth behind it as the final front-to-back sums less the sums in front of it.
+/// ends before the tile's last contributor (`ch.resume`) starts from the forward checkpoint at
+/// its end (slot `ch.slot`): the transmittance there, and the colour and depth behind it as the
+/// final front-to-back sums less the sums in front of it.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn back_pixel(
@@ -220,11 +220,9 @@ fn back_pixel(
     v_alpha: &[f32],
     v_depth: &[f32],
     ck: &[f32],
-    base: usize,
-    tile_start: usize,
+    ch: &BackChunk,
     pc: usize,
     inside: bool,
-    resume: bool,
 ) -> BackPixel {
     let mut px = BackPixel {
         tr: 1.0f32,
@@ -242,14 +240,15 @@ fn back_pixel(
     };
     if inside {
         px.t_final = 1.0f32 - out_alpha[pc];
-        px.last = tile_start + out_last[pc] as usize;
+        px.last = ch.tile_start + out_last[pc] as usize;
         px.vcr = v_rgb[pc * 3];
         px.vcg = v_rgb[pc * 3 + 1];
         px.vcb = v_rgb[pc * 3 + 2];
         px.vd = v_depth[pc];
         px.final_term = v_alpha[pc] - (cam[19] * px.vcr + cam[20] * px.vcg + cam[21] * px.vcb);
         px.tr = px.t_final;
-        if resume {
+        if ch.resume {
+            let base = ch.slot * comptime![CHECKPOINT] + UNIT_POS as usize;
             px.tr = ck[base];
             px.sr = out_rgb[pc * 3] - px.t_final * cam[19] - ck[base + 256];
             px.sg = out_rgb[pc * 3 + 1] - px.t_final * cam[20] - ck[base + 512];
@@ -260,14 +259,16 @@ fn back_pixel(
     px
 }
 
-/// The backward cube's share of the work: its tile and the intersections `[begin, end)` of
+/// The backward cube's share of the work: its tile (corner and first intersection) and the intersections `[begin, end)` of
 /// its chunk, plus whether the chunk starts from a forward checkpoint (every chunk but the
 /// tile's last) and that checkpoint's slot. Tile `t` (intersections from `s_t`) owns cubes
 /// from `s_t / chunk + t` on, one per chunk up to its last contributor; its other cubes get an
 /// empty range.
 #[derive(CubeType, Clone, Copy)]
 pub struct BackChunk {
-    tile: usize,
+    /// Pixel coordinates of the tile's top-left corner.
+    x0: u32,
+    y0: u32,
     tile_start: usize,
     begin: usize,
     end: usize,
@@ -276,7 +277,7 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> BackChunk {
+fn back_chunk(ranges: &[u32], tile_last: &[u32], tiles_x: u32, num_tiles: u32, chunk: u32) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
     // First tile whose first cube is past g; the cube belongs to the tile before it.
     let mut lo = 1u32;
@@ -295,7 +296,8 @@ fn back_chunk(ranges: &[u32], tile_last: &[u32], num_tiles: u32, chunk: u32) -> 
     let walked = tile_last[tile];
     let begin = min(c * chunk, walked);
     BackChunk {
-        tile,
+        x0: (tile as u32 % tiles_x) * 16,
+        y0: (tile as u32 / tiles_x) * 16,
         tile_start: start as usize,
         begin: (start + begin) as usize,
         end: (start + min(begin + chunk, walked)) as usize,
@@ -414,12 +416,10 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let ch = back_chunk(ranges, tile_last, num_tiles, chunk);
+    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
     let t = UNIT_POS as usize;
-    let tile_x = ch.tile as u32 % tiles_x;
-    let tile_y = ch.tile as u32 / tiles_x;
-    let x = tile_x * 16 + UNIT_POS % 16;
-    let y = tile_y * 16 + UNIT_POS / 16;
+    let x = ch.x0 + UNIT_POS % 16;
+    let y = ch.y0 + UNIT_POS / 16;
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
@@ -433,8 +433,7 @@ pub fn rasterize_backward<A: Numeric>(
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     // Bounded work per cube: one chunk of at most `chunk` intersections.
     let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
-        ch.slot * comptime![CHECKPOINT] + t, ch.tile_start, pc, inside, ch.resume,
+        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
     );
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
@@ -445,8 +444,8 @@ pub fn rasterize_backward<A: Numeric>(
     let num_batches = total.div_ceil(batch);
     let jb = t / group;
     let lane = t % group;
-    let tile_x0 = f32::cast_from(tile_x * 16) + 0.5f32;
-    let tile_y0 = f32::cast_from(tile_y * 16) + 0.5f32;
+    let tile_x0 = f32::cast_from(ch.x0) + 0.5f32;
+    let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
         // Phase A: unit = pixel, back to front.
@@ -647,12 +646,10 @@ pub fn rasterize_backward_plane<A: Numeric>(
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let ch = back_chunk(ranges, tile_last, num_tiles, chunk);
+    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
     let t = UNIT_POS as usize;
-    let tile_x = ch.tile as u32 % tiles_x;
-    let tile_y = ch.tile as u32 / tiles_x;
-    let x = tile_x * 16 + UNIT_POS % 16;
-    let y = tile_y * 16 + UNIT_POS / 16;
+    let x = ch.x0 + UNIT_POS % 16;
+    let y = ch.y0 + UNIT_POS / 16;
     let inside = x < width && y < height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
@@ -667,8 +664,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
 
     let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
     let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck,
-        ch.slot * comptime![CHECKPOINT] + t, ch.tile_start, pc, inside, ch.resume,
+        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
     );
 
     let total = end - start;

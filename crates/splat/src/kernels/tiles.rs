@@ -158,4 +158,3 @@ pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
         lengths[t] = ranges[t * 2 + 1] - ranges[t * 2];
     }
 }
-
