@@ -208,11 +208,11 @@ pub struct RenderOptions {
 /// The rasterizer's backward kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackwardKernel {
-    /// Subgroup reductions on images of at least [`PLANE_MIN_TILES`] tiles where the adapter
-    /// has subgroups (wgpu only), the portable kernel otherwise (and always on CUDA).
+    /// Subgroup reductions where the adapter has subgroups (wgpu), the portable kernel
+    /// otherwise and always on CUDA.
     #[default]
     Auto,
-    /// Subgroup reductions wherever the adapter has them, whatever the image size.
+    /// Subgroup reductions wherever the adapter has them, CUDA included.
     Subgroup,
     /// The portable shared-memory kernel.
     Portable,
@@ -461,13 +461,16 @@ pub fn render_chunks(
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
+    rust3r_gpu::profile::mark(gpu, "fwd 2a visible count + read-back");
     let visible_ids = scatter_indices(gpu, &tiles_touched, &positions, num_visible);
     drop((flags, positions));
     let visible_keys = gather(gpu, &depth_keys, &visible_ids);
+    rust3r_gpu::profile::mark(gpu, "fwd 2b visible ids + keys");
     let (_, sorted_ids) = sort_pairs(gpu, &visible_keys, &visible_ids, 32);
+    rust3r_gpu::profile::mark(gpu, "fwd 2c depth sort");
     let counts = gather(gpu, &tiles_touched, &sorted_ids);
     let offsets = exclusive_scan(gpu, &counts);
-    rust3r_gpu::profile::mark(gpu, "fwd 2 depth sort + scan + count read-back");
+    rust3r_gpu::profile::mark(gpu, "fwd 2d tile counts + scan");
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // Without float atomics (or when asked to be deterministic) the backward pass keeps one
     // 10-float gradient row per intersection: about 53M intersections in 2 GiB.
@@ -494,6 +497,7 @@ pub fn render_chunks(
             tiles_x,
         );
     }
+    rust3r_gpu::profile::mark(gpu, "fwd 3a emit");
     // Stable sort by tile keeps the depth order inside each tile. The backward pass that keeps
     // one gradient row per intersection also needs each sorted intersection's emission index;
     // the float-atomic one does not, and the Gaussian ids are sorted directly.
@@ -507,6 +511,7 @@ pub fn render_chunks(
         let (sorted_tiles, sorted_gids) = sort_pairs(gpu, &isect_tiles, &isect_gids, tile_bits);
         (sorted_tiles, sorted_gids, gpu.alloc::<u32>(1))
     };
+    rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
     if num_isects > 0 {
         tiles::tile_ranges::launch(
@@ -520,7 +525,7 @@ pub fn render_chunks(
         );
     }
 
-    rust3r_gpu::profile::mark(gpu, "fwd 3 emit + tile sort + ranges");
+    rust3r_gpu::profile::mark(gpu, "fwd 3c tile ranges");
     let npix = (w as usize) * (h as usize);
     let rgb = gpu.alloc::<f32>(npix * 3);
     let alpha = gpu.alloc::<f32>(npix);
@@ -634,6 +639,14 @@ fn row_mode_backward(gpu: &Gpu, deterministic: bool) -> bool {
 
 /// Gaussians per backward batch that fit the device's shared memory.
 fn backward_batch(gpu: &Gpu) -> usize {
+    // `RUST3R_BACKWARD_BATCH=4|8|16` fixes it, for A/B runs of the shared-memory footprint.
+    if let Some(b) = std::env::var("RUST3R_BACKWARD_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|b| [4, 8, 16].contains(b))
+    {
+        return b;
+    }
     let bytes = gpu.max_shared_memory();
     // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
     let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
@@ -647,20 +660,18 @@ fn backward_batch(gpu: &Gpu) -> usize {
 /// adds the plane partials, so `10 * PLANE_BATCH <= 256`).
 const PLANE_BATCH: usize = 16;
 
-/// Images with fewer tiles than this take the shared-memory backward even where subgroups exist:
-/// measured on an H200 (BENCHMARKS.md), the plane path was 12-15% faster at 1920x1080 (8160
-/// tiles) and 10-16% slower at 648x420 (1107 tiles) at every Gaussian count.
-pub const PLANE_MIN_TILES: u32 = 2048;
-
-/// `Some(max planes per 256-unit cube)` when the plane-reduction backward runs for an image
-/// of `num_tiles` tiles (`RUST3R_NO_PLANES=1` turns subgroups off for the whole process).
-fn plane_backward(gpu: &Gpu, num_tiles: u32, kernel: BackwardKernel) -> Option<usize> {
+/// `Some(max planes per 256-unit cube)` when the plane-reduction backward runs
+/// (`RUST3R_NO_PLANES=1` turns subgroups off for the whole process).
+fn plane_backward(gpu: &Gpu, kernel: BackwardKernel) -> Option<usize> {
     match kernel {
         BackwardKernel::Portable => return None,
-        BackwardKernel::Auto if num_tiles < PLANE_MIN_TILES => return None,
         // On CUDA the portable kernel was faster at every size measured (H100, 1920x1080:
         // 3.2 vs 5.0 ms forward+backward at 138k Gaussians, 18.4 vs 21.9 ms at 10M; BENCHMARKS.md).
         BackwardKernel::Auto if gpu.is_cuda() => return None,
+        // Elsewhere the plane path wins at every image size measured: through Vulkan on the H100
+        // at 10M Gaussians, 648x420 (1107 tiles), 15.9 ms forward+backward against 18.7-20.5 ms
+        // for the shared-memory kernel (BENCHMARKS.md, 2026-11-26). An earlier H200 run had kept
+        // it off below 2048 tiles, when the backward still ran one cube per tile.
         _ => {}
     }
     let (min, max) = gpu.plane_sizes()?;
@@ -782,7 +793,7 @@ pub fn render_backward_chunks(
     // capped at 64 (4 cubes) they ran 3-6% faster at every bench size (H200, BENCHMARKS.md).
     static BACKWARD_BOUNDS: std::sync::Once = std::sync::Once::new();
     BACKWARD_BOUNDS.call_once(|| rust3r_gpu::cuda_min_blocks_per_sm("rasterize_backward", 4));
-    let plane = plane_backward(gpu, tiles_x * tiles_y, state.backward_kernel);
+    let plane = plane_backward(gpu, state.backward_kernel);
     let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
     // One cube per chunk of each tile's intersections up to its last contributor, found from
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
@@ -841,23 +852,24 @@ pub fn render_backward_chunks(
         };
         // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
         let v_cam = gpu.alloc::<f32>(if pose_grad { rows * project::VCAM } else { 1 });
+        rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
-            project::project_backward_sh::launch(
+            project::sh_backward_coeffs::launch(
                 client,
-                gpu.grid(rows.div_ceil(project::SH_BACKWARD_CUBE)),
-                CubeDim::new_1d(project::SH_BACKWARD_CUBE as u32),
+                gpu.grid(blocks(rows * k)),
+                CubeDim::new_1d(256),
                 splats.means.arg(),
-                splats.sh.arg(),
                 state.cam.arg(),
                 state.tiles_touched.arg(),
+                state.proj.arg(),
                 v_proj.arg(),
                 p.sh.arg(),
-                p.means.arg(),
                 rows as u32,
                 row0 as u32,
                 k as u32,
                 state.active_coeffs,
             );
+            rust3r_gpu::profile::mark(gpu, "bwd 3b SH coefficients");
             project::project_backward::launch(
                 client,
                 gpu.grid(blocks(rows)),
@@ -866,8 +878,10 @@ pub fn render_backward_chunks(
                 splats.log_scales.arg(),
                 splats.quats.arg(),
                 splats.opacity_logits.arg(),
+                splats.sh.arg(),
                 state.cam.arg(),
                 state.tiles_touched.arg(),
+                state.proj.arg(),
                 v_proj.arg(),
                 p.means.arg(),
                 p.log_scales.arg(),
@@ -878,6 +892,8 @@ pub fn render_backward_chunks(
                 row0 as u32,
                 out.width,
                 out.height,
+                k as u32,
+                state.active_coeffs,
                 state.antialiased,
                 pose_grad,
             );
@@ -888,7 +904,7 @@ pub fn render_backward_chunks(
         params.push(p);
         row0 += rows;
     }
-    rust3r_gpu::profile::mark(gpu, "bwd 3 project");
+    rust3r_gpu::profile::mark(gpu, "bwd 3c project");
     let mut world_to_camera = [[0.0f32; 4]; 3];
     for sum in &cam_sums {
         let cam_sum = gpu.read(sum)?;

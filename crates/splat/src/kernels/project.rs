@@ -372,132 +372,56 @@ pub fn project_forward(
     }
 }
 
-/// Gaussians per cube of [`project_backward_sh`] (its shared memory holds their SH rows: 24 KiB
-/// at degree 3).
-pub const SH_BACKWARD_CUBE: usize = 128;
-
-/// Colour part of the backward pass of [`project_forward`]: the SH gradients (`v_sh`, every
-/// coefficient, zero past the active degree and for culled Gaussians) and the gradient of the
-/// colour with respect to the mean through the view direction, written to `v_dir` (the `v_means`
-/// buffer, which [`project_backward`] then reads and completes).
+/// Gradient of the SH coefficients (`v_sh`, every coefficient; zero past the active degree and
+/// for culled Gaussians). One unit per (Gaussian, coefficient) writes that coefficient's three
+/// colour channels, so a cube stores one contiguous run of `v_sh`:
+/// `d rgb_c / d sh_{k,c} = b_k(dir)` where the forward colour was not clamped to zero, which
+/// the stored (clamped) colour in `proj` tells. No SH row is read.
 ///
-/// Launch with [`SH_BACKWARD_CUBE`] units per cube. Each cube's SH rows are read and its
-/// gradient rows written through shared memory, so that consecutive units touch consecutive
-/// words: one unit per Gaussian writing its own 48 floats directly stores 4 bytes per memory
-/// transaction (measured on an H100: the project backward took 8.5 ms of a 10M-Gaussian
-/// backward pass, against about 2 ms of memory traffic).
+/// This replaced a kernel with one unit per Gaussian that moved whole SH rows through shared
+/// memory (24 KiB per cube): 1.9 ms on the H100 through CUDA but 10-13 ms through Vulkan
+/// (BENCHMARKS.md, 2026-11-26).
 #[cube(launch)]
-pub fn project_backward_sh(
+pub fn sh_backward_coeffs(
     means: &[f32],
-    sh: &[f32],
     cam: &[f32],
     tiles_touched: &[u32],
+    proj: &[f32],
     v_proj: &[f32],
     v_sh: &mut [f32],
-    v_dir: &mut [f32],
     n: u32,
     row0: u32,
     #[comptime] num_coeffs: u32,
     #[comptime] active_coeffs: u32,
 ) {
-    let f = comptime![num_coeffs as usize * 3];
-    let units = comptime![SH_BACKWARD_CUBE];
-    let mut rows =
-        Shared::<[f32]>::new_slice(comptime![SH_BACKWARD_CUBE * num_coeffs as usize * 3]);
-    let t = UNIT_POS as usize;
-    let first = rust3r_gpu::block_id() * units;
-    let g = first + t;
-    let start = first * f;
-    let total = (n as usize) * f;
-    for i in 0..f {
-        let idx = i * units + t;
-        if start + idx < total {
-            rows[idx] = sh[start + idx];
-        }
+    let i = rust3r_gpu::global_id();
+    if i >= (n as usize) * comptime![num_coeffs as usize] {
+        terminate!();
     }
-    sync_cube();
-    let row = t * f;
-    let mut live = false;
-    if g < n as usize {
-        live = tiles_touched[g + row0 as usize] != 0u32;
-    }
-    if live {
-        let gg = g + row0 as usize;
-        let v_r = v_proj[gg * 10 + 7];
-        let v_g = v_proj[gg * 10 + 8];
-        let v_b = v_proj[gg * 10 + 9];
+    let g = i / comptime![num_coeffs as usize];
+    let k = (i % comptime![num_coeffs as usize]) as u32;
+    let gg = g + row0 as usize;
+    let mut vr = 0.0f32;
+    let mut vg = 0.0f32;
+    let mut vb = 0.0f32;
+    if k < active_coeffs && tiles_touched[gg] != 0u32 {
         let dx = means[g * 3] - cam[16];
         let dy = means[g * 3 + 1] - cam[17];
         let dz = means[g * 3 + 2] - cam[18];
         let dn = (dx * dx + dy * dy + dz * dz).sqrt();
         let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
-        let ux = dx * inv_dn;
-        let uy = dy * inv_dn;
-        let uz = dz * inv_dn;
-        // ---- colour: rgb = max(sum_k b_k(dir) sh_k + 0.5, 0) ----
-        let mut cr = 0.5f32;
-        let mut cg = 0.5f32;
-        let mut cb = 0.5f32;
-        #[unroll]
-        for k in 0..active_coeffs {
-            let bk = sh_basis(k, ux, uy, uz);
-            let o = row + (k as usize) * 3;
-            cr += bk * rows[o];
-            cg += bk * rows[o + 1];
-            cb += bk * rows[o + 2];
-        }
-        let vsr = select(cr > 0.0f32, v_r, 0.0f32);
-        let vsg = select(cg > 0.0f32, v_g, 0.0f32);
-        let vsb = select(cb > 0.0f32, v_b, 0.0f32);
-        let mut vux = 0.0f32;
-        let mut vuy = 0.0f32;
-        let mut vuz = 0.0f32;
-        // Each unit reads and then overwrites only its own row.
-        #[unroll]
-        for k in 0..active_coeffs {
-            let o = row + (k as usize) * 3;
-            let bk = sh_basis(k, ux, uy, uz);
-            let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
-            let w = vsr * rows[o] + vsg * rows[o + 1] + vsb * rows[o + 2];
-            vux += bx * w;
-            vuy += by * w;
-            vuz += bz * w;
-            rows[o] = bk * vsr;
-            rows[o + 1] = bk * vsg;
-            rows[o + 2] = bk * vsb;
-        }
-        #[unroll]
-        for k in comptime![active_coeffs as usize * 3]..f {
-            rows[row + k] = 0.0f32;
-        }
-        // normalisation: u = d / |d|
-        let dotu = vux * ux + vuy * uy + vuz * uz;
-        v_dir[g * 3] = (vux - ux * dotu) * inv_dn;
-        v_dir[g * 3 + 1] = (vuy - uy * dotu) * inv_dn;
-        v_dir[g * 3 + 2] = (vuz - uz * dotu) * inv_dn;
-    } else {
-        for k in 0..f {
-            rows[row + k] = 0.0f32;
-        }
-        if g < n as usize {
-            #[unroll]
-            for k in 0..3usize {
-                v_dir[g * 3 + k] = 0.0f32;
-            }
-        }
+        let b = sh_basis(k, dx * inv_dn, dy * inv_dn, dz * inv_dn);
+        vr = select(proj[gg * 10 + 7] > 0.0f32, b * v_proj[gg * 10 + 7], 0.0f32);
+        vg = select(proj[gg * 10 + 8] > 0.0f32, b * v_proj[gg * 10 + 8], 0.0f32);
+        vb = select(proj[gg * 10 + 9] > 0.0f32, b * v_proj[gg * 10 + 9], 0.0f32);
     }
-    sync_cube();
-    for i in 0..f {
-        let idx = i * units + t;
-        if start + idx < total {
-            v_sh[start + idx] = rows[idx];
-        }
-    }
+    v_sh[i * 3] = vr;
+    v_sh[i * 3 + 1] = vg;
+    v_sh[i * 3 + 2] = vb;
 }
 
-/// Backward of [`project_forward`] after [`project_backward_sh`] (whose view-direction
-/// gradient it reads from `v_means`): from per-Gaussian gradients of the
-/// projected quantities (`v_proj`, layout [`VPROJ`]) to the parameters, and a
+/// Backward of [`project_forward`] but for the SH coefficients ([`sh_backward_coeffs`]): from
+/// per-Gaussian gradients of the projected quantities (`v_proj`, layout [`VPROJ`]) to the parameters, and a
 /// per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
 /// [`VCAM`], summed on the host side of the caller).
 #[cube(launch)]
@@ -506,8 +430,10 @@ pub fn project_backward(
     log_scales: &[f32],
     quats: &[f32],
     opacity_logits: &[f32],
+    sh: &[f32],
     cam: &[f32],
     tiles_touched: &[u32],
+    proj: &[f32],
     v_proj: &[f32],
     v_means: &mut [f32],
     v_log_scales: &mut [f32],
@@ -518,6 +444,8 @@ pub fn project_backward(
     row0: u32,
     width: u32,
     height: u32,
+    #[comptime] num_coeffs: u32,
+    #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
     #[comptime] pose_grad: bool,
 ) {
@@ -554,13 +482,45 @@ pub fn project_backward(
     let v_cc = v_proj[gg * 10 + 4];
     let v_depth = v_proj[gg * 10 + 5];
     let v_opacity = v_proj[gg * 10 + 6];
-    // Gradient of the view direction's colour, from [`project_backward_sh`].
-    let vdx = v_means[g * 3];
-    let vdy = v_means[g * 3 + 1];
-    let vdz = v_means[g * 3 + 2];
+    let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+
+    // ---- colour: rgb = max(sum_k b_k(dir) sh_k + 0.5, 0), dir = (m - c) / |m - c| ----
+    // The stored colour is zero exactly where the clamp cut the gradient.
+    let mut vdx = 0.0f32;
+    let mut vdy = 0.0f32;
+    let mut vdz = 0.0f32;
+    if comptime![active_coeffs > 1] {
+        let vsr = select(proj[gg * 10 + 7] > 0.0f32, v_proj[gg * 10 + 7], 0.0f32);
+        let vsg = select(proj[gg * 10 + 8] > 0.0f32, v_proj[gg * 10 + 8], 0.0f32);
+        let vsb = select(proj[gg * 10 + 9] > 0.0f32, v_proj[gg * 10 + 9], 0.0f32);
+        let dx = mx - cam[16];
+        let dy = my - cam[17];
+        let dz = mz - cam[18];
+        let dn = (dx * dx + dy * dy + dz * dz).sqrt();
+        let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
+        let ux = dx * inv_dn;
+        let uy = dy * inv_dn;
+        let uz = dz * inv_dn;
+        let mut vux = 0.0f32;
+        let mut vuy = 0.0f32;
+        let mut vuz = 0.0f32;
+        let base = g * comptime![num_coeffs as usize * 3];
+        #[unroll]
+        for k in 1..active_coeffs {
+            let o = base + (k as usize) * 3;
+            let w = vsr * sh[o] + vsg * sh[o + 1] + vsb * sh[o + 2];
+            let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
+            vux += bx * w;
+            vuy += by * w;
+            vuz += bz * w;
+        }
+        let dotu = vux * ux + vuy * uy + vuz * uz;
+        vdx = (vux - ux * dotu) * inv_dn;
+        vdy = (vuy - uy * dotu) * inv_dn;
+        vdz = (vuz - uz * dotu) * inv_dn;
+    }
 
     // ---- recompute forward ----
-    let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
     let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
     let (px, py, pz) = to_camera(cam, mx, my, mz);
     let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
