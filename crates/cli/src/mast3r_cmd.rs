@@ -161,6 +161,10 @@ pub struct BenchArgs {
     /// Untimed iterations first.
     #[arg(long, default_value_t = 3)]
     warmup: usize,
+    /// Run the two heads one after the other (the network's layout before they were stacked),
+    /// for A/B runs.
+    #[arg(long)]
+    no_stacked_heads: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -207,7 +211,8 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
 
     check_fits(&name, is_cuda(&a.device), &cfg, h, w, precision)?;
     let t = Instant::now();
-    let model = Mast3r::random(&cfg, &device, precision, 0);
+    let mut model = Mast3r::random(&cfg, &device, precision, 0);
+    model.set_stacked_heads(!a.no_stacked_heads);
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let params = cfg.inference_params();
     let bytes_per = if precision == Precision::F16 { 2 } else { 4 };

@@ -18,8 +18,9 @@
 //! code. The parity tests (`tests/parity.rs`) compare all 191 reference tensors of the fixture
 //! (upstream PyTorch outputs, intermediates included) within `1e-4 * max|ref|` on wgpu; the worst
 //! normalised difference is 3.9e-6. Convolutions of the DPT head run channels-last as im2col +
-//! matrix products (`RUST3R_MAST3R_CONV=direct` uses Burn's `conv2d` instead);
-//! `RUST3R_PROFILE=1` times encoder, decoder, DPT, local features and post-processing.
+//! matrix products. Like the two decoder stacks, the two heads run together when both views have
+//! the same size: their weights are stacked on a leading axis, so each layer is one batched
+//! matrix product for both views. `RUST3R_PROFILE=1` times encoder, decoder, DPT, local features and post-processing.
 //!
 //! The checkpoint files are read by `rust3r_torch_checkpoint` (shared with the LPIPS metric): its
 //! pickle interpreter never imports or runs anything: globals outside a fixed allow-list

@@ -138,6 +138,46 @@ fn every_fixture_tensor_matches() {
 }
 
 #[test]
+fn heads_one_at_a_time_match_the_stacked_heads() {
+    // The fixture checks the stacked heads (its views share one size); the per-head path, taken
+    // when the views' sizes differ, must give the same outputs.
+    let device = device();
+    let mut model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let inputs = read_all(INPUTS);
+    let enc = |m: &Mast3r, v: usize| {
+        let img = &inputs[&format!("pairodd.view{v}.img")];
+        m.encode(m.image_tensor(img.data.clone(), [1, 3, 80, 112]))
+    };
+    let run = |m: &Mast3r| {
+        let (a, b) = (enc(m, 1), enc(m, 2));
+        m.decode(&a, &b).map(|p| p.to_host())
+    };
+    let stacked = run(&model);
+    model.set_stacked_heads(false);
+    let single = run(&model);
+    for v in 0..2 {
+        let (s, o) = (&stacked[v], &single[v]);
+        for (name, x, y) in [
+            ("pts3d", &s.pts3d, &o.pts3d),
+            ("conf", &s.conf, &o.conf),
+            ("desc", &s.desc, &o.desc),
+            ("desc_conf", &s.desc_conf, &o.desc_conf),
+        ] {
+            assert_eq!(x.len(), y.len());
+            let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let diff = x.iter().zip(y).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                diff <= 1e-5 * scale,
+                "view {} {name}: stacked vs one at a time differ by {diff} (scale {scale})",
+                v + 1
+            );
+        }
+        // Head 2 is not head 1: the views' outputs differ.
+        assert_ne!(s.pts3d, stacked[1 - v].pts3d);
+    }
+}
+
+#[test]
 fn safetensors_checkpoint_gives_the_same_network() {
     let device = device();
     let a = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();

@@ -5,7 +5,7 @@ use burn::tensor::activation::gelu;
 use burn::tensor::{DType, Tensor};
 
 use super::attention::{CrossAttention, SelfAttention, attend};
-use super::layers::{LayerNorm, Linear, Loader, Mlp};
+use super::layers::{LayerNorm, Loader, Mlp, StackedLinear};
 use super::rope::RopeTables;
 use crate::error::Error;
 
@@ -56,35 +56,6 @@ impl DecoderBlock {
             norm3: l.layer_norm(&format!("{prefix}.norm3"), dim, eps)?,
             mlp: l.mlp(&format!("{prefix}.mlp"), dim, hidden, dim)?,
         })
-    }
-}
-
-/// `y = x W + b` for both decoder stacks at once: `W` `[S, in, out]`, `b` `[S, 1, out]`, `x`
-/// `[S, M, in]` (slot `s` holds stack `s`'s tokens; `S` is 2, or 1 for one stack alone).
-#[derive(Clone, Debug)]
-struct StackedLinear {
-    w: Tensor<3>,
-    b: Option<Tensor<3>>,
-}
-
-impl StackedLinear {
-    fn stack(a: Linear, b: Linear) -> Self {
-        let bias = match (a.b, b.b) {
-            (Some(x), Some(y)) => Some(Tensor::stack::<2>(vec![x, y], 0).unsqueeze_dim::<3>(1)),
-            (None, None) => None,
-            _ => unreachable!("both decoder stacks are loaded with the same layers"),
-        };
-        StackedLinear { w: Tensor::stack(vec![a.w, b.w], 0), b: bias }
-    }
-    fn slot(&self, s: usize) -> Self {
-        StackedLinear { w: self.w.clone().narrow(0, s, 1), b: self.b.clone().map(|b| b.narrow(0, s, 1)) }
-    }
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let y = x.matmul(self.w.clone());
-        match &self.b {
-            Some(b) => y + b.clone(),
-            None => y,
-        }
     }
 }
 

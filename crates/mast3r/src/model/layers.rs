@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::activation::{gelu, relu};
-use burn::tensor::module::{conv2d, layer_norm, linear};
-use burn::tensor::ops::{ConvOptions, PadMode};
+use burn::tensor::module::{layer_norm, linear};
+use burn::tensor::ops::PadMode;
 use burn::tensor::{DType, Device, Distribution, Slice, Tensor, TensorData};
 
 use crate::error::Error;
@@ -242,7 +242,7 @@ impl Loader<'_> {
     }
 
     /// A `Conv2d(inp -> out, k x k)` (weights `[out, inp, k, k]`) for channels-last maps, its
-    /// weights reordered once to `[(ky, kx, inp), out]` for [`Conv2d::forward`]'s im2col product.
+    /// weights reordered once to `[(ky, kx, inp), out]` for the im2col product of [`StackedConv2d`].
     #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &self,
@@ -347,16 +347,10 @@ impl LayerNorm {
     }
 }
 
-/// `RUST3R_MAST3R_CONV=direct` runs the DPT's 3x3 convolutions through Burn's `conv2d` instead of
-/// im2col + matrix product (for comparing the two on a given GPU).
-fn direct_conv() -> bool {
-    static DIRECT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DIRECT.get_or_init(|| std::env::var("RUST3R_MAST3R_CONV").is_ok_and(|v| v == "direct"))
-}
-
 /// 2D convolution (cross-correlation, square kernel, symmetric zero padding) on channels-last
-/// maps `[B, H, W, C]`: the `k * k` shifted (and strided) views are concatenated along channels
-/// (im2col) and multiplied by the reordered weights in one matrix product.
+/// maps `[B, H, W, C]`, as loaded; [`StackedConv2d`] runs it: the `k * k` shifted (and strided)
+/// views are concatenated along channels (im2col) and multiplied by the reordered weights in one
+/// matrix product.
 #[derive(Clone, Debug)]
 pub(crate) struct Conv2d {
     pub lin: Linear,
@@ -365,60 +359,166 @@ pub(crate) struct Conv2d {
     pub pad: usize,
 }
 
-impl Conv2d {
+/// The im2col matrix of a channels-last map: `[B, Ho, Wo, k * k * C]`, columns `(ky, kx, c)`.
+fn im2col(x: Tensor<4>, k: usize, s: usize, p: usize) -> Tensor<4> {
+    let [_, h, w, _] = x.dims();
+    let x = if p > 0 {
+        x.pad([(p, p), (p, p), (0, 0)], PadMode::Constant(0.0))
+    } else {
+        x
+    };
+    let ho = (h + 2 * p - k) / s + 1;
+    let wo = (w + 2 * p - k) / s + 1;
+    let mut cols = Vec::with_capacity(k * k);
+    for ky in 0..k {
+        for kx in 0..k {
+            let rows = Slice::new(
+                ky as isize,
+                Some((ky + s * (ho - 1) + 1) as isize),
+                s as isize,
+            );
+            let colsl = Slice::new(
+                kx as isize,
+                Some((kx + s * (wo - 1) + 1) as isize),
+                s as isize,
+            );
+            cols.push(x.clone().slice_dim(1, rows).slice_dim(2, colsl));
+        }
+    }
+    if cols.len() == 1 {
+        cols.pop().expect("one")
+    } else {
+        Tensor::cat(cols, 3)
+    }
+}
+
+/// `y = x W + b` for `S` weight sets at once (both heads, or both decoder stacks): `W`
+/// `[S, in, out]`, `b` `[S, 1, out]`. Slot `s` of the input holds the rows of weight set `s`;
+/// `S` is 2, or 1 for one set alone ([`StackedLinear::slot`]).
+#[derive(Clone, Debug)]
+pub(crate) struct StackedLinear {
+    pub w: Tensor<3>,
+    pub b: Option<Tensor<3>>,
+}
+
+impl StackedLinear {
+    pub fn stack(a: Linear, b: Linear) -> Self {
+        let bias = match (a.b, b.b) {
+            (Some(x), Some(y)) => Some(Tensor::stack::<2>(vec![x, y], 0).unsqueeze_dim::<3>(1)),
+            (None, None) => None,
+            _ => unreachable!("both weight sets are loaded with the same layers"),
+        };
+        StackedLinear {
+            w: Tensor::stack(vec![a.w, b.w], 0),
+            b: bias,
+        }
+    }
+
+    /// Weight set `s` alone (views of the stacked tensors).
+    pub fn slot(&self, s: usize) -> Self {
+        StackedLinear {
+            w: self.w.clone().narrow(0, s, 1),
+            b: self.b.clone().map(|b| b.narrow(0, s, 1)),
+        }
+    }
+
+    /// `x`: `[S, M, in]`.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let y = x.matmul(self.w.clone());
+        match &self.b {
+            Some(b) => y + b.clone(),
+            None => y,
+        }
+    }
+
+    /// `x`: `[S * B, ..., in]`, the first `B` along the leading axis for weight set 0, and so on.
+    pub fn forward_slots<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        let mut dims = x.dims();
+        let slots = self.w.dims()[0];
+        let inp = dims[D - 1];
+        let rows = dims[..D - 1].iter().product::<usize>() / slots;
+        let y = self.forward(x.reshape([slots, rows, inp]));
+        dims[D - 1] = y.dims()[2];
+        y.reshape(dims)
+    }
+}
+
+/// [`Conv2d`] for `S` weight sets: input `[S * B, H, W, C]`, slot-major along the batch.
+#[derive(Clone, Debug)]
+pub(crate) struct StackedConv2d {
+    lin: StackedLinear,
+    k: usize,
+    stride: usize,
+    pad: usize,
+}
+
+impl StackedConv2d {
+    pub fn stack(a: Conv2d, b: Conv2d) -> Self {
+        debug_assert_eq!((a.k, a.stride, a.pad), (b.k, b.stride, b.pad));
+        StackedConv2d {
+            lin: StackedLinear::stack(a.lin, b.lin),
+            k: a.k,
+            stride: a.stride,
+            pad: a.pad,
+        }
+    }
+
+    pub fn slot(&self, s: usize) -> Self {
+        StackedConv2d {
+            lin: self.lin.slot(s),
+            ..*self
+        }
+    }
+
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let (k, s, p) = (self.k, self.stride, self.pad);
         if k == 1 && s == 1 && p == 0 {
-            return self.lin.forward(x);
+            return self.lin.forward_slots(x);
         }
-        if direct_conv() {
-            // Burn's own convolution (its default kernel without autotune is a direct loop).
-            let [kkc, out] = self.lin.w.dims();
-            let c = kkc / (k * k);
-            let w = self
-                .lin
-                .w
-                .clone()
-                .reshape([k, k, c, out])
-                .permute([3, 2, 0, 1]);
-            return conv2d(
-                x.permute([0, 3, 1, 2]),
-                w,
-                self.lin.b.clone(),
-                ConvOptions::new([s, s], [p, p], [1, 1], 1),
-            )
-            .permute([0, 2, 3, 1]);
+        let [n, h, w, c] = x.dims();
+        let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        let im2col_bytes = n * ho * wo * k * k * c * x.dtype().size();
+        if n > 1 && im2col_bytes > IM2COL_SPLIT_BYTES {
+            // One frame at a time: the largest buffer stays one frame's im2col matrix (what
+            // `Mast3r::largest_buffer_bytes` promises), whatever the batch and the stacking.
+            let per_slot = n / self.lin.w.dims()[0];
+            let parts = (0..n)
+                .map(|i| self.slot(i / per_slot).forward(x.clone().narrow(0, i, 1)))
+                .collect();
+            return Tensor::cat(parts, 0);
         }
-        let [_, h, w, _] = x.dims();
-        let x = if p > 0 {
-            x.pad([(p, p), (p, p), (0, 0)], PadMode::Constant(0.0))
-        } else {
-            x
-        };
-        let ho = (h + 2 * p - k) / s + 1;
-        let wo = (w + 2 * p - k) / s + 1;
-        let mut cols = Vec::with_capacity(k * k);
-        for ky in 0..k {
-            for kx in 0..k {
-                let rows = Slice::new(
-                    ky as isize,
-                    Some((ky + s * (ho - 1) + 1) as isize),
-                    s as isize,
-                );
-                let colsl = Slice::new(
-                    kx as isize,
-                    Some((kx + s * (wo - 1) + 1) as isize),
-                    s as isize,
-                );
-                cols.push(x.clone().slice_dim(1, rows).slice_dim(2, colsl));
-            }
+        self.lin.forward_slots(im2col(x, k, s, p))
+    }
+}
+
+/// Stacked or batched convolutions whose im2col matrix would exceed this run one frame at a time
+/// (the large full-resolution convolutions, which are not launch-bound anyway).
+const IM2COL_SPLIT_BYTES: usize = 64 << 20;
+
+/// [`Mlp`] for `S` weight sets (see [`StackedLinear::forward_slots`]).
+#[derive(Clone, Debug)]
+pub(crate) struct StackedMlp {
+    fc1: StackedLinear,
+    fc2: StackedLinear,
+}
+
+impl StackedMlp {
+    pub fn stack(a: Mlp, b: Mlp) -> Self {
+        StackedMlp {
+            fc1: StackedLinear::stack(a.fc1, b.fc1),
+            fc2: StackedLinear::stack(a.fc2, b.fc2),
         }
-        let im = if cols.len() == 1 {
-            cols.pop().expect("one")
-        } else {
-            Tensor::cat(cols, 3)
-        };
-        self.lin.forward(im)
+    }
+
+    pub fn slot(&self, s: usize) -> Self {
+        StackedMlp {
+            fc1: self.fc1.slot(s),
+            fc2: self.fc2.slot(s),
+        }
+    }
+
+    pub fn forward_slots<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        self.fc2.forward_slots(gelu(self.fc1.forward_slots(x)))
     }
 }
 
@@ -483,6 +583,21 @@ impl Trace {
     /// Prepended to every recorded name (e.g. `view1.`).
     pub fn set_prefix(&mut self, prefix: &str) {
         self.prefix = prefix.to_string();
+    }
+
+    /// Records the `views.len()` equal parts of `t` along its leading axis as
+    /// `view{views[i]}.{name}` (tensors that hold several views slot-major).
+    pub fn record_views<const D: usize>(&mut self, views: &[usize], name: &str, t: &Tensor<D>) {
+        if !self.enabled {
+            return;
+        }
+        let part = t.dims()[0] / views.len();
+        let prefix = std::mem::take(&mut self.prefix);
+        for (i, v) in views.iter().enumerate() {
+            self.prefix = format!("view{v}.");
+            self.record(name, &t.clone().narrow(0, i * part, part));
+        }
+        self.prefix = prefix;
     }
 
     /// Records `t` (binary32 on the host) under `prefix + name`.

@@ -3,33 +3,43 @@
 
 use burn::tensor::Tensor;
 
-use super::layers::{Loader, Mlp};
+use super::layers::{Loader, StackedMlp};
 use crate::config::LocalFeatConfig;
 use crate::error::Error;
 
-/// `downstream_head{v}.head_local_features`.
+/// `downstream_head1.head_local_features` and `downstream_head2...`, weights stacked.
 #[derive(Clone, Debug)]
 pub(crate) struct LocalFeat {
-    mlp: Mlp,
+    mlp: StackedMlp,
     patch: usize,
 }
 
 impl LocalFeat {
     pub fn load(
         l: &Loader,
-        prefix: &str,
+        prefixes: [&str; 2],
         c: &LocalFeatConfig,
         patch: usize,
     ) -> Result<Self, Error> {
+        let [a, b] = prefixes.map(|p| l.mlp(p, c.in_dim, c.hidden_dim, c.out_dim));
         Ok(LocalFeat {
-            mlp: l.mlp(prefix, c.in_dim, c.hidden_dim, c.out_dim)?,
+            mlp: StackedMlp::stack(a?, b?),
             patch,
         })
     }
 
-    /// Raw MLP output `[B, N, C * P * P]` for the encoder output and the last decoder output.
+    /// Head `s` alone.
+    pub fn slot(&self, s: usize) -> Self {
+        LocalFeat {
+            mlp: self.mlp.slot(s),
+            patch: self.patch,
+        }
+    }
+
+    /// Raw MLP output `[S * B, N, C * P * P]` for the encoder outputs and the last decoder
+    /// outputs (slot-major along the batch, one slot per weight set).
     pub fn raw(&self, enc: Tensor<3>, dec: Tensor<3>) -> Tensor<3> {
-        self.mlp.forward(Tensor::cat(vec![enc, dec], 2))
+        self.mlp.forward_slots(Tensor::cat(vec![enc, dec], 2))
     }
 
     /// Pixel shuffle: `[B, N, C * P * P]` (per token `[channel][row][column]`) to a channels-last

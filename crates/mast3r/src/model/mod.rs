@@ -139,20 +139,34 @@ impl Prediction {
 
     /// Frame `i` of a batched prediction.
     pub fn frame(&self, i: usize) -> Prediction {
+        self.frames(i, 1)
+    }
+
+    /// Frames `start..start + len` of a batched prediction.
+    pub fn frames(&self, start: usize, len: usize) -> Prediction {
         Prediction {
-            pts3d: self.pts3d.clone().narrow(0, i, 1),
-            conf: self.conf.clone().narrow(0, i, 1),
-            desc: self.desc.clone().narrow(0, i, 1),
-            desc_conf: self.desc_conf.as_ref().map(|t| t.clone().narrow(0, i, 1)),
+            pts3d: self.pts3d.clone().narrow(0, start, len),
+            conf: self.conf.clone().narrow(0, start, len),
+            desc: self.desc.clone().narrow(0, start, len),
+            desc_conf: self.desc_conf.as_ref().map(|t| t.clone().narrow(0, start, len)),
         }
     }
 }
 
-/// `downstream_head{v}`.
+/// `downstream_head1` and `downstream_head2`, weights stacked (slot = head).
 #[derive(Clone, Debug)]
-struct Head {
+struct Heads {
     dpt: Dpt,
     local: LocalFeat,
+}
+
+impl Heads {
+    fn slot(&self, s: usize) -> Heads {
+        Heads {
+            dpt: self.dpt.slot(s),
+            local: self.local.slot(s),
+        }
+    }
 }
 
 /// The MASt3R network with its weights on one device.
@@ -167,7 +181,9 @@ pub struct Mast3r {
     /// Block `i` of `dec_blocks` (view 1) and `dec_blocks2` (view 2), weights stacked.
     dec_blocks: Vec<PairedDecoderBlock>,
     dec_norm: LayerNorm,
-    heads: [Head; 2],
+    heads: Heads,
+    /// Run both heads in one set of launches when the views have one size (the default).
+    stack_heads: bool,
     rope: Mutex<HashMap<(usize, usize, usize), RopeTables>>,
 }
 
@@ -255,17 +271,17 @@ impl Mast3r {
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
-        let head = |v: usize| -> Result<Head, Error> {
-            let p = format!("downstream_head{v}");
-            Ok(Head {
-                dpt: Dpt::load(l, &format!("{p}.dpt"), &cfg.dpt)?,
-                local: LocalFeat::load(
-                    l,
-                    &format!("{p}.head_local_features"),
-                    &cfg.local_feat,
-                    cfg.patch_size,
-                )?,
-            })
+        let heads = Heads {
+            dpt: Dpt::load(l, ["downstream_head1.dpt", "downstream_head2.dpt"], &cfg.dpt)?,
+            local: LocalFeat::load(
+                l,
+                [
+                    "downstream_head1.head_local_features",
+                    "downstream_head2.head_local_features",
+                ],
+                &cfg.local_feat,
+                cfg.patch_size,
+            )?,
         };
         Ok(Mast3r {
             cfg: cfg.clone(),
@@ -281,7 +297,8 @@ impl Mast3r {
                 .map(|(a, b)| PairedDecoderBlock::stack(a, b))
                 .collect(),
             dec_norm: l.layer_norm("dec_norm", d, eps)?,
-            heads: [head(1)?, head(2)?],
+            heads,
+            stack_heads: true,
             rope: Mutex::new(HashMap::new()),
         })
     }
@@ -352,6 +369,13 @@ impl Mast3r {
         let lf = &cfg.local_feat;
         let local = 2.0 * n * (lf.in_dim * lf.hidden_dim + lf.hidden_dim * lf.out_dim) as f64;
         [enc, dec, 2.0 * (act + rn + refine + head + local)]
+    }
+
+    /// With `false`, the two heads run one after the other even when the views have one size
+    /// (as they must when the sizes differ); the results are the same up to rounding. For tests
+    /// and A/B benchmarks.
+    pub fn set_stacked_heads(&mut self, on: bool) {
+        self.stack_heads = on;
     }
 
     /// The network's configuration.
@@ -485,26 +509,60 @@ impl Mast3r {
         tokens
     }
 
-    /// Head `v` (0 or 1) on a token list.
-    fn head(
+    /// Both heads: head 1 on view 1's token list, head 2 on view 2's. Views of one size run
+    /// together (tokens stacked along the batch, one launch per layer for both heads).
+    fn heads(
         &self,
-        v: usize,
+        t1: &[Tensor<3>],
+        t2: &[Tensor<3>],
+        grids: [[usize; 2]; 2],
+        trace: &mut Trace,
+    ) -> [Prediction; 2] {
+        if !self.stack_heads || grids[0] != grids[1] {
+            return [
+                self.run_heads(&self.heads.slot(0), t1, grids[0], &[1], trace),
+                self.run_heads(&self.heads.slot(1), t2, grids[1], &[2], trace),
+            ];
+        }
+        // Only the hooked token maps and the local-feature inputs are read: stack those (the
+        // others keep view 1's tensor and are never read).
+        let last = t1.len() - 1;
+        let used = |i: usize| i == 0 || i == last || self.cfg.dpt.hooks.contains(&i);
+        let tokens: Vec<Tensor<3>> = t1
+            .iter()
+            .zip(t2)
+            .enumerate()
+            .map(|(i, (a, b))| {
+                if used(i) {
+                    Tensor::cat(vec![a.clone(), b.clone()], 0)
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        let batch = t1[0].dims()[0];
+        let p = self.run_heads(&self.heads, &tokens, grids[0], &[1, 2], trace);
+        [p.frames(0, batch), p.frames(batch, batch)]
+    }
+
+    /// `heads` (one slot per entry of `views`) on token lists stacked slot-major along the batch.
+    fn run_heads(
+        &self,
+        heads: &Heads,
         tokens: &[Tensor<3>],
         grid: [usize; 2],
+        views: &[usize],
         trace: &mut Trace,
     ) -> Prediction {
         let [h, w] = grid;
-        let head = &self.heads[v];
-        trace.set_prefix(&format!("view{}.", v + 1));
-        let dpt_out = head.dpt.forward(tokens, h, w, trace);
-        trace.record("dpt_out", &dpt_out.clone().permute([0, 3, 1, 2]));
+        let dpt_out = heads.dpt.forward(tokens, h, w, views, trace);
+        trace.record_views(views, "dpt_out", &dpt_out.clone().permute([0, 3, 1, 2]));
         profile::mark(&self.device, "dpt");
-        let raw = head
+        let raw = heads
             .local
             .raw(tokens[0].clone(), tokens[tokens.len() - 1].clone());
-        trace.record("local_feat_raw", &raw);
-        trace.set_prefix("");
-        let local = head.local.shuffle(raw, h, w);
+        trace.record_views(views, "local_feat_raw", &raw);
+        let local = heads.local.shuffle(raw, h, w);
         profile::mark(&self.device, "local_feat");
         let pred = postprocess::postprocess(
             dpt_out,
@@ -532,9 +590,7 @@ impl Mast3r {
     /// `.dpt.*` internals, `.dpt_out` and `.local_feat_raw`.
     pub fn decode_traced(&self, a: &Encoded, b: &Encoded, trace: &mut Trace) -> [Prediction; 2] {
         let [t1, t2] = self.decoder_tokens(a, b, trace);
-        let p1 = self.head(0, &t1, a.grid, trace);
-        let p2 = self.head(1, &t2, b.grid, trace);
-        [p1, p2]
+        self.heads(&t1, &t2, [a.grid, b.grid], trace)
     }
 
     /// A single frame decoded with itself (MASt3R-SLAM's mono initialisation and keyframe
