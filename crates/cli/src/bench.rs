@@ -57,6 +57,11 @@ pub struct RasterArgs {
     iters: usize,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
+    /// Before those, forward+backward passes until this many milliseconds have passed: the GPU's
+    /// clocks ramp up after the idle scene upload (through Vulkan on an H100 the first 0.2-0.4 s of
+    /// passes ran 3-4x slower than the rest; BENCHMARKS.md).
+    #[arg(long, default_value_t = 1000)]
+    warmup_ms: u64,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -282,7 +287,17 @@ fn raster(a: &RasterArgs) -> Result<()> {
             let mut both = vec![];
             let mut stats = (0, 0);
             let mut rgb_mean = f64::NAN;
+            // Timed iterations in which the pool's reservation changed (pages created or dropped).
+            let mut pool_changes = 0usize;
+            let warm_start = Instant::now();
+            while warm_start.elapsed().as_millis() < a.warmup_ms as u128 {
+                let (out, state) = render_chunks(&gpu, &splats, &cam, &opts)?;
+                let grads = render_backward_chunks(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
+                gpu.sync()?;
+                drop((grads, out, state));
+            }
             for i in 0..a.warmup + a.iters {
+                let reserved_before = gpu.memory_reserved();
                 if i == a.warmup {
                     rust3r_gpu::profile::reset();
                 }
@@ -311,6 +326,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 if i >= a.warmup {
                     fwd.push(dt);
                     both.push(dt2);
+                    pool_changes += usize::from(gpu.memory_reserved() != reserved_before);
                 }
             }
             if a.check_backward {
@@ -322,6 +338,10 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 println!("profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}");
             }
             eprintln!("tiles {n} {w}x{h}: {tiles:?}");
+            eprintln!(
+                "samples {n} {w}x{h}: fwd {fwd:.2?} ms, fwd+bwd {both:.2?} ms; pool reservation changed in {pool_changes} of {} timed iterations",
+                a.iters
+            );
             println!(
                 "| {n} | {w}x{h} | {} | {} | {fm:.3} | {bm:.3} | {:.2} |",
                 stats.0,
@@ -332,6 +352,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 "n": n, "width": w, "height": h, "visible": stats.0, "isects": stats.1,
                 "fwd_median_ms": fm, "fwd_min_ms": fwd.iter().copied().fold(f64::MAX, f64::min),
                 "fwdbwd_median_ms": bm, "fwdbwd_min_ms": both.iter().copied().fold(f64::MAX, f64::min),
+                "fwd_samples_ms": fwd, "fwdbwd_samples_ms": both, "pool_changes": pool_changes,
                 "pool_peak_bytes": peak, "inputs": set.checks,
                 "tile_len_p50": tiles.len_p50, "tile_len_p99": tiles.len_p99, "tile_len_max": tiles.len_max,
                 "tile_walked_total": tiles.walked_total, "tile_walked_max": tiles.walked_max, "rgb_mean": rgb_mean, "chunks": splats.len(),
@@ -342,7 +363,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
         let doc = serde_json::json!({
             "device": gpu.name(),
             "date_utc": format!("{:?}", std::time::SystemTime::now()),
-            "iters": a.iters, "warmup": a.warmup, "pose_grad": a.pose_grad,
+            "iters": a.iters, "warmup": a.warmup, "warmup_ms": a.warmup_ms, "pose_grad": a.pose_grad,
             "configs": results,
         });
         std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("cannot write {}", p.display()))?;
