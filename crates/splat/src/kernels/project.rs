@@ -56,6 +56,17 @@ fn to_camera(cam: &[f32], x: f32, y: f32, z: f32) -> (f32, f32, f32) {
     )
 }
 
+/// Unit view direction from the camera centre to `(x, y, z)`, and `1 / |d|` (0 at the centre).
+#[cube]
+fn view_dir(cam: &[f32], x: f32, y: f32, z: f32) -> (f32, f32, f32, f32) {
+    let dx = x - cam[16];
+    let dy = y - cam[17];
+    let dz = z - cam[18];
+    let dn = (dx * dx + dy * dy + dz * dz).sqrt();
+    let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
+    (dx * inv_dn, dy * inv_dn, dz * inv_dn, inv_dn)
+}
+
 /// `M = R S` for a rotation `R` (row-major) and the scales `S = diag(sx, sy, sz)`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -319,14 +330,7 @@ pub fn project_forward(
         }
 
         // Colour from spherical harmonics, view direction from the camera centre.
-        let dx = mx - cam[16];
-        let dy = my - cam[17];
-        let dz = mz - cam[18];
-        let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-        let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
-        let ux = dx * inv_dn;
-        let uy = dy * inv_dn;
-        let uz = dz * inv_dn;
+        let (ux, uy, uz, _) = view_dir(cam, mx, my, mz);
         let mut cr = 0.5f32;
         let mut cg = 0.5f32;
         let mut cb = 0.5f32;
@@ -405,12 +409,8 @@ pub fn sh_backward_coeffs(
     let mut vg = 0.0f32;
     let mut vb = 0.0f32;
     if k < active_coeffs && tiles_touched[gg] != 0u32 {
-        let dx = means[g * 3] - cam[16];
-        let dy = means[g * 3 + 1] - cam[17];
-        let dz = means[g * 3 + 2] - cam[18];
-        let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-        let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
-        let b = sh_basis(k, dx * inv_dn, dy * inv_dn, dz * inv_dn);
+        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+        let b = sh_basis(k, ux, uy, uz);
         vr = select(proj[gg * 10 + 7] > 0.0f32, b * v_proj[gg * 10 + 7], 0.0f32);
         vg = select(proj[gg * 10 + 8] > 0.0f32, b * v_proj[gg * 10 + 8], 0.0f32);
         vb = select(proj[gg * 10 + 9] > 0.0f32, b * v_proj[gg * 10 + 9], 0.0f32);
@@ -493,14 +493,7 @@ pub fn project_backward(
         let vsr = select(proj[gg * 10 + 7] > 0.0f32, v_proj[gg * 10 + 7], 0.0f32);
         let vsg = select(proj[gg * 10 + 8] > 0.0f32, v_proj[gg * 10 + 8], 0.0f32);
         let vsb = select(proj[gg * 10 + 9] > 0.0f32, v_proj[gg * 10 + 9], 0.0f32);
-        let dx = mx - cam[16];
-        let dy = my - cam[17];
-        let dz = mz - cam[18];
-        let dn = (dx * dx + dy * dy + dz * dz).sqrt();
-        let inv_dn = select(dn > 0.0f32, 1.0f32 / dn, 0.0f32);
-        let ux = dx * inv_dn;
-        let uy = dy * inv_dn;
-        let uz = dz * inv_dn;
+        let (ux, uy, uz, inv_dn) = view_dir(cam, mx, my, mz);
         let mut vux = 0.0f32;
         let mut vuy = 0.0f32;
         let mut vuz = 0.0f32;
