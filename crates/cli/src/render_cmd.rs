@@ -73,7 +73,13 @@ pub fn run(args: &RenderArgs) -> Result<()> {
     let gpu = args.device.open()?;
     // Split into several buffers past the adapter's binding limit (wgpu: 2 GiB).
     let gpu_splats = GpuSplats::chunks_from_host(&gpu, &splats, None)?;
-    let opts = RenderOptions { background, antialiased: args.antialiased, sh_degree: args.sh_degree, ..Default::default() };
+    let opts = RenderOptions {
+        background,
+        antialiased: args.antialiased,
+        sh_degree: args.sh_degree,
+        forward_only: true,
+        ..Default::default()
+    };
     let t = std::time::Instant::now();
     let (out, _) = render_chunks(&gpu, &gpu_splats, &camera, &opts)?;
     let rgb = gpu.read(&out.rgb)?;

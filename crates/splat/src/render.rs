@@ -203,6 +203,10 @@ pub struct RenderOptions {
     pub absgrad: bool,
     /// Which backward kernel reduces the per-pixel gradients.
     pub backward_kernel: BackwardKernel,
+    /// No backward pass will follow (viewers, evaluation, `rust3r render`): the forward pass
+    /// writes no checkpoints (about 5 bytes per intersection, and their stores), and
+    /// [`render_backward`] on its state is an error.
+    pub forward_only: bool,
 }
 
 /// The rasterizer's backward kernels.
@@ -231,6 +235,7 @@ impl Default for RenderOptions {
             deterministic: false,
             absgrad: false,
             backward_kernel: BackwardKernel::Auto,
+            forward_only: false,
         }
     }
 }
@@ -275,6 +280,8 @@ pub struct RenderState {
     /// checkpoint.
     checkpoints: GpuBuffer<f32>,
     chunk: u32,
+    /// Rendered with [`RenderOptions::forward_only`]: no checkpoints, no backward pass.
+    forward_only: bool,
     row_skip: bool,
     deterministic: bool,
     absgrad: bool,
@@ -556,9 +563,9 @@ pub fn render_chunks(
     let chunk = opts.checkpoint_every.clamp(1, k) * 256;
     // A tile of `len` intersections takes (len - 1) / chunk checkpoints, in slots that never
     // overlap and stay below intersections / chunk (`rasterize_forward`).
-    let slots = (num_isects / chunk as usize).max(1);
+    let slots = if opts.forward_only { 0 } else { (num_isects / chunk as usize).max(1) };
     gpu.check_fits("forward checkpoints", (slots * rasterize::CHECKPOINT * 4) as u64)?;
-    let checkpoints = gpu.alloc::<f32>(slots * rasterize::CHECKPOINT);
+    let checkpoints = gpu.alloc::<f32>((slots * rasterize::CHECKPOINT).max(1));
     for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
         rasterize::rasterize_forward::launch(
             client,
@@ -583,6 +590,7 @@ pub fn render_chunks(
             (d + 1) * k,
             chunk,
             row_skip,
+            !opts.forward_only,
         );
     }
 
@@ -613,6 +621,7 @@ pub fn render_chunks(
         tile_last,
         checkpoints,
         chunk,
+        forward_only: opts.forward_only,
         row_skip,
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
@@ -750,6 +759,11 @@ pub fn render_backward_chunks(
     pose_grad: bool,
 ) -> Result<ChunkedGrads, SplatError> {
     let (_, n) = chunks_layout(chunks)?;
+    if state.forward_only {
+        return Err(SplatError::InvalidSplats(
+            "backward pass over a frame rendered with RenderOptions::forward_only (no checkpoints)".into(),
+        ));
+    }
     if n != state.tiles_touched.len() {
         return Err(SplatError::InvalidSplats(format!(
             "backward pass over {n} Gaussians of a frame rendered with {}",

@@ -434,6 +434,44 @@ fn bounded_dispatches_give_the_same_image_and_gradients() {
 }
 
 #[test]
+fn forward_only_renders_the_same_image_and_refuses_a_backward_pass() {
+    // Dense enough that tiles take several checkpoints in a training render.
+    let gpu = gpu();
+    let s = random_scene(43, 3000, 2).rounded();
+    let cam = round_camera(test_camera(40, 30));
+    let splats = upload(&gpu, &s);
+    let opts = RenderOptions {
+        background: [0.1, 0.2, 0.3],
+        checkpoint_every: 1,
+        ..Default::default()
+    };
+    let (train_out, _) = render(&gpu, &splats, &cam, &opts).unwrap();
+    let fwd_opts = RenderOptions {
+        forward_only: true,
+        ..opts.clone()
+    };
+    let (out, state) = render(&gpu, &splats, &cam, &fwd_opts).unwrap();
+    assert!(out.num_intersections > 2 * 256, "{} intersections", out.num_intersections);
+    assert_eq!(gpu.read(&out.rgb).unwrap(), gpu.read(&train_out.rgb).unwrap());
+    assert_eq!(gpu.read(&out.alpha).unwrap(), gpu.read(&train_out.alpha).unwrap());
+    assert_eq!(gpu.read(&out.depth).unwrap(), gpu.read(&train_out.depth).unwrap());
+    let npix = 40 * 30;
+    let err = render_backward(
+        &gpu,
+        &splats,
+        &out,
+        &state,
+        &gpu.upload(&vec![1.0f32; npix * 3]),
+        &gpu.upload(&vec![0.0f32; npix]),
+        &gpu.upload(&vec![0.0f32; npix]),
+    )
+    .err()
+    .expect("a backward pass over a forward-only render must be refused");
+    assert!(err.to_string().contains("forward_only"), "{err}");
+    compare_forward(&gpu, &s, &cam, false, [0.1, 0.2, 0.3]);
+}
+
+#[test]
 fn backward_chunks_skip_empty_tiles() {
     // Two dense clumps at the image's left and right edges with empty tiles between them: every
     // backward cube must find its own tile's chunk. Checkpoints every 256 intersections against

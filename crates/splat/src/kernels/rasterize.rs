@@ -57,6 +57,7 @@ pub fn rasterize_forward(
     batch_end: u32,
     chunk: u32,
     #[comptime] row_skip: bool,
+    #[comptime] save_checkpoints: bool,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -109,14 +110,16 @@ pub fn rasterize_forward(
         // chunks there (`rasterize_backward`). Checkpoint k >= 1 of the tile goes to slot
         // start / chunk + k - 1: the tiles' slots never overlap, and fewer than
         // (intersections / chunk) are used.
-        if b > 0 && (b * 256) % (chunk as usize) == 0 {
-            let slot = start / (chunk as usize) + b * 256 / (chunk as usize) - 1;
-            let o = slot * comptime![CHECKPOINT] + t;
-            ck[o] = tr;
-            ck[o + 256] = cr;
-            ck[o + 512] = cg;
-            ck[o + 768] = cb;
-            ck[o + 1024] = cd;
+        if save_checkpoints {
+            if b > 0 && (b * 256) % (chunk as usize) == 0 {
+                let slot = start / (chunk as usize) + b * 256 / (chunk as usize) - 1;
+                let o = slot * comptime![CHECKPOINT] + t;
+                ck[o] = tr;
+                ck[o + 256] = cr;
+                ck[o + 512] = cg;
+                ck[o + 768] = cb;
+                ck[o + 1024] = cd;
+            }
         }
         let idx = start + b * 256 + t;
         if idx < end {

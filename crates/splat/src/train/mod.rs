@@ -743,6 +743,7 @@ impl Trainer {
         let opts = RenderOptions {
             background: self.cfg.background,
             antialiased: self.cfg.antialiased,
+            forward_only: true,
             ..Default::default()
         };
         let (out, _) = render(&self.gpu, &self.splats, camera, &opts)?;
