@@ -57,9 +57,9 @@ pub struct RasterArgs {
     iters: usize,
     #[arg(long, default_value_t = 5)]
     warmup: usize,
-    /// Before those, forward+backward passes until this many milliseconds have passed: the GPU's
-    /// clocks ramp up after the idle scene upload (through Vulkan on an H100 the first 0.2-0.4 s of
-    /// passes ran 3-4x slower than the rest; BENCHMARKS.md).
+    /// Before those, forward+backward passes until this many milliseconds have passed: through
+    /// Vulkan on an H100 the first passes after a scene upload often ran 3-4x slower than the rest
+    /// (not the SM clock, which sat at its maximum; cause not found, BENCHMARKS.md).
     #[arg(long, default_value_t = 1000)]
     warmup_ms: u64,
     /// Write the results as JSON here.

@@ -914,11 +914,11 @@ pub fn render_backward_chunks(
             if pose_grad {
                 cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));
             }
+            rust3r_gpu::profile::mark(gpu, "bwd 3c project");
         }
         params.push(p);
         row0 += rows;
     }
-    rust3r_gpu::profile::mark(gpu, "bwd 3c project");
     let mut world_to_camera = [[0.0f32; 4]; 3];
     for sum in &cam_sums {
         let cam_sum = gpu.read(sum)?;

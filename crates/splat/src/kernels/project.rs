@@ -421,8 +421,9 @@ pub fn sh_backward_coeffs(
 }
 
 /// Backward of [`project_forward`] but for the SH coefficients ([`sh_backward_coeffs`]): from
-/// per-Gaussian gradients of the projected quantities (`v_proj`, layout [`VPROJ`]) to the parameters, and a
-/// per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
+/// per-Gaussian gradients of the projected quantities (`v_proj`, layout [`VPROJ`]) to the
+/// parameters (the mean's through the view direction too, reading the visible Gaussians' SH
+/// rows), and a per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
 /// [`VCAM`], summed on the host side of the caller).
 #[cube(launch)]
 pub fn project_backward(
