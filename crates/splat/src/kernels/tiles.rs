@@ -5,6 +5,12 @@ use cubecl::prelude::*;
 
 /// For every depth-sorted visible Gaussian `i`, write its intersections at
 /// `offsets[i]..`: the tile id (row-major over 16x16 tiles) and the Gaussian id.
+///
+/// One thread per Gaussian looping over its tiles leaves a warp waiting on its largest
+/// Gaussian and stores to 32 scattered places per instruction. Instead each cube takes 256
+/// consecutive Gaussians, whose intersections are one contiguous run, and its units write that
+/// run together: position `p` finds its Gaussian by binary search over the cube's offsets in
+/// shared memory and its tile from its rank inside the Gaussian's tile rectangle.
 #[cube(launch)]
 pub fn emit_intersections(
     sorted_ids: &[u32],
@@ -15,24 +21,61 @@ pub fn emit_intersections(
     num_visible: u32,
     tiles_x: u32,
 ) {
-    let i = rust3r_gpu::global_id();
-    if i >= num_visible as usize {
+    let t = UNIT_POS as usize;
+    let first = rust3r_gpu::block_id() * 256;
+    // s_start[j]: first position of the cube's Gaussian j (all ones past the last Gaussian);
+    // s_start[256]: one past the cube's last position.
+    let mut s_start = Shared::<[u32]>::new_slice(257usize);
+    let mut s_rect = Shared::<[u32]>::new_slice(512usize);
+    let mut s_gid = Shared::<[u32]>::new_slice(256usize);
+    let n = num_visible as usize;
+    let i = first + t;
+    if i < n {
+        let g = sorted_ids[i];
+        let rx = rects[g as usize * 2];
+        let ry = rects[g as usize * 2 + 1];
+        let start = offsets[i];
+        s_start[t] = start;
+        s_rect[t * 2] = rx;
+        s_rect[t * 2 + 1] = ry;
+        s_gid[t] = g;
+        if t == 255 || i + 1 == n {
+            let count = ((rx >> 16u32) - (rx & 65535u32)) * ((ry >> 16u32) - (ry & 65535u32));
+            s_start[256] = start + count;
+        }
+    } else {
+        s_start[t] = 4294967295u32;
+    }
+    sync_cube();
+    if first >= n {
         terminate!();
     }
-    let g = sorted_ids[i];
-    let gu = g as usize;
-    let rx = rects[gu * 2];
-    let ry = rects[gu * 2 + 1];
-    let x0 = rx & 65535u32;
-    let x1 = rx >> 16u32;
-    let y0 = ry & 65535u32;
-    let y1 = ry >> 16u32;
-    let mut at = offsets[i] as usize;
-    for ty in y0..y1 {
-        for tx in x0..x1 {
-            isect_tiles[at] = ty * tiles_x + tx;
-            isect_gids[at] = g;
-            at += 1;
+    let begin = s_start[0];
+    let end = s_start[256];
+    let rounds = (end - begin).div_ceil(256u32);
+    for r in 0..rounds {
+        let p = begin + r * 256u32 + t as u32;
+        if p < end {
+            // Largest j with s_start[j] <= p (s_start[0] = begin <= p).
+            let mut j = 0u32;
+            #[unroll]
+            for b in 0..8u32 {
+                let step = comptime![128u32 >> b];
+                if s_start[(j + step) as usize] <= p {
+                    j += step;
+                }
+            }
+            let ju = j as usize;
+            let rx = s_rect[ju * 2];
+            let ry = s_rect[ju * 2 + 1];
+            let x0 = rx & 65535u32;
+            let w = (rx >> 16u32) - x0;
+            let y0 = ry & 65535u32;
+            let local = p - s_start[ju];
+            let ty = y0 + local / w;
+            let tx = x0 + local % w;
+            isect_tiles[p as usize] = ty * tiles_x + tx;
+            isect_gids[p as usize] = s_gid[ju];
         }
     }
 }
