@@ -35,7 +35,7 @@ struct ResConfUnit {
 
 /// One convolution of both heads, `{head prefix}{name}`.
 #[allow(clippy::too_many_arguments)]
-fn conv2(
+fn stacked_conv(
     l: &Loader,
     prefixes: [&str; 2],
     name: &str,
@@ -53,8 +53,8 @@ fn conv2(
 impl ResConfUnit {
     fn load(l: &Loader, prefixes: [&str; 2], name: &str, f: usize) -> Result<Self, Error> {
         Ok(ResConfUnit {
-            conv1: conv2(l, prefixes, &format!("{name}.conv1"), f, f, 3, 1, 1, true)?,
-            conv2: conv2(l, prefixes, &format!("{name}.conv2"), f, f, 3, 1, 1, true)?,
+            conv1: stacked_conv(l, prefixes, &format!("{name}.conv1"), f, f, 3, 1, 1, true)?,
+            conv2: stacked_conv(l, prefixes, &format!("{name}.conv2"), f, f, 3, 1, 1, true)?,
         })
     }
 
@@ -91,12 +91,27 @@ impl Fusion {
         Ok(Fusion {
             // refinenet4.resConfUnit1 exists in the checkpoint but is never used.
             rcu1: if with_skip {
-                Some(ResConfUnit::load(l, prefixes, &format!("{name}.resConfUnit1"), f)?)
+                Some(ResConfUnit::load(
+                    l,
+                    prefixes,
+                    &format!("{name}.resConfUnit1"),
+                    f,
+                )?)
             } else {
                 None
             },
             rcu2: ResConfUnit::load(l, prefixes, &format!("{name}.resConfUnit2"), f)?,
-            out_conv: conv2(l, prefixes, &format!("{name}.out_conv"), f, f, 1, 1, 0, true)?,
+            out_conv: stacked_conv(
+                l,
+                prefixes,
+                &format!("{name}.out_conv"),
+                f,
+                f,
+                1,
+                1,
+                0,
+                true,
+            )?,
         })
     }
 
@@ -177,11 +192,12 @@ impl Dpt {
             let [a, b] = prefixes.map(|p| l.conv_as_linear(&format!("{p}{name}"), inp, out, 1));
             Ok(StackedLinear::stack(a?, b?))
         };
-        let up = |name: &str, d: usize, s: usize| -> Result<Option<(StackedLinear, usize)>, Error> {
-            let [a, b] =
-                prefixes.map(|p| l.conv_transpose_as_linear(&format!("{p}{name}"), d, d, s));
-            Ok(Some((StackedLinear::stack(a?, b?), s)))
-        };
+        let up =
+            |name: &str, d: usize, s: usize| -> Result<Option<(StackedLinear, usize)>, Error> {
+                let [a, b] =
+                    prefixes.map(|p| l.conv_transpose_as_linear(&format!("{p}{name}"), d, d, s));
+                Ok(Some((StackedLinear::stack(a?, b?), s)))
+            };
         let act = vec![
             ActPost {
                 proj: lin(&ap(0, 0), dt[0], ld[0])?,
@@ -201,13 +217,23 @@ impl Dpt {
             ActPost {
                 proj: lin(&ap(3, 0), dt[3], ld[3])?,
                 up: None,
-                down: Some(conv2(l, prefixes, &ap(3, 1), ld[3], ld[3], 3, 2, 1, true)?),
+                down: Some(stacked_conv(
+                    l,
+                    prefixes,
+                    &ap(3, 1),
+                    ld[3],
+                    ld[3],
+                    3,
+                    2,
+                    1,
+                    true,
+                )?),
             },
         ];
         let layer_rn = (0..4)
             .map(|k| {
                 let name = format!(".scratch.layer{}_rn", k + 1);
-                conv2(l, prefixes, &name, ld[k], f, 3, 1, 1, false)
+                stacked_conv(l, prefixes, &name, ld[k], f, 3, 1, 1, false)
             })
             .collect::<Result<Vec<_>, _>>()?;
         let refinenet = (1..=4)
@@ -218,9 +244,19 @@ impl Dpt {
             act,
             layer_rn,
             refinenet,
-            head0: conv2(l, prefixes, ".head.0", f, f / 2, 3, 1, 1, true)?,
-            head2: conv2(l, prefixes, ".head.2", f / 2, c.last_dim, 3, 1, 1, true)?,
-            head4: conv2(l, prefixes, ".head.4", c.last_dim, c.num_channels, 1, 1, 0, true)?,
+            head0: stacked_conv(l, prefixes, ".head.0", f, f / 2, 3, 1, 1, true)?,
+            head2: stacked_conv(l, prefixes, ".head.2", f / 2, c.last_dim, 3, 1, 1, true)?,
+            head4: stacked_conv(
+                l,
+                prefixes,
+                ".head.4",
+                c.last_dim,
+                c.num_channels,
+                1,
+                1,
+                0,
+                true,
+            )?,
         })
     }
 
