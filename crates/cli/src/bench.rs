@@ -289,12 +289,17 @@ fn raster(a: &RasterArgs) -> Result<()> {
             let mut rgb_mean = f64::NAN;
             // Timed iterations in which the pool's reservation changed (pages created or dropped).
             let mut pool_changes = 0usize;
-            let warm_start = Instant::now();
-            while warm_start.elapsed().as_millis() < a.warmup_ms as u128 {
+            // One forward+backward pass, finished on the device.
+            let fwd_bwd = || -> Result<()> {
                 let (out, state) = render_chunks(&gpu, &splats, &cam, &opts)?;
                 let grads = render_backward_chunks(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
                 gpu.sync()?;
                 drop((grads, out, state));
+                Ok(())
+            };
+            let warm_start = Instant::now();
+            while warm_start.elapsed().as_millis() < a.warmup_ms as u128 {
+                fwd_bwd()?;
             }
             for i in 0..a.warmup + a.iters {
                 let reserved_before = gpu.memory_reserved();
@@ -317,12 +322,9 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 gpu.sync()?;
                 rust3r_gpu::profile::start(&gpu);
                 let t1 = Instant::now();
-                let (out, state) = render_chunks(&gpu, &splats, &cam, &opts)?;
-                let grads = render_backward_chunks(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
-                gpu.sync()?;
+                fwd_bwd()?;
                 let dt2 = t1.elapsed().as_secs_f64() * 1e3;
                 peak = peak.max(gpu.memory_reserved());
-                drop((grads, out, state));
                 if i >= a.warmup {
                     fwd.push(dt);
                     both.push(dt2);

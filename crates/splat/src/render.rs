@@ -646,22 +646,19 @@ fn row_mode_backward(gpu: &Gpu, deterministic: bool) -> bool {
     deterministic || !gpu.f32_atomic_add()
 }
 
-/// Gaussians per backward batch that fit the device's shared memory.
+/// Gaussians per backward batch that fit the device's shared memory: the largest of 16, 8, 4
+/// that fits, at most `RUST3R_BACKWARD_BATCH` when set (A/B runs of the shared-memory footprint).
 fn backward_batch(gpu: &Gpu) -> usize {
-    // `RUST3R_BACKWARD_BATCH=4|8|16` fixes it, for A/B runs of the shared-memory footprint.
-    if let Some(b) = std::env::var("RUST3R_BACKWARD_BATCH")
+    let cap = std::env::var("RUST3R_BACKWARD_BATCH")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .filter(|b| [4, 8, 16].contains(b))
-    {
-        return b;
-    }
+        .unwrap_or(16);
     let bytes = gpu.max_shared_memory();
     // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
     let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
     [16usize, 8, 4]
         .into_iter()
-        .find(|&b| need(b) <= bytes)
+        .find(|&b| b <= cap && need(b) <= bytes)
         .unwrap_or(4)
 }
 

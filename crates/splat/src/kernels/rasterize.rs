@@ -262,11 +262,11 @@ fn back_pixel(
     px
 }
 
-/// The backward cube's share of the work: its tile (corner and first intersection) and the intersections `[begin, end)` of
-/// its chunk, plus whether the chunk starts from a forward checkpoint (every chunk but the
-/// tile's last) and that checkpoint's slot. Tile `t` (intersections from `s_t`) owns cubes
-/// from `s_t / chunk + t` on, one per chunk up to its last contributor; its other cubes get an
-/// empty range.
+/// The backward cube's share of the work: its tile (corner and first intersection) and the
+/// intersections `[begin, end)` of its chunk, plus whether the chunk starts from a forward
+/// checkpoint (every chunk but the tile's last) and that checkpoint's slot. Tile `t`
+/// (intersections from `s_t`) owns cubes from `s_t / chunk + t` on, one per chunk up to its last
+/// contributor; its other cubes get an empty range.
 #[derive(CubeType, Clone, Copy)]
 pub struct BackChunk {
     /// Pixel coordinates of the tile's top-left corner.
