@@ -7,6 +7,7 @@
 
 pub mod compact;
 pub mod gather;
+pub mod half;
 pub mod profile;
 pub mod reduce;
 pub mod runtime;
