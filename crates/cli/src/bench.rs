@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
-use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, render_backward_chunks, render_chunks};
+use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render_backward_chunks, render_chunks};
 
 use crate::DeviceArgs;
 
@@ -40,6 +40,9 @@ pub struct TrainStepArgs {
     /// Storage of the Adam moments (bf16 or f32).
     #[arg(long, default_value = "bf16")]
     adam_moments: MomentPrecision,
+    /// Storage of the SH coefficients (f16 or f32).
+    #[arg(long, default_value = "f16")]
+    sh_precision: ShPrecision,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -418,8 +421,11 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
     let (w, h) = a.res.split_once('x').context("resolution must be WxH")?;
     let (w, h): (u32, u32) = (w.parse()?, h.parse()?);
     let cam = camera_for(&garden, w, h);
-    let ledger = Trainer::memory_ledger(3, a.adam_moments).persistent();
-    println!("Adam moments {}; persistent bytes / Gaussian from the layout: {ledger}", a.adam_moments);
+    let ledger = Trainer::memory_ledger(3, a.adam_moments, a.sh_precision).persistent();
+    println!(
+        "Adam moments {}, SH {}; persistent bytes / Gaussian from the layout: {ledger}",
+        a.adam_moments, a.sh_precision
+    );
     println!("| N | resolution | step ms (median) | persistent bytes / Gaussian | peak reserved GB | peak in use GB |");
     println!("|---|---|---|---|---|---|");
     for n in a.ns.split(',').filter(|s| !s.is_empty()) {
@@ -439,7 +445,13 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         // No densification inside the measured steps: memory is that of a fixed count.
         let adc = AdcConfig { refine_start: u64::MAX, ..Default::default() };
         let adam = AdamConfig { moments: a.adam_moments, ..Default::default() };
-        let cfg = TrainConfig { strategy: Strategy::Adc(adc), scene_scale: 1.0, adam, ..Default::default() };
+        let cfg = TrainConfig {
+            strategy: Strategy::Adc(adc),
+            scene_scale: 1.0,
+            adam,
+            sh_precision: a.sh_precision,
+            ..Default::default()
+        };
         let mut t = Trainer::new(&gpu, cfg, &init)?;
         drop(init);
         let target = gpu.upload(&vec![0.5f32; (w * h * 3) as usize]);

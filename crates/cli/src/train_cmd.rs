@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
 use rust3r_lpips::{Image, Lpips};
-use rust3r_splat::Camera;
+use rust3r_splat::{Camera, ShPrecision};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::{AdcConfig, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
 use serde::Serialize;
@@ -99,6 +99,12 @@ pub struct TrainArgs {
     /// checkpoint's moments are converted when this names the other one.
     #[arg(long)]
     pub adam_moments: Option<MomentPrecision>,
+    /// Storage of the SH coefficients: f16 (DC as f32, higher orders as half floats written
+    /// with stochastic rounding; 104 instead of 192 bytes per Gaussian at degree 3, the
+    /// default) or f32. With --resume the checkpoint's coefficients are converted when this
+    /// names the other one.
+    #[arg(long)]
+    pub sh_precision: Option<ShPrecision>,
     /// RAM for decoded images, in GB.
     #[arg(long, default_value_t = 4.0)]
     pub image_cache: f64,
@@ -307,6 +313,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         deterministic: a.deterministic,
         alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
         adam: AdamConfig { moments: a.adam_moments.unwrap_or_default(), ..Default::default() },
+        sh_precision: a.sh_precision.unwrap_or_default(),
         ..Default::default()
     };
     let mut trainer = match &a.resume {
@@ -319,6 +326,10 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             if let Some(p) = a.adam_moments.filter(|&p| p != t.cfg.adam.moments) {
                 println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
                 t.set_moment_precision(p)?;
+            }
+            if let Some(p) = a.sh_precision.filter(|&p| p != t.cfg.sh_precision) {
+                println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
+                t.set_sh_precision(p)?;
             }
             t
         }

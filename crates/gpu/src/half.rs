@@ -18,15 +18,14 @@ pub fn f16_to_f32(h: u32) -> f32 {
     let sign = (h & 0x8000u32) << 16u32;
     let exp = (h >> 10u32) & 0x1Fu32;
     let mant = h & 0x3FFu32;
-    let mut out = 0.0f32;
+    // Normal; below, zero / subnormal and infinity / NaN.
+    let mut out = f32::reinterpret(sign | ((exp + 112u32) << 23u32) | (mant << 13u32));
     if exp == 0u32 {
-        // Zero or subnormal: mant * 2^-24.
+        // mant * 2^-24
         let mag = f32::cast_from(mant) * 5.960_464_5e-8f32;
         out = f32::reinterpret(u32::reinterpret(mag) | sign);
     } else if exp == 31u32 {
         out = f32::reinterpret(sign | 0x7F80_0000u32 | (mant << 13u32));
-    } else {
-        out = f32::reinterpret(sign | ((exp + 112u32) << 23u32) | (mant << 13u32));
     }
     out
 }
@@ -40,23 +39,20 @@ pub fn f16_stochastic_bits(x: f32, r: u32) -> u32 {
     let b = u32::reinterpret(x);
     let sign = (b >> 16u32) & 0x8000u32;
     let a = b & 0x7FFF_FFFFu32;
-    let mut out = sign;
-    if a >= 0x7F80_0000u32 {
-        out = sign | 0x7C00u32;
-        if a > 0x7F80_0000u32 {
-            out = out | 0x200u32;
-        }
-    } else if a >= 0x3880_0000u32 {
+    // Infinity; below, NaN and finite values.
+    let mut out = sign | 0x7C00u32;
+    if a > 0x7F80_0000u32 {
+        out = out | 0x200u32;
+    } else if a >= 0x3880_0000u32 && a < 0x7F80_0000u32 {
         // Normal result (|x| >= 2^-14): 13 mantissa bits dropped; a carry moves into the
         // exponent, which is the correct next value.
         let t = a + (r & 0x1FFFu32);
         let e = t >> 23u32;
-        if e >= 143u32 {
-            out = sign | 0x7BFFu32;
-        } else {
+        out = sign | 0x7BFFu32;
+        if e < 143u32 {
             out = sign | ((e - 112u32) << 10u32) | ((t >> 13u32) & 0x3FFu32);
         }
-    } else {
+    } else if a < 0x3880_0000u32 {
         // Subnormal or zero: multiples of 2^-24 (a result of 1024 is the smallest normal,
         // whose encoding is the same integer).
         let q = f32::reinterpret(a) * 16_777_216.0f32;

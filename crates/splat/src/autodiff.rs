@@ -121,7 +121,7 @@ fn setup(
         log_scales: buffer(log_scales),
         quats: buffer(quats),
         opacity_logits: buffer(opacity_logits),
-        sh: buffer(sh),
+        sh: crate::ShCoeffs::F32(buffer(sh)),
         sh_degree: s.sh_degree,
     };
     let opts = RenderOptions {

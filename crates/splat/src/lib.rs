@@ -9,7 +9,8 @@ pub mod train;
 
 pub use camera::Camera;
 pub use render::{
-    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState, SplatGrads, TileStats,
+    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState, ShCoeffs, ShPrecision,
+    SplatGrads, TileStats,
     render, render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
 };
 

@@ -20,9 +20,150 @@ pub struct GpuSplats {
     /// Quaternions (w, x, y, z), not necessarily normalised.
     pub quats: GpuBuffer<f32>,
     pub opacity_logits: GpuBuffer<f32>,
-    /// `[n][coeff][rgb]`, `(sh_degree + 1)^2` coefficients per Gaussian.
-    pub sh: GpuBuffer<f32>,
+    /// `(sh_degree + 1)^2` coefficients per Gaussian, RGB each (see [`ShCoeffs`]).
+    pub sh: ShCoeffs,
     pub sh_degree: u32,
+}
+
+/// How SH coefficients are stored on the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShPrecision {
+    /// Every coefficient as f32 (192 B per Gaussian at degree 3).
+    F32,
+    /// The DC term as f32, the higher orders as IEEE half floats (104 B at degree 3). The
+    /// trainer's Adam step writes them with stochastic rounding.
+    #[default]
+    F16,
+}
+
+impl ShPrecision {
+    /// Checkpoints written before half SH existed hold f32 coefficients.
+    pub fn legacy() -> Self {
+        Self::F32
+    }
+
+    /// Device bytes per Gaussian at `sh_degree` (half rows are packed back to back, so
+    /// the average is exact for an even count of Gaussians).
+    pub fn bytes_per_splat(self, sh_degree: u32) -> u64 {
+        let k = num_coeffs_for_degree(sh_degree.min(MAX_SH_DEGREE)) as u64;
+        match self {
+            Self::F32 => 12 * k,
+            Self::F16 => 12 + 6 * (k - 1),
+        }
+    }
+}
+
+impl std::fmt::Display for ShPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+        })
+    }
+}
+
+impl std::str::FromStr for ShPrecision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            _ => Err(format!("unknown SH precision {s:?} (f32 or f16)")),
+        }
+    }
+}
+
+/// SH coefficients of `n` Gaussians with `k` coefficients each, on the device.
+#[derive(Clone, Debug)]
+pub enum ShCoeffs {
+    /// `[n][k][rgb]` as f32.
+    F32(GpuBuffer<f32>),
+    /// `dc`: `[n][rgb]` as f32; `rest`: the `[n][k - 1][rgb]` higher-order coefficients as
+    /// half floats packed two per word, back to back across rows (value `i` in the low half of
+    /// word `i / 2` when `i` is even; see [`rust3r_gpu::half`]).
+    Half {
+        dc: GpuBuffer<f32>,
+        rest: GpuBuffer<u32>,
+    },
+}
+
+impl ShCoeffs {
+    /// Upload `[n][k][rgb]` host values (rounded to the nearest half where stored as half).
+    pub fn upload(gpu: &Gpu, sh: &[f32], k: usize, precision: ShPrecision) -> Result<Self, SplatError> {
+        match precision {
+            ShPrecision::F32 => {
+                gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
+                Ok(Self::F32(gpu.upload(sh)))
+            }
+            ShPrecision::F16 => {
+                let row = 3 * k.max(1);
+                let n = sh.len() / row;
+                let mut dc = Vec::with_capacity(n * 3);
+                let mut rest = Vec::with_capacity(n * (row - 3));
+                for r in sh.chunks_exact(row) {
+                    dc.extend_from_slice(&r[..3]);
+                    rest.extend_from_slice(&r[3..]);
+                }
+                let words = rust3r_gpu::half::pack_f16(&rest);
+                gpu.check_fits("SH coefficients (half)", (words.len() * 4) as u64)?;
+                Ok(Self::Half {
+                    dc: gpu.upload(&dc),
+                    rest: gpu.upload(&words),
+                })
+            }
+        }
+    }
+
+    pub fn precision(&self) -> ShPrecision {
+        match self {
+            Self::F32(_) => ShPrecision::F32,
+            Self::Half { .. } => ShPrecision::F16,
+        }
+    }
+
+    /// The f32 buffer the kernels read: every coefficient, or the DC terms of half storage.
+    pub fn f32_part(&self) -> &GpuBuffer<f32> {
+        match self {
+            Self::F32(b) => b,
+            Self::Half { dc, .. } => dc,
+        }
+    }
+
+    /// Device bytes of the buffers.
+    pub fn device_bytes(&self) -> u64 {
+        match self {
+            Self::F32(b) => b.len() as u64 * 4,
+            Self::Half { dc, rest } => (dc.len() + rest.len()) as u64 * 4,
+        }
+    }
+
+    /// All coefficients back on the host as `[n][k][rgb]` f32 (half values are exact in f32).
+    pub fn read(&self, gpu: &Gpu, k: usize) -> Result<Vec<f32>, rust3r_gpu::GpuError> {
+        match self {
+            Self::F32(b) => gpu.read(b),
+            Self::Half { dc, rest } => {
+                let dc = gpu.read(dc)?;
+                let n = dc.len() / 3;
+                let r = 3 * (k.max(1) - 1);
+                let rest = rust3r_gpu::half::unpack_f16(&gpu.read(rest)?, n * r);
+                let mut out = Vec::with_capacity(n * (r + 3));
+                for i in 0..n {
+                    out.extend_from_slice(&dc[i * 3..i * 3 + 3]);
+                    out.extend_from_slice(&rest[i * r..(i + 1) * r]);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The same coefficients in another storage (through the host).
+    pub fn converted(&self, gpu: &Gpu, k: usize, precision: ShPrecision) -> Result<Self, SplatError> {
+        if precision == self.precision() {
+            return Ok(self.clone());
+        }
+        Self::upload(gpu, &self.read(gpu, k)?, k, precision)
+    }
 }
 
 impl GpuSplats {
@@ -43,7 +184,8 @@ impl GpuSplats {
             .ok_or_else(|| SplatError::InvalidSplats("no splats uploaded".into()))
     }
 
-    /// Upload host arrays (flattened, same layouts as the fields).
+    /// Upload host arrays (flattened, same layouts as the fields; `sh` as `[n][k][rgb]`),
+    /// SH coefficients as f32.
     pub fn from_slices(
         gpu: &Gpu,
         means: &[f32],
@@ -52,6 +194,21 @@ impl GpuSplats {
         opacity_logits: &[f32],
         sh: &[f32],
         sh_degree: u32,
+    ) -> Result<Self, SplatError> {
+        Self::from_slices_as(gpu, means, log_scales, quats, opacity_logits, sh, sh_degree, ShPrecision::F32)
+    }
+
+    /// [`GpuSplats::from_slices`] with the SH coefficients stored in `precision`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_slices_as(
+        gpu: &Gpu,
+        means: &[f32],
+        log_scales: &[f32],
+        quats: &[f32],
+        opacity_logits: &[f32],
+        sh: &[f32],
+        sh_degree: u32,
+        precision: ShPrecision,
     ) -> Result<Self, SplatError> {
         let n = opacity_logits.len();
         let k = num_coeffs_for_degree(sh_degree);
@@ -73,15 +230,25 @@ impl GpuSplats {
                 sh.len()
             )));
         }
-        gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
         Ok(Self {
+            sh: ShCoeffs::upload(gpu, sh, k, precision)?,
             means: gpu.upload(means),
             log_scales: gpu.upload(log_scales),
             quats: gpu.upload(quats),
             opacity_logits: gpu.upload(opacity_logits),
-            sh: gpu.upload(sh),
             sh_degree,
         })
+    }
+
+    /// The same Gaussians with their SH coefficients stored in `precision`.
+    pub fn with_sh_precision(mut self, gpu: &Gpu, precision: ShPrecision) -> Result<Self, SplatError> {
+        self.sh = self.sh.converted(gpu, self.num_coeffs(), precision)?;
+        Ok(self)
+    }
+
+    /// All SH coefficients on the host, `[n][k][rgb]` f32.
+    pub fn read_sh(&self, gpu: &Gpu) -> Result<Vec<f32>, rust3r_gpu::GpuError> {
+        self.sh.read(gpu, self.num_coeffs())
     }
 }
 
@@ -156,6 +323,15 @@ impl GpuSplats {
             )?);
         }
         Ok(chunks)
+    }
+}
+
+/// The half-float SH buffer of `sh` for a kernel argument, or the placeholder `none` for f32
+/// storage (a binding must still be given).
+fn sh_rest_arg(sh: &ShCoeffs, none: &GpuBuffer<u32>) -> BufferArg {
+    match sh {
+        ShCoeffs::Half { rest, .. } => rest.arg(),
+        ShCoeffs::F32(_) => none.arg(),
     }
 }
 
@@ -412,6 +588,7 @@ pub fn render_chunks(
     let client = gpu.client();
 
     let proj = gpu.alloc::<f32>(n * project::PROJ);
+    let no_rest = gpu.zeros::<u32>(1);
     let radii = gpu.alloc::<u32>(n * 2);
     let rects = gpu.alloc::<u32>(n * 2);
     let tiles_touched = gpu.alloc::<u32>(n);
@@ -427,7 +604,8 @@ pub fn render_chunks(
             splats.log_scales.arg(),
             splats.quats.arg(),
             splats.opacity_logits.arg(),
-            splats.sh.arg(),
+            splats.sh.f32_part().arg(),
+            sh_rest_arg(&splats.sh, &no_rest),
             cam.arg(),
             proj.arg(),
             radii.arg(),
@@ -441,6 +619,7 @@ pub fn render_chunks(
             num_coeffs,
             active_coeffs,
             opts.antialiased,
+            splats.sh.precision() == ShPrecision::F16,
         );
         row0 += rows;
     }
@@ -849,6 +1028,7 @@ pub fn render_backward_chunks(
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let mut params = Vec::with_capacity(chunks.len());
+    let no_rest = gpu.zeros::<u32>(1);
     let mut cam_sums = Vec::new();
     let mut row0 = 0;
     for splats in chunks {
@@ -889,7 +1069,8 @@ pub fn render_backward_chunks(
                 splats.log_scales.arg(),
                 splats.quats.arg(),
                 splats.opacity_logits.arg(),
-                splats.sh.arg(),
+                splats.sh.f32_part().arg(),
+                sh_rest_arg(&splats.sh, &no_rest),
                 state.cam.arg(),
                 state.tiles_touched.arg(),
                 state.proj.arg(),
@@ -907,6 +1088,7 @@ pub fn render_backward_chunks(
                 state.active_coeffs,
                 state.antialiased,
                 pose_grad,
+                splats.sh.precision() == ShPrecision::F16,
             );
             if pose_grad {
                 cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));

@@ -340,9 +340,9 @@ fn mcmc_respects_the_cap_and_pruning_frees_memory() {
         ),
         (left, left, left, left * 48)
     );
-    // parameters and moments at SH degree 3 (59 values: 236 B, moments 236 B in bf16)
+    // parameters and moments at SH degree 3 (59 values: 146 B with half SH, moments 236 B in bf16)
     let freed = mem_before.saturating_sub(mem_after);
-    let ledger = Trainer::memory_ledger(3, t.cfg.adam.moments);
+    let ledger = Trainer::memory_ledger(3, t.cfg.adam.moments, t.cfg.sh_precision);
     let expected = (n0 - left) as u64 * (ledger.params + ledger.moments);
     eprintln!(
         "in use {mem_before} -> {mem_after} bytes, freed {freed}, expected at least {expected}"

@@ -5,6 +5,7 @@
 
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::train::adam::{self, MomentPrecision};
+use rust3r_splat::ShPrecision;
 use rust3r_splat::train::{TrainConfig, Trainer, init};
 
 fn gpu() -> Gpu {
@@ -16,7 +17,7 @@ fn gpu() -> Gpu {
 }
 
 /// Bytes that stay allocated while training `n` Gaussians at SH degree 3.
-fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision) -> u64 {
+fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision, sh: ShPrecision) -> u64 {
     gpu.sync().unwrap();
     gpu.memory_cleanup();
     let before = gpu.memory_in_use();
@@ -33,10 +34,12 @@ fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision
             moments,
             ..Default::default()
         },
+        sh_precision: sh,
         ..Default::default()
     };
     let t = Trainer::new(gpu, cfg, &init).unwrap();
     assert!(t.moments().iter().all(|m| m.precision() == moments));
+    assert_eq!(t.splats.sh.precision(), sh);
     gpu.sync().unwrap();
     let used = gpu.memory_in_use() - before;
     drop(t);
@@ -49,32 +52,36 @@ fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision
 fn measured_trainer_memory_matches_the_ledger() {
     let gpu = gpu();
     let (n1, n2) = (20_000usize, 120_000usize);
-    for moments in [MomentPrecision::F32, MomentPrecision::Bf16] {
-        let ledger = Trainer::memory_ledger(3, moments);
+    let settings = [
+        (MomentPrecision::F32, ShPrecision::F32),
+        (MomentPrecision::Bf16, ShPrecision::F32),
+        (MomentPrecision::Bf16, ShPrecision::F16),
+    ];
+    for (moments, sh) in settings {
+        let ledger = Trainer::memory_ledger(3, moments, sh);
         let (a, b) = (
-            measured_persistent(&gpu, n1, moments),
-            measured_persistent(&gpu, n2, moments),
+            measured_persistent(&gpu, n1, moments, sh),
+            measured_persistent(&gpu, n2, moments, sh),
         );
         // The difference of two sizes cancels what does not scale with the count (loss kernels).
         let per = (b - a) as f64 / (n2 - n1) as f64;
         eprintln!(
-            "{moments} moments: {per:.2} B / Gaussian measured ({a} B for {n1}, {b} B for {n2}), ledger {}",
+            "{moments} moments, {sh} SH: {per:.2} B / Gaussian measured ({a} B for {n1}, {b} B for {n2}), ledger {}",
             ledger.persistent()
         );
         assert!(
             (per - ledger.persistent() as f64).abs() < 0.001 * ledger.persistent() as f64,
-            "{moments}: measured {per:.1} B / Gaussian, ledger {}",
+            "{moments} moments, {sh} SH: measured {per:.1} B / Gaussian, ledger {}",
             ledger.persistent()
         );
     }
-    assert_eq!(
-        Trainer::memory_ledger(3, MomentPrecision::F32).persistent(),
-        716
-    );
-    assert_eq!(
-        Trainer::memory_ledger(3, MomentPrecision::Bf16).persistent(),
-        480
-    );
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::F32), 1596);
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16), 1360);
+    // 59 values: 236 B of f32 parameters (146 with half higher-order SH: 45 values x 2 B),
+    // moments 8 or 4 B per value, 8 B of ADC statistics.
+    let ledger = |m, s| Trainer::memory_ledger(3, m, s).persistent();
+    assert_eq!(ledger(MomentPrecision::F32, ShPrecision::F32), 716);
+    assert_eq!(ledger(MomentPrecision::Bf16, ShPrecision::F32), 480);
+    assert_eq!(ledger(MomentPrecision::Bf16, ShPrecision::F16), 390);
+    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::F32, ShPrecision::F32), 1596);
+    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F32), 1360);
+    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F16), 1270);
 }

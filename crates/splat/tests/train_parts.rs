@@ -1281,3 +1281,130 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
     let e = Trainer::load_checkpoint(&gpu, &ck).err().unwrap().to_string();
     assert!(e.contains("bytes"), "{e}");
 }
+
+/// Spacing of half floats at `x` (the largest rounding error of a stochastic rounding).
+fn half_ulp(x: f64) -> f64 {
+    let a = x.abs().max(6.103_515_625e-5);
+    2f64.powi(a.log2().floor() as i32 - 10)
+}
+
+#[test]
+fn half_sh_adam_matches_float64_reference_within_one_half_step() {
+    use rust3r_gpu::half::{f16_nearest, f16_value};
+    use rust3r_splat::ShCoeffs;
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(23);
+    // Degree 1 with an odd Gaussian count leaves the last word half used.
+    for (n, k, precision) in [(173usize, 4usize, MomentPrecision::F32), (90, 16, MomentPrecision::Bf16)] {
+        let row = 3 * k;
+        let len = n * row;
+        let sh0: Vec<f32> = (0..len)
+            .map(|j| {
+                let x = (rng.random::<f32>() - 0.5) * if j % row < 3 { 2.0 } else { 0.4 };
+                if j % row < 3 { x } else { f16_value(f16_nearest(x)) }
+            })
+            .collect();
+        let coeffs = ShCoeffs::upload(&gpu, &sh0, k, rust3r_splat::ShPrecision::F16).unwrap();
+        let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
+        assert_eq!(coeffs.read(&gpu, k).unwrap(), sh0, "upload round trip");
+        let moments = Moments::zeros(&gpu, len, precision);
+        let radii: Vec<u32> = (0..n * 2).map(|i| if (i / 2) % 5 == 2 { 0 } else { 4 }).collect();
+        let gr = gpu.upload(&radii);
+        let skip = |i: usize| radii[(i / row) * 2] == 0;
+        let cfg = adam::AdamConfig { eps: 1e-8, moments: precision, ..Default::default() };
+        let (lr_dc, lr_rest) = (0.01f64, 0.002f64);
+        let mut worst_rest = 0f64;
+        for t in 1..=6u64 {
+            let p_prev = coeffs.read(&gpu, k).unwrap();
+            let (m_prev, v_prev) = moments.read(&gpu).unwrap();
+            let g: Vec<f32> = (0..len).map(|_| (rng.random::<f32>() - 0.5) * 0.2).collect();
+            adam::adam_update_sh_half(
+                &gpu, dc, rest, &gpu.upload(&g), &moments, row, (lr_dc as f32, lr_rest as f32), t, &cfg, Some(&gr),
+                adam::rounding_key(3, 4, t),
+            );
+            let p = coeffs.read(&gpu, k).unwrap();
+            let (m, v) = moments.read(&gpu).unwrap();
+            // The kernel's constants are the f32 betas (1 - beta is exact in f32).
+            let (b1, b2) = (cfg.beta1 as f64, cfg.beta2 as f64);
+            let bc1 = 1.0 - b1.powi(t as i32);
+            let bc2 = (1.0 - b2.powi(t as i32)).sqrt();
+            for i in 0..len {
+                if skip(i) {
+                    assert_eq!((p[i], m[i], v[i]), (p_prev[i], m_prev[i], v_prev[i]), "step {t} value {i}: invisible row moved");
+                    continue;
+                }
+                let gi = g[i] as f64;
+                let mi = b1 * m_prev[i] as f64 + (1.0 - b1) * gi;
+                let vi = b2 * v_prev[i] as f64 + (1.0 - b2) * gi * gi;
+                let lr = if i % row < 3 { lr_dc } else { lr_rest };
+                let want = p_prev[i] as f64 - lr / bc1 * mi / (vi.sqrt() / bc2 + 1e-8);
+                // moments: f32 arithmetic, or one bf16 step of stochastic rounding
+                // f32 arithmetic (relative to the terms: they can cancel), plus one bf16 step
+                // of stochastic rounding for compact moments
+                let terms = b1 * (m_prev[i] as f64).abs() + (1.0 - b1) * gi.abs();
+                let (tm, tv) = match precision {
+                    MomentPrecision::F32 => (1e-6 * terms + 1e-12, 1e-6 * vi + 1e-15),
+                    MomentPrecision::Bf16 => (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15),
+                };
+                assert!((m[i] as f64 - mi).abs() <= tm, "step {t} value {i}: m {} vs {mi}", m[i]);
+                assert!((v[i] as f64 - vi).abs() <= tv, "step {t} value {i}: v {} vs {vi}", v[i]);
+                let d = (p[i] as f64 - want).abs();
+                if i % row < 3 {
+                    assert!(d <= 1e-6 * want.abs().max(1e-3), "step {t} DC {i}: {} vs {want}", p[i]);
+                } else {
+                    assert!(d <= half_ulp(want) * 1.001 + 1e-9, "step {t} value {i}: {} vs {want} (half step {:e})", p[i], half_ulp(want));
+                    worst_rest = worst_rest.max(d / half_ulp(want));
+                }
+            }
+        }
+        eprintln!("degree {}: worst rest deviation {worst_rest:.3} half steps", (k as f64).sqrt() - 1.0);
+    }
+}
+
+#[test]
+fn half_sh_rows_rebuild_from_their_parents() {
+    use rust3r_gpu::half::{pack_f16, unpack_f16};
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(29);
+    for row in [9usize, 45] {
+        let n = 101;
+        let vals: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() - 0.5).collect();
+        let src = pack_f16(&vals);
+        let parent: Vec<u32> = (0..157).map(|_| rng.random_range(0..n as u32)).collect();
+        let out = densify::rebuild_half(&gpu, &gpu.upload(&src), &gpu.upload(&parent), row);
+        assert_eq!(out.len(), (parent.len() * row).div_ceil(2));
+        let got = unpack_f16(&gpu.read(&out).unwrap(), parent.len() * row);
+        let have = unpack_f16(&src, n * row);
+        for (j, &p) in parent.iter().enumerate() {
+            assert_eq!(&got[j * row..(j + 1) * row], &have[p as usize * row..(p as usize + 1) * row], "row {j} (parent {p})");
+        }
+    }
+}
+
+#[test]
+fn half_sh_checkpoints_resume_exactly_and_convert() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.bin");
+    let mut t = small_trainer(&gpu, MomentPrecision::Bf16);
+    assert_eq!(t.cfg.sh_precision, rust3r_splat::ShPrecision::F16, "half SH is the default");
+    t.save_checkpoint(&ck).unwrap();
+    let mut back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
+    assert_eq!(back.cfg.sh_precision, rust3r_splat::ShPrecision::F16);
+    let sh = t.splats.read_sh(&gpu).unwrap();
+    assert_eq!(back.splats.read_sh(&gpu).unwrap(), sh);
+    // Same steps from the checkpoint and from the live trainer: same parameters, bit for bit.
+    let target = gpu.upload(&vec![0.3f32; 24 * 24 * 3]);
+    for _ in 0..2 {
+        t.step(&small_camera(), &target).unwrap();
+        back.step(&small_camera(), &target).unwrap();
+    }
+    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    assert_eq!(back.to_host().unwrap().means, t.to_host().unwrap().means);
+    // Converting to f32 keeps the values; a run with f32 SH differs (different rounding).
+    back.set_sh_precision(rust3r_splat::ShPrecision::F32).unwrap();
+    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    assert_eq!(back.splats.sh.precision(), rust3r_splat::ShPrecision::F32);
+    back.step(&small_camera(), &target).unwrap();
+    assert!(back.last_loss().unwrap().unwrap().is_finite());
+}

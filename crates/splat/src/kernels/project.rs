@@ -13,6 +13,7 @@
 use cubecl::prelude::*;
 
 use super::sh::{sh_basis, sh_basis_grad};
+use rust3r_gpu::half::f16_at;
 
 /// Floats per projected Gaussian: mean2d (2), conic (3), depth, opacity, rgb (3).
 pub const PROJ: usize = 10;
@@ -183,6 +184,42 @@ fn frustum_limits(
     )
 }
 
+/// RGB of SH coefficient `k` of row `g`: from `sh` (`[n][num_coeffs][rgb]` f32), or with
+/// `half_sh` the DC from `sh` (`[n][rgb]`) and the higher orders from `sh_rest` (half floats
+/// packed back to back, see [`crate::ShCoeffs::Half`]).
+#[cube]
+#[allow(unused_assignments)]
+pub fn sh_coeff(
+    sh: &[f32],
+    sh_rest: &[u32],
+    g: usize,
+    k: u32,
+    #[comptime] num_coeffs: u32,
+    #[comptime] half_sh: bool,
+) -> (f32, f32, f32) {
+    let mut r = 0.0f32;
+    let mut gr = 0.0f32;
+    let mut b = 0.0f32;
+    if half_sh {
+        if k == 0u32 {
+            r = sh[g * 3];
+            gr = sh[g * 3 + 1];
+            b = sh[g * 3 + 2];
+        } else {
+            let v = g * comptime![(num_coeffs as usize - 1) * 3] + (k as usize - 1) * 3;
+            r = f16_at(sh_rest, v);
+            gr = f16_at(sh_rest, v + 1);
+            b = f16_at(sh_rest, v + 2);
+        }
+    } else {
+        let o = g * comptime![num_coeffs as usize * 3] + (k as usize) * 3;
+        r = sh[o];
+        gr = sh[o + 1];
+        b = sh[o + 2];
+    }
+    (r, gr, b)
+}
+
 /// Units per cube of [`project_forward`].
 pub const PROJECT_CUBE: usize = 256;
 
@@ -193,6 +230,7 @@ pub fn project_forward(
     quats: &[f32],
     opacity_logits: &[f32],
     sh: &[f32],
+    sh_rest: &[u32],
     cam: &[f32],
     proj: &mut [f32],
     radii: &mut [u32],
@@ -206,6 +244,7 @@ pub fn project_forward(
     #[comptime] num_coeffs: u32,
     #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
+    #[comptime] half_sh: bool,
 ) {
     // The cube's projected rows are assembled in shared memory and stored together (coalesced):
     // one unit writing its own 10 floats would store 4 bytes per memory transaction.
@@ -334,14 +373,13 @@ pub fn project_forward(
         let mut cr = 0.5f32;
         let mut cg = 0.5f32;
         let mut cb = 0.5f32;
-        let base = g * comptime![num_coeffs as usize * 3];
         #[unroll]
         for k in 0..active_coeffs {
             let bk = sh_basis(k, ux, uy, uz);
-            let o = base + (k as usize) * 3;
-            cr += bk * sh[o];
-            cg += bk * sh[o + 1];
-            cb += bk * sh[o + 2];
+            let (sr, sg, sb) = sh_coeff(sh, sh_rest, g, k, num_coeffs, half_sh);
+            cr += bk * sr;
+            cg += bk * sg;
+            cb += bk * sb;
         }
 
         rows[t * 10] = mean_x;
@@ -432,6 +470,7 @@ pub fn project_backward(
     quats: &[f32],
     opacity_logits: &[f32],
     sh: &[f32],
+    sh_rest: &[u32],
     cam: &[f32],
     tiles_touched: &[u32],
     proj: &[f32],
@@ -449,6 +488,7 @@ pub fn project_backward(
     #[comptime] active_coeffs: u32,
     #[comptime] antialiased: bool,
     #[comptime] pose_grad: bool,
+    #[comptime] half_sh: bool,
 ) {
     let g = rust3r_gpu::global_id();
     if g >= n as usize {
@@ -498,11 +538,10 @@ pub fn project_backward(
         let mut vux = 0.0f32;
         let mut vuy = 0.0f32;
         let mut vuz = 0.0f32;
-        let base = g * comptime![num_coeffs as usize * 3];
         #[unroll]
         for k in 1..active_coeffs {
-            let o = base + (k as usize) * 3;
-            let w = vsr * sh[o] + vsg * sh[o + 1] + vsb * sh[o + 2];
+            let (sr, sg, sb) = sh_coeff(sh, sh_rest, g, k, num_coeffs, half_sh);
+            let w = vsr * sr + vsg * sg + vsb * sb;
             let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
             vux += bx * w;
             vuy += by * w;

@@ -16,6 +16,7 @@
 //! (`β2 = 0.999`: 0.1 % per step, below half a bf16 step of 0.39 %) and freeze it.
 
 use cubecl::prelude::*;
+use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 use super::densify::pcg_hash;
@@ -152,6 +153,202 @@ fn adam_step_bf16(
     // Counter-based random bits: element index, then the (step, seed, group) key.
     let r = pcg_hash(pcg_hash(i as u32) ^ key);
     mv[i] = (bf16_stochastic_bits(mi, r) << 16u32) | bf16_stochastic_bits(vi, r >> 16u32);
+}
+
+/// Adam step of one value whose moments sit at index `mi` of `m` / `v` (f32) or, with
+/// `compact`, of `mv` (bf16 pairs, stored with stochastic rounding as in [`adam_step_bf16`]).
+/// Returns the new parameter value.
+#[cube]
+#[allow(clippy::too_many_arguments, unused_assignments)]
+fn adam_value(
+    p: f32,
+    gr: f32,
+    mi: usize,
+    m: &mut [f32],
+    v: &mut [f32],
+    mv: &mut [u32],
+    step: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    key: u32,
+    #[comptime] compact: bool,
+) -> f32 {
+    let mut m0 = 0.0f32;
+    let mut v0 = 0.0f32;
+    if compact {
+        let word = mv[mi];
+        m0 = f32::reinterpret(word & 0xFFFF_0000u32);
+        v0 = f32::reinterpret(word << 16u32);
+    } else {
+        m0 = m[mi];
+        v0 = v[mi];
+    }
+    let m1 = beta1 * m0 + (1.0f32 - beta1) * gr;
+    let v1 = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
+    if compact {
+        let r = pcg_hash(pcg_hash(mi as u32) ^ key);
+        mv[mi] = (bf16_stochastic_bits(m1, r) << 16u32) | bf16_stochastic_bits(v1, r >> 16u32);
+    } else {
+        m[mi] = m1;
+        v[mi] = v1;
+    }
+    p - (step / bc1) * m1 / (f32::sqrt(v1) / bc2_sqrt + eps)
+}
+
+/// Salt of the random bits that round half-float parameters (independent of the moments'):
+/// value `mi` at rounding key `key` uses `pcg_hash(pcg_hash(mi) ^ key ^ HALF_PARAM_SALT)`.
+pub const HALF_PARAM_SALT: u32 = 0x9E37_79B9;
+
+/// Adam on SH coefficients stored as [`crate::ShCoeffs::Half`]: units `0..3n` update the f32
+/// DC terms (learning rate `lr_dc`), the following units one word of `rest` each, i.e. two
+/// half-float coefficients (`lr_rest`), written back with stochastic rounding. Gradients and
+/// moments keep the `[n][k][rgb]` layout of every value (`k3 = 3k` per row).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn adam_step_sh_half(
+    dc: &mut [f32],
+    rest: &mut [u32],
+    grad: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    mv: &mut [u32],
+    radii: &[u32],
+    n: u32,
+    k3: u32,
+    lr_dc: f32,
+    lr_rest: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    key: u32,
+    #[comptime] compact: bool,
+    #[comptime] visible_only: bool,
+) {
+    let u = rust3r_gpu::global_id();
+    let ndc = n as usize * 3;
+    let row = k3 as usize;
+    let r = row - 3;
+    if u < ndc {
+        let g = u / 3;
+        if visible_only {
+            if radii[g * 2] == 0u32 {
+                terminate!();
+            }
+        }
+        let mi = g * row + (u - g * 3);
+        dc[u] = adam_value(
+            dc[u], grad[mi], mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
+        );
+    } else {
+        let w = u - ndc;
+        let total = n as usize * r;
+        if w * 2 >= total {
+            terminate!();
+        }
+        let word = rest[w];
+        let mut out = 0u32;
+        #[unroll]
+        for h in 0..2u32 {
+            let vi = w * 2 + h as usize;
+            let bits = (word >> (h * 16u32)) & 0xFFFFu32;
+            let mut nb = bits;
+            if vi < total {
+                let g = vi / r;
+                let mut live = true;
+                if visible_only {
+                    live = radii[g * 2] != 0u32;
+                }
+                if live {
+                    let mi = g * row + 3 + (vi - g * r);
+                    let np = adam_value(
+                        f16_to_f32(bits),
+                        grad[mi],
+                        mi,
+                        m,
+                        v,
+                        mv,
+                        lr_rest,
+                        beta1,
+                        beta2,
+                        eps,
+                        bc1,
+                        bc2_sqrt,
+                        key,
+                        compact,
+                    );
+                    nb = f16_stochastic_bits(np, pcg_hash(pcg_hash(mi as u32) ^ key ^ 0x9E37_79B9u32));
+                }
+            }
+            out |= nb << (h * 16u32);
+        }
+        rest[w] = out;
+    }
+}
+
+/// [`adam_update`] for SH coefficients stored as [`crate::ShCoeffs::Half`] (`dc` `[n][rgb]`,
+/// `rest` packed halves); `grad` and `moments` hold every value of the `[n][k][rgb]` rows
+/// (`row = 3k`). The DC terms step with `lr_dc`, the rest with `lr_rest`.
+#[allow(clippy::too_many_arguments)]
+pub fn adam_update_sh_half(
+    gpu: &Gpu,
+    dc: &GpuBuffer<f32>,
+    rest: &GpuBuffer<u32>,
+    grad: &GpuBuffer<f32>,
+    moments: &Moments,
+    row: usize,
+    (lr_dc, lr_rest): (f32, f32),
+    t: u64,
+    cfg: &AdamConfig,
+    visible: Option<&GpuBuffer<u32>>,
+    key: u32,
+) {
+    let n = dc.len() / 3;
+    assert!(
+        row >= 3 && grad.len() == n * row && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
+        "adam (half SH) buffer lengths"
+    );
+    if n == 0 {
+        return;
+    }
+    let bc1 = 1.0 - (cfg.beta1 as f64).powf(t as f64);
+    let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
+    let no_radii = gpu.zeros::<u32>(1);
+    let radii = visible.unwrap_or(&no_radii);
+    let (no_m, no_v, no_mv) = (gpu.zeros::<f32>(1), gpu.zeros::<f32>(1), gpu.zeros::<u32>(1));
+    let (m, v, mv, compact) = match moments {
+        Moments::F32 { m, v } => (m, v, &no_mv, false),
+        Moments::Bf16(mv) => (&no_m, &no_v, mv, true),
+    };
+    let units = n * 3 + rest.len();
+    adam_step_sh_half::launch(
+        gpu.client(),
+        gpu.grid(units.div_ceil(256)),
+        CubeDim::new_1d(256),
+        dc.arg(),
+        rest.arg(),
+        grad.arg(),
+        m.arg(),
+        v.arg(),
+        mv.arg(),
+        radii.arg(),
+        n as u32,
+        row as u32,
+        lr_dc,
+        lr_rest,
+        cfg.beta1,
+        cfg.beta2,
+        cfg.eps,
+        bc1 as f32,
+        bc2.sqrt() as f32,
+        key,
+        compact,
+        visible.is_some(),
+    );
 }
 
 /// How the Adam moments are stored.

@@ -6,7 +6,9 @@
 //! endian: f32, except compact Adam moments (`adam_mv_bf16.*`), which are stored as they live
 //! on the device, one u32 word per value holding bf16 `m` (high half) and `v` (low half).
 //! The header's configuration says which moments a checkpoint holds; configurations written
-//! before compact moments existed have f32 moments and load unchanged.
+//! before compact moments existed have f32 moments and load unchanged. SH coefficients are
+//! written as f32 whatever their device storage (`TrainConfig::sh_precision`); half values are
+//! exact in f32, so a resumed run continues bit for bit.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -56,9 +58,10 @@ fn layout(n: usize, rows: [usize; 5], moments: MomentPrecision) -> Vec<(String, 
 }
 
 impl Trainer {
-    /// Every device buffer of the training state, in checkpoint order, as 32-bit words.
+    /// Every device buffer of the training state after the SH coefficients, in checkpoint
+    /// order, as 32-bit words.
     fn state_buffers(&self) -> Vec<rust3r_gpu::GpuBuffer<u32>> {
-        let mut out: Vec<_> = Self::param_buffers(&self.splats)
+        let mut out: Vec<_> = Self::geometry_buffers(&self.splats)
             .iter()
             .map(|b| (*b).clone().cast::<u32>())
             .collect();
@@ -81,11 +84,17 @@ impl Trainer {
         let g = &self.gpu;
         let buffers = self.state_buffers();
         let names = layout(self.splats.len(), self.rows(), self.cfg.adam.moments);
-        assert_eq!(names.len(), buffers.len(), "checkpoint layout");
-        let mut arrays: Vec<(String, Vec<u32>)> = Vec::with_capacity(buffers.len());
-        for ((name, _), buf) in names.into_iter().zip(&buffers) {
-            arrays.push((name, g.read(buf)?));
+        assert_eq!(names.len(), buffers.len() + 1, "checkpoint layout");
+        let mut words = Vec::with_capacity(names.len());
+        for buf in &buffers[..4] {
+            words.push(g.read(buf)?);
         }
+        // SH coefficients as f32 whatever their device storage (half values are exact).
+        words.push(self.splats.read_sh(g)?.into_iter().map(f32::to_bits).collect());
+        for buf in &buffers[4..] {
+            words.push(g.read(buf)?);
+        }
+        let arrays: Vec<(String, Vec<u32>)> = names.into_iter().map(|(n, _)| n).zip(words).collect();
         let header = Header {
             step: self.step,
             rng: self.rng,
@@ -187,7 +196,8 @@ impl Trainer {
             data.push(v);
         }
         let f = |i: usize| -> &[f32] { bytemuck::cast_slice(&data[i]) };
-        let splats = GpuSplats::from_slices(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree)?;
+        let splats =
+            GpuSplats::from_slices_as(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree, h.config.sh_precision)?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
         let mut at = 5;
         for i in 0..5 {

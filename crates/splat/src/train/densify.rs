@@ -347,6 +347,50 @@ pub fn rebuild_words(
     dst
 }
 
+/// Half-float rows of `row` values each, packed two per word back to back (see
+/// [`crate::ShCoeffs::Half`]), gathered from their parents: one unit per output word.
+#[cube(launch)]
+fn gather_half_rows(src: &[u32], parent: &[u32], dst: &mut [u32], n_new: u32, row: u32) {
+    let w = rust3r_gpu::global_id();
+    let r = row as usize;
+    let total = (n_new as usize) * r;
+    if w * 2 >= total {
+        terminate!();
+    }
+    let mut out = 0u32;
+    #[unroll]
+    for h in 0..2u32 {
+        let v = w * 2 + h as usize;
+        if v < total {
+            let j = v / r;
+            let s = (parent[j] as usize) * r + (v - j * r);
+            let bits = (src[s / 2] >> (((s % 2) as u32) * 16u32)) & 0xFFFFu32;
+            out |= bits << (h * 16u32);
+        }
+    }
+    dst[w] = out;
+}
+
+/// New half-float buffer of `parent.len()` rows of `row` values (packed as in
+/// [`crate::ShCoeffs::Half`]), each row copied from its parent's.
+pub fn rebuild_half(gpu: &Gpu, src: &GpuBuffer<u32>, parent: &GpuBuffer<u32>, row: usize) -> GpuBuffer<u32> {
+    let words = (parent.len() * row).div_ceil(2);
+    let dst = gpu.alloc::<u32>(words);
+    if words > 0 {
+        gather_half_rows::launch(
+            gpu.client(),
+            grid(gpu, words),
+            CubeDim::new_1d(256),
+            src.arg(),
+            parent.arg(),
+            dst.arg(),
+            parent.len() as u32,
+            row as u32,
+        );
+    }
+    dst
+}
+
 /// Apply split-child offsets in place (rows with variant 2 or 3).
 pub fn apply_splits(
     gpu: &Gpu,

@@ -28,7 +28,7 @@ pub mod mcmc;
 use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
-use crate::render::{GpuSplats, RenderOptions, render, render_backward_with};
+use crate::render::{GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with};
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
 use densify::AdcThresholds;
@@ -137,6 +137,10 @@ pub struct TrainConfig {
     /// target has an alpha channel ([`StepTarget::alpha`]); 0 (the default) turns it off.
     #[serde(default)]
     pub alpha_loss_weight: f32,
+    /// Storage of the SH coefficients (higher orders as half floats by default; configurations
+    /// written before that existed trained f32 coefficients).
+    #[serde(default = "ShPrecision::legacy")]
+    pub sh_precision: ShPrecision,
 }
 
 impl Default for TrainConfig {
@@ -157,6 +161,7 @@ impl Default for TrainConfig {
             seed: 42,
             deterministic: false,
             alpha_loss_weight: 0.0,
+            sh_precision: ShPrecision::default(),
         }
     }
 }
@@ -258,7 +263,7 @@ impl Trainer {
                 init.sh_degree, cfg.sh_degree
             )));
         }
-        let splats = GpuSplats::from_slices(
+        let splats = GpuSplats::from_slices_as(
             gpu,
             &init.means,
             &init.log_scales,
@@ -266,6 +271,7 @@ impl Trainer {
             &init.opacity_logits,
             &init.sh,
             init.sh_degree,
+            cfg.sh_precision,
         )?;
         let mut t = Self::from_parts(gpu, cfg, splats, HostRng(0));
         t.rng = HostRng(t.cfg.seed ^ 0x5EED_5EED);
@@ -275,9 +281,9 @@ impl Trainer {
 
     fn from_parts(gpu: &Gpu, cfg: TrainConfig, splats: GpuSplats, rng: HostRng) -> Self {
         let n = splats.len();
-        let moments = Self::param_buffers(&splats)
+        let moments = Self::row_widths_of(&splats)
             .iter()
-            .map(|b| Moments::zeros(gpu, b.len(), cfg.adam.moments))
+            .map(|&row| Moments::zeros(gpu, n * row, cfg.adam.moments))
             .collect();
         Self {
             gpu: gpu.clone(),
@@ -295,12 +301,17 @@ impl Trainer {
         }
     }
 
-    fn param_buffers(s: &GpuSplats) -> [&GpuBuffer<f32>; 5] {
-        [&s.means, &s.log_scales, &s.quats, &s.opacity_logits, &s.sh]
+    /// The f32 parameter buffers of the first four groups (SH: [`GpuSplats::sh`]).
+    fn geometry_buffers(s: &GpuSplats) -> [&GpuBuffer<f32>; 4] {
+        [&s.means, &s.log_scales, &s.quats, &s.opacity_logits]
+    }
+
+    fn row_widths_of(s: &GpuSplats) -> [usize; 5] {
+        [3, 3, 4, 1, s.num_coeffs() * 3]
     }
 
     fn rows(&self) -> [usize; 5] {
-        [3, 3, 4, 1, self.splats.num_coeffs() * 3]
+        Self::row_widths_of(&self.splats)
     }
 
     pub fn gpu(&self) -> &Gpu {
@@ -324,10 +335,11 @@ impl Trainer {
     }
 
     /// Device bytes per Gaussian of training, by kind (see [`MemoryLedger`]).
-    pub fn memory_ledger(sh_degree: u32, moments: MomentPrecision) -> MemoryLedger {
+    pub fn memory_ledger(sh_degree: u32, moments: MomentPrecision, sh: ShPrecision) -> MemoryLedger {
         let k = ((sh_degree + 1) * (sh_degree + 1)) as u64;
         let values = 3 + 3 + 4 + 1 + 3 * k;
-        let params = 4 * values;
+        let grads = 4 * values;
+        let params = 4 * (3 + 3 + 4 + 1) + sh.bytes_per_splat(sh_degree);
         let raster = 4 * (10 + 2 + 2 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 10 + 12);
         let isects = 4 * 4 * (1 + 1 + 2 + 2 + 1 + 10);
         MemoryLedger {
@@ -336,22 +348,22 @@ impl Trainer {
             adc_stats: 8,
             // gradients, the rasterizer's buffers, four intersections, and one group (SH,
             // the largest) rebuilt during densification
-            transient: params + raster + isects + 4 * 3 * k,
+            transient: grads + raster + isects + 4 * 3 * k,
         }
     }
 
     /// Device bytes per Gaussian while training (parameters, Adam moments, gradients, the
     /// rasterizer's per-Gaussian buffers and, on average, four tile intersections): the
     /// estimate behind `memory_budget`.
-    pub fn bytes_per_splat(sh_degree: u32, moments: MomentPrecision) -> u64 {
-        Self::memory_ledger(sh_degree, moments).total()
+    pub fn bytes_per_splat(sh_degree: u32, moments: MomentPrecision, sh: ShPrecision) -> u64 {
+        Self::memory_ledger(sh_degree, moments, sh).total()
     }
 
     /// Largest number of Gaussians allowed by `max_splats` and the memory budget.
     pub fn capacity(&self) -> usize {
         let mut cap = self.cfg.max_splats.unwrap_or(usize::MAX);
         if let Some(budget) = self.cfg.memory_budget {
-            let per = Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments);
+            let per = Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments, self.cfg.sh_precision);
             cap = cap.min((budget / per) as usize);
         }
         cap
@@ -359,7 +371,7 @@ impl Trainer {
 
     fn check_budget(&self, n: usize) -> Result<(), SplatError> {
         if let Some(budget) = self.cfg.memory_budget {
-            let need = n as u64 * Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments);
+            let need = n as u64 * Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments, self.cfg.sh_precision);
             if need > budget {
                 return Err(SplatError::InvalidSplats(format!(
                     "{n} Gaussians need about {:.2} GB to train, more than the memory budget of {:.2} GB",
@@ -495,20 +507,40 @@ impl Trainer {
         let rows = self.rows();
         let visible = self.cfg.visible_adam.then_some(&out.radii);
         for g in 0..5 {
-            let param = Self::param_buffers(&self.splats)[g];
+            let key = adam::rounding_key(self.cfg.seed, g, t);
+            let param = match (g, &self.splats.sh) {
+                (0..4, _) => Self::geometry_buffers(&self.splats)[g],
+                (_, ShCoeffs::F32(sh)) => sh,
+                (_, ShCoeffs::Half { dc, rest }) => {
+                    let (_, lr_dc, lr_rest) = rates[g];
+                    adam::adam_update_sh_half(
+                        &gpu,
+                        dc,
+                        rest,
+                        grad_bufs[g],
+                        &self.moments[g],
+                        rows[g],
+                        (lr_dc, lr_rest),
+                        t,
+                        &self.cfg.adam,
+                        visible,
+                        key,
+                    );
+                    continue;
+                }
+            };
             // SH degree 0: the DC block is the whole row, so `sh_rest` is never used.
-            let rate = rates[g];
             adam_update(
                 &gpu,
                 param,
                 grad_bufs[g],
                 &self.moments[g],
                 rows[g],
-                rate,
+                rates[g],
                 t,
                 &self.cfg.adam,
                 visible,
-                adam::rounding_key(self.cfg.seed, g, t),
+                key,
             );
         }
 
@@ -608,7 +640,14 @@ impl Trainer {
         s.quats = densify::rebuild(&gpu, &s.quats, parent, variant, rows[2], false);
         s.opacity_logits =
             densify::rebuild(&gpu, &s.opacity_logits, parent, variant, rows[3], false);
-        s.sh = densify::rebuild(&gpu, &s.sh, parent, variant, rows[4], false);
+        s.sh = match &s.sh {
+            ShCoeffs::F32(sh) => ShCoeffs::F32(densify::rebuild(&gpu, sh, parent, variant, rows[4], false)),
+            ShCoeffs::Half { dc, rest } => {
+                let dc = densify::rebuild(&gpu, dc, parent, variant, 3, false);
+                let rest = densify::rebuild_half(&gpu, rest, parent, rows[4] - 3);
+                ShCoeffs::Half { dc, rest }
+            }
+        };
         for g in 0..5 {
             self.moments[g] = self.moments[g].rebuild(&gpu, parent, variant, rows[g]);
         }
@@ -733,6 +772,15 @@ impl Trainer {
         Ok(())
     }
 
+    /// Store the SH coefficients in `precision` from now on, converting the current ones
+    /// (half -> f32 is exact, f32 -> half rounds to nearest). Used when a checkpoint is
+    /// resumed with the other setting.
+    pub fn set_sh_precision(&mut self, precision: ShPrecision) -> Result<(), SplatError> {
+        self.splats.sh = self.splats.sh.converted(&self.gpu, self.splats.num_coeffs(), precision)?;
+        self.cfg.sh_precision = precision;
+        Ok(())
+    }
+
     /// Row widths (values per Gaussian) of the parameter groups, in [`GROUPS`] order.
     pub fn row_widths(&self) -> [usize; 5] {
         self.rows()
@@ -796,7 +844,7 @@ impl Trainer {
                 .collect(),
             opacity_logits: g.read(&self.splats.opacity_logits)?,
             sh_degree: self.splats.sh_degree,
-            sh: g.read(&self.splats.sh)?,
+            sh: self.splats.read_sh(g)?,
         })
     }
 }
