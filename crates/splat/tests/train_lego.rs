@@ -148,7 +148,13 @@ fn assert_consistent(t: &Trainer) {
         s.log_scales.len(),
         s.quats.len(),
         s.opacity_logits.len(),
-        s.sh.len(),
+        match &s.sh {
+            rust3r_splat::ShCoeffs::F32(b) => b.len(),
+            rust3r_splat::ShCoeffs::Half { dc, rest } => {
+                assert_eq!(rest.len(), (n * (rows[4] - 3)).div_ceil(2), "half SH words");
+                dc.len() / 3 * rows[4]
+            }
+        },
     ];
     for g in 0..5 {
         assert_eq!(lens[g], n * rows[g], "parameter group {g}");
