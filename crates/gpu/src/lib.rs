@@ -6,6 +6,7 @@
 //! and reductions. Each kernel lives next to the host code that launches it.
 
 pub mod compact;
+pub mod fp8;
 pub mod gather;
 pub mod half;
 pub mod profile;

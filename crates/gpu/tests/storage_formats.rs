@@ -1,9 +1,10 @@
-//! Half-float storage kernels against the `half` crate and an f64 reference. Output buffers are
-//! poisoned before the kernels write them.
+//! Half-float and 8-bit-float storage kernels against the `half` crate, host mirrors and an
+//! f64 reference. Output buffers are poisoned before the kernels write them.
 
 use cubecl::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::half::{f16_at, f16_nearest, f16_stochastic_bits, f16_stochastic_host, f16_to_f32, f16_value, pack_f16, unpack_f16};
+use rust3r_gpu::fp8;
 use rust3r_gpu::{Gpu, GpuOptions, cubecl};
 
 fn gpu() -> Gpu {
@@ -135,5 +136,104 @@ fn stochastic_rounding_is_unbiased() {
         // p(1-p) <= 1/4: standard error <= step / (2 sqrt(trials)); allow 5 of them.
         let tol = 5.0 * step / (2.0 * (trials as f64).sqrt());
         assert!((mean - x as f64).abs() < tol, "x = {x:e}: mean {mean:e}, step {step:e}");
+    }
+}
+
+#[cube(launch)]
+fn fp8_roundtrip(x: &[f32], r: &[u32], codes: &mut [u32], decoded: &mut [f32], n: u32) {
+    let i = rust3r_gpu::global_id();
+    if i < n as usize {
+        let s = fp8::fp8_signed_encode(x[i], r[i]);
+        let u = fp8::fp8_unsigned_encode(f32::abs(x[i]), r[i]);
+        codes[i] = s | (u << 8u32);
+        decoded[i * 2] = fp8::fp8_signed_decode(s);
+        decoded[i * 2 + 1] = fp8::fp8_unsigned_decode(u);
+    }
+}
+
+/// Largest finite magnitude of a code with `man_bits` mantissa bits.
+fn fp8_max(man_bits: u32) -> f64 {
+    (2.0 - 2f64.powi(-(man_bits as i32))) * 0.5
+}
+
+/// The two representable magnitudes around `a` (f64), for `man_bits`.
+fn fp8_neighbours(a: f64, man_bits: u32) -> (f64, f64) {
+    let min = 2f64.powi(-31);
+    if a < min {
+        return (0.0, min);
+    }
+    let e = a.log2().floor();
+    let step = 2f64.powf(e - man_bits as f64);
+    let lo = (a / step).floor() * step;
+    (lo, (lo + step).min(fp8_max(man_bits)))
+}
+
+#[test]
+fn fp8_codes_match_the_host_mirror_and_bracket_the_value() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut xs: Vec<f32> = vec![0.0, -0.0, 0.5, -0.5, 0.99, -7.0, 1e-12, -3e-10, 4.656_613e-10, 1e30, f32::INFINITY, f32::NAN];
+    for _ in 0..20_000 {
+        let e = rng.random_range(-36.0f32..1.0);
+        let s = if rng.random_bool(0.5) { -1.0 } else { 1.0 };
+        xs.push(s * rng.random_range(1.0f32..2.0) * e.exp2());
+    }
+    let rs: Vec<u32> = xs.iter().map(|_| rng.random()).collect();
+    let n = xs.len();
+    let (codes, decoded) = (gpu.alloc::<u32>(n), gpu.alloc::<f32>(2 * n));
+    let (grid, dim) = launch_1d(&gpu, n);
+    fp8_roundtrip::launch(gpu.client(), grid, dim, gpu.upload(&xs).arg(), gpu.upload(&rs).arg(), codes.arg(), decoded.arg(), n as u32);
+    let (codes, decoded) = (gpu.read(&codes).unwrap(), gpu.read(&decoded).unwrap());
+    for i in 0..n {
+        let (x, r) = (xs[i], rs[i]);
+        let (sc, uc) = (fp8::signed_encode_host(x, r), fp8::unsigned_encode_host(x.abs(), r));
+        assert_eq!(codes[i], sc as u32 | ((uc as u32) << 8), "x = {x:e}, r = {r:#x}");
+        assert_eq!(decoded[2 * i].to_bits(), fp8::signed_decode_host(sc).to_bits(), "x = {x:e}");
+        assert_eq!(decoded[2 * i + 1], fp8::unsigned_decode_host(uc), "x = {x:e}");
+        for (man_bits, v) in [(2u32, decoded[2 * i].abs() as f64), (3, decoded[2 * i + 1] as f64)] {
+            let a = x.abs() as f64;
+            if x.is_nan() || a >= fp8_max(man_bits) {
+                assert_eq!(v, fp8_max(man_bits), "x = {x:e} saturates");
+            } else {
+                let (lo, hi) = fp8_neighbours(a, man_bits);
+                assert!(v == lo || v == hi, "x = {x:e}, m{man_bits}: {v:e} outside [{lo:e}, {hi:e}]");
+            }
+        }
+        if x != 0.0 && !x.is_nan() && decoded[2 * i] != 0.0 {
+            assert_eq!(decoded[2 * i].is_sign_negative(), x.is_sign_negative(), "sign of {x:e}");
+        }
+    }
+    // Every code decodes to a distinct, increasing magnitude.
+    for man_bits in [2u32, 3] {
+        let vals: Vec<f32> = (0..(32u32 << man_bits)).map(|c| fp8::decode_mag_host(c, man_bits)).collect();
+        assert!(vals.windows(2).skip(1 << man_bits).all(|w| w[0] < w[1]), "m{man_bits} codes increase");
+        assert_eq!(vals[1 << man_bits] as f64, 2f64.powi(-31));
+        assert_eq!(*vals.last().unwrap() as f64, fp8_max(man_bits));
+    }
+    // Nearest rounding on the host (used to upload moments).
+    for &x in &[0.3f32, -0.3, 1e-11, 3e-10, 0.9] {
+        let v = fp8::signed_decode_host(fp8::signed_encode_nearest_host(x)) as f64;
+        let (lo, hi) = fp8_neighbours(x.abs() as f64, 2);
+        let want = if (x.abs() as f64 - lo) < (hi - x.abs() as f64) { lo } else { hi };
+        assert_eq!(v.abs(), want, "nearest of {x:e}");
+    }
+}
+
+#[test]
+fn fp8_stochastic_rounding_is_unbiased() {
+    let mut rng = StdRng::seed_from_u64(13);
+    for &x in &[0.1f32, -0.0037, 3.3e-7, 1.0e-10, -2.0e-10, 0.6] {
+        let trials = 200_000;
+        let (mut ms, mut us) = (0f64, 0f64);
+        for _ in 0..trials {
+            let r = rng.random();
+            ms += fp8::signed_decode_host(fp8::signed_encode_host(x, r)) as f64;
+            us += fp8::unsigned_decode_host(fp8::unsigned_encode_host(x.abs(), r)) as f64;
+        }
+        for (man_bits, mean, want) in [(2u32, ms / trials as f64, x as f64), (3, us / trials as f64, x.abs() as f64)] {
+            let (lo, hi) = fp8_neighbours(want.abs(), man_bits);
+            let tol = 5.0 * (hi - lo) / (2.0 * (trials as f64).sqrt());
+            assert!((mean - want).abs() < tol, "x = {x:e}, m{man_bits}: mean {mean:e}");
+        }
     }
 }
