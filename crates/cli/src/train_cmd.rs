@@ -95,8 +95,9 @@ pub struct TrainArgs {
     #[arg(long, value_name = "W")]
     pub alpha_loss: Option<f32>,
     /// Storage of the Adam moments: bf16 (both moments in one 32-bit word, stochastically
-    /// rounded; 4 bytes per parameter value, the default) or f32 (8 bytes). With --resume the
-    /// checkpoint's moments are converted when this names the other one.
+    /// rounded; 4 bytes per parameter value, the default), sh8 (bf16, but 8 bits per moment for
+    /// the higher-order SH coefficients; needs f16 SH) or f32 (8 bytes). With --resume the
+    /// checkpoint's moments are converted when this names another one.
     #[arg(long)]
     pub adam_moments: Option<MomentPrecision>,
     /// Storage of the SH coefficients: f16 (DC as f32, higher orders as half floats written
@@ -323,13 +324,23 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             if let Some(w) = a.alpha_loss {
                 t.cfg.alpha_loss_weight = w;
             }
-            if let Some(p) = a.adam_moments.filter(|&p| p != t.cfg.adam.moments) {
-                println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
-                t.set_moment_precision(p)?;
-            }
-            if let Some(p) = a.sh_precision.filter(|&p| p != t.cfg.sh_precision) {
-                println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
-                t.set_sh_precision(p)?;
+            // 8-bit SH moments need half SH: convert the SH first when moving to them, the
+            // moments first when moving away.
+            let moments = a.adam_moments.filter(|&p| p != t.cfg.adam.moments);
+            let sh = a.sh_precision.filter(|&p| p != t.cfg.sh_precision);
+            let sh_first = moments == Some(MomentPrecision::Sh8);
+            for step in if sh_first { [0, 1] } else { [1, 0] } {
+                match (step, sh, moments) {
+                    (0, Some(p), _) => {
+                        println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
+                        t.set_sh_precision(p)?;
+                    }
+                    (1, _, Some(p)) => {
+                        println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
+                        t.set_moment_precision(p)?;
+                    }
+                    _ => {}
+                }
             }
             t
         }

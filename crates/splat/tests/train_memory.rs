@@ -38,7 +38,8 @@ fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision
         ..Default::default()
     };
     let t = Trainer::new(gpu, cfg, &init).unwrap();
-    assert!(t.moments().iter().all(|m| m.precision() == moments));
+    assert!(t.moments()[..4].iter().all(|m| m.precision() == moments || moments == MomentPrecision::Sh8));
+    assert_eq!(t.moments()[4].precision(), moments);
     assert_eq!(t.splats.sh.precision(), sh);
     gpu.sync().unwrap();
     let used = gpu.memory_in_use() - before;
@@ -56,6 +57,7 @@ fn measured_trainer_memory_matches_the_ledger() {
         (MomentPrecision::F32, ShPrecision::F32),
         (MomentPrecision::Bf16, ShPrecision::F32),
         (MomentPrecision::Bf16, ShPrecision::F16),
+        (MomentPrecision::Sh8, ShPrecision::F16),
     ];
     for (moments, sh) in settings {
         let ledger = Trainer::memory_ledger(3, moments, sh);
@@ -81,6 +83,8 @@ fn measured_trainer_memory_matches_the_ledger() {
     assert_eq!(ledger(MomentPrecision::F32, ShPrecision::F32), 716);
     assert_eq!(ledger(MomentPrecision::Bf16, ShPrecision::F32), 480);
     assert_eq!(ledger(MomentPrecision::Bf16, ShPrecision::F16), 390);
+    // 8-bit moments for the 45 higher-order SH values: 236 - 90
+    assert_eq!(ledger(MomentPrecision::Sh8, ShPrecision::F16), 300);
     assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::F32, ShPrecision::F32), 1596);
     assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F32), 1360);
     assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F16), 1270);

@@ -1295,7 +1295,11 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(23);
     // Degree 1 with an odd Gaussian count leaves the last word half used.
-    for (n, k, precision) in [(173usize, 4usize, MomentPrecision::F32), (90, 16, MomentPrecision::Bf16)] {
+    for (n, k, precision) in [
+        (173usize, 4usize, MomentPrecision::F32),
+        (90, 16, MomentPrecision::Bf16),
+        (91, 16, MomentPrecision::Sh8),
+    ] {
         let row = 3 * k;
         let len = n * row;
         let sh0: Vec<f32> = (0..len)
@@ -1307,7 +1311,8 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
         let coeffs = ShCoeffs::upload(&gpu, &sh0, k, rust3r_splat::ShPrecision::F16).unwrap();
         let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
         assert_eq!(coeffs.read(&gpu, k).unwrap(), sh0, "upload round trip");
-        let moments = Moments::zeros(&gpu, len, precision);
+        let moments = Moments::zeros_sh(&gpu, n, row, precision);
+        assert_eq!(moments.precision(), precision);
         let radii: Vec<u32> = (0..n * 2).map(|i| if (i / 2) % 5 == 2 { 0 } else { 4 }).collect();
         let gr = gpu.upload(&radii);
         let skip = |i: usize| radii[(i / row) * 2] == 0;
@@ -1345,6 +1350,15 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
                 let (tm, tv) = match precision {
                     MomentPrecision::F32 => (1e-6 * terms + 1e-12, 1e-6 * vi + 1e-15),
                     MomentPrecision::Bf16 => (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15),
+                    // DC: bf16 pairs; the rest: one step of 8-bit rounding (m: 2 mantissa
+                    // bits, sqrt(v): 3), and below 2^-31 a flush to 0 or 2^-31
+                    MomentPrecision::Sh8 if i % row < 3 => (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15),
+                    MomentPrecision::Sh8 => {
+                        let tiny = 2f64.powi(-31);
+                        let s = vi.sqrt();
+                        let ds = s / 8.0 + tiny;
+                        (1e-6 * terms + mi.abs() / 4.0 + tiny, 2.0 * s * ds + ds * ds)
+                    }
                 };
                 assert!((m[i] as f64 - mi).abs() <= tm, "step {t} value {i}: m {} vs {mi}", m[i]);
                 assert!((v[i] as f64 - vi).abs() <= tv, "step {t} value {i}: v {} vs {vi}", v[i]);
@@ -1371,7 +1385,7 @@ fn half_sh_rows_rebuild_from_their_parents() {
         let vals: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() - 0.5).collect();
         let src = pack_f16(&vals);
         let parent: Vec<u32> = (0..157).map(|_| rng.random_range(0..n as u32)).collect();
-        let out = densify::rebuild_half(&gpu, &gpu.upload(&src), &gpu.upload(&parent), row);
+        let out = densify::rebuild_half(&gpu, &gpu.upload(&src), &gpu.upload(&parent), None, row);
         assert_eq!(out.len(), (parent.len() * row).div_ceil(2));
         let got = unpack_f16(&gpu.read(&out).unwrap(), parent.len() * row);
         let have = unpack_f16(&src, n * row);
@@ -1407,4 +1421,78 @@ fn half_sh_checkpoints_resume_exactly_and_convert() {
     assert_eq!(back.splats.sh.precision(), rust3r_splat::ShPrecision::F32);
     back.step(&small_camera(), &target).unwrap();
     assert!(back.last_loss().unwrap().unwrap().is_finite());
+}
+
+#[test]
+fn sh8_moments_rebuild_upload_and_need_half_sh() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(31);
+    let (n, row) = (37usize, 48usize);
+    let m: Vec<f32> = (0..n * row).map(|_| (rng.random::<f32>() - 0.5) * 1e-3).collect();
+    let v: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() * 1e-6).collect();
+    let mom = Moments::from_host_sh(&gpu, &m, &v, row, MomentPrecision::Sh8);
+    assert!(matches!(mom, Moments::Sh8 { .. }));
+    assert_eq!(mom.device_bytes(), (n * 3 * 4 + (n * 45).div_ceil(2) * 4) as u64);
+    let (gm, gv) = mom.read(&gpu).unwrap();
+    for i in 0..n * row {
+        // nearest rounding: half a step (bf16 for DC, 8-bit for the rest)
+        let (rm, rv) = if i % row < 3 { (256.0, 256.0) } else { (8.0, 8.0) };
+        assert!((gm[i] - m[i]).abs() <= m[i].abs() / rm * 1.01, "m[{i}] {} vs {}", gm[i], m[i]);
+        let s = v[i].sqrt();
+        assert!((gv[i].sqrt() - s).abs() <= s / rv * 1.01 + 1e-12, "v[{i}] {} vs {}", gv[i], v[i]);
+    }
+    // Rebuild: kept rows from their parents, new rows zero, relocated rows keep their own.
+    let parent: Vec<u32> = (0..n as u32 + 9).map(|i| if i < n as u32 { i } else { i % 5 }).collect();
+    let variant: Vec<u32> = (0..parent.len()).map(|j| if j < n { if j % 7 == 3 { 4 } else { 0 } } else { 1 + (j % 3) as u32 }).collect();
+    let parent: Vec<u32> = parent.iter().enumerate().map(|(j, &p)| if j < n && j % 4 == 1 { (p + 2) % n as u32 } else { p }).collect();
+    let out = mom.rebuild(&gpu, &gpu.upload(&parent), &gpu.upload(&variant), row);
+    let (om, ov) = out.read(&gpu).unwrap();
+    for j in 0..parent.len() {
+        let src = match variant[j] {
+            0 => Some(parent[j] as usize),
+            4 => Some(j),
+            _ => None,
+        };
+        for c in 0..row {
+            let (wm, wv) = src.map_or((0.0, 0.0), |p| (gm[p * row + c], gv[p * row + c]));
+            assert_eq!((om[j * row + c], ov[j * row + c]), (wm, wv), "row {j} value {c} (variant {})", variant[j]);
+        }
+    }
+    // 8-bit SH moments are refused beside f32 SH coefficients, with a clear error.
+    let init = init::random_box(50, 1.0, 0.3, 1.0, 5, 1);
+    let cfg = TrainConfig {
+        sh_degree: 1,
+        sh_precision: rust3r_splat::ShPrecision::F32,
+        adam: adam::AdamConfig { moments: MomentPrecision::Sh8, ..Default::default() },
+        ..Default::default()
+    };
+    let e = Trainer::new(&gpu, cfg, &init).err().expect("refused").to_string();
+    assert!(e.contains("f16 SH"), "{e}");
+}
+
+#[test]
+fn sh8_checkpoints_resume_exactly_and_convert() {
+    let gpu = gpu();
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.bin");
+    let mut t = small_trainer(&gpu, MomentPrecision::Sh8);
+    assert!(matches!(t.moments()[4], Moments::Sh8 { .. }) && matches!(t.moments()[0], Moments::Bf16(_)));
+    t.save_checkpoint(&ck).unwrap();
+    let mut back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
+    assert_eq!(all_moments(&back), all_moments(&t));
+    let target = gpu.upload(&vec![0.3f32; 24 * 24 * 3]);
+    for _ in 0..2 {
+        t.step(&small_camera(), &target).unwrap();
+        back.step(&small_camera(), &target).unwrap();
+    }
+    assert_eq!(all_moments(&back), all_moments(&t));
+    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    // To bf16 moments and back to f32 SH.
+    back.set_moment_precision(MomentPrecision::Bf16).unwrap();
+    assert_eq!(all_moments(&back), all_moments(&t), "8-bit values are exact in bf16");
+    back.set_sh_precision(rust3r_splat::ShPrecision::F32).unwrap();
+    back.step(&small_camera(), &target).unwrap();
+    assert!(back.last_loss().unwrap().unwrap().is_finite());
+    // f32 SH cannot take 8-bit moments.
+    assert!(back.set_moment_precision(MomentPrecision::Sh8).is_err());
 }

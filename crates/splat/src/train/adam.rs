@@ -16,6 +16,7 @@
 //! (`β2 = 0.999`: 0.1 % per step, below half a bf16 step of 0.39 %) and freeze it.
 
 use cubecl::prelude::*;
+use rust3r_gpu::fp8::{fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode};
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
@@ -198,16 +199,45 @@ fn adam_value(
     p - (step / bc1) * m1 / (f32::sqrt(v1) / bc2_sqrt + eps)
 }
 
+/// Adam step of one value whose moments are the 16-bit [`Moments::Sh8`] entry `e` (s1e5m2
+/// `m` in the high byte, e5m3 `sqrt(v)` in the low byte); returns the new parameter value and
+/// the new entry (stochastically rounded with bits hashed from `mi` and `key`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn adam_value_sh8(
+    p: f32,
+    gr: f32,
+    e: u32,
+    mi: u32,
+    step: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    key: u32,
+) -> (f32, u32) {
+    let m0 = fp8_signed_decode(e >> 8u32);
+    let s0 = fp8_unsigned_decode(e & 0xFFu32);
+    let m1 = beta1 * m0 + (1.0f32 - beta1) * gr;
+    let s1 = f32::sqrt(beta2 * s0 * s0 + (1.0f32 - beta2) * gr * gr);
+    let r = pcg_hash(pcg_hash(mi) ^ key);
+    let e1 = (fp8_signed_encode(m1, r) << 8u32) | fp8_unsigned_encode(s1, pcg_hash(r ^ 0x68E3_1DA4u32));
+    (p - (step / bc1) * m1 / (s1 / bc2_sqrt + eps), e1)
+}
+
 /// Salt of the random bits that round half-float parameters (independent of the moments'):
 /// value `mi` at rounding key `key` uses `pcg_hash(pcg_hash(mi) ^ key ^ HALF_PARAM_SALT)`.
 pub const HALF_PARAM_SALT: u32 = 0x9E37_79B9;
 
 /// Adam on SH coefficients stored as [`crate::ShCoeffs::Half`]: units `0..3n` update the f32
 /// DC terms (learning rate `lr_dc`), the following units one word of `rest` each, i.e. two
-/// half-float coefficients (`lr_rest`), written back with stochastic rounding. Gradients and
-/// moments keep the `[n][k][rgb]` layout of every value (`k3 = 3k` per row).
+/// half-float coefficients (`lr_rest`), written back with stochastic rounding. Gradients keep
+/// the `[n][k][rgb]` layout of every value (`k3 = 3k` per row), and so do the moments unless
+/// `sh8` ([`Moments::Sh8`]: DC moments in `mv`, one word per DC value; the others in `mv8`,
+/// word `w` holding the two values of `rest`'s word `w`).
 #[cube(launch)]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, unused_assignments)]
 fn adam_step_sh_half(
     dc: &mut [f32],
     rest: &mut [u32],
@@ -215,6 +245,7 @@ fn adam_step_sh_half(
     m: &mut [f32],
     v: &mut [f32],
     mv: &mut [u32],
+    mv8: &mut [u32],
     radii: &[u32],
     n: u32,
     k3: u32,
@@ -227,6 +258,7 @@ fn adam_step_sh_half(
     bc2_sqrt: f32,
     key: u32,
     #[comptime] compact: bool,
+    #[comptime] sh8: bool,
     #[comptime] visible_only: bool,
 ) {
     let u = rust3r_gpu::global_id();
@@ -240,9 +272,13 @@ fn adam_step_sh_half(
                 terminate!();
             }
         }
-        let mi = g * row + (u - g * 3);
+        let gi = g * row + (u - g * 3);
+        let mut mi = gi;
+        if sh8 {
+            mi = u;
+        }
         dc[u] = adam_value(
-            dc[u], grad[mi], mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
+            dc[u], grad[gi], mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
         );
     } else {
         let w = u - ndc;
@@ -252,11 +288,17 @@ fn adam_step_sh_half(
         }
         let word = rest[w];
         let mut out = 0u32;
+        let mut mword = 0u32;
+        if sh8 {
+            mword = mv8[w];
+        }
+        let mut mout = 0u32;
         #[unroll]
         for h in 0..2u32 {
             let vi = w * 2 + h as usize;
             let bits = (word >> (h * 16u32)) & 0xFFFFu32;
             let mut nb = bits;
+            let mut entry = (mword >> (h * 16u32)) & 0xFFFFu32;
             if vi < total {
                 let g = vi / r;
                 let mut live = true;
@@ -265,28 +307,42 @@ fn adam_step_sh_half(
                 }
                 if live {
                     let mi = g * row + 3 + (vi - g * r);
-                    let np = adam_value(
-                        f16_to_f32(bits),
-                        grad[mi],
-                        mi,
-                        m,
-                        v,
-                        mv,
-                        lr_rest,
-                        beta1,
-                        beta2,
-                        eps,
-                        bc1,
-                        bc2_sqrt,
-                        key,
-                        compact,
-                    );
+                    let mut np = 0.0f32;
+                    if sh8 {
+                        let (p1, e1) = adam_value_sh8(
+                            f16_to_f32(bits), grad[mi], entry, mi as u32, lr_rest, beta1, beta2, eps, bc1, bc2_sqrt,
+                            key,
+                        );
+                        np = p1;
+                        entry = e1;
+                    } else {
+                        np = adam_value(
+                            f16_to_f32(bits),
+                            grad[mi],
+                            mi,
+                            m,
+                            v,
+                            mv,
+                            lr_rest,
+                            beta1,
+                            beta2,
+                            eps,
+                            bc1,
+                            bc2_sqrt,
+                            key,
+                            compact,
+                        );
+                    }
                     nb = f16_stochastic_bits(np, pcg_hash(pcg_hash(mi as u32) ^ key ^ 0x9E37_79B9u32));
                 }
             }
             out |= nb << (h * 16u32);
+            mout |= entry << (h * 16u32);
         }
         rest[w] = out;
+        if sh8 {
+            mv8[w] = mout;
+        }
     }
 }
 
@@ -319,10 +375,12 @@ pub fn adam_update_sh_half(
     let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
     let no_radii = gpu.zeros::<u32>(1);
     let radii = visible.unwrap_or(&no_radii);
-    let (no_m, no_v, no_mv) = (gpu.zeros::<f32>(1), gpu.zeros::<f32>(1), gpu.zeros::<u32>(1));
-    let (m, v, mv, compact) = match moments {
-        Moments::F32 { m, v } => (m, v, &no_mv, false),
-        Moments::Bf16(mv) => (&no_m, &no_v, mv, true),
+    let (no_m, no_v, no_mv, no_mv8) =
+        (gpu.zeros::<f32>(1), gpu.zeros::<f32>(1), gpu.zeros::<u32>(1), gpu.zeros::<u32>(1));
+    let (m, v, mv, mv8, compact, sh8) = match moments {
+        Moments::F32 { m, v } => (m, v, &no_mv, &no_mv8, false, false),
+        Moments::Bf16(mv) => (&no_m, &no_v, mv, &no_mv8, true, false),
+        Moments::Sh8 { dc, rest, .. } => (&no_m, &no_v, dc, rest, true, true),
     };
     let units = n * 3 + rest.len();
     adam_step_sh_half::launch(
@@ -335,6 +393,7 @@ pub fn adam_update_sh_half(
         m.arg(),
         v.arg(),
         mv.arg(),
+        mv8.arg(),
         radii.arg(),
         n as u32,
         row as u32,
@@ -347,6 +406,7 @@ pub fn adam_update_sh_half(
         bc2.sqrt() as f32,
         key,
         compact,
+        sh8,
         visible.is_some(),
     );
 }
@@ -360,6 +420,10 @@ pub enum MomentPrecision {
     /// Both moments as bf16 in one 32-bit word, stochastically rounded: 4 bytes per value.
     #[default]
     Bf16,
+    /// bf16 pairs as [`MomentPrecision::Bf16`], except for the higher-order SH coefficients
+    /// (stored as half floats): their moments take 8 bits each, `m` as s1e5m2 and `sqrt(v)`
+    /// as e5m3 ([`rust3r_gpu::fp8`]), stochastically rounded: 2 bytes per value.
+    Sh8,
 }
 
 impl MomentPrecision {
@@ -368,11 +432,14 @@ impl MomentPrecision {
     pub fn legacy() -> Self {
         Self::F32
     }
-    /// Device bytes of the two moments of one value.
-    pub fn bytes_per_value(self) -> u64 {
+    /// Device bytes of the two moments of one value (of the higher-order SH coefficients
+    /// with `sh_rest`).
+    pub fn bytes_per_value(self, sh_rest: bool) -> u64 {
         match self {
             Self::F32 => 8,
             Self::Bf16 => 4,
+            Self::Sh8 if sh_rest => 2,
+            Self::Sh8 => 4,
         }
     }
 }
@@ -383,7 +450,8 @@ impl std::str::FromStr for MomentPrecision {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),
-            other => Err(format!("unknown moment precision '{other}' (f32 or bf16)")),
+            "sh8" => Ok(Self::Sh8),
+            other => Err(format!("unknown moment precision '{other}' (f32, bf16 or sh8)")),
         }
     }
 }
@@ -393,6 +461,7 @@ impl std::fmt::Display for MomentPrecision {
         f.write_str(match self {
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
+            Self::Sh8 => "sh8",
         })
     }
 }
@@ -485,21 +554,58 @@ pub enum Moments {
     },
     /// One word per value: bf16 `m` in the high half, bf16 `v` in the low half.
     Bf16(GpuBuffer<u32>),
+    /// SH coefficients' moments, rows of `row` values (`[n][k][rgb]`): `dc` holds the three DC
+    /// values of each row as bf16 pairs (one word each); `rest` the other `row - 3` values of
+    /// each row, back to back, 16 bits per value and two values per word (value `2i` in the low
+    /// half of word `i`): the s1e5m2 code of `m` in the high byte, the e5m3 code of `sqrt(v)`
+    /// in the low byte.
+    Sh8 {
+        dc: GpuBuffer<u32>,
+        rest: GpuBuffer<u32>,
+        row: usize,
+    },
+}
+
+/// 16-bit [`Moments::Sh8`] entry of `(m, v)`, rounded to nearest.
+pub fn pack_moments_sh8(m: f32, v: f32) -> u32 {
+    use rust3r_gpu::fp8;
+    (u32::from(fp8::signed_encode_nearest_host(m)) << 8) | u32::from(fp8::unsigned_encode_nearest_host(v.max(0.0).sqrt()))
+}
+
+/// `(m, v)` of a 16-bit [`Moments::Sh8`] entry.
+pub fn unpack_moments_sh8(e: u32) -> (f32, f32) {
+    use rust3r_gpu::fp8;
+    let s = fp8::unsigned_decode_host(e as u8);
+    (fp8::signed_decode_host((e >> 8) as u8), s * s)
 }
 
 impl Moments {
-    /// Zero moments of `len` values.
+    /// Zero moments of `len` values of a group other than the SH coefficients (`Sh8` stores
+    /// those as bf16 pairs).
     pub fn zeros(gpu: &Gpu, len: usize, precision: MomentPrecision) -> Self {
         match precision {
             MomentPrecision::F32 => Self::F32 {
                 m: gpu.zeros(len),
                 v: gpu.zeros(len),
             },
-            MomentPrecision::Bf16 => Self::Bf16(gpu.zeros(len)),
+            MomentPrecision::Bf16 | MomentPrecision::Sh8 => Self::Bf16(gpu.zeros(len)),
         }
     }
 
-    /// Upload host moments (rounded to nearest when stored as bf16).
+    /// Zero moments of `n` rows of `row` SH values (`Sh8`: [`Moments::Sh8`]).
+    pub fn zeros_sh(gpu: &Gpu, n: usize, row: usize, precision: MomentPrecision) -> Self {
+        match precision {
+            MomentPrecision::Sh8 => Self::Sh8 {
+                dc: gpu.zeros(n * 3),
+                rest: gpu.zeros((n * (row - 3)).div_ceil(2)),
+                row,
+            },
+            _ => Self::zeros(gpu, n * row, precision),
+        }
+    }
+
+    /// Upload host moments of a group other than the SH coefficients (rounded to nearest when
+    /// stored as bf16).
     pub fn from_host(gpu: &Gpu, m: &[f32], v: &[f32], precision: MomentPrecision) -> Self {
         assert_eq!(m.len(), v.len(), "moment lengths");
         match precision {
@@ -507,10 +613,34 @@ impl Moments {
                 m: gpu.upload(m),
                 v: gpu.upload(v),
             },
-            MomentPrecision::Bf16 => {
+            MomentPrecision::Bf16 | MomentPrecision::Sh8 => {
                 let words: Vec<u32> = m.iter().zip(v).map(|(&a, &b)| pack_moments(a, b)).collect();
                 Self::Bf16(gpu.upload(&words))
             }
+        }
+    }
+
+    /// Upload host moments of SH rows `row` values wide (`Sh8`: [`Moments::Sh8`], rounded to
+    /// nearest).
+    pub fn from_host_sh(gpu: &Gpu, m: &[f32], v: &[f32], row: usize, precision: MomentPrecision) -> Self {
+        if precision != MomentPrecision::Sh8 {
+            return Self::from_host(gpu, m, v, precision);
+        }
+        assert!(m.len() == v.len() && m.len() % row == 0 && row >= 3, "moment lengths");
+        let mut dc = Vec::with_capacity(m.len() / row * 3);
+        let mut rest = Vec::with_capacity(m.len());
+        for (i, (&a, &b)) in m.iter().zip(v).enumerate() {
+            if i % row < 3 {
+                dc.push(pack_moments(a, b));
+            } else {
+                rest.push(pack_moments_sh8(a, b));
+            }
+        }
+        let words: Vec<u32> = rest.chunks(2).map(|c| c[0] | (c.get(1).copied().unwrap_or(0) << 16)).collect();
+        Self::Sh8 {
+            dc: gpu.upload(&dc),
+            rest: gpu.upload(&words),
+            row,
         }
     }
 
@@ -518,6 +648,7 @@ impl Moments {
         match self {
             Self::F32 { .. } => MomentPrecision::F32,
             Self::Bf16(_) => MomentPrecision::Bf16,
+            Self::Sh8 { .. } => MomentPrecision::Sh8,
         }
     }
 
@@ -526,6 +657,7 @@ impl Moments {
         match self {
             Self::F32 { m, .. } => m.len(),
             Self::Bf16(w) => w.len(),
+            Self::Sh8 { dc, row, .. } => dc.len() / 3 * row,
         }
     }
 
@@ -535,7 +667,11 @@ impl Moments {
 
     /// Device bytes of the buffers.
     pub fn device_bytes(&self) -> u64 {
-        self.len() as u64 * self.precision().bytes_per_value()
+        match self {
+            Self::F32 { m, v } => (m.len() + v.len()) as u64 * 4,
+            Self::Bf16(w) => w.len() as u64 * 4,
+            Self::Sh8 { dc, rest, .. } => (dc.len() + rest.len()) as u64 * 4,
+        }
     }
 
     /// Both moments back on the host as f32 (decoded when compact).
@@ -543,17 +679,45 @@ impl Moments {
         match self {
             Self::F32 { m, v } => Ok((gpu.read(m)?, gpu.read(v)?)),
             Self::Bf16(w) => Ok(gpu.read(w)?.into_iter().map(unpack_moments).unzip()),
+            Self::Sh8 { dc, rest, row } => {
+                let dc = gpu.read(dc)?;
+                let rest = gpu.read(rest)?;
+                let r = row - 3;
+                let n = dc.len() / 3;
+                let (mut m, mut v) = (Vec::with_capacity(n * row), Vec::with_capacity(n * row));
+                for i in 0..n {
+                    for &w in &dc[i * 3..i * 3 + 3] {
+                        let (a, b) = unpack_moments(w);
+                        m.push(a);
+                        v.push(b);
+                    }
+                    for j in i * r..(i + 1) * r {
+                        let (a, b) = unpack_moments_sh8((rest[j / 2] >> ((j % 2) * 16)) & 0xFFFF);
+                        m.push(a);
+                        v.push(b);
+                    }
+                }
+                Ok((m, v))
+            }
         }
     }
 
-    /// The same moments in another storage (through the host; bf16 values are exact in f32,
-    /// f32 values are rounded to the nearest bf16).
-    pub fn converted(&self, gpu: &Gpu, precision: MomentPrecision) -> Result<Self, GpuError> {
-        if precision == self.precision() {
+    /// The same moments in another storage (through the host; compact values are exact in
+    /// f32, f32 values are rounded to the nearest compact ones). `sh_row`: these are the
+    /// moments of SH rows that wide (where `Sh8` has its own storage).
+    pub fn converted(&self, gpu: &Gpu, precision: MomentPrecision, sh_row: Option<usize>) -> Result<Self, GpuError> {
+        let target = match (precision, sh_row) {
+            (MomentPrecision::Sh8, None) => MomentPrecision::Bf16,
+            _ => precision,
+        };
+        if target == self.precision() {
             return Ok(self.clone());
         }
         let (m, v) = self.read(gpu)?;
-        Ok(Self::from_host(gpu, &m, &v, precision))
+        Ok(match sh_row {
+            Some(row) => Self::from_host_sh(gpu, &m, &v, row, precision),
+            None => Self::from_host(gpu, &m, &v, precision),
+        })
     }
 
     /// New moments for the Gaussians described by `parent` / `variant` (see
@@ -565,7 +729,7 @@ impl Moments {
         variant: &GpuBuffer<u32>,
         row: usize,
     ) -> Self {
-        use super::densify::{rebuild, rebuild_words};
+        use super::densify::{rebuild, rebuild_half, rebuild_words};
         match self {
             // One buffer at a time, so that old and new copies of only one coexist.
             Self::F32 { m, v } => {
@@ -574,6 +738,11 @@ impl Moments {
                 Self::F32 { m, v }
             }
             Self::Bf16(w) => Self::Bf16(rebuild_words(gpu, w, parent, variant, row, true)),
+            Self::Sh8 { dc, rest, row } => {
+                let dc = rebuild_words(gpu, dc, parent, variant, 3, true);
+                let rest = rebuild_half(gpu, rest, parent, Some(variant), row - 3);
+                Self::Sh8 { dc, rest, row: *row }
+            }
         }
     }
 }
@@ -658,5 +827,6 @@ pub fn adam_update(
             key,
             visible.is_some(),
         ),
+        Moments::Sh8 { .. } => panic!("8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"),
     }
 }

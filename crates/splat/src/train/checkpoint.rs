@@ -3,8 +3,10 @@
 //!
 //! Layout: `RUST3R-TRAIN\0\0\0\0` (16 bytes), format version (u32 LE), header length (u64 LE),
 //! a JSON header ([`Header`]), then the arrays it lists in order, 4 bytes per value, little
-//! endian: f32, except compact Adam moments (`adam_mv_bf16.*`), which are stored as they live
-//! on the device, one u32 word per value holding bf16 `m` (high half) and `v` (low half).
+//! endian: f32, except compact Adam moments, which are stored as they live on the device:
+//! `adam_mv_bf16.*` one u32 word per value holding bf16 `m` (high half) and `v` (low half),
+//! `adam_mv_sh8.sh_rest` the 16-bit 8-bit-moment entries of the higher-order SH coefficients,
+//! two per word (with `adam_mv_bf16.sh_dc` for the DC terms; see `Moments::Sh8`).
 //! The header's configuration says which moments a checkpoint holds; configurations written
 //! before compact moments existed have f32 moments and load unchanged. SH coefficients are
 //! written as f32 whatever their device storage (`TrainConfig::sh_precision`); half values are
@@ -49,7 +51,13 @@ fn layout(n: usize, rows: [usize; 5], moments: MomentPrecision) -> Vec<(String, 
                 out.push((format!("adam_m.{}", GROUPS[i]), n * rows[i]));
                 out.push((format!("adam_v.{}", GROUPS[i]), n * rows[i]));
             }
-            MomentPrecision::Bf16 => out.push((format!("adam_mv_bf16.{}", GROUPS[i]), n * rows[i])),
+            MomentPrecision::Sh8 if i == 4 => {
+                out.push(("adam_mv_bf16.sh_dc".into(), n * 3));
+                out.push(("adam_mv_sh8.sh_rest".into(), (n * (rows[4] - 3)).div_ceil(2)));
+            }
+            MomentPrecision::Bf16 | MomentPrecision::Sh8 => {
+                out.push((format!("adam_mv_bf16.{}", GROUPS[i]), n * rows[i]))
+            }
         }
     }
     out.push(("grad2d".into(), n));
@@ -72,6 +80,10 @@ impl Trainer {
                     out.push(v.clone().cast());
                 }
                 Moments::Bf16(mv) => out.push(mv.clone()),
+                Moments::Sh8 { dc, rest, .. } => {
+                    out.push(dc.clone());
+                    out.push(rest.clone());
+                }
             }
         }
         out.push(self.grad2d.clone().cast());
@@ -182,7 +194,10 @@ impl Trainer {
             let mut v = vec![0u32; *len];
             r.read_exact(bytemuck::cast_slice_mut(&mut v))
                 .map_err(|e| err(path, format!("{name}: {e}")))?;
-            let finite = if name.starts_with("adam_mv_bf16.") {
+            // 8-bit moment codes are finite by construction.
+            let finite = if name.starts_with("adam_mv_sh8.") {
+                true
+            } else if name.starts_with("adam_mv_bf16.") {
                 v.iter().all(|&w| {
                     let (m, v) = unpack_moments(w);
                     m.is_finite() && v.is_finite()
@@ -196,6 +211,7 @@ impl Trainer {
             data.push(v);
         }
         let f = |i: usize| -> &[f32] { bytemuck::cast_slice(&data[i]) };
+        Trainer::check_storage(moments, h.config.sh_precision).map_err(|e| err(path, e))?;
         let splats =
             GpuSplats::from_slices_as(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree, h.config.sh_precision)?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
@@ -209,7 +225,15 @@ impl Trainer {
                         v: gpu.upload(f(at - 1)),
                     }
                 }
-                MomentPrecision::Bf16 => {
+                MomentPrecision::Sh8 if i == 4 => {
+                    at += 2;
+                    Moments::Sh8 {
+                        dc: gpu.upload(&data[at - 2]),
+                        rest: gpu.upload(&data[at - 1]),
+                        row: k3,
+                    }
+                }
+                MomentPrecision::Bf16 | MomentPrecision::Sh8 => {
                     at += 1;
                     Moments::Bf16(gpu.upload(&data[at - 1]))
                 }

@@ -347,10 +347,20 @@ pub fn rebuild_words(
     dst
 }
 
-/// Half-float rows of `row` values each, packed two per word back to back (see
-/// [`crate::ShCoeffs::Half`]), gathered from their parents: one unit per output word.
+/// Rows of `row` 16-bit entries each (half-float parameters, or the 8-bit moment pairs of
+/// [`super::adam::Moments::Sh8`]), packed two per word back to back, gathered from their
+/// parents: one unit per output word. With `zero_fresh` the rules of [`gather_rows`] apply
+/// (new rows zero, relocated rows keep their own entries).
 #[cube(launch)]
-fn gather_half_rows(src: &[u32], parent: &[u32], dst: &mut [u32], n_new: u32, row: u32) {
+fn gather_half_rows(
+    src: &[u32],
+    parent: &[u32],
+    variant: &[u32],
+    dst: &mut [u32],
+    n_new: u32,
+    row: u32,
+    #[comptime] zero_fresh: bool,
+) {
     let w = rust3r_gpu::global_id();
     let r = row as usize;
     let total = (n_new as usize) * r;
@@ -363,17 +373,35 @@ fn gather_half_rows(src: &[u32], parent: &[u32], dst: &mut [u32], n_new: u32, ro
         let v = w * 2 + h as usize;
         if v < total {
             let j = v / r;
-            let s = (parent[j] as usize) * r + (v - j * r);
-            let bits = (src[s / 2] >> (((s % 2) as u32) * 16u32)) & 0xFFFFu32;
-            out |= bits << (h * 16u32);
+            let mut s = (parent[j] as usize) * r + (v - j * r);
+            let mut keep = true;
+            if zero_fresh {
+                let var = variant[j];
+                if var == 4u32 {
+                    s = v;
+                } else if var != 0u32 {
+                    keep = false;
+                }
+            }
+            if keep {
+                let bits = (src[s / 2] >> (((s % 2) as u32) * 16u32)) & 0xFFFFu32;
+                out |= bits << (h * 16u32);
+            }
         }
     }
     dst[w] = out;
 }
 
-/// New half-float buffer of `parent.len()` rows of `row` values (packed as in
-/// [`crate::ShCoeffs::Half`]), each row copied from its parent's.
-pub fn rebuild_half(gpu: &Gpu, src: &GpuBuffer<u32>, parent: &GpuBuffer<u32>, row: usize) -> GpuBuffer<u32> {
+/// New buffer of `parent.len()` rows of `row` 16-bit entries (packed as in
+/// [`crate::ShCoeffs::Half`]), each row copied from its parent's; with `variant` (moments)
+/// new rows are zero and relocated rows keep their own entries.
+pub fn rebuild_half(
+    gpu: &Gpu,
+    src: &GpuBuffer<u32>,
+    parent: &GpuBuffer<u32>,
+    variant: Option<&GpuBuffer<u32>>,
+    row: usize,
+) -> GpuBuffer<u32> {
     let words = (parent.len() * row).div_ceil(2);
     let dst = gpu.alloc::<u32>(words);
     if words > 0 {
@@ -383,9 +411,11 @@ pub fn rebuild_half(gpu: &Gpu, src: &GpuBuffer<u32>, parent: &GpuBuffer<u32>, ro
             CubeDim::new_1d(256),
             src.arg(),
             parent.arg(),
+            variant.unwrap_or(parent).arg(),
             dst.arg(),
             parent.len() as u32,
             row as u32,
+            variant.is_some(),
         );
     }
     dst

@@ -257,6 +257,7 @@ fn logit(p: f32) -> f32 {
 impl Trainer {
     /// Start from host parameters.
     pub fn new(gpu: &Gpu, cfg: TrainConfig, init: &init::InitSplats) -> Result<Self, SplatError> {
+        Self::check_storage(cfg.adam.moments, cfg.sh_precision)?;
         if init.sh_degree != cfg.sh_degree {
             return Err(SplatError::InvalidSplats(format!(
                 "initial splats have SH degree {}, the configuration asks for {}",
@@ -279,12 +280,24 @@ impl Trainer {
         Ok(t)
     }
 
+    /// 8-bit SH moments are stored beside half-float SH coefficients only.
+    fn check_storage(moments: MomentPrecision, sh: ShPrecision) -> Result<(), SplatError> {
+        if moments == MomentPrecision::Sh8 && sh != ShPrecision::F16 {
+            return Err(SplatError::InvalidConfig(format!(
+                "Adam moments '{moments}' (8-bit SH moments) need f16 SH coefficients, not {sh}"
+            )));
+        }
+        Ok(())
+    }
+
     fn from_parts(gpu: &Gpu, cfg: TrainConfig, splats: GpuSplats, rng: HostRng) -> Self {
         let n = splats.len();
-        let moments = Self::row_widths_of(&splats)
+        let rows = Self::row_widths_of(&splats);
+        let mut moments: Vec<Moments> = rows[..4]
             .iter()
             .map(|&row| Moments::zeros(gpu, n * row, cfg.adam.moments))
             .collect();
+        moments.push(Moments::zeros_sh(gpu, n, rows[4], cfg.adam.moments));
         Self {
             gpu: gpu.clone(),
             cfg,
@@ -340,11 +353,12 @@ impl Trainer {
         let values = 3 + 3 + 4 + 1 + 3 * k;
         let grads = 4 * values;
         let params = 4 * (3 + 3 + 4 + 1) + sh.bytes_per_splat(sh_degree);
+        let rest = 3 * (k - 1);
         let raster = 4 * (10 + 2 + 2 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 10 + 12);
         let isects = 4 * 4 * (1 + 1 + 2 + 2 + 1 + 10);
         MemoryLedger {
             params,
-            moments: moments.bytes_per_value() * values,
+            moments: moments.bytes_per_value(false) * (values - rest) + moments.bytes_per_value(true) * rest,
             adc_stats: 8,
             // gradients, the rasterizer's buffers, four intersections, and one group (SH,
             // the largest) rebuilt during densification
@@ -644,7 +658,7 @@ impl Trainer {
             ShCoeffs::F32(sh) => ShCoeffs::F32(densify::rebuild(&gpu, sh, parent, variant, rows[4], false)),
             ShCoeffs::Half { dc, rest } => {
                 let dc = densify::rebuild(&gpu, dc, parent, variant, 3, false);
-                let rest = densify::rebuild_half(&gpu, rest, parent, rows[4] - 3);
+                let rest = densify::rebuild_half(&gpu, rest, parent, None, rows[4] - 3);
                 ShCoeffs::Half { dc, rest }
             }
         };
@@ -765,8 +779,11 @@ impl Trainer {
     /// (bf16 -> f32 is exact, f32 -> bf16 rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_moment_precision(&mut self, precision: MomentPrecision) -> Result<(), SplatError> {
+        Self::check_storage(precision, self.cfg.sh_precision)?;
+        let rows = self.rows();
         for g in 0..self.moments.len() {
-            self.moments[g] = self.moments[g].converted(&self.gpu, precision)?;
+            let sh_row = (g == 4).then_some(rows[4]);
+            self.moments[g] = self.moments[g].converted(&self.gpu, precision, sh_row)?;
         }
         self.cfg.adam.moments = precision;
         Ok(())
@@ -776,6 +793,7 @@ impl Trainer {
     /// (half -> f32 is exact, f32 -> half rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_sh_precision(&mut self, precision: ShPrecision) -> Result<(), SplatError> {
+        Self::check_storage(self.cfg.adam.moments, precision)?;
         self.splats.sh = self.splats.sh.converted(&self.gpu, self.splats.num_coeffs(), precision)?;
         self.cfg.sh_precision = precision;
         Ok(())
