@@ -10,6 +10,7 @@
 //!
 //! The trainer stores the Adam moments of the higher-order SH coefficients this way: `m` as
 //! s1e5m2, `sqrt(v)` as e5m3 (storing the square root halves the exponent range `v` needs).
+//! The unsigned code never rounds a non-zero value to zero (see [`fp8_unsigned_encode`]).
 
 use cubecl::prelude::*;
 
@@ -70,10 +71,18 @@ pub fn fp8_signed_decode(code: u32) -> f32 {
     f32::reinterpret(u32::reinterpret(mag) | ((code & 0x80u32) << 24u32))
 }
 
-/// e5m3 code of `x >= 0` (the sign is dropped), rounded stochastically with `r`.
+/// e5m3 code of `x >= 0` (the sign is dropped), rounded stochastically with `r`, except that
+/// a non-zero value never becomes zero: below 2^-31 it rounds up to 2^-31. Stored `sqrt(v)`
+/// then never vanishes under a non-zero first moment; an Adam step `m / (sqrt(v) + eps)` with
+/// gsplat's eps = 1e-15 would otherwise jump by 1e5 learning rates.
 #[cube]
 pub fn fp8_unsigned_encode(x: f32, r: u32) -> u32 {
-    fp8_encode_mag(u32::reinterpret(x) & 0x7FFF_FFFFu32, r, 3u32)
+    let a = u32::reinterpret(x) & 0x7FFF_FFFFu32;
+    let mut code = fp8_encode_mag(a, r, 3u32);
+    if code == 0u32 && a != 0u32 {
+        code = 8u32;
+    }
+    code
 }
 
 /// The value of an e5m3 code.
@@ -123,7 +132,9 @@ pub fn signed_decode_host(code: u8) -> f32 {
 
 /// Host mirror of [`fp8_unsigned_encode`].
 pub fn unsigned_encode_host(x: f32, r: u32) -> u8 {
-    encode_mag_host(x.to_bits() & 0x7FFF_FFFF, r, 3) as u8
+    let a = x.to_bits() & 0x7FFF_FFFF;
+    let code = encode_mag_host(a, r, 3);
+    (if code == 0 && a != 0 { 8 } else { code }) as u8
 }
 
 /// Host mirror of [`fp8_unsigned_decode`].
@@ -155,7 +166,9 @@ pub fn signed_encode_nearest_host(x: f32) -> u8 {
     (((x.to_bits() >> 24) & 0x80) | encode_mag_nearest_host(x, 2)) as u8
 }
 
-/// Nearest e5m3 code of `x >= 0`.
+/// Nearest e5m3 code of `x >= 0` (non-zero values below 2^-31 round up, as in
+/// [`fp8_unsigned_encode`]).
 pub fn unsigned_encode_nearest_host(x: f32) -> u8 {
-    encode_mag_nearest_host(x, 3) as u8
+    let code = encode_mag_nearest_host(x, 3);
+    (if code == 0 && x != 0.0 { 8 } else { code }) as u8
 }

@@ -194,6 +194,8 @@ fn fp8_codes_match_the_host_mirror_and_bracket_the_value() {
             let a = x.abs() as f64;
             if x.is_nan() || a >= fp8_max(man_bits) {
                 assert_eq!(v, fp8_max(man_bits), "x = {x:e} saturates");
+            } else if man_bits == 3 && a > 0.0 && a < 2f64.powi(-31) {
+                assert_eq!(v, 2f64.powi(-31), "x = {x:e}: non-zero sqrt(v) never rounds to zero");
             } else {
                 let (lo, hi) = fp8_neighbours(a, man_bits);
                 assert!(v == lo || v == hi, "x = {x:e}, m{man_bits}: {v:e} outside [{lo:e}, {hi:e}]");
@@ -231,6 +233,9 @@ fn fp8_stochastic_rounding_is_unbiased() {
             us += fp8::unsigned_decode_host(fp8::unsigned_encode_host(x.abs(), r)) as f64;
         }
         for (man_bits, mean, want) in [(2u32, ms / trials as f64, x as f64), (3, us / trials as f64, x.abs() as f64)] {
+            if man_bits == 3 && want < 2f64.powi(-31) {
+                continue; // rounds up to 2^-31 by design
+            }
             let (lo, hi) = fp8_neighbours(want.abs(), man_bits);
             let tol = 5.0 * (hi - lo) / (2.0 * (trials as f64).sqrt());
             assert!((mean - want).abs() < tol, "x = {x:e}, m{man_bits}: mean {mean:e}");
