@@ -221,6 +221,19 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     assert!(!ok && err.contains("unknown moment precision 'f16'"), "{err}");
     let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], 25);
+    // On to 30 steps with 8-bit moments for the higher-order SH coefficients (converted).
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "30", "--resume", ck.to_str().unwrap(), "--adam-moments", "sh8"];
+    args.extend(common);
+    let (ok, stdout, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("converting the checkpoint's f32 Adam moments to sh8"), "{stdout}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    let last = &eval.as_array().unwrap().last().unwrap();
+    assert!(last["step"] == 30 && last["psnr"].as_f64().unwrap() > 5.0, "{last}");
+    // 8-bit SH moments need half-float SH coefficients: a clear error, not a panic.
+    let out2 = dir.path().join("lego_sh8_f32");
+    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out2.to_str().unwrap(), "--downscale", "20", "--adam-moments", "sh8", "--sh-precision", "f32"]);
+    assert!(!ok && err.contains("need f16 SH coefficients"), "{err}");
 }
 
 #[test]
