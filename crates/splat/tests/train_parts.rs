@@ -1496,3 +1496,31 @@ fn sh8_checkpoints_resume_exactly_and_convert() {
     // f32 SH cannot take 8-bit moments.
     assert!(back.set_moment_precision(MomentPrecision::Sh8).is_err());
 }
+
+/// Adam's step is bounded by a few learning rates whatever the gradient scale: also with 8-bit
+/// SH moments when the gradients are below the smallest 8-bit value (2^-31) and then stop.
+/// (A stored `sqrt(v)` flushed to zero under a non-zero `m` made the step `m / eps`, 1e5
+/// learning rates with gsplat's eps = 1e-15: lego diverged on the H100.)
+#[test]
+fn sh8_adam_steps_stay_bounded_for_gradients_below_the_8bit_range() {
+    use rust3r_splat::{ShCoeffs, ShPrecision};
+    let gpu = gpu();
+    let (n, k) = (400usize, 16usize);
+    let row = 3 * k;
+    let coeffs = ShCoeffs::upload(&gpu, &vec![0.0; n * row], k, ShPrecision::F16).unwrap();
+    let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
+    let moments = Moments::zeros_sh(&gpu, n, row, MomentPrecision::Sh8);
+    let cfg = adam::AdamConfig { moments: MomentPrecision::Sh8, ..Default::default() };
+    assert_eq!(cfg.eps, 1e-15);
+    let lr = 1e-3f32;
+    let tiny = gpu.upload(&vec![3e-10f32; n * row]);
+    let zero = gpu.upload(&vec![0.0f32; n * row]);
+    for t in 1..=20u64 {
+        let g = if t == 1 { &tiny } else { &zero };
+        adam::adam_update_sh_half(&gpu, dc, rest, g, &moments, row, (lr, lr), t, &cfg, None, adam::rounding_key(7, 4, t));
+    }
+    let p = coeffs.read(&gpu, k).unwrap();
+    let worst = p.iter().fold(0f32, |a, v| a.max(v.abs()));
+    // 20 steps of at most a few learning rates each
+    assert!(worst <= 20.0 * 4.0 * lr, "a coefficient moved {worst} in 20 steps of lr {lr}");
+}
