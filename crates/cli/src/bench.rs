@@ -426,8 +426,10 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         "Adam moments {}, SH {}; persistent bytes / Gaussian from the layout: {ledger}",
         a.adam_moments, a.sh_precision
     );
-    println!("| N | resolution | step ms (median) | persistent bytes / Gaussian | peak reserved GB | peak in use GB |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| N | resolution | step ms (median) | persistent bytes / Gaussian | peak reserved GB | in use after a step GB | peak in use inside a step GB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for n in a.ns.split(',').filter(|s| !s.is_empty()) {
         let n = parse_n(n, base)?;
         let set = build_set(&garden, &nn, n);
@@ -470,12 +472,22 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
             peak_res = peak_res.max(gpu.memory_reserved());
             peak_use = peak_use.max(gpu.memory_in_use());
         }
+        // Two more steps, untimed, sampling the memory in use inside them (a memory report
+        // waits for the device).
+        t.track_memory();
+        for _ in 0..2 {
+            t.step(&cam, &target)?;
+        }
+        gpu.sync()?;
+        peak_res = peak_res.max(gpu.memory_reserved());
+        let inside = t.peak_in_use().unwrap_or(0);
         println!(
-            "| {n} | {w}x{h} | {:.2} | {:.0} | {:.2} | {:.2} |",
+            "| {n} | {w}x{h} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
             median(times),
             persistent as f64 / n as f64,
             peak_res as f64 / 1e9,
-            peak_use as f64 / 1e9
+            peak_use as f64 / 1e9,
+            inside as f64 / 1e9
         );
         drop(t);
         gpu.sync()?;

@@ -248,6 +248,8 @@ pub struct Trainer {
     last_loss: Option<LossOutput>,
     last_alpha_loss: Option<AlphaLossOutput>,
     zeros_cache: Option<GpuBuffer<f32>>,
+    /// Largest device bytes in use sampled inside steps ([`Trainer::track_memory`]).
+    peak_in_use: Option<u64>,
 }
 
 fn logit(p: f32) -> f32 {
@@ -311,6 +313,7 @@ impl Trainer {
             last_loss: None,
             last_alpha_loss: None,
             zeros_cache: None,
+            peak_in_use: None,
         }
     }
 
@@ -460,6 +463,7 @@ impl Trainer {
         };
         rust3r_gpu::profile::start(&gpu);
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
+        self.sample_memory();
         let lambda = self.cfg.ssim_lambda;
         let loss = match target.mask {
             Some(mask) => self
@@ -491,6 +495,7 @@ impl Trainer {
             &zeros,
             false,
         )?;
+        self.sample_memory();
         drop(state);
         if let Strategy::Mcmc(mc) = &self.cfg.strategy {
             mcmc::add_regularizer_grads(
@@ -558,6 +563,7 @@ impl Trainer {
             );
         }
 
+        self.sample_memory();
         rust3r_gpu::profile::mark(&gpu, "adam");
         let s = self.step;
         let mut refined = None;
@@ -615,6 +621,26 @@ impl Trainer {
             num_visible: out.num_visible,
             refined,
         })
+    }
+
+    /// Sample the device memory in use inside every following step: after the forward pass,
+    /// after the backward pass (forward state and gradients alive: the step's high point)
+    /// and after Adam. [`Trainer::peak_in_use`] reports the largest sample. Off by default:
+    /// a sample waits for the device's memory report.
+    pub fn track_memory(&mut self) {
+        self.peak_in_use.get_or_insert(0);
+    }
+
+    /// Largest memory sample since [`Trainer::track_memory`] (a lower bound of the true peak:
+    /// buffers that live only inside a kernel sequence are not seen), `None` when not tracking.
+    pub fn peak_in_use(&self) -> Option<u64> {
+        self.peak_in_use
+    }
+
+    fn sample_memory(&mut self) {
+        if let Some(p) = self.peak_in_use.as_mut() {
+            *p = (*p).max(self.gpu.memory_in_use());
+        }
     }
 
     /// Loss of the last step, the alpha term included (reads one or two values back).
