@@ -383,6 +383,11 @@ pub struct RenderOptions {
     /// writes no checkpoints (about 5 bytes per intersection, and their stores), and
     /// [`render_backward`] on its state is an error.
     pub forward_only: bool,
+    /// The backward pass writes the SH coefficients' gradient ([`ParamGrads::sh`], 12 bytes
+    /// per coefficient and Gaussian). Off: `sh` is left empty, for a consumer that computes
+    /// it where it needs it from [`RenderState::sh_grad_inputs`] and the projected gradient
+    /// (the trainer's fused SH Adam step). Default on.
+    pub sh_grad: bool,
 }
 
 /// The rasterizer's backward kernels.
@@ -412,6 +417,7 @@ impl Default for RenderOptions {
             absgrad: false,
             backward_kernel: BackwardKernel::Auto,
             forward_only: false,
+            sh_grad: true,
         }
     }
 }
@@ -462,6 +468,31 @@ pub struct RenderState {
     deterministic: bool,
     absgrad: bool,
     backward_kernel: BackwardKernel,
+    sh_grad: bool,
+}
+
+/// What the SH coefficients' gradient is computed from, besides the means and the projected
+/// gradient ([`SplatGrads::projected`]): see [`crate::kernels::project::sh_value_grad`].
+pub struct ShGradInputs<'a> {
+    /// The camera block of the render.
+    pub cam: &'a GpuBuffer<f32>,
+    /// Projected Gaussians (the colour, clamped at zero, at `PROJ` stride).
+    pub proj: &'a GpuBuffer<f32>,
+    pub tiles_touched: &'a GpuBuffer<u32>,
+    /// SH coefficients evaluated by the render.
+    pub active_coeffs: u32,
+}
+
+impl RenderState {
+    /// The forward buffers the SH gradient depends on.
+    pub fn sh_grad_inputs(&self) -> ShGradInputs<'_> {
+        ShGradInputs {
+            cam: &self.cam,
+            proj: &self.proj,
+            tiles_touched: &self.tiles_touched,
+            active_coeffs: self.active_coeffs,
+        }
+    }
 }
 
 /// How a render's intersections spread over its tiles (for benchmarks and diagnostics).
@@ -805,6 +836,7 @@ pub fn render_chunks(
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
         backward_kernel: opts.backward_kernel,
+        sh_grad: opts.sh_grad,
     };
     Ok((out, state))
 }
@@ -1039,27 +1071,29 @@ pub fn render_backward_chunks(
             log_scales: gpu.alloc::<f32>(rows * 3),
             quats: gpu.alloc::<f32>(rows * 4),
             opacity_logits: gpu.alloc::<f32>(rows),
-            sh: gpu.alloc::<f32>(rows * k * 3),
+            sh: gpu.alloc::<f32>(if state.sh_grad { rows * k * 3 } else { 0 }),
         };
         // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
         let v_cam = gpu.alloc::<f32>(if pose_grad { rows * project::VCAM } else { 1 });
         rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
-            project::sh_backward_coeffs::launch(
-                client,
-                gpu.grid(blocks(rows * k)),
-                CubeDim::new_1d(256),
-                splats.means.arg(),
-                state.cam.arg(),
-                state.tiles_touched.arg(),
-                state.proj.arg(),
-                v_proj.arg(),
-                p.sh.arg(),
-                rows as u32,
-                row0 as u32,
-                k as u32,
-                state.active_coeffs,
-            );
+            if state.sh_grad {
+                project::sh_backward_coeffs::launch(
+                    client,
+                    gpu.grid(blocks(rows * k)),
+                    CubeDim::new_1d(256),
+                    splats.means.arg(),
+                    state.cam.arg(),
+                    state.tiles_touched.arg(),
+                    state.proj.arg(),
+                    v_proj.arg(),
+                    p.sh.arg(),
+                    rows as u32,
+                    row0 as u32,
+                    k as u32,
+                    state.active_coeffs,
+                );
+            }
             rust3r_gpu::profile::mark(gpu, "bwd 3b SH coefficients");
             project::project_backward::launch(
                 client,

@@ -449,13 +449,46 @@ pub fn sh_backward_coeffs(
     if k < active_coeffs && tiles_touched[gg] != 0u32 {
         let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
         let b = sh_basis(k, ux, uy, uz);
-        vr = select(proj[gg * 10 + 7] > 0.0f32, b * v_proj[gg * 10 + 7], 0.0f32);
-        vg = select(proj[gg * 10 + 8] > 0.0f32, b * v_proj[gg * 10 + 8], 0.0f32);
-        vb = select(proj[gg * 10 + 9] > 0.0f32, b * v_proj[gg * 10 + 9], 0.0f32);
+        vr = sh_channel_grad(b, proj, v_proj, gg, 0u32);
+        vg = sh_channel_grad(b, proj, v_proj, gg, 1u32);
+        vb = sh_channel_grad(b, proj, v_proj, gg, 2u32);
     }
     v_sh[i * 3] = vr;
     v_sh[i * 3 + 1] = vg;
     v_sh[i * 3 + 2] = vb;
+}
+
+/// `d loss / d sh_{k,c}` from the basis value `b = b_k(dir)`: zero where the forward colour
+/// channel `c` was clamped at zero (the stored colour in `proj` tells).
+#[cube]
+fn sh_channel_grad(b: f32, proj: &[f32], v_proj: &[f32], gg: usize, c: u32) -> f32 {
+    let o = gg * 10 + 7 + c as usize;
+    select(proj[o] > 0.0f32, b * v_proj[o], 0.0f32)
+}
+
+/// Gradient of SH value `col` (coefficient `col / 3`, channel `col % 3`) of chunk-local row
+/// `g` (global row `gg` of the projected buffers), bit for bit what [`sh_backward_coeffs`]
+/// writes: for consumers that need it once and should not store it (the trainer's fused SH
+/// Adam step).
+#[cube]
+pub fn sh_value_grad(
+    means: &[f32],
+    cam: &[f32],
+    tiles_touched: &[u32],
+    proj: &[f32],
+    v_proj: &[f32],
+    g: usize,
+    gg: usize,
+    col: u32,
+    active_coeffs: u32,
+) -> f32 {
+    let k = col / 3u32;
+    let mut out = 0.0f32;
+    if k < active_coeffs && tiles_touched[gg] != 0u32 {
+        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+        out = sh_channel_grad(sh_basis(k, ux, uy, uz), proj, v_proj, gg, col - k * 3u32);
+    }
+    out
 }
 
 /// Backward of [`project_forward`] but for the SH coefficients ([`sh_backward_coeffs`]): from

@@ -18,6 +18,8 @@
 use cubecl::prelude::*;
 use rust3r_gpu::fp8::{fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode};
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32};
+
+use crate::kernels::project::sh_value_grad;
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 use super::densify::pcg_hash;
@@ -226,6 +228,32 @@ fn adam_value_sh8(
     (p - (step / bc1) * m1 / (s1 / bc2_sqrt + eps), e1)
 }
 
+/// Gradient of SH value `col` of row `g` (flat index `gi`): read from `grad`, or with `fused`
+/// computed from the render's buffers ([`sh_value_grad`]).
+#[cube]
+#[allow(clippy::too_many_arguments, unused_assignments)]
+fn sh_grad_at(
+    grad: &[f32],
+    means: &[f32],
+    cam: &[f32],
+    tiles_touched: &[u32],
+    proj: &[f32],
+    v_proj: &[f32],
+    g: usize,
+    gi: usize,
+    col: u32,
+    active_coeffs: u32,
+    #[comptime] fused: bool,
+) -> f32 {
+    let mut out = 0.0f32;
+    if fused {
+        out = sh_value_grad(means, cam, tiles_touched, proj, v_proj, g, g, col, active_coeffs);
+    } else {
+        out = grad[gi];
+    }
+    out
+}
+
 /// Salt of the random bits that round half-float parameters (independent of the moments'):
 /// value `mi` at rounding key `key` uses `pcg_hash(pcg_hash(mi) ^ key ^ HALF_PARAM_SALT)`.
 pub const HALF_PARAM_SALT: u32 = 0x9E37_79B9;
@@ -242,6 +270,12 @@ fn adam_step_sh_half(
     dc: &mut [f32],
     rest: &mut [u32],
     grad: &[f32],
+    means: &[f32],
+    cam: &[f32],
+    tiles_touched: &[u32],
+    proj: &[f32],
+    v_proj: &[f32],
+    active_coeffs: u32,
     m: &mut [f32],
     v: &mut [f32],
     mv: &mut [u32],
@@ -260,6 +294,7 @@ fn adam_step_sh_half(
     #[comptime] compact: bool,
     #[comptime] sh8: bool,
     #[comptime] visible_only: bool,
+    #[comptime] fused: bool,
 ) {
     let u = rust3r_gpu::global_id();
     let ndc = n as usize * 3;
@@ -277,8 +312,9 @@ fn adam_step_sh_half(
         if sh8 {
             mi = u;
         }
+        let gr = sh_grad_at(grad, means, cam, tiles_touched, proj, v_proj, g, gi, (u - g * 3) as u32, active_coeffs, fused);
         dc[u] = adam_value(
-            dc[u], grad[gi], mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
+            dc[u], gr, mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
         );
     } else {
         let w = u - ndc;
@@ -307,10 +343,13 @@ fn adam_step_sh_half(
                 }
                 if live {
                     let mi = g * row + 3 + (vi - g * r);
+                    let gr = sh_grad_at(
+                        grad, means, cam, tiles_touched, proj, v_proj, g, mi, (3 + vi - g * r) as u32, active_coeffs, fused,
+                    );
                     let mut np = 0.0f32;
                     if sh8 {
                         let (p1, e1) = adam_value_sh8(
-                            f16_to_f32(bits), grad[mi], entry, mi as u32, lr_rest, beta1, beta2, eps, bc1, bc2_sqrt,
+                            f16_to_f32(bits), gr, entry, mi as u32, lr_rest, beta1, beta2, eps, bc1, bc2_sqrt,
                             key,
                         );
                         np = p1;
@@ -318,7 +357,7 @@ fn adam_step_sh_half(
                     } else {
                         np = adam_value(
                             f16_to_f32(bits),
-                            grad[mi],
+                            gr,
                             mi,
                             m,
                             v,
@@ -346,15 +385,29 @@ fn adam_step_sh_half(
     }
 }
 
+/// Where [`adam_update_sh_half`] takes the SH gradient from.
+pub enum ShGrad<'a> {
+    /// A stored `[n][k][rgb]` gradient ([`crate::ParamGrads::sh`]).
+    Buffer(&'a GpuBuffer<f32>),
+    /// Computed per value from a render of one chunk with `sh_grad` off: its means, the
+    /// forward buffers and the projected gradient ([`crate::SplatGrads::projected`]). Saves
+    /// writing and reading 12 bytes per coefficient and Gaussian, and their memory.
+    Fused {
+        means: &'a GpuBuffer<f32>,
+        inputs: crate::render::ShGradInputs<'a>,
+        v_proj: &'a GpuBuffer<f32>,
+    },
+}
+
 /// [`adam_update`] for SH coefficients stored as [`crate::ShCoeffs::Half`] (`dc` `[n][rgb]`,
-/// `rest` packed halves); `grad` and `moments` hold every value of the `[n][k][rgb]` rows
-/// (`row = 3k`). The DC terms step with `lr_dc`, the rest with `lr_rest`.
+/// `rest` packed halves); the gradient and `moments` hold every value of the `[n][k][rgb]`
+/// rows (`row = 3k`). The DC terms step with `lr_dc`, the rest with `lr_rest`.
 #[allow(clippy::too_many_arguments)]
 pub fn adam_update_sh_half(
     gpu: &Gpu,
     dc: &GpuBuffer<f32>,
     rest: &GpuBuffer<u32>,
-    grad: &GpuBuffer<f32>,
+    grad: ShGrad<'_>,
     moments: &Moments,
     row: usize,
     (lr_dc, lr_rest): (f32, f32),
@@ -365,9 +418,21 @@ pub fn adam_update_sh_half(
 ) {
     let n = dc.len() / 3;
     assert!(
-        row >= 3 && grad.len() == n * row && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
+        row >= 3 && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
         "adam (half SH) buffer lengths"
     );
+    let none_f = gpu.zeros::<f32>(1);
+    let none_u = gpu.zeros::<u32>(1);
+    let (grad, means, cam, tiles, proj, v_proj, active, fused) = match &grad {
+        ShGrad::Buffer(g) => {
+            assert_eq!(g.len(), n * row, "adam (half SH) gradient length");
+            (*g, &none_f, &none_f, &none_u, &none_f, &none_f, 0, false)
+        }
+        ShGrad::Fused { means, inputs, v_proj } => {
+            assert_eq!(means.len(), n * 3, "adam (half SH) means length");
+            (&none_f, *means, inputs.cam, inputs.tiles_touched, inputs.proj, *v_proj, inputs.active_coeffs, true)
+        }
+    };
     if n == 0 {
         return;
     }
@@ -390,6 +455,12 @@ pub fn adam_update_sh_half(
         dc.arg(),
         rest.arg(),
         grad.arg(),
+        means.arg(),
+        cam.arg(),
+        tiles.arg(),
+        proj.arg(),
+        v_proj.arg(),
+        active,
         m.arg(),
         v.arg(),
         mv.arg(),
@@ -408,6 +479,7 @@ pub fn adam_update_sh_half(
         compact,
         sh8,
         visible.is_some(),
+        fused,
     );
 }
 

@@ -354,7 +354,11 @@ impl Trainer {
     pub fn memory_ledger(sh_degree: u32, moments: MomentPrecision, sh: ShPrecision) -> MemoryLedger {
         let k = ((sh_degree + 1) * (sh_degree + 1)) as u64;
         let values = 3 + 3 + 4 + 1 + 3 * k;
-        let grads = 4 * values;
+        // Half-float SH: the trainer's Adam step computes the SH gradient itself, never stored.
+        let grads = match sh {
+            ShPrecision::F32 => 4 * values,
+            ShPrecision::F16 => 4 * (values - 3 * k),
+        };
         let params = 4 * (3 + 3 + 4 + 1) + sh.bytes_per_splat(sh_degree);
         let rest = 3 * (k - 1);
         let raster = 4 * (10 + 2 + 2 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 10 + 12);
@@ -459,6 +463,8 @@ impl Trainer {
             sh_degree: Some(self.active_sh_degree()),
             deterministic: self.cfg.deterministic,
             absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
+            // Half-float SH: Adam computes the SH gradient itself (not stored).
+            sh_grad: !matches!(self.splats.sh, ShCoeffs::Half { .. }),
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
@@ -496,7 +502,6 @@ impl Trainer {
             false,
         )?;
         self.sample_memory();
-        drop(state);
         if let Strategy::Mcmc(mc) = &self.cfg.strategy {
             mcmc::add_regularizer_grads(
                 &gpu,
@@ -525,18 +530,24 @@ impl Trainer {
         ];
         let rows = self.rows();
         let visible = self.cfg.visible_adam.then_some(&out.radii);
-        for g in 0..5 {
+        // SH first: its fused gradient reads the means of the render.
+        for g in [4, 0, 1, 2, 3] {
             let key = adam::rounding_key(self.cfg.seed, g, t);
             let param = match (g, &self.splats.sh) {
                 (0..4, _) => Self::geometry_buffers(&self.splats)[g],
                 (_, ShCoeffs::F32(sh)) => sh,
                 (_, ShCoeffs::Half { dc, rest }) => {
                     let (_, lr_dc, lr_rest) = rates[g];
+                    let grad = adam::ShGrad::Fused {
+                        means: &self.splats.means,
+                        inputs: state.sh_grad_inputs(),
+                        v_proj: &grads.projected,
+                    };
                     adam::adam_update_sh_half(
                         &gpu,
                         dc,
                         rest,
-                        grad_bufs[g],
+                        grad,
                         &self.moments[g],
                         rows[g],
                         (lr_dc, lr_rest),
@@ -564,6 +575,7 @@ impl Trainer {
         }
 
         self.sample_memory();
+        drop(state);
         rust3r_gpu::profile::mark(&gpu, "adam");
         let s = self.step;
         let mut refined = None;
