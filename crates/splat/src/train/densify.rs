@@ -52,16 +52,39 @@ fn gather_rows(
         terminate!();
     }
     let j = i / r;
-    let k = i - j * r;
-    let var = variant[j];
-    if zero_fresh && var == 4u32 {
-        // Relocated row: parameters from the parent, optimizer state its own.
-        dst[i] = src[i];
-    } else if zero_fresh && var != 0u32 {
-        dst[i] = 0u32;
-    } else {
-        dst[i] = src[(parent[j] as usize) * r + k];
+    let (keep, s) = rebuild_source(parent, variant, j, i - j * r, r, i, zero_fresh);
+    let mut out = 0u32;
+    if keep {
+        out = src[s];
     }
+    dst[i] = out;
+}
+
+/// Where entry `k` of new row `j` (rows of `r` entries; `own` is the entry's own index) comes
+/// from: `(keep, index)`. The parent's entry; with `zero_fresh` a new row's entries are not
+/// kept (zero) and a relocated row keeps its own (its parameters come from the parent, its
+/// optimizer state is its own, as in gsplat).
+#[cube]
+fn rebuild_source(
+    parent: &[u32],
+    variant: &[u32],
+    j: usize,
+    k: usize,
+    r: usize,
+    own: usize,
+    #[comptime] zero_fresh: bool,
+) -> (bool, usize) {
+    let mut keep = true;
+    let mut s = (parent[j] as usize) * r + k;
+    if zero_fresh {
+        let var = variant[j];
+        if var == 4u32 {
+            s = own;
+        } else if var != 0u32 {
+            keep = false;
+        }
+    }
+    (keep, s)
 }
 
 /// Split children: `mean += R diag(exp(s)) n` with the parent's (already gathered) values,
@@ -373,16 +396,7 @@ fn gather_half_rows(
         let v = w * 2 + h as usize;
         if v < total {
             let j = v / r;
-            let mut s = (parent[j] as usize) * r + (v - j * r);
-            let mut keep = true;
-            if zero_fresh {
-                let var = variant[j];
-                if var == 4u32 {
-                    s = v;
-                } else if var != 0u32 {
-                    keep = false;
-                }
-            }
+            let (keep, s) = rebuild_source(parent, variant, j, v - j * r, r, v, zero_fresh);
             if keep {
                 let bits = (src[s / 2] >> (((s % 2) as u32) * 16u32)) & 0xFFFFu32;
                 out |= bits << (h * 16u32);
