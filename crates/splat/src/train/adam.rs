@@ -56,35 +56,16 @@ fn learning_rate(
     step
 }
 
-/// One Adam update of `param[i]` from the previous moments `(m0, v0)`; returns the new ones for
-/// the caller to store in its own format.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn adam_element(
-    param: &mut [f32],
-    i: usize,
-    gr: f32,
-    m0: f32,
-    v0: f32,
-    step: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-) -> (f32, f32) {
-    let mi = beta1 * m0 + (1.0f32 - beta1) * gr;
-    let vi = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
-    param[i] -= (step / bc1) * mi / (f32::sqrt(vi) / bc2_sqrt + eps);
-    (mi, vi)
-}
-
+/// Adam on a flat f32 parameter buffer ([`adam_update`]); the moments are two f32 buffers
+/// (`m`, `v`) or, with `compact`, bf16 pairs in `mv` (the unused ones are placeholders).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 fn adam_step(
     param: &mut [f32],
     grad: &[f32],
     m: &mut [f32],
     v: &mut [f32],
+    mv: &mut [u32],
     radii: &[u32],
     len: u32,
     row: u32,
@@ -96,15 +77,15 @@ fn adam_step(
     eps: f32,
     bc1: f32,
     bc2_sqrt: f32,
+    key: u32,
+    #[comptime] compact: bool,
     #[comptime] visible_only: bool,
 ) {
     let i = rust3r_gpu::global_id();
     let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
-    let (mi, vi) = adam_element(
-        param, i, grad[i], m[i], v[i], step, beta1, beta2, eps, bc1, bc2_sqrt,
+    param[i] = adam_value(
+        param[i], grad[i], i, m, v, mv, step, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
     );
-    m[i] = mi;
-    v[i] = vi;
 }
 
 /// bf16 bits (in the low 16 bits of the result) of `x` rounded stochastically with the
@@ -126,41 +107,9 @@ pub fn bf16_stochastic_bits(x: f32, r: u32) -> u32 {
     out
 }
 
-#[cube(launch)]
-fn adam_step_bf16(
-    param: &mut [f32],
-    grad: &[f32],
-    mv: &mut [u32],
-    radii: &[u32],
-    len: u32,
-    row: u32,
-    first_cols: u32,
-    lr: f32,
-    lr_rest: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-    key: u32,
-    #[comptime] visible_only: bool,
-) {
-    let i = rust3r_gpu::global_id();
-    let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
-    let word = mv[i];
-    let m0 = f32::reinterpret(word & 0xFFFF_0000u32);
-    let v0 = f32::reinterpret(word << 16u32);
-    let (mi, vi) = adam_element(
-        param, i, grad[i], m0, v0, step, beta1, beta2, eps, bc1, bc2_sqrt,
-    );
-    // Counter-based random bits: element index, then the (step, seed, group) key.
-    let r = pcg_hash(pcg_hash(i as u32) ^ key);
-    mv[i] = (bf16_stochastic_bits(mi, r) << 16u32) | bf16_stochastic_bits(vi, r >> 16u32);
-}
-
 /// Adam step of one value whose moments sit at index `mi` of `m` / `v` (f32) or, with
-/// `compact`, of `mv` (bf16 pairs, stored with stochastic rounding as in [`adam_step_bf16`]).
-/// Returns the new parameter value.
+/// `compact`, of `mv` (bf16 pairs, stored with stochastic rounding: counter-based random bits
+/// from the element index, then the (step, seed, group) key). Returns the new parameter value.
 #[cube]
 #[allow(clippy::too_many_arguments, unused_assignments)]
 fn adam_value(
@@ -440,13 +389,7 @@ pub fn adam_update_sh_half(
     let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
     let no_radii = gpu.zeros::<u32>(1);
     let radii = visible.unwrap_or(&no_radii);
-    let (no_m, no_v, no_mv, no_mv8) =
-        (gpu.zeros::<f32>(1), gpu.zeros::<f32>(1), gpu.zeros::<u32>(1), gpu.zeros::<u32>(1));
-    let (m, v, mv, mv8, compact, sh8) = match moments {
-        Moments::F32 { m, v } => (m, v, &no_mv, &no_mv8, false, false),
-        Moments::Bf16(mv) => (&no_m, &no_v, mv, &no_mv8, true, false),
-        Moments::Sh8 { dc, rest, .. } => (&no_m, &no_v, dc, rest, true, true),
-    };
+    let MomentArgs { m, v, mv, mv8, compact, sh8 } = MomentArgs::new(gpu, moments);
     let units = n * 3 + rest.len();
     adam_step_sh_half::launch(
         gpu.client(),
@@ -481,6 +424,32 @@ pub fn adam_update_sh_half(
         visible.is_some(),
         fused,
     );
+}
+
+/// The Adam kernels' moment arguments for `moments`, with one-value placeholders for the
+/// buffers its storage does not use (a binding must still be given).
+struct MomentArgs {
+    m: GpuBuffer<f32>,
+    v: GpuBuffer<f32>,
+    /// bf16 pairs (of every value, or of the DC values for `sh8`).
+    mv: GpuBuffer<u32>,
+    /// 8-bit pairs of the higher-order SH values.
+    mv8: GpuBuffer<u32>,
+    compact: bool,
+    sh8: bool,
+}
+
+impl MomentArgs {
+    fn new(gpu: &Gpu, moments: &Moments) -> Self {
+        let (f, u) = (|| gpu.zeros::<f32>(1), || gpu.zeros::<u32>(1));
+        match moments {
+            Moments::F32 { m, v } => Self { m: m.clone(), v: v.clone(), mv: u(), mv8: u(), compact: false, sh8: false },
+            Moments::Bf16(mv) => Self { m: f(), v: f(), mv: mv.clone(), mv8: u(), compact: true, sh8: false },
+            Moments::Sh8 { dc, rest, .. } => {
+                Self { m: f(), v: f(), mv: dc.clone(), mv8: rest.clone(), compact: true, sh8: true }
+            }
+        }
+    }
 }
 
 /// How the Adam moments are stored.
@@ -856,49 +825,33 @@ pub fn adam_update(
         }
     };
     let grid = gpu.grid(len.div_ceil(256));
-    match moments {
-        Moments::F32 { m, v } => adam_step::launch(
-            gpu.client(),
-            grid,
-            CubeDim::new_1d(256),
-            param.arg(),
-            grad.arg(),
-            m.arg(),
-            v.arg(),
-            radii.arg(),
-            len as u32,
-            row as u32,
-            first_cols as u32,
-            lr,
-            lr_rest,
-            cfg.beta1,
-            cfg.beta2,
-            cfg.eps,
-            bc1 as f32,
-            bc2.sqrt() as f32,
-            visible.is_some(),
-        ),
-        Moments::Bf16(mv) => adam_step_bf16::launch(
-            gpu.client(),
-            grid,
-            CubeDim::new_1d(256),
-            param.arg(),
-            grad.arg(),
-            mv.arg(),
-            radii.arg(),
-            len as u32,
-            row as u32,
-            first_cols as u32,
-            lr,
-            lr_rest,
-            cfg.beta1,
-            cfg.beta2,
-            cfg.eps,
-            bc1 as f32,
-            bc2.sqrt() as f32,
-            key,
-            visible.is_some(),
-        ),
-        Moments::Sh8 { .. } => panic!("8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"),
-    }
+    assert!(
+        !matches!(moments, Moments::Sh8 { .. }),
+        "8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"
+    );
+    let MomentArgs { m, v, mv, compact, .. } = MomentArgs::new(gpu, moments);
+    adam_step::launch(
+        gpu.client(),
+        grid,
+        CubeDim::new_1d(256),
+        param.arg(),
+        grad.arg(),
+        m.arg(),
+        v.arg(),
+        mv.arg(),
+        radii.arg(),
+        len as u32,
+        row as u32,
+        first_cols as u32,
+        lr,
+        lr_rest,
+        cfg.beta1,
+        cfg.beta2,
+        cfg.eps,
+        bc1 as f32,
+        bc2.sqrt() as f32,
+        key,
+        compact,
+        visible.is_some(),
+    );
 }
