@@ -1583,3 +1583,20 @@ fn fused_sh_adam_equals_adam_on_the_stored_gradient() {
         assert_eq!(gpu.read(&g.projected).unwrap(), gpu.read(&grads.projected).unwrap());
     }
 }
+
+/// More Gaussians than one buffer binding holds for the widest training buffer: a clear error
+/// up front (naming the buffer and the way out), not a device failure mid-allocation; and the
+/// densification cap stays inside the limit.
+#[test]
+fn too_many_gaussians_for_one_binding_is_a_clear_error() {
+    let gpu = gpu();
+    let limit = gpu.max_buffer_bytes();
+    // 192 B per Gaussian at SH 3 for the SH moments (bf16 pairs): one more than fits.
+    let n = (limit / 192) as usize + 1;
+    let init = init::random_box(n, 1.0, 0.3, 1.0, 5, 3);
+    let e = Trainer::new(&gpu, TrainConfig::default(), &init).err().expect("refused").to_string();
+    assert!(e.contains("Adam moments of the SH coefficients") && e.contains("sh8"), "{e}");
+    // A small trainer caps densification at the binding limit too.
+    let t = small_trainer(&gpu, MomentPrecision::Bf16);
+    assert!(t.capacity() <= (limit / 12 / 4) as usize, "capacity {}", t.capacity());
+}

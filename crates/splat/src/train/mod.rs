@@ -260,6 +260,7 @@ impl Trainer {
     /// Start from host parameters.
     pub fn new(gpu: &Gpu, cfg: TrainConfig, init: &init::InitSplats) -> Result<Self, SplatError> {
         Self::check_storage(cfg.adam.moments, cfg.sh_precision)?;
+        Self::check_buffers(gpu, &cfg, init.opacity_logits.len())?;
         if init.sh_degree != cfg.sh_degree {
             return Err(SplatError::InvalidSplats(format!(
                 "initial splats have SH degree {}, the configuration asks for {}",
@@ -382,12 +383,50 @@ impl Trainer {
 
     /// Largest number of Gaussians allowed by `max_splats` and the memory budget.
     pub fn capacity(&self) -> usize {
-        let mut cap = self.cfg.max_splats.unwrap_or(usize::MAX);
+        let (_, widest) = Self::widest_buffer(&self.cfg);
+        let mut cap = self.cfg.max_splats.unwrap_or(usize::MAX).min((self.gpu.max_buffer_bytes() / widest) as usize);
         if let Some(budget) = self.cfg.memory_budget {
             let per = Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments, self.cfg.sh_precision);
             cap = cap.min((budget / per) as usize);
         }
         cap
+    }
+
+    /// The widest per-Gaussian training buffer (one binding must hold it for every Gaussian)
+    /// and its bytes per Gaussian: SH values, their moments or gradient, or the projected
+    /// rows (40 B).
+    fn widest_buffer(cfg: &TrainConfig) -> (&'static str, u64) {
+        let k = ((cfg.sh_degree.min(3) + 1) * (cfg.sh_degree.min(3) + 1)) as u64;
+        let mut out = ("projected Gaussians", 40);
+        let mut consider = |what, bytes| {
+            if bytes > out.1 {
+                out = (what, bytes);
+            }
+        };
+        consider("quaternions", 16);
+        match cfg.sh_precision {
+            ShPrecision::F32 => consider("SH coefficients and their gradient", 12 * k),
+            ShPrecision::F16 => consider("higher-order SH coefficients", 6 * (k - 1)),
+        }
+        match cfg.adam.moments {
+            MomentPrecision::F32 | MomentPrecision::Bf16 => consider("Adam moments of the SH coefficients", 12 * k),
+            MomentPrecision::Sh8 => consider("Adam moments of the SH coefficients", 6 * (k - 1)),
+        }
+        out
+    }
+
+    /// Error unless every training buffer of `n` Gaussians fits one binding of the adapter
+    /// (wgpu binds at most 2 GiB; the trainer does not split its buffers into chunks).
+    fn check_buffers(gpu: &Gpu, cfg: &TrainConfig, n: usize) -> Result<(), SplatError> {
+        let (what, per) = Self::widest_buffer(cfg);
+        gpu.check_fits(what, n as u64 * per).map_err(|e| {
+            SplatError::InvalidSplats(format!(
+                "{e}: {n} Gaussians are too many to train at SH degree {} with {} moments on this adapter{}",
+                cfg.sh_degree,
+                cfg.adam.moments,
+                if cfg.adam.moments == MomentPrecision::Sh8 { "" } else { " (--adam-moments sh8 halves the widest buffer; the CUDA backend has no such limit)" }
+            ))
+        })
     }
 
     fn check_budget(&self, n: usize) -> Result<(), SplatError> {
@@ -818,6 +857,8 @@ impl Trainer {
     /// resumed with the other setting.
     pub fn set_moment_precision(&mut self, precision: MomentPrecision) -> Result<(), SplatError> {
         Self::check_storage(precision, self.cfg.sh_precision)?;
+        let cfg = TrainConfig { adam: AdamConfig { moments: precision, ..self.cfg.adam }, ..self.cfg.clone() };
+        Self::check_buffers(&self.gpu, &cfg, self.num_splats())?;
         let rows = self.rows();
         for g in 0..self.moments.len() {
             let sh_row = (g == 4).then_some(rows[4]);
@@ -832,6 +873,8 @@ impl Trainer {
     /// resumed with the other setting.
     pub fn set_sh_precision(&mut self, precision: ShPrecision) -> Result<(), SplatError> {
         Self::check_storage(self.cfg.adam.moments, precision)?;
+        let cfg = TrainConfig { sh_precision: precision, ..self.cfg.clone() };
+        Self::check_buffers(&self.gpu, &cfg, self.num_splats())?;
         self.splats.sh = self.splats.sh.converted(&self.gpu, self.splats.num_coeffs(), precision)?;
         self.cfg.sh_precision = precision;
         Ok(())
