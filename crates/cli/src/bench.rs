@@ -481,6 +481,9 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         gpu.sync()?;
         peak_res = peak_res.max(gpu.memory_reserved());
         let inside = t.peak_in_use().unwrap_or(0);
+        if let Some(r) = rust3r_gpu::profile::report() {
+            println!("profile {n} {w}x{h} (RUST3R_PROFILE):\n{r}");
+        }
         println!(
             "| {n} | {w}x{h} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",
             median(times),

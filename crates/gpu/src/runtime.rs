@@ -229,7 +229,13 @@ pub struct Gpu {
     client: Client,
     device: cubecl::Device,
     poison: bool,
+    /// One-word zero buffers bound where a kernel takes an argument it does not use
+    /// ([`Gpu::placeholder`]), allocated once per slot.
+    placeholders: std::sync::Arc<[std::sync::OnceLock<Handle>; PLACEHOLDER_SLOTS]>,
 }
+
+/// Distinct placeholder buffers a single launch can bind ([`Gpu::placeholder`]).
+pub const PLACEHOLDER_SLOTS: usize = 8;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -253,12 +259,12 @@ impl Gpu {
                 .unwrap_or_else(|| "unknown error".into());
             GpuError::NoAdapter(msg)
         })?;
-        Ok(Self { client, device, poison: opts.poison })
+        Ok(Self { client, device, poison: opts.poison, placeholders: Default::default() })
     }
 
     /// Wrap a client and device that already exist (e.g. those of a Burn tensor).
     pub fn from_parts(client: Client, device: cubecl::Device) -> Self {
-        Self { client, device, poison: false }
+        Self { client, device, poison: false, placeholders: Default::default() }
     }
 
     /// The default device with default options.
@@ -349,6 +355,17 @@ impl Gpu {
     /// Allocate a zero-filled buffer (filled on the device: no host transfer).
     pub fn zeros<T: Pod>(&self, len: usize) -> GpuBuffer<T> {
         self.filled(len, 0u32)
+    }
+
+    /// A one-element zero buffer to bind where a kernel takes an argument its compile-time
+    /// options leave unused (it must not be written). Slot `slot` (below
+    /// [`PLACEHOLDER_SLOTS`]) is allocated on first use and shared afterwards, so hot paths
+    /// do not allocate and fill a buffer per launch; use distinct slots for the arguments of
+    /// one launch.
+    pub fn placeholder<T: Pod>(&self, slot: usize) -> GpuBuffer<T> {
+        assert_eq!(std::mem::size_of::<T>(), 4, "placeholders hold one 32-bit element");
+        let handle = self.placeholders[slot].get_or_init(|| self.zeros::<u32>(1).handle).clone();
+        GpuBuffer { handle, len: 1, _t: PhantomData }
     }
 
     /// Allocate a buffer of 32-bit elements all set to the bit pattern `bits`.

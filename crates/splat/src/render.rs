@@ -619,7 +619,7 @@ pub fn render_chunks(
     let client = gpu.client();
 
     let proj = gpu.alloc::<f32>(n * project::PROJ);
-    let no_rest = gpu.zeros::<u32>(1);
+    let no_rest = gpu.placeholder::<u32>(0);
     let radii = gpu.alloc::<u32>(n * 2);
     let rects = gpu.alloc::<u32>(n * 2);
     let tiles_touched = gpu.alloc::<u32>(n);
@@ -1060,7 +1060,7 @@ pub fn render_backward_chunks(
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let mut params = Vec::with_capacity(chunks.len());
-    let no_rest = gpu.zeros::<u32>(1);
+    let no_rest = gpu.placeholder::<u32>(0);
     let mut cam_sums = Vec::new();
     let mut row0 = 0;
     for splats in chunks {

@@ -370,8 +370,7 @@ pub fn adam_update_sh_half(
         row >= 3 && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
         "adam (half SH) buffer lengths"
     );
-    let none_f = gpu.zeros::<f32>(1);
-    let none_u = gpu.zeros::<u32>(1);
+    let (none_f, none_u) = (gpu.placeholder::<f32>(4), gpu.placeholder::<u32>(5));
     let (grad, means, cam, tiles, proj, v_proj, active, fused) = match &grad {
         ShGrad::Buffer(g) => {
             assert_eq!(g.len(), n * row, "adam (half SH) gradient length");
@@ -387,7 +386,7 @@ pub fn adam_update_sh_half(
     }
     let bc1 = 1.0 - (cfg.beta1 as f64).powf(t as f64);
     let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
-    let no_radii = gpu.zeros::<u32>(1);
+    let no_radii = gpu.placeholder::<u32>(6);
     let radii = visible.unwrap_or(&no_radii);
     let MomentArgs { m, v, mv, mv8, compact, sh8 } = MomentArgs::new(gpu, moments);
     let units = n * 3 + rest.len();
@@ -441,12 +440,13 @@ struct MomentArgs {
 
 impl MomentArgs {
     fn new(gpu: &Gpu, moments: &Moments) -> Self {
-        let (f, u) = (|| gpu.zeros::<f32>(1), || gpu.zeros::<u32>(1));
+        // Placeholder slots 0-3, one per argument.
+        let (m0, v0, mv0, mv80) = (gpu.placeholder(0), gpu.placeholder(1), gpu.placeholder(2), gpu.placeholder(3));
         match moments {
-            Moments::F32 { m, v } => Self { m: m.clone(), v: v.clone(), mv: u(), mv8: u(), compact: false, sh8: false },
-            Moments::Bf16(mv) => Self { m: f(), v: f(), mv: mv.clone(), mv8: u(), compact: true, sh8: false },
+            Moments::F32 { m, v } => Self { m: m.clone(), v: v.clone(), mv: mv0, mv8: mv80, compact: false, sh8: false },
+            Moments::Bf16(mv) => Self { m: m0, v: v0, mv: mv.clone(), mv8: mv80, compact: true, sh8: false },
             Moments::Sh8 { dc, rest, .. } => {
-                Self { m: f(), v: f(), mv: dc.clone(), mv8: rest.clone(), compact: true, sh8: true }
+                Self { m: m0, v: v0, mv: dc.clone(), mv8: rest.clone(), compact: true, sh8: true }
             }
         }
     }
@@ -820,7 +820,7 @@ pub fn adam_update(
     let radii = match visible {
         Some(r) => r,
         None => {
-            dummy = gpu.zeros::<u32>(1);
+            dummy = gpu.placeholder::<u32>(6);
             &dummy
         }
     };
