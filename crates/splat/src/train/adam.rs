@@ -384,8 +384,7 @@ pub fn adam_update_sh_half(
     if n == 0 {
         return;
     }
-    let bc1 = 1.0 - (cfg.beta1 as f64).powf(t as f64);
-    let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
+    let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
     let no_radii = gpu.placeholder::<u32>(6);
     let radii = visible.unwrap_or(&no_radii);
     let MomentArgs { m, v, mv, mv8, compact, sh8 } = MomentArgs::new(gpu, moments);
@@ -415,8 +414,8 @@ pub fn adam_update_sh_half(
         cfg.beta1,
         cfg.beta2,
         cfg.eps,
-        bc1 as f32,
-        bc2.sqrt() as f32,
+        bc1,
+        bc2_sqrt,
         key,
         compact,
         sh8,
@@ -516,6 +515,15 @@ pub struct AdamConfig {
     /// Storage of the moments (missing in configurations written before it existed: f32).
     #[serde(default = "MomentPrecision::legacy")]
     pub moments: MomentPrecision,
+}
+
+impl AdamConfig {
+    /// `1 - beta1^t` and `sqrt(1 - beta2^t)` at step `t` (1-based), computed in f64.
+    fn bias_corrections(&self, t: u64) -> (f32, f32) {
+        let bc1 = 1.0 - (self.beta1 as f64).powf(t as f64);
+        let bc2 = 1.0 - (self.beta2 as f64).powf(t as f64);
+        (bc1 as f32, bc2.sqrt() as f32)
+    }
 }
 
 impl Default for AdamConfig {
@@ -814,8 +822,7 @@ pub fn adam_update(
     if len == 0 {
         return;
     }
-    let bc1 = 1.0 - (cfg.beta1 as f64).powf(t as f64);
-    let bc2 = 1.0 - (cfg.beta2 as f64).powf(t as f64);
+    let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
     let dummy;
     let radii = match visible {
         Some(r) => r,
@@ -848,8 +855,8 @@ pub fn adam_update(
         cfg.beta1,
         cfg.beta2,
         cfg.eps,
-        bc1 as f32,
-        bc2.sqrt() as f32,
+        bc1,
+        bc2_sqrt,
         key,
         compact,
         visible.is_some(),
