@@ -104,12 +104,11 @@ pub fn f16_value(h: u16) -> f32 {
 }
 
 /// `values` rounded to the nearest half and packed two per word (value `2i` in the low half of
-/// word `i`; an odd count leaves the last high half zero).
+/// word `i`; an odd count leaves the last high half zero). Finite values beyond the half range
+/// saturate to ±65504, as [`f16_stochastic_bits`] does.
 pub fn pack_f16(values: &[f32]) -> Vec<u32> {
-    values
-        .chunks(2)
-        .map(|c| u32::from(f16_nearest(c[0])) | (c.get(1).map_or(0, |&v| u32::from(f16_nearest(v))) << 16))
-        .collect()
+    let h = |x: f32| u32::from(f16_nearest(if x.is_finite() { x.clamp(-65504.0, 65504.0) } else { x }));
+    values.chunks(2).map(|c| h(c[0]) | (c.get(1).map_or(0, |&v| h(v)) << 16)).collect()
 }
 
 /// The first `len` values of a packed half array.

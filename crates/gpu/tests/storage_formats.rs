@@ -64,6 +64,10 @@ fn every_half_bit_pattern_decodes_exactly() {
     let (grid, dim) = launch_1d(&gpu, vals.len());
     decode_packed::launch(gpu.client(), grid, dim, gpu.upload(&words).arg(), out.arg(), vals.len() as u32);
     assert_eq!(gpu.read(&out).unwrap(), unpack_f16(&words, vals.len()));
+    // Upload packing saturates like the stochastic encoder; infinities and NaN stay.
+    let back = unpack_f16(&pack_f16(&[1e6, -7e4, f32::INFINITY, f32::NAN, 0.5]), 5);
+    assert_eq!(&back[..3], &[65504.0, -65504.0, f32::INFINITY]);
+    assert!(back[3].is_nan() && back[4] == 0.5);
 }
 
 /// The two halves that bracket `x` (f64 arithmetic on the half values).
