@@ -67,10 +67,16 @@ pub fn f16_stochastic_bits(x: f32, r: u32) -> u32 {
     out
 }
 
+/// 16-bit entry `i` of an array stored two per word (`i` even: low half), in the low bits.
+#[cube]
+pub fn half_bits_at(words: &[u32], i: usize) -> u32 {
+    (words[i / 2] >> (((i % 2) as u32) * 16u32)) & 0xFFFFu32
+}
+
 /// Half value `i` of an array stored two per word (`i` even: low half).
 #[cube]
 pub fn f16_at(words: &[u32], i: usize) -> f32 {
-    f16_to_f32((words[i / 2] >> (((i % 2) as u32) * 16u32)) & 0xFFFFu32)
+    f16_to_f32(half_bits_at(words, i))
 }
 
 /// Host mirror of [`f16_stochastic_bits`], bit for bit.
@@ -103,17 +109,32 @@ pub fn f16_value(h: u16) -> f32 {
     half::f16::from_bits(h).to_f32()
 }
 
-/// `values` rounded to the nearest half and packed two per word (value `2i` in the low half of
-/// word `i`; an odd count leaves the last high half zero). Finite values beyond the half range
-/// saturate to ±65504, as [`f16_stochastic_bits`] does.
+/// 16-bit entries packed two per word (entry `2i` in the low half of word `i`; an odd count
+/// leaves the last high half zero): the layout [`half_bits_at`] reads.
+pub fn pack_pairs(entries: impl IntoIterator<Item = u16>) -> Vec<u32> {
+    let mut words = Vec::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        if i % 2 == 0 {
+            words.push(u32::from(e));
+        } else {
+            *words.last_mut().expect("pushed above") |= u32::from(e) << 16;
+        }
+    }
+    words
+}
+
+/// Host mirror of [`half_bits_at`].
+pub fn pair_entry(words: &[u32], i: usize) -> u16 {
+    (words[i / 2] >> ((i % 2) * 16)) as u16
+}
+
+/// `values` rounded to the nearest half and packed two per word ([`pack_pairs`]). Finite
+/// values beyond the half range saturate to ±65504, as [`f16_stochastic_bits`] does.
 pub fn pack_f16(values: &[f32]) -> Vec<u32> {
-    let h = |x: f32| u32::from(f16_nearest(if x.is_finite() { x.clamp(-65504.0, 65504.0) } else { x }));
-    values.chunks(2).map(|c| h(c[0]) | (c.get(1).map_or(0, |&v| h(v)) << 16)).collect()
+    pack_pairs(values.iter().map(|&x| f16_nearest(if x.is_finite() { x.clamp(-65504.0, 65504.0) } else { x })))
 }
 
 /// The first `len` values of a packed half array.
 pub fn unpack_f16(words: &[u32], len: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| f16_value((words[i / 2] >> ((i % 2) * 16)) as u16))
-        .collect()
+    (0..len).map(|i| f16_value(pair_entry(words, i))).collect()
 }

@@ -17,7 +17,7 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::fp8::{fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode};
-use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32};
+use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32, pack_pairs, pair_entry};
 
 use crate::kernels::project::sh_value_grad;
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
@@ -321,7 +321,7 @@ fn adam_step_sh_half(
                             compact,
                         );
                     }
-                    nb = f16_stochastic_bits(np, pcg_hash(pcg_hash(mi as u32) ^ key ^ 0x9E37_79B9u32));
+                    nb = f16_stochastic_bits(np, pcg_hash(pcg_hash(mi as u32) ^ key ^ HALF_PARAM_SALT));
                 }
             }
             out |= nb << (h * 16u32);
@@ -616,13 +616,13 @@ pub enum Moments {
 }
 
 /// 16-bit [`Moments::Sh8`] entry of `(m, v)`, rounded to nearest.
-pub fn pack_moments_sh8(m: f32, v: f32) -> u32 {
+pub fn pack_moments_sh8(m: f32, v: f32) -> u16 {
     use rust3r_gpu::fp8;
-    (u32::from(fp8::signed_encode_nearest_host(m)) << 8) | u32::from(fp8::unsigned_encode_nearest_host(v.max(0.0).sqrt()))
+    (u16::from(fp8::signed_encode_nearest_host(m)) << 8) | u16::from(fp8::unsigned_encode_nearest_host(v.max(0.0).sqrt()))
 }
 
 /// `(m, v)` of a 16-bit [`Moments::Sh8`] entry.
-pub fn unpack_moments_sh8(e: u32) -> (f32, f32) {
+pub fn unpack_moments_sh8(e: u16) -> (f32, f32) {
     use rust3r_gpu::fp8;
     let s = fp8::unsigned_decode_host(e as u8);
     (fp8::signed_decode_host((e >> 8) as u8), s * s)
@@ -685,10 +685,9 @@ impl Moments {
                 rest.push(pack_moments_sh8(a, b));
             }
         }
-        let words: Vec<u32> = rest.chunks(2).map(|c| c[0] | (c.get(1).copied().unwrap_or(0) << 16)).collect();
         Self::Sh8 {
             dc: gpu.upload(&dc),
-            rest: gpu.upload(&words),
+            rest: gpu.upload(&pack_pairs(rest)),
             row,
         }
     }
@@ -741,7 +740,7 @@ impl Moments {
                         v.push(b);
                     }
                     for j in i * r..(i + 1) * r {
-                        let (a, b) = unpack_moments_sh8((rest[j / 2] >> ((j % 2) * 16)) & 0xFFFF);
+                        let (a, b) = unpack_moments_sh8(pair_entry(&rest, j));
                         m.push(a);
                         v.push(b);
                     }

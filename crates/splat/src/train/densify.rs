@@ -9,6 +9,7 @@
 //! 4 = an MCMC-relocated row (parameters of the parent, its own optimizer state, as gsplat).
 
 use cubecl::prelude::*;
+use rust3r_gpu::half::half_bits_at;
 use rust3r_gpu::{Gpu, GpuBuffer};
 
 /// PCG hash (O'Neill), a stateless per-element random stream.
@@ -398,8 +399,7 @@ fn gather_half_rows(
             let j = v / r;
             let (keep, s) = rebuild_source(parent, variant, j, v - j * r, r, v, zero_fresh);
             if keep {
-                let bits = (src[s / 2] >> (((s % 2) as u32) * 16u32)) & 0xFFFFu32;
-                out |= bits << (h * 16u32);
+                out |= half_bits_at(src, s) << (h * 16u32);
             }
         }
     }
