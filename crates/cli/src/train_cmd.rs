@@ -327,20 +327,23 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             // 8-bit SH moments need half SH: convert the SH first when moving to them, the
             // moments first when moving away.
             let moments = a.adam_moments.filter(|&p| p != t.cfg.adam.moments);
-            let sh = a.sh_precision.filter(|&p| p != t.cfg.sh_precision);
             let sh_first = moments == Some(MomentPrecision::Sh8);
-            for step in if sh_first { [0, 1] } else { [1, 0] } {
-                match (step, sh, moments) {
-                    (0, Some(p), _) => {
-                        println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
-                        t.set_sh_precision(p)?;
-                    }
-                    (1, _, Some(p)) => {
-                        println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
-                        t.set_moment_precision(p)?;
-                    }
-                    _ => {}
+            let convert_sh = |t: &mut Trainer| -> Result<()> {
+                if let Some(p) = a.sh_precision.filter(|&p| p != t.cfg.sh_precision) {
+                    println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
+                    t.set_sh_precision(p)?;
                 }
+                Ok(())
+            };
+            if sh_first {
+                convert_sh(&mut t)?;
+            }
+            if let Some(p) = moments {
+                println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
+                t.set_moment_precision(p)?;
+            }
+            if !sh_first {
+                convert_sh(&mut t)?;
             }
             t
         }

@@ -130,6 +130,19 @@ impl ShCoeffs {
         }
     }
 
+    /// The half-float buffer for a kernel argument, or a placeholder for f32 storage (a
+    /// binding must still be given); with [`ShCoeffs::is_half`] the kernels' `half_sh` flag.
+    fn rest_arg(&self, gpu: &Gpu) -> BufferArg {
+        match self {
+            Self::Half { rest, .. } => rest.arg(),
+            Self::F32(_) => gpu.placeholder::<u32>(0).arg(),
+        }
+    }
+
+    pub fn is_half(&self) -> bool {
+        matches!(self, Self::Half { .. })
+    }
+
     /// Device bytes of the buffers.
     pub fn device_bytes(&self) -> u64 {
         match self {
@@ -323,15 +336,6 @@ impl GpuSplats {
             )?);
         }
         Ok(chunks)
-    }
-}
-
-/// The half-float SH buffer of `sh` for a kernel argument, or the placeholder `none` for f32
-/// storage (a binding must still be given).
-fn sh_rest_arg(sh: &ShCoeffs, none: &GpuBuffer<u32>) -> BufferArg {
-    match sh {
-        ShCoeffs::Half { rest, .. } => rest.arg(),
-        ShCoeffs::F32(_) => none.arg(),
     }
 }
 
@@ -619,7 +623,6 @@ pub fn render_chunks(
     let client = gpu.client();
 
     let proj = gpu.alloc::<f32>(n * project::PROJ);
-    let no_rest = gpu.placeholder::<u32>(0);
     let radii = gpu.alloc::<u32>(n * 2);
     let rects = gpu.alloc::<u32>(n * 2);
     let tiles_touched = gpu.alloc::<u32>(n);
@@ -636,7 +639,7 @@ pub fn render_chunks(
             splats.quats.arg(),
             splats.opacity_logits.arg(),
             splats.sh.f32_part().arg(),
-            sh_rest_arg(&splats.sh, &no_rest),
+            splats.sh.rest_arg(gpu),
             cam.arg(),
             proj.arg(),
             radii.arg(),
@@ -650,7 +653,7 @@ pub fn render_chunks(
             num_coeffs,
             active_coeffs,
             opts.antialiased,
-            splats.sh.precision() == ShPrecision::F16,
+            splats.sh.is_half(),
         );
         row0 += rows;
     }
@@ -1060,7 +1063,6 @@ pub fn render_backward_chunks(
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let mut params = Vec::with_capacity(chunks.len());
-    let no_rest = gpu.placeholder::<u32>(0);
     let mut cam_sums = Vec::new();
     let mut row0 = 0;
     for splats in chunks {
@@ -1104,7 +1106,7 @@ pub fn render_backward_chunks(
                 splats.quats.arg(),
                 splats.opacity_logits.arg(),
                 splats.sh.f32_part().arg(),
-                sh_rest_arg(&splats.sh, &no_rest),
+                splats.sh.rest_arg(gpu),
                 state.cam.arg(),
                 state.tiles_touched.arg(),
                 state.proj.arg(),
@@ -1122,7 +1124,7 @@ pub fn render_backward_chunks(
                 state.active_coeffs,
                 state.antialiased,
                 pose_grad,
-                splats.sh.precision() == ShPrecision::F16,
+                splats.sh.is_half(),
             );
             if pose_grad {
                 cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));

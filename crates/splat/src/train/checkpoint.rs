@@ -211,8 +211,7 @@ impl Trainer {
             data.push(v);
         }
         let f = |i: usize| -> &[f32] { bytemuck::cast_slice(&data[i]) };
-        Trainer::check_storage(moments, h.config.sh_precision).map_err(|e| err(path, e))?;
-        Trainer::check_buffers(gpu, &h.config, n).map_err(|e| err(path, e))?;
+        Trainer::check_config(gpu, &h.config, n).map_err(|e| err(path, e))?;
         let splats =
             GpuSplats::from_slices_as(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree, h.config.sh_precision)?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::render::{GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with};
 use crate::{Camera, SplatError};
+use rust3r_io::{MAX_SH_DEGREE, num_coeffs_for_degree};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
 use densify::AdcThresholds;
 use loss::{AlphaLossOutput, LossKernels, LossOutput};
@@ -259,8 +260,7 @@ fn logit(p: f32) -> f32 {
 impl Trainer {
     /// Start from host parameters.
     pub fn new(gpu: &Gpu, cfg: TrainConfig, init: &init::InitSplats) -> Result<Self, SplatError> {
-        Self::check_storage(cfg.adam.moments, cfg.sh_precision)?;
-        Self::check_buffers(gpu, &cfg, init.opacity_logits.len())?;
+        Self::check_config(gpu, &cfg, init.opacity_logits.len())?;
         if init.sh_degree != cfg.sh_degree {
             return Err(SplatError::InvalidSplats(format!(
                 "initial splats have SH degree {}, the configuration asks for {}",
@@ -283,14 +283,24 @@ impl Trainer {
         Ok(t)
     }
 
-    /// 8-bit SH moments are stored beside half-float SH coefficients only.
-    fn check_storage(moments: MomentPrecision, sh: ShPrecision) -> Result<(), SplatError> {
+    /// Error unless `cfg`'s storage can train `n` Gaussians: 8-bit SH moments are stored
+    /// beside half-float SH coefficients only, and every training buffer must fit one binding
+    /// of the adapter (wgpu binds at most 2 GiB; the trainer does not split its buffers).
+    fn check_config(gpu: &Gpu, cfg: &TrainConfig, n: usize) -> Result<(), SplatError> {
+        let (moments, sh) = (cfg.adam.moments, cfg.sh_precision);
         if moments == MomentPrecision::Sh8 && sh != ShPrecision::F16 {
             return Err(SplatError::InvalidConfig(format!(
                 "Adam moments '{moments}' (8-bit SH moments) need f16 SH coefficients, not {sh}"
             )));
         }
-        Ok(())
+        let (what, per) = Self::widest_buffer(cfg);
+        gpu.check_fits(what, n as u64 * per).map_err(|e| {
+            SplatError::InvalidSplats(format!(
+                "{e}: {n} Gaussians are too many to train at SH degree {} with {moments} moments on this adapter{}",
+                cfg.sh_degree,
+                if moments == MomentPrecision::Sh8 { "" } else { " (--adam-moments sh8 halves the widest buffer; the CUDA backend has no such limit)" }
+            ))
+        })
     }
 
     fn from_parts(gpu: &Gpu, cfg: TrainConfig, splats: GpuSplats, rng: HostRng) -> Self {
@@ -396,7 +406,7 @@ impl Trainer {
     /// and its bytes per Gaussian: SH values, their moments or gradient, or the projected
     /// rows (40 B).
     fn widest_buffer(cfg: &TrainConfig) -> (&'static str, u64) {
-        let k = ((cfg.sh_degree.min(3) + 1) * (cfg.sh_degree.min(3) + 1)) as u64;
+        let k = num_coeffs_for_degree(cfg.sh_degree.min(MAX_SH_DEGREE)) as u64;
         let mut out = ("projected Gaussians", 40);
         let mut consider = |what, bytes| {
             if bytes > out.1 {
@@ -413,20 +423,6 @@ impl Trainer {
             MomentPrecision::Sh8 => consider("Adam moments of the SH coefficients", 6 * (k - 1)),
         }
         out
-    }
-
-    /// Error unless every training buffer of `n` Gaussians fits one binding of the adapter
-    /// (wgpu binds at most 2 GiB; the trainer does not split its buffers into chunks).
-    fn check_buffers(gpu: &Gpu, cfg: &TrainConfig, n: usize) -> Result<(), SplatError> {
-        let (what, per) = Self::widest_buffer(cfg);
-        gpu.check_fits(what, n as u64 * per).map_err(|e| {
-            SplatError::InvalidSplats(format!(
-                "{e}: {n} Gaussians are too many to train at SH degree {} with {} moments on this adapter{}",
-                cfg.sh_degree,
-                cfg.adam.moments,
-                if cfg.adam.moments == MomentPrecision::Sh8 { "" } else { " (--adam-moments sh8 halves the widest buffer; the CUDA backend has no such limit)" }
-            ))
-        })
     }
 
     fn check_budget(&self, n: usize) -> Result<(), SplatError> {
@@ -503,7 +499,7 @@ impl Trainer {
             deterministic: self.cfg.deterministic,
             absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
             // Half-float SH: Adam computes the SH gradient itself (not stored).
-            sh_grad: !matches!(self.splats.sh, ShCoeffs::Half { .. }),
+            sh_grad: !self.splats.sh.is_half(),
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
@@ -856,9 +852,8 @@ impl Trainer {
     /// (bf16 -> f32 is exact, f32 -> bf16 rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_moment_precision(&mut self, precision: MomentPrecision) -> Result<(), SplatError> {
-        Self::check_storage(precision, self.cfg.sh_precision)?;
         let cfg = TrainConfig { adam: AdamConfig { moments: precision, ..self.cfg.adam }, ..self.cfg.clone() };
-        Self::check_buffers(&self.gpu, &cfg, self.num_splats())?;
+        Self::check_config(&self.gpu, &cfg, self.num_splats())?;
         let rows = self.rows();
         for g in 0..self.moments.len() {
             let sh_row = (g == 4).then_some(rows[4]);
@@ -872,9 +867,8 @@ impl Trainer {
     /// (half -> f32 is exact, f32 -> half rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_sh_precision(&mut self, precision: ShPrecision) -> Result<(), SplatError> {
-        Self::check_storage(self.cfg.adam.moments, precision)?;
         let cfg = TrainConfig { sh_precision: precision, ..self.cfg.clone() };
-        Self::check_buffers(&self.gpu, &cfg, self.num_splats())?;
+        Self::check_config(&self.gpu, &cfg, self.num_splats())?;
         self.splats.sh = self.splats.sh.converted(&self.gpu, self.splats.num_coeffs(), precision)?;
         self.cfg.sh_precision = precision;
         Ok(())
