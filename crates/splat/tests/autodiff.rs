@@ -8,7 +8,7 @@ use common::{Scene, random_scene, test_camera};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::Gpu;
 use rust3r_splat::autodiff::{RasterSettings, rasterize};
-use rust3r_splat::{GpuSplats, RenderOptions, render, render_backward};
+use rust3r_splat::{RenderOptions, render, render_backward};
 
 fn close(name: &str, a: &[f32], b: &[f32]) {
     assert_eq!(a.len(), b.len(), "{name}: lengths");
@@ -90,16 +90,7 @@ fn burn_autodiff_matches_host_backward() {
 
     // Host side.
     let gpu = Gpu::default_device().unwrap();
-    let splats = GpuSplats::from_slices(
-        &gpu,
-        &Scene::f32(&s.means),
-        &Scene::f32(&s.log_scales),
-        &Scene::f32(&s.quats),
-        &Scene::f32(&s.opacity_logits),
-        &Scene::f32(&s.sh),
-        2,
-    )
-    .unwrap();
+    let splats = s.upload(&gpu, rust3r_splat::ShPrecision::F32);
     let opts = RenderOptions {
         background: bg,
         antialiased: true,

@@ -17,16 +17,7 @@ fn gpu() -> Gpu {
 }
 
 fn upload(gpu: &Gpu, s: &Scene) -> GpuSplats {
-    GpuSplats::from_slices(
-        gpu,
-        &Scene::f32(&s.means),
-        &Scene::f32(&s.log_scales),
-        &Scene::f32(&s.quats),
-        &Scene::f32(&s.opacity_logits),
-        &Scene::f32(&s.sh),
-        s.sh_degree,
-    )
-    .unwrap()
+    s.upload(gpu, ShPrecision::F32)
 }
 
 fn round_camera(mut c: Camera) -> Camera {

@@ -697,7 +697,7 @@ fn alpha_loss_matches_float64_reference_and_finite_differences() {
 #[test]
 fn alpha_loss_through_the_rasterizer_matches_finite_differences() {
     use common::{RefOpts, Scene, random_scene, test_camera};
-    use rust3r_splat::{GpuSplats, RenderOptions, render, render_backward};
+    use rust3r_splat::{RenderOptions, render, render_backward};
     let gpu = gpu();
     let kernels = loss::LossKernels::new(&gpu);
     let s = random_scene(31, 8, 1);
@@ -729,16 +729,7 @@ fn alpha_loss_through_the_rasterizer_matches_finite_differences() {
     };
     let ref_loss = |p: &Scene| alpha_loss_ref(&ref_alpha(p), &t, Some(&m), weight).0;
 
-    let splats = GpuSplats::from_slices(
-        &gpu,
-        &Scene::f32(&s.means),
-        &Scene::f32(&s.log_scales),
-        &Scene::f32(&s.quats),
-        &Scene::f32(&s.opacity_logits),
-        &Scene::f32(&s.sh),
-        s.sh_degree,
-    )
-    .unwrap();
+    let splats = s.upload(&gpu, rust3r_splat::ShPrecision::F32);
     let opts = RenderOptions {
         background: bg.map(|v| v as f32),
         ..Default::default()
@@ -1530,22 +1521,12 @@ fn sh8_adam_steps_stay_bounded_for_gradients_below_the_8bit_range() {
 /// bit: both moment storages, every SH degree active and only the first two.
 #[test]
 fn fused_sh_adam_equals_adam_on_the_stored_gradient() {
-    use common::{Scene, random_scene, test_camera};
-    use rust3r_splat::{GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward};
+    use common::{random_scene, test_camera};
+    use rust3r_splat::{RenderOptions, ShCoeffs, ShPrecision, render, render_backward};
     let gpu = gpu();
     let s = random_scene(61, 900, 3).rounded();
     let cam = test_camera(48, 36);
-    let splats = GpuSplats::from_slices_as(
-        &gpu,
-        &Scene::f32(&s.means),
-        &Scene::f32(&s.log_scales),
-        &Scene::f32(&s.quats),
-        &Scene::f32(&s.opacity_logits),
-        &Scene::f32(&s.sh),
-        3,
-        ShPrecision::F16,
-    )
-    .unwrap();
+    let splats = s.upload(&gpu, ShPrecision::F16);
     let npix = 48 * 36;
     let mut rng = StdRng::seed_from_u64(5);
     let w: Vec<f32> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();

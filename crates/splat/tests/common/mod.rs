@@ -26,6 +26,20 @@ impl Scene {
     pub fn f32(v: &[f64]) -> Vec<f32> {
         v.iter().map(|&x| x as f32).collect()
     }
+    /// The scene on the device (parameters rounded to f32), SH stored in `precision`.
+    pub fn upload(&self, gpu: &rust3r_gpu::Gpu, precision: rust3r_splat::ShPrecision) -> rust3r_splat::GpuSplats {
+        rust3r_splat::GpuSplats::from_slices_as(
+            gpu,
+            &Self::f32(&self.means),
+            &Self::f32(&self.log_scales),
+            &Self::f32(&self.quats),
+            &Self::f32(&self.opacity_logits),
+            &Self::f32(&self.sh),
+            self.sh_degree,
+            precision,
+        )
+        .unwrap()
+    }
     /// Round every parameter to f32 so GPU and reference see identical inputs.
     pub fn rounded(mut self) -> Self {
         for v in [
