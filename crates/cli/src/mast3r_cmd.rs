@@ -9,7 +9,7 @@ use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor};
 use clap::Args;
 use rust3r_gpu::BackendKind;
 use rust3r_mast3r::parity::{run_cases, write_outputs};
-use rust3r_mast3r::{Mast3r, Mast3rConfig, Precision};
+use rust3r_mast3r::{Mast3r, Mast3rConfig, Precision, Replayer};
 
 use crate::DeviceArgs;
 
@@ -165,6 +165,10 @@ pub struct BenchArgs {
     /// for A/B runs.
     #[arg(long)]
     no_stacked_heads: bool,
+    /// Also time the per-frame work recorded once and replayed (`Replayer`: CUDA graphs on the
+    /// CUDA backend), as `mono_replay` / `pair_replay`.
+    #[arg(long)]
+    graph: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -213,6 +217,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let t = Instant::now();
     let mut model = Mast3r::random(&cfg, &device, precision, 0);
     model.set_stacked_heads(!a.no_stacked_heads);
+    let model = std::sync::Arc::new(model);
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let params = cfg.inference_params();
     let bytes_per = if precision == Precision::F16 { 2 } else { 4 };
@@ -234,7 +239,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("device error: {e:?}"))
     };
     let mut peak = 0u64;
-    let mut measure = |what: &str, f: &dyn Fn(Tensor<4>)| -> Result<serde_json::Value> {
+    let mut measure = |what: &str, f: &mut dyn FnMut(Tensor<4>) -> Result<()>| -> Result<serde_json::Value> {
         let mut ms = Vec::with_capacity(a.iters);
         for i in 0..a.warmup + a.iters {
             let img = image();
@@ -245,7 +250,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
                 rust3r_mast3r::model::profile::reset();
             }
             let t = Instant::now();
-            f(img);
+            f(img)?;
             sync()?;
             if i >= a.warmup {
                 ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -265,18 +270,53 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     // Per tracked frame as MASt3R-SLAM runs it: the new frame is encoded once, then decoded with
     // itself (mono: initialisation / keyframe pointmaps) or against the cached keyframe encoding
     // (pair: tracking), both heads and the post-processing included.
-    let encoder = measure("encoder", &|img| {
+    let encoder = measure("encoder", &mut |img| {
         let _ = model.encode(img);
+        Ok(())
     })?;
-    let mono = measure("mono", &|img| {
+    let mono = measure("mono", &mut |img| {
         let e = model.encode(img);
         let _ = model.mono(&e);
+        Ok(())
     })?;
     let mono_phases = rust3r_mast3r::model::profile::report();
-    let pair = measure("pair", &|img| {
+    let pair = measure("pair", &mut |img| {
         let e = model.encode(img);
         let _ = model.decode(&e, &keyframe);
+        Ok(())
     })?;
+    // The same work recorded once per input size and replayed (the first warm-up records).
+    let mut replay = serde_json::Value::Null;
+    if a.graph {
+        let mut runner = Replayer::new(model.clone());
+        let t = Instant::now();
+        let e = runner.encode(image()).map_err(anyhow::Error::msg)?;
+        runner.mono(&e).map_err(anyhow::Error::msg)?;
+        sync()?;
+        let recorded_s = t.elapsed().as_secs_f64();
+        let mut rec = |img| -> Result<()> {
+            let e = runner.encode(img).map_err(anyhow::Error::msg)?;
+            runner.mono(&e).map_err(anyhow::Error::msg)?;
+            Ok(())
+        };
+        let mono_replay = measure("mono_rp", &mut rec)?;
+        let mut rec = |img| -> Result<()> {
+            let e = runner.encode(img).map_err(anyhow::Error::msg)?;
+            runner.decode(&e, &keyframe).map_err(anyhow::Error::msg)?;
+            Ok(())
+        };
+        let pair_replay = measure("pair_rp", &mut rec)?;
+        eprintln!(
+            "  replay: hardware graphs {}, first frame (recording) {recorded_s:.2} s",
+            runner.is_hardware()
+        );
+        replay = serde_json::json!({
+            "hardware": runner.is_hardware(),
+            "record_s": recorded_s,
+            "mono": mono_replay,
+            "pair": pair_replay,
+        });
+    }
     // Matrix-product and convolution work per measurement, and the rate it implies.
     let [fe, fd, fh] = Mast3r::flops(&cfg, h, w);
     let add_rate = |v: &mut serde_json::Value, flop: f64| {
@@ -301,6 +341,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "encoder": encoder,
         "mono": mono,
         "pair": pair,
+        "replay": replay,
         "weights_bytes": params * bytes_per,
         "peak_memory_bytes": peak,
         "peak_memory_note": "largest bytes reserved by Burn's device memory pool after any iteration (weights included)",

@@ -35,13 +35,15 @@ use rust3r_io::datasets::{Frame, SlamCalibration};
 use rust3r_slam::pair::{PairFrontEnd, PairPrediction};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
-use crate::model::{Encoded, HostPrediction, Mast3r};
+use crate::model::{Encoded, HostPrediction, Mast3r, Replayer};
 use crate::preprocess::{Preprocessed, preprocess};
 
 /// The network as a [`PointmapFrontEnd`]; also keeps the last frame's encoding and descriptors for
 /// callers that need them (MASt3R-SLAM's matching).
 pub struct Mast3rMonoFrontEnd {
-    model: Mast3r,
+    /// The network, recorded per input size and replayed ([`Replayer`]) unless `replay` is off.
+    runner: Replayer,
+    replay: bool,
     size: usize,
     /// Calibrated mode: the calibration and the camera of the network image.
     calib: Option<(SlamCalibration, PinholeCamera)>,
@@ -58,7 +60,8 @@ impl Mast3rMonoFrontEnd {
             return Err(format!("MASt3R input size must be 512 or 224, not {size}"));
         }
         Ok(Mast3rMonoFrontEnd {
-            model,
+            runner: Replayer::new(std::sync::Arc::new(model)),
+            replay: true,
             size,
             calib: None,
             last: None,
@@ -77,7 +80,18 @@ impl Mast3rMonoFrontEnd {
 
     /// The network.
     pub fn model(&self) -> &Mast3r {
-        &self.model
+        self.runner.model()
+    }
+
+    /// Run the network one operation at a time instead of replaying its recording (the
+    /// default, [`Replayer`]); for comparisons and debugging.
+    pub fn set_replay(&mut self, on: bool) {
+        self.replay = on;
+    }
+
+    /// Whether the network replays hardware recordings (CUDA graphs).
+    pub fn replays_in_hardware(&self) -> bool {
+        self.replay && self.runner.is_hardware()
     }
 
     /// Encoding, full prediction (descriptors and their confidence included) and preprocessed image
@@ -109,7 +123,7 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
 
     fn pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
         // MASt3R-SLAM weighs matches by the descriptor confidence: without it, mono tracking.
-        if self.model.config().two_confs {
+        if self.model().config().two_confs {
             Some(self)
         } else {
             None
@@ -119,7 +133,7 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
 
 impl Mast3rMonoFrontEnd {
     /// Undistorts (calibrated), preprocesses and encodes a frame.
-    fn encode_frame(&self, frame: &Frame) -> Result<(Encoded, Preprocessed), SlamError> {
+    fn encode_frame(&mut self, frame: &Frame) -> Result<(Encoded, Preprocessed), SlamError> {
         let (w, h) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
         let undistorted = match &self.calib {
             Some((calib, _)) => Some(calib.undistort(frame)?),
@@ -141,27 +155,63 @@ impl Mast3rMonoFrontEnd {
             )));
         }
         let img = self
-            .model
+            .model()
             .image_tensor(p.data.clone(), [1, 3, p.height, p.width]);
-        Ok((self.model.encode(img), p))
+        let enc = if self.replay {
+            self.runner.encode(img).map_err(|e| {
+                SlamError::InvalidInput(format!("{}: {e}", frame.rgb_path.display()))
+            })?
+        } else {
+            self.model().encode(img)
+        };
+        Ok((enc, p))
+    }
+
+    /// Both views' predictions of the pair `(a, b)`, on the host.
+    fn decode_host(
+        &mut self,
+        a: &Encoded,
+        b: &Encoded,
+        name: &str,
+    ) -> Result<[HostPrediction; 2], SlamError> {
+        if self.replay && a.grid == b.grid {
+            let [p1, p2] = self
+                .runner
+                .decode(a, b)
+                .map_err(|e| SlamError::InvalidInput(format!("{name}: {e}")))?;
+            Ok([p1.to_host(), p2.to_host()])
+        } else {
+            let [p1, p2] = self.model().decode(a, b);
+            Ok([p1.to_host(), p2.to_host()])
+        }
     }
 
     /// The frame decoded with itself: view 1's points (on the rays when calibrated) and
     /// confidence, coloured by the network image; `name` names the frame in errors.
     fn mono_of(
-        &self,
+        &mut self,
         enc: &Encoded,
         p: &Preprocessed,
         name: &str,
     ) -> Result<(Pointmap, HostPrediction), SlamError> {
-        let [own, _] = self.model.mono(enc);
-        let host = own.to_host();
-        let mut pm = host_pointmap(&host, p, name)?;
+        let [host, _] = self.decode_host(enc, enc, name)?;
+        let pm = self.pointmap_of(&host, p, name)?;
+        Ok((pm, host))
+    }
+
+    /// View 1's pointmap of a mono prediction (on the rays when calibrated).
+    fn pointmap_of(
+        &self,
+        host: &HostPrediction,
+        p: &Preprocessed,
+        name: &str,
+    ) -> Result<Pointmap, SlamError> {
+        let mut pm = host_pointmap(host, p, name)?;
         if let Some((_, cam)) = &self.calib {
             // MASt3R-SLAM `constrain_points_to_ray`: keep the predicted depth, on the pixel's ray.
             pm.constrain_to_rays(cam);
         }
-        Ok((pm, host))
+        Ok(pm)
     }
 
     fn cached(&self, index: usize) -> Result<&(usize, Encoded, Preprocessed), SlamError> {
@@ -214,23 +264,24 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     }
 
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
-        let (_, enc, p) = self.cached(index)?;
-        let (pm, _) = self.mono_of(enc, p, &format!("frame {index}"))?;
-        Ok(pm)
+        let enc = self.cached(index)?.1.clone();
+        let name = format!("frame {index}");
+        let [host, _] = self.decode_host(&enc, &enc, &name)?;
+        self.pointmap_of(&host, &self.cached(index)?.2, &name)
     }
 
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError> {
-        let (_, ef, pf) = self.cached(frame)?;
-        let (_, ek, pk) = self.cached(keyframe)?;
+        let ((_, ef, pf), (_, ek, pk)) = (self.cached(frame)?, self.cached(keyframe)?);
         if (pf.width, pf.height) != (pk.width, pk.height) {
             return Err(SlamError::InvalidInput(format!(
                 "frame {frame} ({}x{}) and keyframe {keyframe} ({}x{}) have different network image sizes",
                 pf.width, pf.height, pk.width, pk.height
             )));
         }
-        let [head1, head2] = self.model.decode(ef, ek);
-        let (hf, hk) = (head1.to_host(), head2.to_host());
+        let (ef, ek) = (ef.clone(), ek.clone());
         let name = format!("frames {frame} and {keyframe}");
+        let [hf, hk] = self.decode_host(&ef, &ek, &name)?;
+        let (pf, pk) = (&self.cached(frame)?.2, &self.cached(keyframe)?.2);
         if hf.desc_conf.len() != hf.conf.len() || hk.desc_conf.len() != hk.conf.len() {
             return Err(SlamError::InvalidInput(format!(
                 "{name}: the network has no descriptor confidence (two_confs), which pair tracking needs"

@@ -20,6 +20,7 @@ mod attention;
 mod decoder;
 mod dpt;
 mod encoder;
+mod graph;
 mod layers;
 mod local_feat;
 mod patch_embed;
@@ -32,6 +33,7 @@ use std::sync::Mutex;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
+pub use graph::Replayer;
 pub use layers::{Precision, Trace};
 pub use postprocess::Prediction;
 
