@@ -1,10 +1,9 @@
 //! Multi-head attention with RoPE2D (SPEC §4, §5): self-attention with a fused `qkv` projection
 //! and cross-attention with separate `projq`, `projk`, `projv`.
 
-use burn::tensor::activation::softmax;
 use burn::tensor::{DType, Tensor};
 
-use super::layers::Linear;
+use super::layers::{Linear, softmax_last};
 use super::rope::RopeTables;
 
 /// `softmax(q k^T * d^-1/2) v` per head; `q` `[B, Nq, H, d]`, `k`, `v` `[B, Nk, H, d]`, result
@@ -18,9 +17,9 @@ pub(crate) fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<3> {
     let scale = 1.0 / (d as f64).sqrt();
     let scores = q.matmul(k.transpose());
     let p = if dtype == DType::F32 {
-        softmax(scores * scale, 3)
+        softmax_last(scores * scale)
     } else {
-        softmax(scores.cast(DType::F32) * scale, 3).cast(dtype)
+        softmax_last(scores.cast(DType::F32) * scale).cast(dtype)
     };
     p.matmul(v).swap_dims(1, 2).reshape([b, nq, h * d])
 }

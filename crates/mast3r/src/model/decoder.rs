@@ -5,7 +5,7 @@ use burn::tensor::activation::gelu;
 use burn::tensor::{DType, Tensor};
 
 use super::attention::{CrossAttention, SelfAttention, attend};
-use super::layers::{LayerNorm, Loader, Mlp, StackedLinear};
+use super::layers::{LayerNorm, Loader, Mlp, StackedLinear, normalize_last};
 use super::rope::RopeTables;
 use crate::error::Error;
 
@@ -83,10 +83,7 @@ impl StackedLayerNorm {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let dtype = x.dtype();
         let x = if dtype == DType::F32 { x } else { x.cast(DType::F32) };
-        let mean = x.clone().mean_dim(2);
-        let centered = x - mean;
-        let var = (centered.clone() * centered.clone()).mean_dim(2);
-        let y = centered / (var + self.eps).sqrt() * self.gamma.clone() + self.beta.clone();
+        let y = normalize_last(x, self.eps) * self.gamma.clone() + self.beta.clone();
         if dtype == DType::F32 { y } else { y.cast(dtype) }
     }
 }

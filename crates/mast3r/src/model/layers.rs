@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use burn::tensor::activation::{gelu, relu};
-use burn::tensor::module::{layer_norm, linear};
+use burn::tensor::module::linear;
 use burn::tensor::ops::PadMode;
 use burn::tensor::{DType, Device, Distribution, Slice, Tensor, TensorData};
 
@@ -333,18 +333,61 @@ pub(crate) struct LayerNorm {
 impl LayerNorm {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
-        if dtype == DType::F32 {
-            layer_norm(x, self.gamma.clone(), Some(self.beta.clone()), self.eps)
-        } else {
-            layer_norm(
-                x.cast(DType::F32),
-                self.gamma.clone(),
-                Some(self.beta.clone()),
-                self.eps,
-            )
-            .cast(dtype)
-        }
+        let x = if dtype == DType::F32 { x } else { x.cast(DType::F32) };
+        let y = normalize_last(x, self.eps) * self.gamma.clone().unsqueeze::<D>()
+            + self.beta.clone().unsqueeze::<D>();
+        if dtype == DType::F32 { y } else { y.cast(dtype) }
     }
+}
+
+/// `(x - mean) / sqrt(var + eps)` over the last dimension (biased variance), as Burn's
+/// `layer_norm` computes it, with the row sums of [`last_dim_sum`].
+pub(crate) fn normalize_last<const D: usize>(x: Tensor<D>, eps: f64) -> Tensor<D> {
+    let n = x.dims()[D - 1] as f64;
+    let mean = last_dim_sum(x.clone()) / n;
+    let centered = x - mean;
+    let var = last_dim_sum(centered.clone() * centered.clone()) / n;
+    centered / (var + eps).sqrt()
+}
+
+/// `softmax(x)` over the last dimension, as Burn's `softmax` computes it, with the row maxima
+/// and sums of [`last_dim_max`] and [`last_dim_sum`].
+pub(crate) fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let e = (x.clone() - last_dim_max(x)).exp();
+    e.clone() / last_dim_sum(e)
+}
+
+/// Sum over the last dimension (kept, of size 1).
+///
+/// Burn's reductions without autotuning give each row to one GPU thread: LayerNorm's 768 rows
+/// of 1024 took 41 us per reduction on the H100, and the reductions of LayerNorm and softmax
+/// were some 10 ms of a 73 ms frame (BENCHMARKS.md, 2026-11-27). Reducing 32-wide pieces of
+/// each row first and then the pieces gives the GPU 32 times the threads, in two short launches.
+pub(crate) fn last_dim_sum<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    last_dim_reduce(x, false)
+}
+
+/// Maximum over the last dimension (kept, of size 1); see [`last_dim_sum`].
+pub(crate) fn last_dim_max<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    last_dim_reduce(x, true)
+}
+
+fn last_dim_reduce<const D: usize>(x: Tensor<D>, max: bool) -> Tensor<D> {
+    let dims = x.dims();
+    let n = dims[D - 1];
+    let Some(piece) = [32usize, 16, 8].into_iter().find(|p| n % p == 0 && n > *p) else {
+        return if max { x.max_dim(D - 1) } else { x.sum_dim(D - 1) };
+    };
+    let rows = dims[..D - 1].iter().product::<usize>();
+    let pieces: Tensor<3> = x.reshape([rows, n / piece, piece]);
+    let r = if max {
+        pieces.max_dim(2).max_dim(1)
+    } else {
+        pieces.sum_dim(2).sum_dim(1)
+    };
+    let mut out = dims;
+    out[D - 1] = 1;
+    r.reshape(out)
 }
 
 /// 2D convolution (cross-correlation, square kernel, symmetric zero padding) on channels-last
