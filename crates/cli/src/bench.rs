@@ -24,6 +24,52 @@ pub enum BenchCommand {
     TrainStep(TrainStepArgs),
     /// MASt3R per tracked frame (encoder + mono or pair decode + heads), random weights.
     Mast3r(crate::mast3r_cmd::BenchArgs),
+    /// Host cost of one small GPU operation (an allocation and one launch of a 256-element
+    /// kernel): the floor under every pass made of many launches.
+    Launch(LaunchArgs),
+}
+
+#[derive(Args)]
+pub struct LaunchArgs {
+    /// Operations per measurement.
+    #[arg(long, default_value_t = 2000)]
+    ops: usize,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn launch(a: &LaunchArgs) -> Result<()> {
+    let gpu = a.device.open()?;
+    let n = a.ops.max(1);
+    let src = gpu.upload(&(0..256u32).collect::<Vec<_>>());
+    let per_op_us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    for round in 0..3 {
+        gpu.sync()?;
+        let t = Instant::now();
+        for _ in 0..n {
+            drop(gpu.alloc::<u32>(256));
+        }
+        let alloc = per_op_us(t);
+        gpu.sync()?;
+        let t = Instant::now();
+        for _ in 0..n {
+            drop(rust3r_gpu::gather::gather(&gpu, &src, &src));
+        }
+        let enqueue = per_op_us(t);
+        gpu.sync()?;
+        let queued = per_op_us(t);
+        let t = Instant::now();
+        for _ in 0..n / 10 {
+            drop(rust3r_gpu::gather::gather(&gpu, &src, &src));
+            gpu.sync()?;
+        }
+        let synced = t.elapsed().as_secs_f64() * 1e6 / (n / 10).max(1) as f64;
+        println!(
+            "round {round} on {}: alloc {alloc:.2} us, alloc+launch enqueue {enqueue:.2} us, until done {queued:.2} us per op; launch+sync {synced:.2} us",
+            gpu.name()
+        );
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -90,6 +136,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Raster(a) => raster(&a),
         BenchCommand::TrainStep(a) => train_step(&a),
         BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
+        BenchCommand::Launch(a) => launch(&a),
     }
 }
 
