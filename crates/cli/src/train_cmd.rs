@@ -94,10 +94,11 @@ pub struct TrainArgs {
     /// checkpoint's value).
     #[arg(long, value_name = "W")]
     pub alpha_loss: Option<f32>,
-    /// Storage of the Adam moments: bf16 (both moments in one 32-bit word, stochastically
-    /// rounded; 4 bytes per parameter value, the default), sh8 (bf16, but 8 bits per moment for
-    /// the higher-order SH coefficients; needs f16 SH) or f32 (8 bytes). With --resume the
-    /// checkpoint's moments are converted when this names another one.
+    /// Storage of the Adam moments: sh8 (the default: bf16 pairs, but 8 bits per moment for
+    /// the higher-order SH coefficients; needs f16 SH, so bf16 is the default with f32 SH),
+    /// bf16 (both moments in one 32-bit word, stochastically rounded; 4 bytes per parameter
+    /// value) or f32 (8 bytes). With --resume the checkpoint's moments are converted when this
+    /// names another one.
     #[arg(long)]
     pub adam_moments: Option<MomentPrecision>,
     /// Storage of the SH coefficients: f16 (DC as f32, higher orders as half floats written
@@ -230,6 +231,11 @@ impl Targets {
     }
 }
 
+/// The Adam moments when `--adam-moments` is not given: 8-bit SH moments, which need half SH.
+fn default_moments(sh: ShPrecision) -> MomentPrecision {
+    if sh == ShPrecision::F16 { MomentPrecision::default() } else { MomentPrecision::Bf16 }
+}
+
 pub fn run(a: &TrainArgs) -> Result<()> {
     let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref()).map(|s| Live::open("rust3r train", &s)).transpose()?;
     let background = parse_background(&a.background)?;
@@ -301,6 +307,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             Strategy::Adc(adc)
         }
     };
+    let sh_precision = a.sh_precision.unwrap_or_default();
     let cfg = TrainConfig {
         sh_degree: a.sh_degree,
         background,
@@ -313,8 +320,8 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         seed: a.seed,
         deterministic: a.deterministic,
         alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
-        adam: AdamConfig { moments: a.adam_moments.unwrap_or_default(), ..Default::default() },
-        sh_precision: a.sh_precision.unwrap_or_default(),
+        adam: AdamConfig { moments: a.adam_moments.unwrap_or_else(|| default_moments(sh_precision)), ..Default::default() },
+        sh_precision,
         ..Default::default()
     };
     let mut trainer = match &a.resume {
@@ -326,7 +333,14 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             }
             // 8-bit SH moments need half SH: convert the SH first when moving to them, the
             // moments first when moving away.
-            let moments = a.adam_moments.filter(|&p| p != t.cfg.adam.moments);
+            // f32 SH asked of a checkpoint with 8-bit SH moments: bf16 moments, as for a new run.
+            let moments = a
+                .adam_moments
+                .or_else(|| {
+                    let to_f32 = a.sh_precision == Some(ShPrecision::F32);
+                    (to_f32 && t.cfg.adam.moments == MomentPrecision::Sh8).then_some(MomentPrecision::Bf16)
+                })
+                .filter(|&p| p != t.cfg.adam.moments);
             let sh_first = moments == Some(MomentPrecision::Sh8);
             let convert_sh = |t: &mut Trainer| -> Result<()> {
                 if let Some(p) = a.sh_precision.filter(|&p| p != t.cfg.sh_precision) {

@@ -208,7 +208,7 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let side = image::open(out.join("renders/r_0.png")).unwrap();
     assert_eq!((side.width(), side.height()), (80, 40));
 
-    // Resume to 25 steps from the final checkpoint (compact moments, the default), switching
+    // Resume to 25 steps from the final checkpoint (8-bit SH moments, the default), switching
     // to f32 moments: the checkpoint's are converted.
     let ck = out.join("checkpoint.bin");
     let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "25", "--resume", ck.to_str().unwrap(), "--adam-moments", "f32"];
@@ -216,7 +216,7 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
     assert!(stdout.contains("at step 20"), "{stdout}");
-    assert!(stdout.contains("converting the checkpoint's bf16 Adam moments to f32"), "{stdout}");
+    assert!(stdout.contains("converting the checkpoint's sh8 Adam moments to f32"), "{stdout}");
     let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--adam-moments", "f16"]);
     assert!(!ok && err.contains("unknown moment precision 'f16'"), "{err}");
     let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
@@ -230,6 +230,12 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     let last = &eval.as_array().unwrap().last().unwrap();
     assert!(last["step"] == 30 && last["psnr"].as_f64().unwrap() > 5.0, "{last}");
+    // f32 SH coefficients asked of that checkpoint: its 8-bit SH moments become bf16 ones.
+    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "32", "--resume", ck.to_str().unwrap(), "--sh-precision", "f32"];
+    args.extend(common);
+    let (ok, stdout, err) = rust3r(&args);
+    assert!(ok, "{err}");
+    assert!(stdout.contains("converting the checkpoint's sh8 Adam moments to bf16"), "{stdout}");
     // 8-bit SH moments need half-float SH coefficients: a clear error, not a panic.
     let out2 = dir.path().join("lego_sh8_f32");
     let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out2.to_str().unwrap(), "--downscale", "20", "--adam-moments", "sh8", "--sh-precision", "f32"]);

@@ -458,11 +458,13 @@ pub enum MomentPrecision {
     /// Two f32 buffers, 8 bytes per value.
     F32,
     /// Both moments as bf16 in one 32-bit word, stochastically rounded: 4 bytes per value.
-    #[default]
     Bf16,
     /// bf16 pairs as [`MomentPrecision::Bf16`], except for the higher-order SH coefficients
     /// (stored as half floats): their moments take 8 bits each, `m` as s1e5m2 and `sqrt(v)`
-    /// as e5m3 ([`rust3r_gpu::fp8`]), stochastically rounded: 2 bytes per value.
+    /// as e5m3 ([`rust3r_gpu::fp8`]), stochastically rounded: 2 bytes per value. The default
+    /// (300 B per Gaussian at SH 3, with [`crate::ShPrecision::F16`], which it needs; quality
+    /// against bf16 on lego, fox and the statuette in BENCHMARKS.md).
+    #[default]
     Sh8,
 }
 
