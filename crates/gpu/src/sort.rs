@@ -1,16 +1,21 @@
 //! Stable least-significant-digit radix sort of `u32` keys with `u32` values.
 //!
 //! Eight bits per pass (four passes for 32-bit keys). Each pass is three launches: a per-tile
-//! 256-bin digit histogram, an exclusive scan of the histograms (digit-major, so the scan yields
-//! global output offsets), and a scatter in which every tile first sorts its 2048 pairs by the
-//! digit in shared memory (two stable 4-bit splits, each ranked with one block-wide scan of
-//! 16-bit packed counters) and then writes each pair to its digit's global offset plus its rank
-//! inside the tile, so consecutive pairs of one digit land at consecutive addresses.
+//! 256-bin digit histogram (digit-major), an exclusive scan of each digit's column of tile counts
+//! (one cube per digit, which also writes the digit's total), and a scatter in which every tile
+//! first sorts its 2048 pairs by the digit in shared memory (two stable 4-bit splits, each ranked
+//! with one block-wide scan of 16-bit packed counters) and then writes each pair to its digit's
+//! global offset (the scan of the 256 digit totals, done by every tile, plus the tile's column
+//! prefix) plus its rank inside the tile, so consecutive pairs of one digit land at consecutive
+//! addresses. Launches cost the host 11-15 us each (BENCHMARKS.md, 2026-11-27): up to
+//! [`COLUMN_SCAN_MAX_TILES`] tiles the column scan replaces a general scan of all the counts
+//! that takes three launches; past it the general scan, whose work then outweighs its launches,
+//! stays (it was 2-6% faster at 10M keys on the H100).
 //! Any length up to `u32::MAX` elements (grids fold into two dimensions).
 
 use cubecl::prelude::*;
 
-use crate::scan::exclusive_scan;
+use crate::scan::{block_inclusive_scan_u32, exclusive_scan};
 use crate::{BLOCK, Gpu, GpuBuffer, block_id};
 
 const ITEMS: usize = 8;
@@ -18,6 +23,8 @@ const ITEMS: usize = 8;
 pub const TILE: usize = BLOCK as usize * ITEMS;
 const RADIX_BITS: u32 = 8;
 const BINS: usize = 256;
+/// Up to this many tiles (2M keys) a pass scans its counts with [`radix_column_scan`].
+pub const COLUMN_SCAN_MAX_TILES: usize = 1024;
 
 #[cube(launch)]
 fn radix_count(keys: &[u32], counts: &mut [u32], n: u32, shift: u32, num_blocks: u32) {
@@ -37,6 +44,34 @@ fn radix_count(keys: &[u32], counts: &mut [u32], n: u32, shift: u32, num_blocks:
     }
     sync_cube();
     counts[t * (num_blocks as usize) + block] = hist[t].load();
+}
+
+/// Exclusive scan, in place, of each digit's column of tile counts (`counts[d * num_blocks + b]`)
+/// and the columns' totals: cube `d` scans digit `d`'s column, each unit a contiguous run of it.
+#[cube(launch)]
+fn radix_column_scan(counts: &mut [u32], totals: &mut [u32], num_blocks: u32) {
+    let d = block_id();
+    let t = UNIT_POS as usize;
+    let nb = num_blocks as usize;
+    let per = (nb + 255usize) / 256usize;
+    let base = d * nb;
+    let lo = min(t * per, nb);
+    let hi = min(lo + per, nb);
+    let mut sum = 0u32;
+    for i in lo..hi {
+        sum += counts[base + i];
+    }
+    let mut buf = Shared::<[u32]>::new_slice(256usize);
+    let (incl, total) = block_inclusive_scan_u32(sum, &mut buf);
+    let mut run = incl - sum;
+    for i in lo..hi {
+        let v = counts[base + i];
+        counts[base + i] = run;
+        run += v;
+    }
+    if t == 0 {
+        totals[d] = total;
+    }
 }
 
 /// One stable split of the 2048 pairs in `sk`/`sv` by the nibble `(key >> bit) & 15`. Unit `t`
@@ -124,9 +159,11 @@ fn radix_scatter(
     keys_out: &mut [u32],
     vals_out: &mut [u32],
     offsets: &[u32],
+    totals: &[u32],
     n: u32,
     shift: u32,
     num_blocks: u32,
+    global_offsets: u32,
 ) {
     let block = block_id();
     let t = UNIT_POS as usize;
@@ -152,7 +189,14 @@ fn radix_scatter(
         sk[j] = k;
         sv[j] = v;
     }
-    gbase[t] = offsets[t * (num_blocks as usize) + block];
+    // Digit t's first output position: the digits below it, then the tiles before this one
+    // (`offsets` holds both after a scan of all the counts, `global_offsets`, or the tiles
+    // before this one after the column scan; the block scan runs either way, outside branches).
+    let mut scan_buf = Shared::<[u32]>::new_slice(256usize);
+    let total = totals[t];
+    let (below, _) = block_inclusive_scan_u32(total, &mut scan_buf);
+    let digits_below = select(global_offsets != 0u32, 0u32, below - total);
+    gbase[t] = digits_below + offsets[t * (num_blocks as usize) + block];
     sync_cube();
     local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift);
     local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift + 4u32);
@@ -199,6 +243,7 @@ pub fn sort_pairs(
     }
     let blocks = n.div_ceil(TILE);
     let counts = gpu.alloc::<u32>(blocks * BINS);
+    let totals = gpu.alloc::<u32>(BINS);
     let mut k_src = keys.clone();
     let mut v_src = values.clone();
     let k_a = gpu.alloc::<u32>(n);
@@ -218,7 +263,20 @@ pub fn sort_pairs(
             shift,
             blocks as u32,
         );
-        let offsets = exclusive_scan(gpu, &counts);
+        let column = blocks <= COLUMN_SCAN_MAX_TILES;
+        let offsets = if column {
+            radix_column_scan::launch(
+                gpu.client(),
+                gpu.grid(BINS),
+                CubeDim::new_1d(BLOCK),
+                counts.arg(),
+                totals.arg(),
+                blocks as u32,
+            );
+            counts.clone()
+        } else {
+            exclusive_scan(gpu, &counts)
+        };
         radix_scatter::launch(
             gpu.client(),
             gpu.grid(blocks),
@@ -228,9 +286,11 @@ pub fn sort_pairs(
             k_dst.arg(),
             v_dst.arg(),
             offsets.arg(),
+            totals.arg(),
             n as u32,
             shift,
             blocks as u32,
+            u32::from(!column),
         );
         k_src = k_dst.clone();
         v_src = v_dst.clone();

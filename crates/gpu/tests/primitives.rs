@@ -55,6 +55,25 @@ fn radix_sort_matches_std_stable_sort() {
 }
 
 #[test]
+fn radix_sort_past_the_column_scan_limit() {
+    // More tiles than `COLUMN_SCAN_MAX_TILES`: the passes scan all the counts instead.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(5);
+    let n = sort::COLUMN_SCAN_MAX_TILES * sort::TILE + 3;
+    for bits in [13u32, 32] {
+        let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+        let keys: Vec<u32> = (0..n).map(|_| rng.random::<u32>() & mask).collect();
+        let vals: Vec<u32> = (0..n as u32).collect();
+        let (k, v) = sort::sort_pairs(&gpu, &gpu.upload(&keys), &gpu.upload(&vals), bits);
+        let (k, v) = (gpu.read(&k).unwrap(), gpu.read(&v).unwrap());
+        let mut expect: Vec<(u32, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
+        expect.sort_by_key(|p| p.0);
+        let got: Vec<(u32, u32)> = k.into_iter().zip(v).collect();
+        assert!(got == expect, "sort mismatch n={n} bits={bits}");
+    }
+}
+
+#[test]
 fn radix_sort_float_depth_keys() {
     // Positive f32 bit patterns sort like the floats: what the rasterizer relies on.
     let gpu = gpu();

@@ -752,11 +752,14 @@ pub fn render_chunks(
     let depth = gpu.alloc::<f32>(npix);
     let last = gpu.alloc::<u32>(npix);
     let tile_last = gpu.alloc::<u32>(num_tiles);
-    // Longest tile list, to know how many bounded dispatches are needed
-    // (one extra read-back, only when a tile could exceed one dispatch).
+    // Longest tile list, to know how many bounded dispatches are needed (one extra read-back,
+    // only when a tile could exceed one dispatch). A tile lists each visible Gaussian at most
+    // once, so when either count fits one dispatch no read-back is needed (a read-back
+    // costs 37 us through CUDA and 110 us through wgpu on the H100, plus the idle GPU).
     let per_dispatch = opts.max_batches_per_dispatch.max(1) as usize * 256;
-    let max_tile = if num_isects <= per_dispatch {
-        num_isects
+    let bound = num_isects.min(num_visible);
+    let max_tile = if bound <= per_dispatch {
+        bound
     } else {
         let lengths = gpu.alloc::<u32>(num_tiles);
         tiles::tile_lengths::launch(

@@ -1575,7 +1575,11 @@ fn too_many_gaussians_for_one_binding_is_a_clear_error() {
     // 192 B per Gaussian at SH 3 for the SH moments (bf16 pairs): one more than fits.
     let n = (limit / 192) as usize + 1;
     let init = init::random_box(n, 1.0, 0.3, 1.0, 5, 3);
-    let e = Trainer::new(&gpu, TrainConfig::default(), &init).err().expect("refused").to_string();
+    let cfg = TrainConfig {
+        adam: adam::AdamConfig { moments: MomentPrecision::Bf16, ..Default::default() },
+        ..Default::default()
+    };
+    let e = Trainer::new(&gpu, cfg, &init).err().expect("refused").to_string();
     assert!(e.contains("Adam moments of the SH coefficients") && e.contains("sh8"), "{e}");
     // A small trainer caps densification at the binding limit too.
     let t = small_trainer(&gpu, MomentPrecision::Bf16);
