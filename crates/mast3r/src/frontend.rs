@@ -89,11 +89,6 @@ impl Mast3rMonoFrontEnd {
         self.replay = on;
     }
 
-    /// Whether the network replays hardware recordings (CUDA graphs).
-    pub fn replays_in_hardware(&self) -> bool {
-        self.replay && self.runner.is_hardware()
-    }
-
     /// Encoding, full prediction (descriptors and their confidence included) and preprocessed image
     /// of the last frame given to [`PointmapFrontEnd::pointmap`].
     pub fn last(&self) -> Option<&(Encoded, HostPrediction, Preprocessed)> {

@@ -103,3 +103,34 @@ fn replays_match_the_network_across_inputs_sizes_and_pairs() {
     assert!(rp.decode(&e0, &small).is_err());
     eprintln!("replayer: {rp:?}");
 }
+
+#[test]
+fn the_slam_front_end_gives_the_same_pointmaps_replayed_or_not() {
+    use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
+    use rust3r_slam::PointmapFrontEnd;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/redkitchen");
+    let data = rust3r_io::datasets::open(std::path::Path::new(dir), None, 5).unwrap();
+    let device = model().device().clone();
+    let load = || Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let mut replayed = Mast3rMonoFrontEnd::new(load(), 224).unwrap();
+    let mut direct = Mast3rMonoFrontEnd::new(load(), 224).unwrap();
+    direct.set_replay(false);
+    for i in 0..3 {
+        let frame = data.frame(i).unwrap();
+        let (a, b) = (replayed.pointmap(&frame).unwrap(), direct.pointmap(&frame).unwrap());
+        let flat = |p: &rust3r_slam::Pointmap| p.points.iter().flatten().copied().collect::<Vec<f32>>();
+        let r = rel(&flat(&a), &flat(&b), "points");
+        assert!(r <= 1e-6, "frame {i}: points differ by {r:e}");
+        assert!(rel(&a.conf, &b.conf, "conf") <= 1e-6, "frame {i}: confidences differ");
+    }
+    // Pair decoding through the replayed decoder, against the direct one.
+    let (pr, pd) = (replayed.pairs().unwrap(), direct.pairs().unwrap());
+    for (i, f) in [(0usize, 0usize), (1, 2)] {
+        let frame = data.frame(f).unwrap();
+        pr.encode(i, &frame).unwrap();
+        pd.encode(i, &frame).unwrap();
+    }
+    let (x, y) = (pr.pair(1, 0).unwrap(), pd.pair(1, 0).unwrap());
+    assert!(rel(&x.frame_desc, &y.frame_desc, "desc") <= 1e-6);
+    assert!(rel(&x.keyframe_conf, &y.keyframe_conf, "keyframe conf") <= 1e-6);
+}

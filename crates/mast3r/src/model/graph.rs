@@ -11,9 +11,12 @@
 //! recorded with. [`Replayer`] owns those input buffers and refreshes them in place before each
 //! replay; it hands outputs out as copies ([`Replayer::encode`]) or only for as long as it is
 //! borrowed ([`Replayer::decode`]), so a later replay can never overwrite a tensor a caller
-//! still holds.
+//! still holds. Each recording keeps the buffers of one run of its part of the network for as
+//! long as the [`Replayer`] lives. Recordings belong to the thread that made them (CubeCL
+//! orders work per thread): called from another thread, the [`Replayer`] records anew.
 
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use burn::tensor::{Graph, Tensor, capture};
 
@@ -79,6 +82,8 @@ pub struct Replayer {
     model: Arc<Mast3r>,
     encoders: Vec<EncodeGraph>,
     decoders: Vec<DecodeGraph>,
+    /// The thread the recordings were made on.
+    thread: Option<ThreadId>,
 }
 
 impl std::fmt::Debug for Replayer {
@@ -99,6 +104,18 @@ impl Replayer {
             model,
             encoders: Vec::new(),
             decoders: Vec::new(),
+            thread: None,
+        }
+    }
+
+    /// Drops the recordings when called from another thread than the one that made them: their
+    /// replays would not be ordered with this thread's input refreshes and reads.
+    fn same_thread(&mut self) {
+        let now = std::thread::current().id();
+        if self.thread != Some(now) {
+            self.encoders.clear();
+            self.decoders.clear();
+            self.thread = Some(now);
         }
     }
 
@@ -118,6 +135,7 @@ impl Replayer {
 
     /// [`Mast3r::encode`]. The encoding is a copy the caller may keep across later calls.
     pub fn encode(&mut self, img: Tensor<4>) -> Result<Encoded, String> {
+        self.same_thread();
         let dims = img.dims();
         let i = match self.encoders.iter().position(|g| g.dims == dims) {
             Some(i) => {
@@ -125,7 +143,8 @@ impl Replayer {
                 i
             }
             None => {
-                let image = slot(img);
+                // A copy: the slot must hold the only handle on its buffer.
+                let image = slot(copy(&img));
                 let (model, input) = (self.model.clone(), image.clone());
                 let closure: Closure<Encoded> = Box::new(move || model.encode(read(&input)));
                 let graph = capture(self.model.device(), closure);
@@ -149,6 +168,7 @@ impl Replayer {
     /// [`Mast3r::decode`]. The predictions are the recording's output buffers: read them (or
     /// copy them) before the next call, which overwrites them; the borrow enforces it.
     pub fn decode(&mut self, a: &Encoded, b: &Encoded) -> Result<&[Prediction; 2], String> {
+        self.same_thread();
         let key = (a.feat.dims(), b.feat.dims(), a.grid);
         if a.grid != b.grid {
             // Views of different sizes are rare (the pair front end refuses them): no recording.
