@@ -729,7 +729,8 @@ pub fn render_chunks(
         (sorted_tiles, sorted_gids, isect_orig)
     } else {
         let (sorted_tiles, sorted_gids) = sort_pairs(gpu, &isect_tiles, &isect_gids, tile_bits);
-        (sorted_tiles, sorted_gids, gpu.alloc::<u32>(1))
+        // Bound by the backward pass, read only in the row mode: a shared placeholder.
+        (sorted_tiles, sorted_gids, gpu.placeholder::<u32>(ISECT_ORIG_SLOT))
     };
     rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
@@ -846,6 +847,10 @@ pub fn render_chunks(
     };
     Ok((out, state))
 }
+
+/// Placeholder slot of [`RenderState::isect_orig`] outside the row mode (slots 0-3 are the
+/// backward pass's).
+const ISECT_ORIG_SLOT: usize = 4;
 
 /// Whether the forward rasterizer tests each Gaussian's row reach before its exponential
 /// (`rasterize::row_reach2`): it pays where Gaussians span few rows of a tile, which the mean
@@ -1002,19 +1007,22 @@ pub fn render_backward_chunks(
     // tile's last contributor are written) and a second pass sums each Gaussian's rows.
     let atomic = !row_mode_backward(gpu, state.deterministic);
     let v_proj = gpu.zeros::<f32>(n * project::VPROJ);
+    // Buffers a mode leaves untouched (the kernels' `atomic` and `absgrad` are compile-time)
+    // are shared placeholders, one slot per binding of a launch, not a buffer (and a fill
+    // launch) per call.
     let isect_grads = if atomic {
-        gpu.alloc::<f32>(1)
+        gpu.placeholder::<f32>(0)
     } else {
         gpu.zeros::<f32>(out.num_intersections * project::VPROJ)
     };
-    // Placeholder for the atomic binding in the row mode (typed `u32`, never touched).
-    let unused = gpu.alloc::<u32>(1);
+    // The atomic bindings in the row mode (typed `u32`).
+    let unused = gpu.placeholder::<u32>(3);
     let absgrad = state.absgrad;
-    let v_abs = gpu.zeros::<f32>(if absgrad { n * 2 } else { 1 });
+    let v_abs = if absgrad { gpu.zeros::<f32>(n * 2) } else { gpu.placeholder::<f32>(2) };
     let isect_abs = if absgrad && !atomic {
         gpu.zeros::<f32>(out.num_intersections * 2)
     } else {
-        gpu.alloc::<f32>(1)
+        gpu.placeholder::<f32>(1)
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     // On CUDA, NVRTC gave the backward kernels 80 registers (3 resident cubes per multiprocessor);
@@ -1040,7 +1048,7 @@ pub fn render_backward_chunks(
             )
         };
     }
-    // In the atomic mode with absgrad off, `v_abs` (1 float) is bound but never touched.
+    // In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
     match (plane, atomic) {
         (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
         (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), unused.arg(), mp),
