@@ -329,7 +329,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     add_rate(&mut mono, fe + fd + fh);
     add_rate(&mut pair, fe + fd + fh);
     let doc = serde_json::json!({
-        "implementation": "rust3r (Burn 0.22.1, wgpu)",
+        "implementation": if is_cuda(&a.device) { "rust3r (Burn 0.22.1, CUDA)" } else { "rust3r (Burn 0.22.1, wgpu)" },
         "device": name,
         "size": a.size,
         "precision": format!("{precision:?}").to_lowercase(),
