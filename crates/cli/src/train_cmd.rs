@@ -231,11 +231,6 @@ impl Targets {
     }
 }
 
-/// The Adam moments when `--adam-moments` is not given: 8-bit SH moments, which need half SH.
-fn default_moments(sh: ShPrecision) -> MomentPrecision {
-    if sh == ShPrecision::F16 { MomentPrecision::default() } else { MomentPrecision::Bf16 }
-}
-
 pub fn run(a: &TrainArgs) -> Result<()> {
     let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref()).map(|s| Live::open("rust3r train", &s)).transpose()?;
     let background = parse_background(&a.background)?;
@@ -320,7 +315,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
         seed: a.seed,
         deterministic: a.deterministic,
         alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
-        adam: AdamConfig { moments: a.adam_moments.unwrap_or_else(|| default_moments(sh_precision)), ..Default::default() },
+        adam: AdamConfig { moments: a.adam_moments.unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)), ..Default::default() },
         sh_precision,
         ..Default::default()
     };
@@ -336,10 +331,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
             // f32 SH asked of a checkpoint with 8-bit SH moments: bf16 moments, as for a new run.
             let moments = a
                 .adam_moments
-                .or_else(|| {
-                    let to_f32 = a.sh_precision == Some(ShPrecision::F32);
-                    (to_f32 && t.cfg.adam.moments == MomentPrecision::Sh8).then_some(MomentPrecision::Bf16)
-                })
+                .or_else(|| a.sh_precision.map(|sh| t.cfg.adam.moments.for_sh(sh)))
                 .filter(|&p| p != t.cfg.adam.moments);
             let sh_first = moments == Some(MomentPrecision::Sh8);
             let convert_sh = |t: &mut Trainer| -> Result<()> {

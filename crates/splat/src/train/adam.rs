@@ -474,6 +474,11 @@ impl MomentPrecision {
     pub fn legacy() -> Self {
         Self::F32
     }
+    /// This storage beside SH coefficients stored as `sh`: 8-bit SH moments need half SH
+    /// ([`crate::ShPrecision::F16`]), so with other SH they become bf16 pairs.
+    pub fn for_sh(self, sh: crate::ShPrecision) -> Self {
+        if self == Self::Sh8 && sh != crate::ShPrecision::F16 { Self::Bf16 } else { self }
+    }
     /// Device bytes of the two moments of one value (of the higher-order SH coefficients
     /// with `sh_rest`).
     pub fn bytes_per_value(self, sh_rest: bool) -> u64 {
