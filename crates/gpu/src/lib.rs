@@ -5,6 +5,7 @@
 //! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction
 //! and reductions. Each kernel lives next to the host code that launches it.
 
+pub mod blas;
 pub mod compact;
 pub mod fp8;
 pub mod gather;

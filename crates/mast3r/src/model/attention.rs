@@ -5,6 +5,7 @@ use burn::tensor::{DType, Tensor};
 
 use super::layers::{Linear, softmax_last};
 use super::rope::RopeTables;
+use rust3r_gpu::blas::matmul;
 
 /// `softmax(q k^T * d^-1/2) v` per head; `q` `[B, Nq, H, d]`, `k`, `v` `[B, Nk, H, d]`, result
 /// `[B, Nq, H * d]`. Scores and softmax are binary32 whatever the input precision.
@@ -15,13 +16,13 @@ pub(crate) fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<3> {
     let k = k.swap_dims(1, 2);
     let v = v.swap_dims(1, 2);
     let scale = 1.0 / (d as f64).sqrt();
-    let scores = q.matmul(k.transpose());
+    let scores = matmul(q, k.transpose());
     let p = if dtype == DType::F32 {
         softmax_last(scores * scale)
     } else {
         softmax_last(scores.cast(DType::F32) * scale).cast(dtype)
     };
-    p.matmul(v).swap_dims(1, 2).reshape([b, nq, h * d])
+    matmul(p, v).swap_dims(1, 2).reshape([b, nq, h * d])
 }
 
 /// Self-attention (`attn.qkv`, `attn.proj`).

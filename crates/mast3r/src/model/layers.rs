@@ -10,6 +10,7 @@ use burn::tensor::ops::PadMode;
 use burn::tensor::{DType, Device, Distribution, Slice, Tensor, TensorData};
 
 use crate::error::Error;
+use rust3r_gpu::blas::matmul;
 use rust3r_torch_checkpoint::TensorF32;
 
 /// Numeric precision of the network's weights and activations.
@@ -318,7 +319,20 @@ pub(crate) struct Linear {
 
 impl Linear {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        linear(x, self.w.clone(), self.b.clone())
+        if !rust3r_gpu::blas::uses_cublas(&x) {
+            return linear(x, self.w.clone(), self.b.clone());
+        }
+        // One product over all leading dimensions, bias added after (cuBLAS on CUDA).
+        let mut dims = x.dims();
+        let inp = dims[D - 1];
+        let rows = dims[..D - 1].iter().product::<usize>();
+        let y = matmul(x.reshape([rows, inp]), self.w.clone());
+        let y = match &self.b {
+            Some(b) => y + b.clone().unsqueeze::<2>(),
+            None => y,
+        };
+        dims[D - 1] = y.dims()[1];
+        y.reshape(dims)
     }
 }
 
@@ -467,7 +481,7 @@ impl StackedLinear {
 
     /// `x`: `[S, M, in]`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let y = x.matmul(self.w.clone());
+        let y = matmul(x, self.w.clone());
         match &self.b {
             Some(b) => y + b.clone(),
             None => y,

@@ -1364,6 +1364,10 @@ impl ServerStorage for CudaServer {
         // whatever was there before.
         self.streams.ensure_written([&binding].into_iter())?;
         let mut command = self.command(stream_id, [&binding].into_iter())?;
-        Ok(command.managed_resource(binding)?)
+        // rust3r: hand out the caller's stream with the pointer (see `GpuResource::stream`).
+        let stream = command.stream().sys;
+        let mut resource = command.managed_resource(binding)?;
+        resource.resource_mut().stream = stream;
+        Ok(resource)
     }
 }

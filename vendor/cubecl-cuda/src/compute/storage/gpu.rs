@@ -40,12 +40,27 @@ pub struct GpuResource {
     pub binding: *mut std::ffi::c_void,
     /// The size of the resource.
     pub size: u64,
+    /// rust3r: the stream work on this resource is ordered on. The storage fills in the stream
+    /// that owns the memory; `CudaServer::get_resource` replaces it with the stream of the
+    /// caller's command (after its cross-stream waits), so foreign work enqueued there (cuBLAS)
+    /// runs after every launch submitted before and before every launch submitted after.
+    pub stream: cudarc::driver::sys::CUstream,
 }
 
 impl GpuResource {
     /// Creates a new [`GpuResource`].
-    pub fn new(ptr: u64, binding: *mut std::ffi::c_void, size: u64) -> Self {
-        Self { ptr, binding, size }
+    pub fn new(
+        ptr: u64,
+        binding: *mut std::ffi::c_void,
+        size: u64,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Self {
+        Self {
+            ptr,
+            binding,
+            size,
+            stream,
+        }
     }
 }
 
@@ -177,6 +192,7 @@ impl ComputeStorage for GpuStorage {
             *ptr,
             ptr as *const cudarc::driver::sys::CUdeviceptr as *mut std::ffi::c_void,
             size,
+            self.stream,
         ))
     }
 
