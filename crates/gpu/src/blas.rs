@@ -7,10 +7,12 @@
 //! `RUST3R_CUDA_TF32=0`; binary16 and bfloat16 products accumulate in binary32.
 //!
 //! Everywhere else (wgpu, builds without `cuda`, a CUDA machine without `libcublas`, or
-//! `RUST3R_CUBLAS=0`), and for the
-//! layouts cuBLAS cannot address without a copy, it is Burn's own matmul. CubeCL's matmul reached
-//! 40 TFLOP/s on the MASt3R network's products on an H100, cuBLAS several times that
-//! (BENCHMARKS.md).
+//! `RUST3R_CUBLAS=0`), and for the layouts cuBLAS cannot address without a copy, it is Burn's own
+//! matmul. On an H100 it halved the MASt3R network's replayed frame (67 to 34 ms, BENCHMARKS.md).
+//!
+//! Each call asks CubeCL's device thread for the three pointers (a blocking round trip each), so
+//! a product launched outside a recording costs the host more than CubeCL's own kernel would;
+//! recorded into a CUDA graph, that cost is paid once.
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, backend_extension};
