@@ -5,7 +5,7 @@ use cubecl::prelude::*;
 use crate::scan::exclusive_scan;
 use crate::{BLOCK, Gpu, GpuBuffer, GpuError};
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn scatter_set_indices(mask: &[u32], positions: &[u32], out: &mut [u32], n: u32) {
     let i = crate::global_id();
     if i < n as usize && mask[i] != 0u32 {
@@ -36,7 +36,7 @@ pub fn scatter_indices(gpu: &Gpu, mask: &GpuBuffer<u32>, positions: &GpuBuffer<u
     let n = mask.len();
     let out = gpu.alloc::<u32>(count);
     if count > 0 {
-        scatter_set_indices::launch(
+        crate::launch!(scatter_set_indices(
             gpu.client(),
             gpu.grid(n.div_ceil(BLOCK as usize)),
             CubeDim::new_1d(BLOCK),
@@ -44,7 +44,7 @@ pub fn scatter_indices(gpu: &Gpu, mask: &GpuBuffer<u32>, positions: &GpuBuffer<u
             positions.arg(),
             out.arg(),
             n as u32,
-        );
+        ));
     }
     out
 }

@@ -12,7 +12,7 @@ fn iota_kernel(out: &mut [u32], n: u32) {
     }
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn gather_kernel(src: &[u32], index: &[u32], out: &mut [u32], n: u32) {
     let i = crate::global_id();
     if i < n as usize {
@@ -35,7 +35,7 @@ pub fn gather<T: bytemuck::Pod>(gpu: &Gpu, src: &GpuBuffer<T>, index: &GpuBuffer
     let n = index.len();
     let out = gpu.alloc::<u32>(n);
     if n > 0 {
-        gather_kernel::launch(
+        crate::launch!(gather_kernel(
             gpu.client(),
             gpu.grid(n.div_ceil(BLOCK as usize)),
             CubeDim::new_1d(BLOCK),
@@ -43,7 +43,7 @@ pub fn gather<T: bytemuck::Pod>(gpu: &Gpu, src: &GpuBuffer<T>, index: &GpuBuffer
             index.arg(),
             out.arg(),
             n as u32,
-        );
+        ));
     }
     out.cast::<T>()
 }

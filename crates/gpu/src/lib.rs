@@ -47,6 +47,38 @@ pub fn cuda_min_blocks_per_sm(fragment: &str, blocks: u32) {
     let _ = (fragment, blocks);
 }
 
+/// Whether kernels launched through [`launch!`] keep CubeCL's bounds checks: off unless the
+/// environment has `RUST3R_CHECKED_KERNELS=1` (read once).
+pub fn checked_kernels() -> bool {
+    static CHECKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHECKED.get_or_init(|| std::env::var("RUST3R_CHECKED_KERNELS").is_ok_and(|v| v == "1"))
+}
+
+/// Launches a `#[cube(launch, launch_unchecked)]` kernel: `launch!(module::kernel::<T>(client,
+/// count, dim, args..))`.
+///
+/// Unchecked unless [`checked_kernels`]: CubeCL's checked launch guards every global-memory
+/// access with a bounds test (an out-of-range read gives zero, a write is dropped), and on wgpu
+/// also bounds every loop. The kernels launched this way index only inside ranges they test
+/// themselves, which the test suite checks against float64 references with buffers poisoned
+/// before each launch; `RUST3R_CHECKED_KERNELS=1` restores the guards (to rule them out when
+/// chasing a wrong result).
+#[macro_export]
+macro_rules! launch {
+    ($($seg:ident)::+ $(::<$($gen:ty),+>)? ( $($arg:expr),* $(,)? )) => {{
+        if $crate::checked_kernels() {
+            $($seg)::+::launch $(::<$($gen),+>)? ($($arg),*)
+        } else {
+            // SAFETY: see the macro's documentation; every index the kernel forms is inside the
+            // buffer it indexes (tested against references with poisoned buffers).
+            #[allow(unused_unsafe)]
+            unsafe {
+                $($seg)::+::launch_unchecked $(::<$($gen),+>)? ($($arg),*)
+            }
+        }
+    }};
+}
+
 /// Threads per cube used by the 1D primitives.
 pub const BLOCK: u32 = 256;
 

@@ -41,7 +41,7 @@ fn identity<N: Numeric>(#[comptime] op: u32) -> N {
 }
 
 /// op: 0 sum, 1 max, 2 min, 3 count non-zero (first level only; later levels sum).
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn reduce_cols<N: Numeric>(input: &[N], output: &mut [N], rows: u32, cols: u32, #[comptime] op: u32) {
     let block = block_id();
     let t = UNIT_POS as usize;
@@ -79,7 +79,7 @@ fn reduce_cols<N: Numeric>(input: &[N], output: &mut [N], rows: u32, cols: u32, 
     }
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn unit_mask(input: &[u32], output: &mut [u32], n: u32) {
     let i = crate::global_id();
     if i < n as usize {
@@ -92,14 +92,14 @@ pub fn to_unit_mask(gpu: &Gpu, mask: &GpuBuffer<u32>) -> GpuBuffer<u32> {
     let n = mask.len();
     let out = gpu.alloc::<u32>(n);
     if n > 0 {
-        unit_mask::launch(
+        crate::launch!(unit_mask(
             gpu.client(),
             gpu.grid(n.div_ceil(BLOCK as usize)),
             CubeDim::new_1d(BLOCK),
             mask.arg(),
             out.arg(),
             n as u32,
-        );
+        ));
     }
     out
 }
@@ -129,7 +129,7 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
     loop {
         let blocks = rows.div_ceil(ROWS_PER_BLOCK).max(1);
         let out = gpu.alloc::<N>(blocks * cols);
-        reduce_cols::launch::<N>(
+        crate::launch!(reduce_cols::<N>(
             gpu.client(),
             gpu.grid(blocks),
             CubeDim::new_1d(BLOCK),
@@ -138,7 +138,7 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
             rows as u32,
             cols as u32,
             code,
-        );
+        ));
         // Later levels combine partial results: counts become sums.
         if code == 3 {
             code = 0;

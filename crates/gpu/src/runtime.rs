@@ -374,14 +374,14 @@ impl Gpu {
         let words = len * std::mem::size_of::<T>() / 4;
         let buf = GpuBuffer::<u32> { handle: self.client.empty(words.max(1) * 4), len: words, _t: PhantomData };
         if words > 0 {
-            fill_u32::launch(
+            crate::launch!(fill_u32(
                 &self.client,
                 self.grid(words.div_ceil(256)),
                 CubeDim::new_1d(256),
                 buf.arg(),
                 bits,
                 words as u32,
-            );
+            ));
         }
         GpuBuffer { handle: buf.handle, len, _t: PhantomData }
     }
@@ -460,7 +460,7 @@ pub(crate) fn grid_for(blocks: usize, max_x: u32) -> CubeCount {
     }
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn fill_u32(out: &mut [u32], bits: u32, n: u32) {
     let i = crate::global_id();
     if i < n as usize {

@@ -38,7 +38,7 @@ pub fn block_inclusive_scan_u32(value: u32, buf: &mut [u32]) -> (u32, u32) {
     (acc, total)
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn scan_tiles(input: &[u32], output: &mut [u32], tile_sums: &mut [u32], n: u32, #[comptime] inclusive: bool) {
     let block = block_id();
     let t = UNIT_POS as usize;
@@ -80,7 +80,7 @@ fn scan_tiles(input: &[u32], output: &mut [u32], tile_sums: &mut [u32], n: u32, 
     }
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn add_tile_offsets(output: &mut [u32], offsets: &[u32], n: u32) {
     let block = block_id();
     let base = block * (CUBE_DIM as usize) * 4 + (UNIT_POS as usize) * 4;
@@ -102,7 +102,7 @@ fn scan_impl(gpu: &Gpu, input: &GpuBuffer<u32>, inclusive: bool) -> GpuBuffer<u3
     }
     let blocks = n.div_ceil(TILE);
     let tile_sums = gpu.alloc::<u32>(blocks);
-    scan_tiles::launch(
+    crate::launch!(scan_tiles(
         gpu.client(),
         gpu.grid(blocks),
         CubeDim::new_1d(BLOCK),
@@ -111,17 +111,17 @@ fn scan_impl(gpu: &Gpu, input: &GpuBuffer<u32>, inclusive: bool) -> GpuBuffer<u3
         tile_sums.arg(),
         n as u32,
         inclusive,
-    );
+    ));
     if blocks > 1 {
         let offsets = scan_impl(gpu, &tile_sums, false);
-        add_tile_offsets::launch(
+        crate::launch!(add_tile_offsets(
             gpu.client(),
             gpu.grid(blocks),
             CubeDim::new_1d(BLOCK),
             output.arg(),
             offsets.arg(),
             n as u32,
-        );
+        ));
     }
     output
 }

@@ -26,7 +26,7 @@ const BINS: usize = 256;
 /// Up to this many tiles (2M keys) a pass scans its counts with [`radix_column_scan`].
 pub const COLUMN_SCAN_MAX_TILES: usize = 1024;
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn radix_count(keys: &[u32], counts: &mut [u32], n: u32, shift: u32, num_blocks: u32) {
     let block = block_id();
     let t = UNIT_POS as usize;
@@ -48,7 +48,7 @@ fn radix_count(keys: &[u32], counts: &mut [u32], n: u32, shift: u32, num_blocks:
 
 /// Exclusive scan, in place, of each digit's column of tile counts (`counts[d * num_blocks + b]`)
 /// and the columns' totals: cube `d` scans digit `d`'s column, each unit a contiguous run of it.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn radix_column_scan(counts: &mut [u32], totals: &mut [u32], num_blocks: u32) {
     let d = block_id();
     let t = UNIT_POS as usize;
@@ -152,7 +152,7 @@ fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u3
     sync_cube();
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 fn radix_scatter(
     keys_in: &[u32],
     vals_in: &[u32],
@@ -257,7 +257,7 @@ pub fn sort_pairs(
     for pass in 0..passes {
         let shift = pass * RADIX_BITS;
         let (k_dst, v_dst) = if pass % 2 == 0 { (&k_a, &v_a) } else { (&k_b, &v_b) };
-        radix_count::launch(
+        crate::launch!(radix_count(
             gpu.client(),
             gpu.grid(blocks),
             CubeDim::new_1d(BLOCK),
@@ -266,22 +266,22 @@ pub fn sort_pairs(
             n as u32,
             shift,
             blocks as u32,
-        );
+        ));
         let column = blocks <= COLUMN_SCAN_MAX_TILES;
         let offsets = if column {
-            radix_column_scan::launch(
+            crate::launch!(radix_column_scan(
                 gpu.client(),
                 gpu.grid(BINS),
                 CubeDim::new_1d(BLOCK),
                 counts.arg(),
                 totals.arg(),
                 blocks as u32,
-            );
+            ));
             counts.clone()
         } else {
             exclusive_scan(gpu, &counts)
         };
-        radix_scatter::launch(
+        crate::launch!(radix_scatter(
             gpu.client(),
             gpu.grid(blocks),
             CubeDim::new_1d(BLOCK),
@@ -295,7 +295,7 @@ pub fn sort_pairs(
             shift,
             blocks as u32,
             column,
-        );
+        ));
         k_src = k_dst.clone();
         v_src = v_dst.clone();
     }

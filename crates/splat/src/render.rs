@@ -630,7 +630,7 @@ pub fn render_chunks(
     let mut row0 = 0;
     for splats in chunks.iter().filter(|c| !c.is_empty()) {
         let rows = splats.len();
-        project::project_forward::launch(
+        rust3r_gpu::launch!(project::project_forward(
             client,
             gpu.grid(rows.div_ceil(project::PROJECT_CUBE)),
             CubeDim::new_1d(project::PROJECT_CUBE as u32),
@@ -654,7 +654,7 @@ pub fn render_chunks(
             active_coeffs,
             opts.antialiased,
             splats.sh.is_half(),
-        );
+        ));
         row0 += rows;
     }
 
@@ -668,7 +668,7 @@ pub fn render_chunks(
     } else {
         let isect_total = reduce_columns(gpu, &tiles_touched, 1, ReduceOp::Sum);
         let totals = gpu.alloc::<u32>(2);
-        tiles::visible_totals::launch(
+        rust3r_gpu::launch!(tiles::visible_totals(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
@@ -677,7 +677,7 @@ pub fn render_chunks(
             isect_total.arg(),
             totals.arg(),
             n as u32,
-        );
+        ));
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
@@ -704,7 +704,7 @@ pub fn render_chunks(
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
     if num_isects > 0 {
-        tiles::emit_intersections::launch(
+        rust3r_gpu::launch!(tiles::emit_intersections(
             client,
             gpu.grid(blocks(num_visible)),
             CubeDim::new_1d(256),
@@ -715,7 +715,7 @@ pub fn render_chunks(
             isect_gids.arg(),
             num_visible as u32,
             tiles_x,
-        );
+        ));
     }
     rust3r_gpu::profile::mark(gpu, "fwd 3a emit");
     // Stable sort by tile keeps the depth order inside each tile. The backward pass that keeps
@@ -735,7 +735,7 @@ pub fn render_chunks(
     rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
     if num_isects > 0 {
-        tiles::tile_ranges::launch(
+        rust3r_gpu::launch!(tiles::tile_ranges(
             client,
             gpu.grid(blocks(num_isects)),
             CubeDim::new_1d(256),
@@ -743,7 +743,7 @@ pub fn render_chunks(
             ranges.arg(),
             num_isects as u32,
             num_tiles as u32,
-        );
+        ));
     }
 
     rust3r_gpu::profile::mark(gpu, "fwd 3c tile ranges");
@@ -763,14 +763,14 @@ pub fn render_chunks(
         bound
     } else {
         let lengths = gpu.alloc::<u32>(num_tiles);
-        tiles::tile_lengths::launch(
+        rust3r_gpu::launch!(tiles::tile_lengths(
             client,
             gpu.grid(blocks(num_tiles)),
             CubeDim::new_1d(256),
             ranges.arg(),
             lengths.arg(),
             num_tiles as u32,
-        );
+        ));
         gpu.read(&reduce_columns(gpu, &lengths, 1, ReduceOp::Max))?[0] as usize
     };
     let carry = gpu.alloc::<f32>(npix * 5);
@@ -784,7 +784,7 @@ pub fn render_chunks(
     gpu.check_fits("forward checkpoints", (slots * rasterize::CHECKPOINT * 4) as u64)?;
     let checkpoints = gpu.alloc::<f32>((slots * rasterize::CHECKPOINT).max(1));
     for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
-        rasterize::rasterize_forward::launch(
+        rust3r_gpu::launch!(rasterize::rasterize_forward(
             client,
             CubeCount::Static(tiles_x, tiles_y, 1),
             CubeDim::new_1d(256),
@@ -808,7 +808,7 @@ pub fn render_chunks(
             chunk,
             row_skip,
             !opts.forward_only,
-        );
+        ));
     }
 
     rust3r_gpu::profile::mark(gpu, "fwd 4 rasterize");
@@ -1037,7 +1037,7 @@ pub fn render_backward_chunks(
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
     macro_rules! launch {
         ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
-            rasterize::$kernel::launch::<$elem>(
+            rust3r_gpu::launch!(rasterize::$kernel::<$elem>(
                 client, gpu.grid(cubes), CubeDim::new_1d(256),
                 state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
                 state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
@@ -1045,7 +1045,7 @@ pub fn render_backward_chunks(
                 v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
                 isect_grads.arg(), $target, isect_abs.arg(), $abs_target,
                 out.width, out.height, tiles_x, num_tiles, state.chunk, batch $(, $extra)*, atomic, absgrad,
-            )
+            ))
         };
     }
     // In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
@@ -1057,7 +1057,7 @@ pub fn render_backward_chunks(
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     if !atomic && out.num_visible > 0 {
-        tiles::sum_isect_grads::launch(
+        rust3r_gpu::launch!(tiles::sum_isect_grads(
             client,
             gpu.grid(blocks(out.num_visible)),
             CubeDim::new_1d(256),
@@ -1070,7 +1070,7 @@ pub fn render_backward_chunks(
             v_abs.arg(),
             out.num_visible as u32,
             absgrad,
-        );
+        ));
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let mut params = Vec::with_capacity(chunks.len());
@@ -1091,7 +1091,7 @@ pub fn render_backward_chunks(
         rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
             if state.sh_grad {
-                project::sh_backward_coeffs::launch(
+                rust3r_gpu::launch!(project::sh_backward_coeffs(
                     client,
                     gpu.grid(blocks(rows * k)),
                     CubeDim::new_1d(256),
@@ -1105,10 +1105,10 @@ pub fn render_backward_chunks(
                     row0 as u32,
                     k as u32,
                     state.active_coeffs,
-                );
+                ));
             }
             rust3r_gpu::profile::mark(gpu, "bwd 3b SH coefficients");
-            project::project_backward::launch(
+            rust3r_gpu::launch!(project::project_backward(
                 client,
                 gpu.grid(blocks(rows)),
                 CubeDim::new_1d(256),
@@ -1136,7 +1136,7 @@ pub fn render_backward_chunks(
                 state.antialiased,
                 pose_grad,
                 splats.sh.is_half(),
-            );
+            ));
             if pose_grad {
                 cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));
             }

@@ -223,7 +223,7 @@ pub fn sh_coeff(
 /// Units per cube of [`project_forward`].
 pub const PROJECT_CUBE: usize = 256;
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn project_forward(
     means: &[f32],
     log_scales: &[f32],
@@ -423,7 +423,7 @@ pub fn project_forward(
 /// This replaced a kernel with one unit per Gaussian that moved whole SH rows through shared
 /// memory (24 KiB per cube): 1.9 ms on the H100 through CUDA but 10-13 ms through Vulkan
 /// (BENCHMARKS.md, 2026-11-26).
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn sh_backward_coeffs(
     means: &[f32],
     cam: &[f32],
@@ -496,7 +496,7 @@ pub fn sh_value_grad(
 /// parameters (the mean's through the view direction too, reading the visible Gaussians' SH
 /// rows), and a per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
 /// [`VCAM`], summed on the host side of the caller).
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn project_backward(
     means: &[f32],
     log_scales: &[f32],

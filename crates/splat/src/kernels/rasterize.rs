@@ -36,7 +36,7 @@ pub fn row_reach2(a: f32, b: f32, c: f32, op: f32) -> f32 {
     r
 }
 
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn rasterize_forward(
     ranges: &[u32],
     sorted_gids: &[u32],
@@ -384,7 +384,7 @@ fn back_step(px: &mut BackPixel, sm: &[f32], j: usize, pxf: f32, pyf: f32) -> (b
 /// With `absgrad`, the sums of the absolute per-pixel mean2d gradients (gsplat's `absgrad`)
 /// go to `isect_abs` (2 floats per intersection row) or, with `atomic`, into `v_abs_atomic`
 /// (2 per Gaussian).
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn rasterize_backward<A: Numeric>(
     ranges: &[u32],
     sorted_gids: &[u32],
@@ -619,7 +619,7 @@ pub fn unpack_image(
 /// condition is uniform across the plane).
 ///
 /// `atomic` / `A` / `v_atomic` as in [`rasterize_backward`].
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn rasterize_backward_plane<A: Numeric>(
     ranges: &[u32],
     sorted_gids: &[u32],

@@ -11,7 +11,7 @@ use cubecl::prelude::*;
 /// consecutive Gaussians, whose intersections are one contiguous run, and its units write that
 /// run together: position `p` finds its Gaussian by binary search over the cube's offsets in
 /// shared memory and its tile from its rank inside the Gaussian's tile rectangle.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn emit_intersections(
     sorted_ids: &[u32],
     offsets: &[u32],
@@ -84,7 +84,7 @@ pub fn emit_intersections(
 /// in the sorted list. An empty tile gets the position where it would start, so the starts
 /// never decrease with the tile index (the backward pass searches them).
 /// `ranges` must be zero-initialised.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32, num_tiles: u32) {
     let s = rust3r_gpu::global_id();
     let n = n as usize;
@@ -115,7 +115,7 @@ pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32, num_tiles: 
 /// Per-Gaussian sum of its intersections' gradient rows (10 floats each; with `absgrad` also
 /// the 2-float rows of `isect_abs` into `v_abs`).
 /// Rows of depth-sorted visible Gaussian `i` are `offsets[i]..offsets[i]+count`.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn sum_isect_grads(
     sorted_ids: &[u32],
@@ -184,7 +184,7 @@ pub fn sum_isect_grads(
 
 /// One read-back's worth of totals: `out[0]` = visible Gaussians (`positions[n-1] + flags[n-1]`
 /// of the exclusive scan of the visibility flags), `out[1]` = tile intersections (`isect_total[0]`).
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn visible_totals(flags: &[u32], positions: &[u32], isect_total: &[u32], out: &mut [u32], n: u32) {
     if UNIT_POS == 0 {
         let n = n as usize;
@@ -194,7 +194,7 @@ pub fn visible_totals(flags: &[u32], positions: &[u32], isect_total: &[u32], out
 }
 
 /// `lengths[t] = ranges[2t+1] - ranges[2t]`.
-#[cube(launch)]
+#[cube(launch, launch_unchecked)]
 pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
     let t = rust3r_gpu::global_id();
     if t < num_tiles as usize {
