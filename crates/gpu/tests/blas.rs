@@ -8,13 +8,17 @@
 use burn::tensor::{DType, Device, Distribution, Tensor};
 use rust3r_gpu::blas::{matmul, uses_cublas};
 
-fn device() -> Device {
+fn gpu() -> rust3r_gpu::Gpu {
     let cuda = std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda");
     let backend = if cuda { rust3r_gpu::BackendKind::Cuda } else { rust3r_gpu::BackendKind::Wgpu };
     let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions { backend, ..Default::default() })
         .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
     eprintln!("adapter: {}", gpu.name());
-    Device::from(gpu.device().clone())
+    gpu
+}
+
+fn device() -> Device {
+    Device::from(gpu().device().clone())
 }
 
 fn values<const D: usize>(t: &Tensor<D>) -> Vec<f64> {
@@ -166,4 +170,53 @@ fn matmul_records_into_a_graph_and_replays() {
         }
     }
     drop(warm);
+}
+
+/// A product whose output only another product reads (so only cuBLAS touches that buffer inside
+/// the recording) still replays correctly after the pool has released every page it thinks free
+/// and handed memory to other tensors. Before the recording kept such buffers, a replay in SLAM
+/// read freed memory (CUDA error 700; compute-sanitizer: cuBLAS reading out of bounds).
+#[test]
+fn chained_products_keep_their_buffers_across_cleanup_and_replay() {
+    let cuda = std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda");
+    let gpu = gpu();
+    let device = Device::from(gpu.device().clone());
+    let a = random([96, 64], &device);
+    let b = random([64, 80], &device);
+    let c = random([80, 32], &device);
+    let (va, vb, vc) = (values(&a), values(&b), values(&c));
+    let (a2, b2, c2) = (a.clone(), b.clone(), c.clone());
+    let mut graph = burn::tensor::capture(&device, move || matmul(matmul(a2.clone(), b2.clone()), c2.clone()));
+    if cuda {
+        assert!(graph.is_hardware(), "the CUDA graph recording failed");
+    }
+    // Release what the pool thinks is free, then give memory to other tensors (kept alive, and
+    // written) before replaying.
+    gpu.memory_cleanup();
+    let others: Vec<Tensor<2>> = (0..8).map(|_| random([256, 256], &device) * 3.0).collect();
+    let _ = values(&others[7]);
+    // SAFETY: the inputs and the recorded buffers live as long as `graph`; one thread.
+    let out = values(unsafe { graph.replay() });
+    // Reference (a b) c in float64 with its magnitude bound.
+    for r in 0..96 {
+        let mut ab = [0.0f64; 80];
+        let mut ab_mag = [0.0f64; 80];
+        for (j, (x, m)) in ab.iter_mut().zip(ab_mag.iter_mut()).enumerate() {
+            for k in 0..64 {
+                let p = va[r * 64 + k] * vb[k * 80 + j];
+                *x += p;
+                *m += p.abs();
+            }
+        }
+        for col in 0..32 {
+            let (mut acc, mut mag) = (0.0f64, 0.0f64);
+            for j in 0..80 {
+                acc += ab[j] * vc[j * 32 + col];
+                mag += ab_mag[j] * vc[j * 32 + col].abs();
+            }
+            let g = out[r * 32 + col];
+            assert!((g - acc).abs() <= 6e-3 * mag + 1e-6, "replayed [{r}, {col}] = {g}, expected {acc}");
+        }
+    }
+    drop(others);
 }

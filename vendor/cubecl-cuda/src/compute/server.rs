@@ -1366,6 +1366,15 @@ impl ServerStorage for CudaServer {
         let mut command = self.command(stream_id, [&binding].into_iter())?;
         // rust3r: hand out the caller's stream with the pointer (see `GpuResource::stream`).
         let stream = command.stream().sys;
+        // rust3r: while the stream records a graph, the caller's foreign work on this pointer
+        // (cuBLAS) is recorded into it too, so the graph must keep the buffer and its page as a
+        // recorded launch's: retained (never handed to another tensor) and guarded (never
+        // released) for the graph's life. Without this a buffer only cuBLAS touched was freed
+        // after the recording while replays still wrote it (CUDA error 700 in SLAM).
+        if command.stream().capturing.is_recording() {
+            command.resource(binding.clone())?;
+            command.stream().capturing.record([binding.clone()]);
+        }
         let mut resource = command.managed_resource(binding)?;
         resource.resource_mut().stream = stream;
         Ok(resource)
