@@ -1,5 +1,5 @@
 //! The encoder and the decoder (with both heads and the post-processing) recorded once per input
-//! size and replayed per frame ([`burn::tensor::capture`]: CUDA graphs on the CUDA backend).
+//! size and replayed per frame (Burn's graph capture: CUDA graphs on the CUDA backend).
 //!
 //! MASt3R-SLAM runs the same few-thousand-launch network on every frame. Launched one operation
 //! at a time, the host's per-operation cost (Burn's dispatch and CubeCL's launch path) is larger
@@ -18,7 +18,8 @@
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
-use burn::tensor::{Graph, Tensor, capture};
+use burn::backend::{Backend, BackendGraph, Dispatch};
+use burn::tensor::{Device, Tensor};
 
 use super::{Encoded, Mast3r, Prediction};
 
@@ -64,17 +65,72 @@ fn copy<const D: usize>(t: &Tensor<D>) -> Tensor<D> {
     t.clone().mul_scalar(1.0)
 }
 
+/// A closure recorded for replay: Burn's [`burn::tensor::capture`] sequence (prepare the pool,
+/// three warm-up runs, one recorded run), with replay failures returned as errors (Burn's
+/// `Graph::replay` panics on them).
+struct Recording<T> {
+    device: Device,
+    output: T,
+    closure: Closure<T>,
+    /// The driver's recording, or `None` where the backend cannot record (wgpu) or the recording
+    /// failed: replays then re-run the closure.
+    hardware: Option<BackendGraph<Dispatch>>,
+}
+
+impl<T> Recording<T> {
+    fn new(device: &Device, mut closure: Closure<T>) -> Self {
+        let dispatch = device.as_dispatch();
+        let _ = Dispatch::graph_prepare(dispatch);
+        // Warm-up runs populate the pool with every buffer the recording reuses (an allocation
+        // inside a recording fails); each output is held across the synchronisation.
+        for _ in 0..3 {
+            let out = closure();
+            let _ = Dispatch::sync(dispatch);
+            drop(out);
+        }
+        let (hardware, output) = match Dispatch::graph_start_capture(dispatch) {
+            Ok(()) => {
+                let output = closure();
+                (Dispatch::graph_stop_capture(dispatch).ok(), output)
+            }
+            Err(_) => (None, closure()),
+        };
+        Recording {
+            device: device.clone(),
+            output,
+            closure,
+            hardware,
+        }
+    }
+
+    fn is_hardware(&self) -> bool {
+        self.hardware.is_some()
+    }
+
+    /// # Safety
+    /// Every buffer the closure read or wrote while recording is alive, and refreshes and reads
+    /// are ordered on the recording's stream (one thread).
+    unsafe fn replay(&mut self) -> Result<&T, String> {
+        match &self.hardware {
+            Some(graph) => unsafe { Dispatch::graph_replay(self.device.as_dispatch(), graph) }
+                .map_err(|e| format!("the driver refused to replay the recorded network: {e:?}"))?,
+            None => self.output = (self.closure)(),
+        }
+        Ok(&self.output)
+    }
+}
+
 struct EncodeGraph {
     dims: [usize; 4],
     image: Slot<4>,
-    graph: Graph<Encoded, Closure<Encoded>>,
+    graph: Recording<Encoded>,
 }
 
 struct DecodeGraph {
     /// Batch, tokens and width of each view's encoder output, and the token grid.
     key: ([usize; 3], [usize; 3], [usize; 2]),
     feats: [Slot<3>; 2],
-    graph: Graph<[Prediction; 2], Closure<[Prediction; 2]>>,
+    graph: Recording<[Prediction; 2]>,
 }
 
 /// The network's per-frame work, recorded per input size and replayed.
@@ -147,7 +203,7 @@ impl Replayer {
                 let image = slot(copy(&img));
                 let (model, input) = (self.model.clone(), image.clone());
                 let closure: Closure<Encoded> = Box::new(move || model.encode(read(&input)));
-                let graph = capture(self.model.device(), closure);
+                let graph = Recording::new(self.model.device(), closure);
                 self.encoders.push(EncodeGraph { dims, image, graph });
                 // A recording does not run its launches (CUDA): the replay below computes this
                 // call's answer.
@@ -158,7 +214,7 @@ impl Replayer {
         // kept alive by the closure's `Arc`), the input slot (owned by the graph's entry) and
         // the graph's own output and intermediates (pinned by the recording); refreshes and
         // reads are on this device's stream, in order.
-        let out = unsafe { self.encoders[i].graph.replay() };
+        let out = unsafe { self.encoders[i].graph.replay() }?;
         Ok(Encoded {
             feat: copy(&out.feat),
             grid: out.grid,
@@ -194,13 +250,13 @@ impl Replayer {
                     let eb = Encoded { feat: read(&fb), grid };
                     model.decode(&ea, &eb)
                 });
-                let graph = capture(self.model.device(), closure);
+                let graph = Recording::new(self.model.device(), closure);
                 self.decoders.push(DecodeGraph { key, feats, graph });
                 self.decoders.len() - 1
             }
         };
         // Safety: as in `encode`.
-        Ok(unsafe { self.decoders[i].graph.replay() })
+        unsafe { self.decoders[i].graph.replay() }
     }
 
     /// [`Mast3r::mono`]: the frame decoded with itself.
