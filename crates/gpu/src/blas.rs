@@ -109,15 +109,15 @@ mod cublas {
         std::env::var("RUST3R_CUDA_TF32").map_or(true, |v| v != "0")
     }
 
+    /// A cuBLAS handle bound to one stream, with its own workspace: products on different
+    /// streams (CubeCL gives each thread its own) may run at the same time, and a shared
+    /// workspace would be a race between them.
     struct Blas {
-        ctx: usize,
-        handle: usize,
-        workspace: u64,
-        /// The stream the handle was last set to (0: none yet).
         stream: usize,
+        handle: usize,
     }
 
-    /// One cuBLAS handle per CUDA context, used under the lock (a handle is not thread-safe).
+    /// One cuBLAS handle per stream, used under the lock (a handle is not thread-safe).
     static HANDLES: Mutex<Vec<Blas>> = Mutex::new(Vec::new());
 
     fn check(what: &str, status: cb::cublasStatus_t) -> Result<(), String> {
@@ -297,18 +297,6 @@ mod cublas {
         let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
         let blas = unsafe { blas_for(&mut handles, stream)? };
         let h = blas.handle as cb::cublasHandle_t;
-        if blas.stream != stream as usize {
-            // cublasSetStream puts the handle back on cuBLAS's own workspace pool, which allocates
-            // (and so breaks a graph recording): ours goes back on right after.
-            unsafe {
-                check("cublasSetStream", cb::cublasSetStream_v2(h, stream as cb::cudaStream_t))?;
-                check(
-                    "cublasSetWorkspace",
-                    cb::cublasSetWorkspace_v2(h, blas.workspace as *mut _, WORKSPACE_BYTES),
-                )?;
-            }
-            blas.stream = stream as usize;
-        }
         // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS's first operand is B^T (n x k),
         // its second A^T (k x m), its output C^T (n x m) with leading dimension n.
         let (op_b, ldb) = transposed_arg(&b);
@@ -366,8 +354,8 @@ mod cublas {
         Ok(Some(out))
     }
 
-    /// The handle for the context `stream` belongs to, made current on this thread.
-    unsafe fn blas_for(handles: &mut Vec<Blas>, stream: cu::CUstream) -> Result<&mut Blas, String> {
+    /// The handle for `stream`, its context made current on this thread.
+    unsafe fn blas_for(handles: &mut Vec<Blas>, stream: cu::CUstream) -> Result<&Blas, String> {
         let mut ctx: cu::CUcontext = std::ptr::null_mut();
         unsafe {
             check_cu("cuStreamGetCtx", cu::cuStreamGetCtx(stream, &mut ctx))?;
@@ -377,22 +365,24 @@ mod cublas {
                 check_cu("cuCtxSetCurrent", cu::cuCtxSetCurrent(ctx))?;
             }
         }
-        if let Some(i) = handles.iter().position(|b| b.ctx == ctx as usize) {
-            return Ok(&mut handles[i]);
+        if let Some(i) = handles.iter().position(|b| b.stream == stream as usize) {
+            return Ok(&handles[i]);
         }
         let mut h: cb::cublasHandle_t = std::ptr::null_mut();
         let mut ws: cu::CUdeviceptr = 0;
         unsafe {
             check("cublasCreate", cb::cublasCreate_v2(&mut h))?;
             check_cu("cuMemAlloc (cuBLAS workspace)", cu::cuMemAlloc_v2(&mut ws, WORKSPACE_BYTES))?;
+            check("cublasSetStream", cb::cublasSetStream_v2(h, stream as cb::cudaStream_t))?;
+            // After the stream: cublasSetStream puts a handle back on cuBLAS's own workspace
+            // pool, which allocates (and so breaks a graph recording).
+            check("cublasSetWorkspace", cb::cublasSetWorkspace_v2(h, ws as *mut _, WORKSPACE_BYTES))?;
         }
-        // Handles and their workspaces live as long as the process (one per device).
+        // Handles and their workspaces live as long as the process (one per stream CubeCL made).
         handles.push(Blas {
-            ctx: ctx as usize,
+            stream: stream as usize,
             handle: h as usize,
-            workspace: ws,
-            stream: 0,
         });
-        Ok(handles.last_mut().expect("just pushed"))
+        Ok(handles.last().expect("just pushed"))
     }
 }
