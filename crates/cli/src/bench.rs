@@ -27,6 +27,94 @@ pub enum BenchCommand {
     /// Host cost of one small GPU operation (an allocation and one launch of a 256-element
     /// kernel): the floor under every pass made of many launches.
     Launch(LaunchArgs),
+    /// The radix sort alone (random 32-bit pairs, the low `--bits` bits set), whole and stage by
+    /// stage; the result is checked against the host's stable sort.
+    Sort(SortArgs),
+}
+
+#[derive(Args)]
+pub struct SortArgs {
+    /// Number of key-value pairs (the rasterizer's tile sort at 10M Gaussians, 1080p: 17.3M).
+    #[arg(long, default_value_t = 17_344_962)]
+    n: usize,
+    /// Key bits to sort by (tile ids at 1080p: 13; depth keys: 32).
+    #[arg(long, default_value_t = 13)]
+    bits: u32,
+    #[arg(long, default_value_t = 9)]
+    iters: usize,
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn sort(a: &SortArgs) -> Result<()> {
+    use rust3r_gpu::sort::{STAGES, sort_pairs, sort_pairs_staged};
+    anyhow::ensure!((1..=32).contains(&a.bits), "--bits must be 1..=32, got {}", a.bits);
+    let gpu = a.device.open()?;
+    let mask = if a.bits == 32 { u32::MAX } else { (1u32 << a.bits) - 1 };
+    // splitmix64: reproducible keys without a dependency.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let keys: Vec<u32> = (0..a.n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            ((z ^ (z >> 31)) as u32) & mask
+        })
+        .collect();
+    let values: Vec<u32> = (0..a.n as u32).collect();
+    let (kb, vb) = (gpu.upload(&keys), gpu.upload(&values));
+    // Correctness once: stable order of the host sort.
+    let (sk, sv) = sort_pairs(&gpu, &kb, &vb, a.bits);
+    let (sk, sv) = (gpu.read(&sk)?, gpu.read(&sv)?);
+    let mut order: Vec<u32> = values.clone();
+    order.sort_by_key(|&i| keys[i as usize]);
+    anyhow::ensure!(sv == order, "the device sort's values differ from the host's stable sort");
+    anyhow::ensure!(sk.iter().zip(&order).all(|(&k, &i)| k == keys[i as usize]), "the device sort's keys are wrong");
+    let mut whole = Vec::new();
+    let mut staged: Vec<[f64; 3]> = Vec::new();
+    for it in 0..a.warmup + a.iters {
+        gpu.sync()?;
+        let t = Instant::now();
+        drop(sort_pairs(&gpu, &kb, &vb, a.bits));
+        gpu.sync()?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        // Stage by stage: a synchronisation after each (each figure includes one wait).
+        let mut per = [0.0f64; 3];
+        let mut last = Instant::now();
+        drop(sort_pairs_staged(&gpu, &kb, &vb, a.bits, |stage| {
+            let _ = gpu.sync();
+            let now = Instant::now();
+            let i = STAGES.iter().position(|s| *s == stage).unwrap_or(0);
+            per[i] += (now - last).as_secs_f64() * 1e3;
+            last = now;
+        }));
+        if it >= a.warmup {
+            whole.push(ms);
+            staged.push(per);
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "sort of {} pairs by {} bits on {}: median {:.3} ms ({:.2} Gkeys/s); synchronised after each stage: {}",
+        a.n,
+        a.bits,
+        gpu.name(),
+        median(whole.clone()),
+        a.n as f64 / median(whole) / 1e6,
+        STAGES
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s} {:.3} ms", median(staged.iter().map(|p| p[i]).collect())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
 }
 
 #[derive(Args)]
@@ -137,6 +225,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::TrainStep(a) => train_step(&a),
         BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
         BenchCommand::Launch(a) => launch(&a),
+        BenchCommand::Sort(a) => sort(&a),
     }
 }
 

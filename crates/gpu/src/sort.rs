@@ -239,6 +239,21 @@ pub fn sort_pairs(
     values: &GpuBuffer<u32>,
     num_bits: u32,
 ) -> (GpuBuffer<u32>, GpuBuffer<u32>) {
+    sort_pairs_staged(gpu, keys, values, num_bits, |_| {})
+}
+
+/// Stages of a radix pass, in launch order, as [`sort_pairs_staged`] names them.
+pub const STAGES: [&str; 3] = ["count", "scan", "scatter"];
+
+/// [`sort_pairs`], calling `after` with the stage's name ([`STAGES`]) after each stage of each
+/// pass is queued (`rust3r bench sort` synchronises there to time the stages).
+pub fn sort_pairs_staged(
+    gpu: &Gpu,
+    keys: &GpuBuffer<u32>,
+    values: &GpuBuffer<u32>,
+    num_bits: u32,
+    mut after: impl FnMut(&'static str),
+) -> (GpuBuffer<u32>, GpuBuffer<u32>) {
     assert_eq!(keys.len(), values.len(), "sort_pairs: keys and values differ in length");
     let n = keys.len();
     let passes = num_bits.min(32).div_ceil(RADIX_BITS);
@@ -267,6 +282,7 @@ pub fn sort_pairs(
             shift,
             blocks as u32,
         ));
+        after(STAGES[0]);
         let column = blocks <= COLUMN_SCAN_MAX_TILES;
         let offsets = if column {
             crate::launch!(radix_column_scan(
@@ -281,6 +297,7 @@ pub fn sort_pairs(
         } else {
             exclusive_scan(gpu, &counts)
         };
+        after(STAGES[1]);
         crate::launch!(radix_scatter(
             gpu.client(),
             gpu.grid(blocks),
@@ -296,6 +313,7 @@ pub fn sort_pairs(
             blocks as u32,
             column,
         ));
+        after(STAGES[2]);
         k_src = k_dst.clone();
         v_src = v_dst.clone();
     }
