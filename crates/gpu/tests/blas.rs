@@ -8,9 +8,13 @@
 use burn::tensor::{DType, Device, Distribution, Tensor};
 use rust3r_gpu::blas::{matmul, uses_cublas};
 
+/// `RUST3R_TEST_BACKEND=cuda`: run on CUDA and insist on cuBLAS.
+fn cuda() -> bool {
+    std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda")
+}
+
 fn gpu() -> rust3r_gpu::Gpu {
-    let cuda = std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda");
-    let backend = if cuda { rust3r_gpu::BackendKind::Cuda } else { rust3r_gpu::BackendKind::Wgpu };
+    let backend = if cuda() { rust3r_gpu::BackendKind::Cuda } else { rust3r_gpu::BackendKind::Wgpu };
     let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions { backend, ..Default::default() })
         .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
     eprintln!("adapter: {}", gpu.name());
@@ -39,7 +43,7 @@ fn check<const D: usize>(what: &str, a: Tensor<D>, b: Tensor<D>, rel: f64) {
     let (m, k, n) = (da[D - 2], da[D - 1], db[D - 1]);
     assert_eq!(db[D - 2], k, "{what}: inner dimensions");
     let (va, vb) = (values(&a), values(&b));
-    if std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda") {
+    if cuda() {
         assert!(uses_cublas(&a), "{what}: cuBLAS did not run on the CUDA device");
     }
     let out = matmul(a, b);
@@ -139,7 +143,6 @@ fn matmul_matches_float64_in_half_precision() {
 /// the closure instead, losing the graph's speed, so the recording itself is asserted).
 #[test]
 fn matmul_records_into_a_graph_and_replays() {
-    let cuda = std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda");
     let device = device();
     let a = random([2, 64, 48], &device);
     let b = random([2, 48, 40], &device);
@@ -150,7 +153,7 @@ fn matmul_records_into_a_graph_and_replays() {
     let _ = values(&warm);
     let (a2, b2) = (a.clone(), b.clone());
     let mut graph = burn::tensor::capture(&device, move || matmul(a2.clone() + 1.0, b2.clone()));
-    if cuda {
+    if cuda() {
         assert!(graph.is_hardware(), "the CUDA graph recording failed");
     }
     // SAFETY: the inputs and the recorded buffers live as long as `graph`; one thread.
@@ -178,7 +181,6 @@ fn matmul_records_into_a_graph_and_replays() {
 /// read freed memory (CUDA error 700; compute-sanitizer: cuBLAS reading out of bounds).
 #[test]
 fn chained_products_keep_their_buffers_across_cleanup_and_replay() {
-    let cuda = std::env::var("RUST3R_TEST_BACKEND").is_ok_and(|b| b == "cuda");
     let gpu = gpu();
     let device = Device::from(gpu.device().clone());
     let a = random([96, 64], &device);
@@ -187,7 +189,7 @@ fn chained_products_keep_their_buffers_across_cleanup_and_replay() {
     let (va, vb, vc) = (values(&a), values(&b), values(&c));
     let (a2, b2, c2) = (a.clone(), b.clone(), c.clone());
     let mut graph = burn::tensor::capture(&device, move || matmul(matmul(a2.clone(), b2.clone()), c2.clone()));
-    if cuda {
+    if cuda() {
         assert!(graph.is_hardware(), "the CUDA graph recording failed");
     }
     // Release what the pool thinks is free, then give memory to other tensors (kept alive, and
