@@ -135,7 +135,7 @@ impl ShCoeffs {
     fn rest_arg(&self, gpu: &Gpu) -> BufferArg {
         match self {
             Self::Half { rest, .. } => rest.arg(),
-            Self::F32(_) => gpu.placeholder::<u32>(0).arg(),
+            Self::F32(_) => gpu.placeholder::<u32>(slot::SH_REST).arg(),
         }
     }
 
@@ -730,7 +730,7 @@ pub fn render_chunks(
     } else {
         let (sorted_tiles, sorted_gids) = sort_pairs(gpu, &isect_tiles, &isect_gids, tile_bits);
         // Bound by the backward pass, read only in the row mode: a shared placeholder.
-        (sorted_tiles, sorted_gids, gpu.placeholder::<u32>(ISECT_ORIG_SLOT))
+        (sorted_tiles, sorted_gids, gpu.placeholder::<u32>(slot::ISECT_ORIG))
     };
     rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
     let ranges = gpu.zeros::<u32>(num_tiles * 2);
@@ -848,9 +848,27 @@ pub fn render_chunks(
     Ok((out, state))
 }
 
-/// Placeholder slot of [`RenderState::isect_orig`] outside the row mode (slots 0-3 are the
-/// backward pass's).
-const ISECT_ORIG_SLOT: usize = 4;
+/// [`Gpu::placeholder`] slots of the arguments a launch leaves unused; the arguments of one launch
+/// take distinct slots.
+mod slot {
+    /// Projection (forward and backward): `sh_rest` with binary32 SH.
+    pub const SH_REST: usize = 0;
+    /// Backward rasterizer: the per-intersection gradient rows, in the atomic mode.
+    pub const ISECT_GRADS: usize = 0;
+    /// Backward rasterizer: the per-intersection absolute gradients, without absgrad or in the
+    /// atomic mode.
+    pub const ISECT_ABS: usize = 1;
+    /// Backward rasterizer: the per-Gaussian absolute gradients, without absgrad.
+    pub const V_ABS: usize = 2;
+    /// Backward rasterizer: the atomic-mode bindings in the row mode.
+    pub const ATOMIC_UNUSED: usize = 3;
+    /// [`super::RenderState::isect_orig`] outside the row mode (bound by the backward
+    /// rasterizer beside the slots above).
+    pub const ISECT_ORIG: usize = 4;
+    /// Projection backward: the pose-gradient rows, without the pose gradient (bound beside
+    /// [`SH_REST`]).
+    pub const V_CAM: usize = 5;
+}
 
 /// Whether the forward rasterizer tests each Gaussian's row reach before its exponential
 /// (`rasterize::row_reach2`): it pays where Gaussians span few rows of a tile, which the mean
@@ -1011,18 +1029,18 @@ pub fn render_backward_chunks(
     // are shared placeholders, one slot per binding of a launch, not a buffer (and a fill
     // launch) per call.
     let isect_grads = if atomic {
-        gpu.placeholder::<f32>(0)
+        gpu.placeholder::<f32>(slot::ISECT_GRADS)
     } else {
         gpu.zeros::<f32>(out.num_intersections * project::VPROJ)
     };
     // The atomic bindings in the row mode (typed `u32`).
-    let unused = gpu.placeholder::<u32>(3);
+    let unused = gpu.placeholder::<u32>(slot::ATOMIC_UNUSED);
     let absgrad = state.absgrad;
-    let v_abs = if absgrad { gpu.zeros::<f32>(n * 2) } else { gpu.placeholder::<f32>(2) };
+    let v_abs = if absgrad { gpu.zeros::<f32>(n * 2) } else { gpu.placeholder::<f32>(slot::V_ABS) };
     let isect_abs = if absgrad && !atomic {
         gpu.zeros::<f32>(out.num_intersections * 2)
     } else {
-        gpu.placeholder::<f32>(1)
+        gpu.placeholder::<f32>(slot::ISECT_ABS)
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     // On CUDA, NVRTC gave the backward kernels 80 registers (3 resident cubes per multiprocessor);
@@ -1086,8 +1104,9 @@ pub fn render_backward_chunks(
             opacity_logits: gpu.alloc::<f32>(rows),
             sh: gpu.alloc::<f32>(if state.sh_grad { rows * k * 3 } else { 0 }),
         };
-        // Per-Gaussian pose-gradient rows only when the pose gradient is wanted.
-        let v_cam = gpu.alloc::<f32>(if pose_grad { rows * project::VCAM } else { 1 });
+        // Per-Gaussian pose-gradient rows only when the pose gradient is wanted (the kernel's
+        // compile-time `pose_grad` leaves the binding untouched otherwise).
+        let v_cam = if pose_grad { gpu.alloc::<f32>(rows * project::VCAM) } else { gpu.placeholder::<f32>(slot::V_CAM) };
         rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
             if state.sh_grad {

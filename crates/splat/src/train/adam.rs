@@ -24,6 +24,21 @@ use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 use super::densify::pcg_hash;
 
+/// [`Gpu::placeholder`] slots of the Adam kernels' unused arguments (one launch binds them all, so
+/// they are distinct).
+mod slot {
+    /// Moment storages not in use ([`super::MomentArgs`]): f32 `m`, `v`, bf16 pairs, 8-bit SH.
+    pub const M: usize = 0;
+    pub const V: usize = 1;
+    pub const MV: usize = 2;
+    pub const MV8: usize = 3;
+    /// The fused SH gradient's inputs when the gradient is a buffer, and the buffer when fused.
+    pub const NONE_F32: usize = 4;
+    pub const NONE_U32: usize = 5;
+    /// The visible-Gaussian radii when every Gaussian steps.
+    pub const RADII: usize = 6;
+}
+
 /// Learning rate of value `i` (`lr` for the first `first_cols` values of its row, `lr_rest`
 /// for the others). Units past `len`, and rows of Gaussians the rasterizer culled when
 /// `visible_only`, stop here.
@@ -370,7 +385,7 @@ pub fn adam_update_sh_half(
         row >= 3 && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
         "adam (half SH) buffer lengths"
     );
-    let (none_f, none_u) = (gpu.placeholder::<f32>(4), gpu.placeholder::<u32>(5));
+    let (none_f, none_u) = (gpu.placeholder::<f32>(slot::NONE_F32), gpu.placeholder::<u32>(slot::NONE_U32));
     let (grad, means, cam, tiles, proj, v_proj, active, fused) = match &grad {
         ShGrad::Buffer(g) => {
             assert_eq!(g.len(), n * row, "adam (half SH) gradient length");
@@ -385,7 +400,7 @@ pub fn adam_update_sh_half(
         return;
     }
     let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
-    let no_radii = gpu.placeholder::<u32>(6);
+    let no_radii = gpu.placeholder::<u32>(slot::RADII);
     let radii = visible.unwrap_or(&no_radii);
     let MomentArgs { m, v, mv, mv8, compact, sh8 } = MomentArgs::new(gpu, moments);
     let units = n * 3 + rest.len();
@@ -439,8 +454,8 @@ struct MomentArgs {
 
 impl MomentArgs {
     fn new(gpu: &Gpu, moments: &Moments) -> Self {
-        // Placeholder slots 0-3, one per argument.
-        let (m0, v0, mv0, mv80) = (gpu.placeholder(0), gpu.placeholder(1), gpu.placeholder(2), gpu.placeholder(3));
+        let (m0, v0) = (gpu.placeholder(slot::M), gpu.placeholder(slot::V));
+        let (mv0, mv80) = (gpu.placeholder(slot::MV), gpu.placeholder(slot::MV8));
         match moments {
             Moments::F32 { m, v } => Self { m: m.clone(), v: v.clone(), mv: mv0, mv8: mv80, compact: false, sh8: false },
             Moments::Bf16(mv) => Self { m: m0, v: v0, mv: mv.clone(), mv8: mv80, compact: true, sh8: false },
@@ -833,7 +848,7 @@ pub fn adam_update(
     let radii = match visible {
         Some(r) => r,
         None => {
-            dummy = gpu.placeholder::<u32>(6);
+            dummy = gpu.placeholder::<u32>(slot::RADII);
             &dummy
         }
     };
