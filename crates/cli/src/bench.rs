@@ -53,17 +53,8 @@ fn sort(a: &SortArgs) -> Result<()> {
     anyhow::ensure!((1..=32).contains(&a.bits), "--bits must be 1..=32, got {}", a.bits);
     let gpu = a.device.open()?;
     let mask = if a.bits == 32 { u32::MAX } else { (1u32 << a.bits) - 1 };
-    // splitmix64: reproducible keys without a dependency.
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let keys: Vec<u32> = (0..a.n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) as u32) & mask
-        })
-        .collect();
+    // Reproducible keys: the initialisation's SplitMix64 stream.
+    let keys: Vec<u32> = (1..=a.n as u64).map(|i| init::splitmix(0, i) as u32 & mask).collect();
     let values: Vec<u32> = (0..a.n as u32).collect();
     let (kb, vb) = (gpu.upload(&keys), gpu.upload(&values));
     // Correctness once: stable order of the host sort.
