@@ -245,14 +245,14 @@ pub fn sort_pairs(
 /// Stages of a radix pass, in launch order, as [`sort_pairs_staged`] names them.
 pub const STAGES: [&str; 3] = ["count", "scan", "scatter"];
 
-/// [`sort_pairs`], calling `after` with the stage's name ([`STAGES`]) after each stage of each
-/// pass is queued (`rust3r bench sort` synchronises there to time the stages).
+/// [`sort_pairs`], calling `after` with the stage's index into [`STAGES`] after each stage of
+/// each pass is queued (`rust3r bench sort` synchronises there to time the stages).
 pub fn sort_pairs_staged(
     gpu: &Gpu,
     keys: &GpuBuffer<u32>,
     values: &GpuBuffer<u32>,
     num_bits: u32,
-    mut after: impl FnMut(&'static str),
+    mut after: impl FnMut(usize),
 ) -> (GpuBuffer<u32>, GpuBuffer<u32>) {
     assert_eq!(keys.len(), values.len(), "sort_pairs: keys and values differ in length");
     let n = keys.len();
@@ -282,7 +282,7 @@ pub fn sort_pairs_staged(
             shift,
             blocks as u32,
         ));
-        after(STAGES[0]);
+        after(0);
         let column = blocks <= COLUMN_SCAN_MAX_TILES;
         let offsets = if column {
             crate::launch!(radix_column_scan(
@@ -297,7 +297,7 @@ pub fn sort_pairs_staged(
         } else {
             exclusive_scan(gpu, &counts)
         };
-        after(STAGES[1]);
+        after(1);
         crate::launch!(radix_scatter(
             gpu.client(),
             gpu.grid(blocks),
@@ -313,7 +313,7 @@ pub fn sort_pairs_staged(
             blocks as u32,
             column,
         ));
-        after(STAGES[2]);
+        after(2);
         k_src = k_dst.clone();
         v_src = v_dst.clone();
     }
