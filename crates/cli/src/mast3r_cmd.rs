@@ -166,7 +166,7 @@ pub struct BenchArgs {
     #[arg(long)]
     no_stacked_heads: bool,
     /// Also time the per-frame work recorded once and replayed (`Replayer`: CUDA graphs on the
-    /// CUDA backend), as `mono_replay` / `pair_replay`.
+    /// CUDA backend): `mono_rp` / `pair_rp` on stdout, `replay.mono` / `replay.pair` in the JSON.
     #[arg(long)]
     graph: bool,
     /// Write the results as JSON here.
@@ -289,23 +289,18 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let mut replay = serde_json::Value::Null;
     if a.graph {
         let mut runner = Replayer::new(model.clone());
+        // One tracked frame, replayed: encoded, then decoded with itself or with the keyframe.
+        let mut frame = |img: Tensor<4>, pair: bool| -> Result<()> {
+            let e = runner.encode(img).map_err(anyhow::Error::msg)?;
+            if pair { runner.decode(&e, &keyframe) } else { runner.mono(&e) }.map_err(anyhow::Error::msg)?;
+            Ok(())
+        };
         let t = Instant::now();
-        let e = runner.encode(image()).map_err(anyhow::Error::msg)?;
-        runner.mono(&e).map_err(anyhow::Error::msg)?;
+        frame(image(), false)?;
         sync()?;
         let recorded_s = t.elapsed().as_secs_f64();
-        let mut rec = |img| -> Result<()> {
-            let e = runner.encode(img).map_err(anyhow::Error::msg)?;
-            runner.mono(&e).map_err(anyhow::Error::msg)?;
-            Ok(())
-        };
-        let mono_replay = measure("mono_rp", &mut rec)?;
-        let mut rec = |img| -> Result<()> {
-            let e = runner.encode(img).map_err(anyhow::Error::msg)?;
-            runner.decode(&e, &keyframe).map_err(anyhow::Error::msg)?;
-            Ok(())
-        };
-        let pair_replay = measure("pair_rp", &mut rec)?;
+        let mono_replay = measure("mono_rp", &mut |img| frame(img, false))?;
+        let pair_replay = measure("pair_rp", &mut |img| frame(img, true))?;
         eprintln!(
             "  replay: hardware graphs {}, first frame (recording) {recorded_s:.2} s",
             runner.is_hardware()
