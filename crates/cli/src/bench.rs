@@ -44,6 +44,9 @@ pub struct SortArgs {
     iters: usize,
     #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Before those, sorts until this many milliseconds have passed (see `bench raster`).
+    #[arg(long, default_value_t = 1000)]
+    warmup_ms: u64,
     #[command(flatten)]
     device: DeviceArgs,
 }
@@ -64,6 +67,11 @@ fn sort(a: &SortArgs) -> Result<()> {
     order.sort_by_key(|&i| keys[i as usize]);
     anyhow::ensure!(sv == order, "the device sort's values differ from the host's stable sort");
     anyhow::ensure!(sk.iter().zip(&order).all(|(&k, &i)| k == keys[i as usize]), "the device sort's keys are wrong");
+    let warm_start = Instant::now();
+    while warm_start.elapsed().as_millis() < a.warmup_ms as u128 {
+        drop(sort_pairs(&gpu, &kb, &vb, a.bits));
+        gpu.sync()?;
+    }
     let mut whole = Vec::new();
     let mut staged: Vec<[f64; 3]> = Vec::new();
     for it in 0..a.warmup + a.iters {
@@ -72,15 +80,24 @@ fn sort(a: &SortArgs) -> Result<()> {
         drop(sort_pairs(&gpu, &kb, &vb, a.bits));
         gpu.sync()?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
-        // Stage by stage: a synchronisation after each (each figure includes one wait).
+        // Stage by stage, in the device's own time (a profiling window per stage: timestamp
+        // queries through wgpu, events through CUDA).
         let mut per = [0.0f64; 3];
-        let mut last = Instant::now();
+        let client = gpu.client();
+        let mut window = client.profile_start().ok();
         drop(sort_pairs_staged(&gpu, &kb, &vb, a.bits, |stage| {
-            let _ = gpu.sync();
-            let now = Instant::now();
-            per[stage] += (now - last).as_secs_f64() * 1e3;
-            last = now;
+            if let Some(w) = window.take() {
+                per[stage] += client
+                    .profile_end(w)
+                    .ok()
+                    .and_then(|d| rust3r_gpu::cubecl::future::block_on(d.resolve()))
+                    .map_or(f64::NAN, |t| t.duration().as_secs_f64() * 1e3);
+            }
+            window = client.profile_start().ok();
         }));
+        if let Some(w) = window {
+            client.profile_abandon(w);
+        }
         if it >= a.warmup {
             whole.push(ms);
             staged.push(per);
@@ -91,7 +108,7 @@ fn sort(a: &SortArgs) -> Result<()> {
         v[v.len() / 2]
     };
     println!(
-        "sort of {} pairs by {} bits on {}: median {:.3} ms ({:.2} Gkeys/s); synchronised after each stage: {}",
+        "sort of {} pairs by {} bits on {}: median {:.3} ms ({:.2} Gkeys/s); device time by stage: {}",
         a.n,
         a.bits,
         gpu.name(),
@@ -185,8 +202,9 @@ pub struct RasterArgs {
     #[arg(long, default_value_t = 5)]
     warmup: usize,
     /// Before those, forward+backward passes until this many milliseconds have passed: through
-    /// Vulkan on an H100 the first passes after a scene upload often ran 3-4x slower than the rest
-    /// (not the SM clock, which sat at its maximum; cause not found, BENCHMARKS.md).
+    /// Vulkan on an H100 every kernel ran 3-4x slower in device time until the GPU had been
+    /// busy for a while (0.1-1 s), and again after 3 s idle (not the SM clock, which sat at its
+    /// maximum; BENCHMARKS.md, 2026-11-27).
     #[arg(long, default_value_t = 1000)]
     warmup_ms: u64,
     /// Write the results as JSON here.

@@ -1,6 +1,9 @@
 //! Opt-in phase timing: with `RUST3R_PROFILE=1`, [`mark`] waits for the device and charges the
-//! time since the previous mark to a named phase; [`report`] prints the totals. Without the
-//! variable, `mark` does nothing (no device wait), so it can stay in hot paths.
+//! time since the previous mark to a named phase; [`report`] prints the totals. With
+//! `RUST3R_PROFILE=device` a phase is the device's own time between the marks (CubeCL's
+//! profiling windows: timestamp queries through wgpu, events through CUDA), which leaves out
+//! the host's waits. Without the variable, `mark` does nothing (no device wait), so it can
+//! stay in hot paths.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -10,6 +13,7 @@ use crate::Gpu;
 
 struct State {
     last: Option<Instant>,
+    window: Option<cubecl::client::ProfileWindow>,
     phases: BTreeMap<&'static str, (f64, u64)>,
 }
 
@@ -18,16 +22,28 @@ fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("RUST3R_PROFILE").is_ok_and(|v| v != "0"))
 }
 
+fn device_time() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RUST3R_PROFILE").is_ok_and(|v| v == "device"))
+}
+
 fn state() -> &'static Mutex<State> {
     static S: OnceLock<Mutex<State>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(State { last: None, phases: BTreeMap::new() }))
+    S.get_or_init(|| Mutex::new(State { last: None, window: None, phases: BTreeMap::new() }))
 }
 
 /// Start timing from now (the next mark's phase begins here).
 pub fn start(gpu: &Gpu) {
     if enabled() {
         let _ = gpu.sync();
-        state().lock().unwrap().last = Some(Instant::now());
+        let mut s = state().lock().unwrap();
+        s.last = Some(Instant::now());
+        if device_time() {
+            if let Some(w) = s.window.take() {
+                gpu.client().profile_abandon(w);
+            }
+            s.window = gpu.client().profile_start().ok();
+        }
     }
 }
 
@@ -43,6 +59,23 @@ pub fn reset() {
 /// Charge the device time since the last mark to `phase`.
 pub fn mark(gpu: &Gpu, phase: &'static str) {
     if !enabled() {
+        return;
+    }
+    if device_time() {
+        let mut s = state().lock().unwrap();
+        let Some(window) = s.window.take() else { return };
+        let seconds = gpu
+            .client()
+            .profile_end(window)
+            .ok()
+            .and_then(|d| cubecl::future::block_on(d.resolve()))
+            .map(|t| t.duration().as_secs_f64());
+        if let Some(t) = seconds {
+            let e = s.phases.entry(phase).or_insert((0.0, 0));
+            e.0 += t;
+            e.1 += 1;
+        }
+        s.window = gpu.client().profile_start().ok();
         return;
     }
     let _ = gpu.sync();
