@@ -223,6 +223,35 @@ fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
     Ok(WgpuDevice::new(kind).on(backend))
 }
 
+/// Dispatches per wgpu command submission, unless `CUBECL_WGPU_MAX_TASKS` says otherwise
+/// (CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
+/// Gaussians, 1080p took 6.77 ms at 4 against 7.41 ms at 32 (BENCHMARKS.md, 2026-11-27): after
+/// the forward pass's read-back the GPU idles until the first submission, and a smaller one
+/// comes sooner.
+pub const WGPU_TASKS_PER_SUBMIT: usize = 4;
+
+/// Set up the wgpu runtime of `device` with rust3r's options ([`WGPU_TASKS_PER_SUBMIT`]), once per
+/// device and process. Best effort: when something else (Burn) registered the device first, or
+/// setting it up fails, the client is created (or its failure reported) by the caller as before.
+fn register_wgpu(device: &WgpuDevice) {
+    static TRIED: std::sync::Mutex<Vec<WgpuDevice>> = std::sync::Mutex::new(Vec::new());
+    let mut tried = TRIED.lock().unwrap_or_else(|e| e.into_inner());
+    if tried.contains(device) {
+        return;
+    }
+    tried.push(device.clone());
+    let Ok(mut options) = cubecl::wgpu::RuntimeOptions::try_default() else {
+        return;
+    };
+    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
+        options.tasks_max = WGPU_TASKS_PER_SUBMIT;
+    }
+    let device = device.clone();
+    let _ = std::panic::catch_unwind(move || {
+        cubecl::wgpu::try_init_setup::<cubecl::wgpu::AutoGraphicsApi>(&device, options).map(|_| ())
+    });
+}
+
 /// A compute device with its client. Cheap to clone.
 #[derive(Clone)]
 pub struct Gpu {
@@ -247,7 +276,11 @@ impl Gpu {
     /// Open a device. Never panics: a missing driver or adapter is an error.
     pub fn new(opts: &GpuOptions) -> Result<Self, GpuError> {
         let device = match opts.backend {
-            BackendKind::Wgpu => cubecl::Device::Wgpu(wgpu_device_for(opts.adapter)?),
+            BackendKind::Wgpu => {
+                let device = wgpu_device_for(opts.adapter)?;
+                register_wgpu(&device);
+                cubecl::Device::Wgpu(device)
+            }
             BackendKind::Cuda => cuda_device(opts.adapter)?,
         };
         let dev = device.clone();
