@@ -334,7 +334,7 @@ fn train_with_alpha_loss_and_masks() {
 fn bench_sort_checks_the_device_sort_against_the_host() {
     // Past the column-scan limit (1024 tiles of 2048 keys) and with a partial last tile; the
     // benchmark refuses to report a time for a wrong sort.
-    let (ok, stdout, err) = rust3r(&["bench", "sort", "--n", "2100001", "--bits", "13", "--iters", "1", "--warmup", "0"]);
+    let (ok, stdout, err) = rust3r(&["bench", "sort", "--n", "2100001", "--bits", "13", "--iters", "1", "--warmup", "0", "--warmup-ms", "0"]);
     assert!(ok, "{err}");
     assert!(stdout.contains("sort of 2100001 pairs by 13 bits"), "{stdout}");
     assert!(stdout.contains("count") && stdout.contains("scan") && stdout.contains("scatter"), "{stdout}");

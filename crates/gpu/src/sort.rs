@@ -81,8 +81,8 @@ fn radix_column_scan(counts: &mut [u32], totals: &mut [u32], num_blocks: u32) {
 /// consecutive ones both touch 32 distinct banks. Unpadded, the runs of 8 put 4 units of a
 /// warp on each bank: 8-way conflicts on every load and store of the local sort.
 #[cube]
-fn slot(i: usize, #[comptime] pad: bool) -> usize {
-    if comptime![pad] { i + (i >> 5) } else { i }
+fn slot(i: usize) -> usize {
+    i + (i >> 5)
 }
 
 /// Words of a padded 2048-position shared array.
@@ -93,24 +93,24 @@ const PADDED: usize = 2048 + 2048 / 32;
 /// (`packed[w * 256 + t]` holds the counters of nibbles `2w` and `2w + 1` of unit `t`).
 /// Every array is addressed through [`slot`].
 #[cube]
-fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u32], bit: u32, #[comptime] pad: bool) {
+fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u32], bit: u32) {
     let t = UNIT_POS as usize;
     let mut keys = Array::<u32>::new(8usize);
     let mut vals = Array::<u32>::new(8usize);
     #[unroll]
     for i in 0..8usize {
-        keys[i] = sk[slot(t * 8 + i, pad)];
-        vals[i] = sv[slot(t * 8 + i, pad)];
+        keys[i] = sk[slot(t * 8 + i)];
+        vals[i] = sv[slot(t * 8 + i)];
     }
     #[unroll]
     for w in 0..8usize {
-        packed[slot(w * 256 + t, pad)] = 0u32;
+        packed[slot(w * 256 + t)] = 0u32;
     }
     #[unroll]
     for i in 0..8usize {
         let d = (keys[i] >> bit) & 15u32;
         let w = (d / 2) as usize;
-        packed[slot(w * 256 + t, pad)] += 1u32 << ((d % 2) * 16);
+        packed[slot(w * 256 + t)] += 1u32 << ((d % 2) * 16);
     }
     sync_cube();
     // Exclusive scan down each of the 8 columns: unit (w, s) scans rows 8s..8s+8 of column w.
@@ -119,7 +119,7 @@ fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u3
     let mut acc = 0u32;
     #[unroll]
     for r in 0..8usize {
-        let at = slot(w * 256 + s * 8 + r, pad);
+        let at = slot(w * 256 + s * 8 + r);
         let v = packed[at];
         packed[at] = acc;
         acc += v;
@@ -150,16 +150,16 @@ fn local_split(sk: &mut [u32], sv: &mut [u32], packed: &mut [u32], seg: &mut [u3
     let add = seg[w * 32 + s];
     #[unroll]
     for r in 0..8usize {
-        packed[slot(w * 256 + s * 8 + r, pad)] += add;
+        packed[slot(w * 256 + s * 8 + r)] += add;
     }
     sync_cube();
     #[unroll]
     for i in 0..8usize {
         let d = (keys[i] >> bit) & 15u32;
-        let at = slot(((d / 2) as usize) * 256 + t, pad);
+        let at = slot(((d / 2) as usize) * 256 + t);
         let sh = (d % 2) * 16;
         let p = packed[at];
-        let pos = slot((seg[264 + d as usize] + ((p >> sh) & 65535u32)) as usize, pad);
+        let pos = slot((seg[264 + d as usize] + ((p >> sh) & 65535u32)) as usize);
         sk[pos] = keys[i];
         sv[pos] = vals[i];
         packed[at] = p + (1u32 << sh);
@@ -179,7 +179,6 @@ fn radix_scatter(
     shift: u32,
     num_blocks: u32,
     #[comptime] column: bool,
-    #[comptime] pad: bool,
 ) {
     let block = block_id();
     let t = UNIT_POS as usize;
@@ -202,8 +201,8 @@ fn radix_scatter(
             k = keys_in[tile_base + j];
             v = vals_in[tile_base + j];
         }
-        sk[slot(j, pad)] = k;
-        sv[slot(j, pad)] = v;
+        sk[slot(j)] = k;
+        sv[slot(j)] = v;
     }
     // Digit t's first output position: after the column scan, the digits below it (a block
     // scan of the digit totals) plus the tiles before this one (`offsets`); after a scan of all
@@ -218,16 +217,16 @@ fn radix_scatter(
         gbase[t] = offsets[t * (num_blocks as usize) + block];
     }
     sync_cube();
-    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift, pad);
-    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift + 4u32, pad);
+    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift);
+    local_split(&mut sk, &mut sv, &mut packed, &mut seg, shift + 4u32);
     // First position of each digit in the sorted tile.
     #[unroll]
     for i in 0..8usize {
         let j = i * 256 + t;
-        let d = (sk[slot(j, pad)] >> shift) & 255u32;
+        let d = (sk[slot(j)] >> shift) & 255u32;
         let mut first = j == 0usize;
         if j > 0 {
-            first = d != ((sk[slot(j - 1, pad)] >> shift) & 255u32);
+            first = d != ((sk[slot(j - 1)] >> shift) & 255u32);
         }
         if first {
             start[d as usize] = j as u32;
@@ -238,11 +237,11 @@ fn radix_scatter(
     for i in 0..8usize {
         let j = i * 256 + t;
         if j < valid {
-            let k = sk[slot(j, pad)];
+            let k = sk[slot(j)];
             let d = ((k >> shift) & 255u32) as usize;
             let pos = (gbase[d] + (j as u32 - start[d])) as usize;
             keys_out[pos] = k;
-            vals_out[pos] = sv[slot(j, pad)];
+            vals_out[pos] = sv[slot(j)];
         }
     }
 }
@@ -328,20 +327,12 @@ pub fn sort_pairs_staged(
             shift,
             blocks as u32,
             column,
-            padded_local_sort(),
         ));
         after(2);
         k_src = k_dst.clone();
         v_src = v_dst.clone();
     }
     (k_src, v_src)
-}
-
-/// Whether the scatter's local sort pads its shared arrays ([`slot`]); `RUST3R_SORT_PAD=0`
-/// turns the padding off (read once), to compare the two.
-fn padded_local_sort() -> bool {
-    static PAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PAD.get_or_init(|| std::env::var("RUST3R_SORT_PAD").map_or(true, |v| v != "0"))
 }
 
 /// Number of bits needed to represent every value in `0..=max_value`.
