@@ -341,3 +341,26 @@ fn bench_sort_checks_the_device_sort_against_the_host() {
     let (ok, _, err) = rust3r(&["bench", "sort", "--n", "10", "--bits", "33"]);
     assert!(!ok && err.contains("--bits"), "{err}");
 }
+
+#[test]
+fn profiling_reports_every_forward_phase_in_host_and_device_time() {
+    // RUST3R_PROFILE=1 charges each phase a synchronised host interval, =device the device's
+    // own time (profiling windows); both must name every phase of the forward pass with a
+    // positive, finite mean.
+    let npz = shared("data/garden_points/test_garden.npz");
+    for mode in ["1", "device"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+            .env("RUST3R_PROFILE", mode)
+            .args(["bench", "raster", "--npz", npz.to_str().unwrap(), "--ns", "base", "--res", "64x48"])
+            .args(["--iters", "2", "--warmup", "0", "--warmup-ms", "0"])
+            .output()
+            .expect("run rust3r");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {text}");
+        for phase in ["fwd 1 project", "fwd 2c depth sort", "fwd 3b tile sort", "fwd 4 rasterize", "bwd 1 rasterize"] {
+            let line = text.lines().find(|l| l.starts_with(phase)).unwrap_or_else(|| panic!("{mode}: no {phase} in {text}"));
+            let mean: f64 = line.split('|').nth(3).and_then(|v| v.trim().parse().ok()).unwrap_or(f64::NAN);
+            assert!(mean.is_finite() && mean > 0.0, "{mode}: {line}");
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! time since the previous mark to a named phase; [`report`] prints the totals. With
 //! `RUST3R_PROFILE=device` a phase is the device's own time between the marks (CubeCL's
 //! profiling windows: timestamp queries through wgpu, events through CUDA), which leaves out
-//! the host's waits. Without the variable, `mark` does nothing (no device wait), so it can
+//! the host's waits; a phase in which the device ran nothing has no measurement and is not
+//! counted. Without the variable, `mark` does nothing (no device wait), so it can
 //! stay in hot paths.
 
 use std::collections::BTreeMap;
