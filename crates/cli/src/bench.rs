@@ -83,21 +83,11 @@ fn sort(a: &SortArgs) -> Result<()> {
         // Stage by stage, in the device's own time (a profiling window per stage: timestamp
         // queries through wgpu, events through CUDA).
         let mut per = [0.0f64; 3];
-        let client = gpu.client();
-        let mut window = client.profile_start().ok();
+        let mut laps = rust3r_gpu::profile::DeviceLaps::start(&gpu);
         drop(sort_pairs_staged(&gpu, &kb, &vb, a.bits, |stage| {
-            if let Some(w) = window.take() {
-                per[stage] += client
-                    .profile_end(w)
-                    .ok()
-                    .and_then(|d| rust3r_gpu::cubecl::future::block_on(d.resolve()))
-                    .map_or(f64::NAN, |t| t.duration().as_secs_f64() * 1e3);
-            }
-            window = client.profile_start().ok();
+            per[stage] += laps.lap(&gpu).map_or(f64::NAN, |s| s * 1e3);
         }));
-        if let Some(w) = window {
-            client.profile_abandon(w);
-        }
+        laps.stop(&gpu);
         if it >= a.warmup {
             whole.push(ms);
             staged.push(per);
@@ -107,13 +97,14 @@ fn sort(a: &SortArgs) -> Result<()> {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    let whole_ms = median(whole);
     println!(
         "sort of {} pairs by {} bits on {}: median {:.3} ms ({:.2} Gkeys/s); device time by stage: {}",
         a.n,
         a.bits,
         gpu.name(),
-        median(whole.clone()),
-        a.n as f64 / median(whole) / 1e6,
+        whole_ms,
+        a.n as f64 / whole_ms / 1e6,
         STAGES
             .iter()
             .enumerate()

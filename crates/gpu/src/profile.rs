@@ -14,8 +14,40 @@ use crate::Gpu;
 
 struct State {
     last: Option<Instant>,
-    window: Option<cubecl::client::ProfileWindow>,
+    laps: Option<DeviceLaps>,
     phases: BTreeMap<&'static str, (f64, u64)>,
+}
+
+/// Device time between consecutive laps, through CubeCL's profiling windows (timestamp queries
+/// through wgpu, events through CUDA): what the device spent, without the host's waits.
+pub struct DeviceLaps(Option<cubecl::client::ProfileWindow>);
+
+impl DeviceLaps {
+    /// Open the first window at the current position of `gpu`'s queue.
+    pub fn start(gpu: &Gpu) -> Self {
+        Self(gpu.client().profile_start().ok())
+    }
+
+    /// Seconds of device time since [`DeviceLaps::start`] or the previous lap (waiting for the
+    /// device to answer), and the next window opened; `None` when the window carried no
+    /// measurement (the device ran nothing in it) or the backend refused one.
+    pub fn lap(&mut self, gpu: &Gpu) -> Option<f64> {
+        let seconds = self
+            .0
+            .take()
+            .and_then(|w| gpu.client().profile_end(w).ok())
+            .and_then(|d| cubecl::future::block_on(d.resolve()))
+            .map(|t| t.duration().as_secs_f64());
+        self.0 = gpu.client().profile_start().ok();
+        seconds
+    }
+
+    /// Close the open window without measuring it.
+    pub fn stop(self, gpu: &Gpu) {
+        if let Some(w) = self.0 {
+            gpu.client().profile_abandon(w);
+        }
+    }
 }
 
 fn enabled() -> bool {
@@ -30,7 +62,7 @@ fn device_time() -> bool {
 
 fn state() -> &'static Mutex<State> {
     static S: OnceLock<Mutex<State>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(State { last: None, window: None, phases: BTreeMap::new() }))
+    S.get_or_init(|| Mutex::new(State { last: None, laps: None, phases: BTreeMap::new() }))
 }
 
 /// Start timing from now (the next mark's phase begins here).
@@ -40,10 +72,10 @@ pub fn start(gpu: &Gpu) {
         let mut s = state().lock().unwrap();
         s.last = Some(Instant::now());
         if device_time() {
-            if let Some(w) = s.window.take() {
-                gpu.client().profile_abandon(w);
+            if let Some(laps) = s.laps.take() {
+                laps.stop(gpu);
             }
-            s.window = gpu.client().profile_start().ok();
+            s.laps = Some(DeviceLaps::start(gpu));
         }
     }
 }
@@ -57,37 +89,27 @@ pub fn reset() {
     }
 }
 
-/// Charge the device time since the last mark to `phase`.
+/// Charge the time since the last mark (device time with `RUST3R_PROFILE=device`) to `phase`.
 pub fn mark(gpu: &Gpu, phase: &'static str) {
     if !enabled() {
         return;
     }
-    if device_time() {
+    let seconds = if device_time() {
         let mut s = state().lock().unwrap();
-        let Some(window) = s.window.take() else { return };
-        let seconds = gpu
-            .client()
-            .profile_end(window)
-            .ok()
-            .and_then(|d| cubecl::future::block_on(d.resolve()))
-            .map(|t| t.duration().as_secs_f64());
-        if let Some(t) = seconds {
-            let e = s.phases.entry(phase).or_insert((0.0, 0));
-            e.0 += t;
-            e.1 += 1;
-        }
-        s.window = gpu.client().profile_start().ok();
-        return;
-    }
-    let _ = gpu.sync();
-    let now = Instant::now();
-    let mut s = state().lock().unwrap();
-    if let Some(last) = s.last {
+        let Some(laps) = s.laps.as_mut() else { return };
+        laps.lap(gpu)
+    } else {
+        let _ = gpu.sync();
+        let now = Instant::now();
+        let last = state().lock().unwrap().last.replace(now);
+        last.map(|last| (now - last).as_secs_f64())
+    };
+    if let Some(t) = seconds {
+        let mut s = state().lock().unwrap();
         let e = s.phases.entry(phase).or_insert((0.0, 0));
-        e.0 += (now - last).as_secs_f64();
+        e.0 += t;
         e.1 += 1;
     }
-    s.last = Some(now);
 }
 
 /// Per-phase totals and means, or `None` when profiling is off.
