@@ -61,18 +61,6 @@ pub fn uses_cublas<const D: usize>(t: &Tensor<D>) -> bool {
     }
 }
 
-/// Whether matrix products on CUDA devices run through cuBLAS in this process (the library loads).
-pub fn cublas_available() -> bool {
-    #[cfg(feature = "cuda")]
-    {
-        cublas::available()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        false
-    }
-}
-
 #[cfg(feature = "cuda")]
 mod cublas {
     use std::sync::{Mutex, OnceLock};
