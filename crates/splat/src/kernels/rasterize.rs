@@ -68,7 +68,12 @@ pub fn rasterize_forward(
     let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
     let end = ranges[tile * 2 + 1] as usize;
-    let mut sm = Shared::<[f32]>::new_slice(2816usize);
+    // A batch's Gaussians as three 4-vectors each, so that the blend loop reads one with a
+    // single 16-byte shared load (a broadcast: every unit reads the same Gaussian):
+    // `s_pos` = (x, y, row reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour.
+    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
+    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
+    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
     let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
     let max_last = Shared::<[Atomic<u32>]>::new_slice(1usize);
     if t == 0 {
@@ -123,27 +128,50 @@ pub fn rasterize_forward(
         }
         let idx = start + b * 256 + t;
         if idx < end {
-            let gid = sorted_gids[idx] as usize;
-            #[unroll]
-            for k in 0..10usize {
-                sm[k * 256 + t] = proj[gid * 10 + k];
-            }
+            let o = sorted_gids[idx] as usize * 10;
+            let x = proj[o];
+            let y = proj[o + 1];
+            let ca = proj[o + 2];
+            let cb2 = proj[o + 3];
+            let cc = proj[o + 4];
+            let op = proj[o + 6];
+            let mut reach = 3.0e38f32;
             if row_skip {
-                sm[2560 + t] = row_reach2(sm[512 + t], sm[768 + t], sm[1024 + t], sm[1536 + t]);
+                reach = row_reach2(ca, cb2, cc, op);
             }
+            let mut v = Vector::<f32, Const<4>>::empty();
+            v.insert(0usize, x);
+            v.insert(1usize, y);
+            v.insert(2usize, reach);
+            v.insert(3usize, op);
+            s_pos[t] = v;
+            let mut c = Vector::<f32, Const<4>>::empty();
+            c.insert(0usize, ca);
+            c.insert(1usize, cb2);
+            c.insert(2usize, cc);
+            c.insert(3usize, proj[o + 5]);
+            s_conic[t] = c;
+            let mut col = Vector::<f32, Const<4>>::empty();
+            col.insert(0usize, proj[o + 7]);
+            col.insert(1usize, proj[o + 8]);
+            col.insert(2usize, proj[o + 9]);
+            col.insert(3usize, 0.0f32);
+            s_rgb[t] = col;
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
         if !done {
             for j in 0..batch_len {
-                let dy = sm[256 + j] - pyf;
+                let g = s_pos[j];
+                let dy = g.extract(1usize) - pyf;
                 // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
                 // warps at once when its rows are all out of reach).
-                if !row_skip || dy * dy <= sm[2560 + j] {
-                    let dx = sm[j] - pxf;
-                    let sigma = 0.5f32 * (sm[512 + j] * dx * dx + sm[1024 + j] * dy * dy)
-                        + sm[768 + j] * dx * dy;
-                    let alpha = min(0.99f32, sm[1536 + j] * (-sigma).exp());
+                if !row_skip || dy * dy <= g.extract(2usize) {
+                    let q = s_conic[j];
+                    let dx = g.extract(0usize) - pxf;
+                    let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
+                        + q.extract(1usize) * dx * dy;
+                    let alpha = min(0.99f32, g.extract(3usize) * (-sigma).exp());
                     if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
                         let next_t = tr * (1.0f32 - alpha);
                         if next_t <= 1e-4f32 {
@@ -151,10 +179,11 @@ pub fn rasterize_forward(
                             break;
                         }
                         let vis = alpha * tr;
-                        cr += sm[1792 + j] * vis;
-                        cg += sm[2048 + j] * vis;
-                        cb += sm[2304 + j] * vis;
-                        cd += sm[1280 + j] * vis;
+                        let col = s_rgb[j];
+                        cr += col.extract(0usize) * vis;
+                        cg += col.extract(1usize) * vis;
+                        cb += col.extract(2usize) * vis;
+                        cd += q.extract(3usize) * vis;
                         tr = next_t;
                         last = (b * 256 + j + 1) as u32;
                     }
