@@ -894,8 +894,8 @@ fn backward_batch(gpu: &Gpu) -> usize {
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(16);
     let bytes = gpu.max_shared_memory();
-    // floats: 10 B (params) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
-    let need = |b: usize| 4 * (10 * b + (2 * 256 * b).max(2560) + 1024 + 512);
+    // floats: 12 B (staged Gaussians) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
+    let need = |b: usize| 4 * (12 * b + (2 * 256 * b).max(2560) + 1024 + 512);
     [16usize, 8, 4]
         .into_iter()
         .find(|&b| b <= cap && need(b) <= bytes)
@@ -925,7 +925,7 @@ fn plane_backward(gpu: &Gpu, kernel: BackwardKernel) -> Option<usize> {
         return None;
     }
     let max_planes = (256 / min) as usize;
-    let need = 4 * (10 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
+    let need = 4 * (12 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
     (need <= gpu.max_shared_memory()).then_some(max_planes)
 }
 

@@ -6,7 +6,7 @@ use common::{RefOpts, Scene, random_scene, test_camera};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_gpu::half::{f16_nearest, f16_value};
-use rust3r_splat::{Camera, GpuSplats, RenderOptions, ShPrecision, render, render_backward};
+use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render, render_backward};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -227,35 +227,43 @@ fn gradient_check_with(
         depth: (0..npix).map(|_| rng.random_range(-0.1..0.1)).collect(),
     };
     let splats = upload(&gpu, &s);
-    let opts = RenderOptions {
-        background: bg.map(|v| v as f32),
-        antialiased: aa,
-        checkpoint_every,
-        ..Default::default()
-    };
-    let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
-    inspect(&state.tile_stats(&gpu).unwrap());
-    let grads = render_backward(
-        &gpu,
-        &splats,
-        &out,
-        &state,
-        &gpu.upload(&Scene::f32(&w.rgb)),
-        &gpu.upload(&Scene::f32(&w.alpha)),
-        &gpu.upload(&Scene::f32(&w.depth)),
-    )
-    .unwrap();
+    // Both backward kernels, whatever the adapter would pick: the portable shared-memory one
+    // (CUDA's) and the subgroup one (wgpu's; the portable one again without subgroups).
+    let kernels = [BackwardKernel::Portable, BackwardKernel::Subgroup];
+    let mut results = vec![];
+    for kernel in kernels {
+        let opts = RenderOptions {
+            background: bg.map(|v| v as f32),
+            antialiased: aa,
+            checkpoint_every,
+            backward_kernel: kernel,
+            ..Default::default()
+        };
+        let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
+        inspect(&state.tile_stats(&gpu).unwrap());
+        let grads = render_backward(
+            &gpu,
+            &splats,
+            &out,
+            &state,
+            &gpu.upload(&Scene::f32(&w.rgb)),
+            &gpu.upload(&Scene::f32(&w.alpha)),
+            &gpu.upload(&Scene::f32(&w.depth)),
+        )
+        .unwrap();
+        let arrays: [(&str, Vec<f32>); 5] = [
+            ("means", gpu.read(&grads.means).unwrap()),
+            ("log_scales", gpu.read(&grads.log_scales).unwrap()),
+            ("quats", gpu.read(&grads.quats).unwrap()),
+            ("opacity_logits", gpu.read(&grads.opacity_logits).unwrap()),
+            ("sh", gpu.read(&grads.sh).unwrap()),
+        ];
+        results.push((kernel, arrays, grads.world_to_camera));
+    }
     let mut skipped = 0usize;
-    let arrays: [(&str, Vec<f32>); 5] = [
-        ("means", gpu.read(&grads.means).unwrap()),
-        ("log_scales", gpu.read(&grads.log_scales).unwrap()),
-        ("quats", gpu.read(&grads.quats).unwrap()),
-        ("opacity_logits", gpu.read(&grads.opacity_logits).unwrap()),
-        ("sh", gpu.read(&grads.sh).unwrap()),
-    ];
     let mut checked = 0;
-    for (name, g) in &arrays {
-        let len = g.len();
+    for (a, (name, _)) in results[0].1.iter().enumerate() {
+        let len = results[0].1[a].1.len();
         let indices: Vec<usize> = match sample {
             None => (0..len).collect(),
             Some(k) => (0..k).map(|_| rng.random_range(0..len)).collect(),
@@ -286,7 +294,9 @@ fn gradient_check_with(
             .collect();
         let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
         for (i, fd) in fds {
-            check(&format!("{name}[{i}]"), g[i] as f64, fd, scale);
+            for (kernel, arrays, _) in &results {
+                check(&format!("{kernel:?} {name}[{i}]"), arrays[a].1[i] as f64, fd, scale);
+            }
             checked += 1;
         }
     }
@@ -307,12 +317,14 @@ fn gradient_check_with(
     }
     let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
     for ((r, c), fd) in fds {
-        check(
-            &format!("world_to_camera[{r}][{c}]"),
-            grads.world_to_camera[r][c] as f64,
-            fd,
-            scale,
-        );
+        for (kernel, _, world_to_camera) in &results {
+            check(
+                &format!("{kernel:?} world_to_camera[{r}][{c}]"),
+                world_to_camera[r][c] as f64,
+                fd,
+                scale,
+            );
+        }
     }
     // Kinks are rare: nearly every derivative must have been checked.
     assert!(

@@ -36,6 +36,50 @@ pub fn row_reach2(a: f32, b: f32, c: f32, op: f32) -> f32 {
     r
 }
 
+/// A Gaussian's projected row as three 4-vectors (the layout of the rasterizers' shared
+/// memory): position, row reach^2 and opacity; conic and depth; colour. One 16-byte broadcast
+/// load then serves each step of the blend loops, where scalar rows took up to ten.
+#[derive(CubeType, Clone, Copy)]
+pub struct Staged {
+    /// (x, y, row reach^2, opacity); the reach is 3e38 unless `row_skip`.
+    pos: Vector<f32, Const<4>>,
+    /// (a, b, c, depth).
+    conic: Vector<f32, Const<4>>,
+    /// (r, g, b, 0).
+    rgb: Vector<f32, Const<4>>,
+}
+
+/// Gaussian `gid`'s row of `proj` (10 floats: x, y, a, b, c, depth, opacity, r, g, b) as a
+/// [`Staged`] triple.
+#[cube]
+pub fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
+    let o = gid * 10;
+    let ca = proj[o + 2];
+    let cb = proj[o + 3];
+    let cc = proj[o + 4];
+    let op = proj[o + 6];
+    let mut reach = 3.0e38f32;
+    if row_skip {
+        reach = row_reach2(ca, cb, cc, op);
+    }
+    let mut pos = Vector::<f32, Const<4>>::empty();
+    pos.insert(0usize, proj[o]);
+    pos.insert(1usize, proj[o + 1]);
+    pos.insert(2usize, reach);
+    pos.insert(3usize, op);
+    let mut conic = Vector::<f32, Const<4>>::empty();
+    conic.insert(0usize, ca);
+    conic.insert(1usize, cb);
+    conic.insert(2usize, cc);
+    conic.insert(3usize, proj[o + 5]);
+    let mut rgb = Vector::<f32, Const<4>>::empty();
+    rgb.insert(0usize, proj[o + 7]);
+    rgb.insert(1usize, proj[o + 8]);
+    rgb.insert(2usize, proj[o + 9]);
+    rgb.insert(3usize, 0.0f32);
+    Staged { pos, conic, rgb }
+}
+
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_forward(
     ranges: &[u32],
@@ -128,35 +172,10 @@ pub fn rasterize_forward(
         }
         let idx = start + b * 256 + t;
         if idx < end {
-            let o = sorted_gids[idx] as usize * 10;
-            let x = proj[o];
-            let y = proj[o + 1];
-            let ca = proj[o + 2];
-            let cb2 = proj[o + 3];
-            let cc = proj[o + 4];
-            let op = proj[o + 6];
-            let mut reach = 3.0e38f32;
-            if row_skip {
-                reach = row_reach2(ca, cb2, cc, op);
-            }
-            let mut v = Vector::<f32, Const<4>>::empty();
-            v.insert(0usize, x);
-            v.insert(1usize, y);
-            v.insert(2usize, reach);
-            v.insert(3usize, op);
-            s_pos[t] = v;
-            let mut c = Vector::<f32, Const<4>>::empty();
-            c.insert(0usize, ca);
-            c.insert(1usize, cb2);
-            c.insert(2usize, cc);
-            c.insert(3usize, proj[o + 5]);
-            s_conic[t] = c;
-            let mut col = Vector::<f32, Const<4>>::empty();
-            col.insert(0usize, proj[o + 7]);
-            col.insert(1usize, proj[o + 8]);
-            col.insert(2usize, proj[o + 9]);
-            col.insert(3usize, 0.0f32);
-            s_rgb[t] = col;
+            let g = stage(proj, sorted_gids[idx] as usize, row_skip);
+            s_pos[t] = g.pos;
+            s_conic[t] = g.conic;
+            s_rgb[t] = g.rgb;
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
@@ -339,14 +358,16 @@ fn back_chunk(ranges: &[u32], tile_last: &[u32], tiles_x: u32, num_tiles: u32, c
 }
 
 /// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
-/// `[start, end)` in shared memory: the projected rows (10 floats) of its Gaussians, between two
-/// barriers. Returns the batch's first intersection and its length.
+/// `[start, end)` in shared memory: its Gaussians as [`Staged`] triples, between two barriers.
+/// Returns the batch's first intersection and its length.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn stage_back_batch(
     sorted_gids: &[u32],
     proj: &[f32],
-    sm: &mut [f32],
+    s_pos: &mut [Vector<f32, Const<4>>],
+    s_conic: &mut [Vector<f32, Const<4>>],
+    s_rgb: &mut [Vector<f32, Const<4>>],
     start: usize,
     end: usize,
     bi: usize,
@@ -358,26 +379,37 @@ fn stage_back_batch(
     let len = batch_hi - batch_start;
     sync_cube();
     if t < len {
-        let gid = sorted_gids[batch_start + t] as usize;
-        #[unroll]
-        for k in 0..10usize {
-            sm[t * 10 + k] = proj[gid * 10 + k];
-        }
+        let g = stage(proj, sorted_gids[batch_start + t] as usize, false);
+        s_pos[t] = g.pos;
+        s_conic[t] = g.conic;
+        s_rgb[t] = g.rgb;
     }
     sync_cube();
     (batch_start, len)
 }
 
-/// Undo Gaussian `j` of the batch (its 10 projected values at `sm[j * 10..]`) at pixel
+/// Undo Gaussian `j` of the staged batch at pixel
 /// (`pxf`, `pyf`). Returns (took, dL/dalpha, blend weight, dx, dy, Gaussian value, opacity x
 /// Gaussian value); when the pixel did not take the Gaussian only `took = false` matters.
 #[cube]
-fn back_step(px: &mut BackPixel, sm: &[f32], j: usize, pxf: f32, pyf: f32) -> (bool, f32, f32, f32, f32, f32, f32) {
-    let dx = sm[j * 10] - pxf;
-    let dy = sm[j * 10 + 1] - pyf;
-    let sigma = 0.5f32 * (sm[j * 10 + 2] * dx * dx + sm[j * 10 + 4] * dy * dy) + sm[j * 10 + 3] * dx * dy;
+#[allow(clippy::too_many_arguments)]
+fn back_step(
+    px: &mut BackPixel,
+    s_pos: &[Vector<f32, Const<4>>],
+    s_conic: &[Vector<f32, Const<4>>],
+    s_rgb: &[Vector<f32, Const<4>>],
+    j: usize,
+    pxf: f32,
+    pyf: f32,
+) -> (bool, f32, f32, f32, f32, f32, f32) {
+    let g = s_pos[j];
+    let q = s_conic[j];
+    let dx = g.extract(0usize) - pxf;
+    let dy = g.extract(1usize) - pyf;
+    let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
+        + q.extract(1usize) * dx * dy;
     let gk = (-sigma).exp();
-    let raw = sm[j * 10 + 6] * gk;
+    let raw = g.extract(3usize) * gk;
     let alpha = min(0.99f32, raw);
     let mut took = false;
     let mut va = 0.0f32;
@@ -387,10 +419,11 @@ fn back_step(px: &mut BackPixel, sm: &[f32], j: usize, pxf: f32, pyf: f32) -> (b
         let ra = 1.0f32 / (1.0f32 - alpha);
         px.tr = px.tr * ra;
         vis = alpha * px.tr;
-        let z = sm[j * 10 + 5];
-        let r = sm[j * 10 + 7];
-        let g = sm[j * 10 + 8];
-        let b = sm[j * 10 + 9];
+        let col = s_rgb[j];
+        let z = q.extract(3usize);
+        let r = col.extract(0usize);
+        let g = col.extract(1usize);
+        let b = col.extract(2usize);
         va = (r * px.vcr + g * px.vcg + b * px.vcb) * px.tr
             - (px.sr * px.vcr + px.sg * px.vcg + px.sb * px.vcb) * ra
             + (z * px.tr - px.sd * ra) * px.vd
@@ -457,7 +490,9 @@ pub fn rasterize_backward<A: Numeric>(
     let pyf = f32::cast_from(y) + 0.5f32;
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
-    let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
@@ -479,7 +514,9 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(ch.x0) + 0.5f32;
     let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
+        let (batch_start, len) = stage_back_batch(
+            sorted_gids, proj, &mut s_pos, &mut s_conic, &mut s_rgb, start, end, bi, t, batch,
+        );
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -487,7 +524,7 @@ pub fn rasterize_backward<A: Numeric>(
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
             if inside && pos < px.last {
-                let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &sm, j, pxf, pyf);
+                let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
                     vw = vis;
@@ -511,12 +548,14 @@ pub fn rasterize_backward<A: Numeric>(
         let mut b0 = 0.0f32;
         let mut b1 = 0.0f32;
         if jb < len {
-            let mx = sm[jb * 10];
-            let my = sm[jb * 10 + 1];
-            let ca = sm[jb * 10 + 2];
-            let cb2 = sm[jb * 10 + 3];
-            let cc = sm[jb * 10 + 4];
-            let op = sm[jb * 10 + 6];
+            let g = s_pos[jb];
+            let q = s_conic[jb];
+            let mx = g.extract(0usize);
+            let my = g.extract(1usize);
+            let ca = q.extract(0usize);
+            let cb2 = q.extract(1usize);
+            let cc = q.extract(2usize);
+            let op = g.extract(3usize);
             #[unroll]
             for q in 0..batch {
                 // Interleaved so the units of a warp read consecutive shared words.
@@ -686,7 +725,9 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     let (start, end) = (ch.begin, ch.end);
-    let mut sm = Shared::<[f32]>::new_slice(comptime![batch * 10]);
+    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs =
         Shared::<[f32]>::new_slice(comptime![if absgrad { max_planes * batch * 2 } else { 1usize }]);
@@ -702,7 +743,9 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(sorted_gids, proj, &mut sm, start, end, bi, t, batch);
+        let (batch_start, len) = stage_back_batch(
+            sorted_gids, proj, &mut s_pos, &mut s_conic, &mut s_rgb, start, end, bi, t, batch,
+        );
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
@@ -718,7 +761,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a9 = 0.0f32;
             let mut took = false;
             if inside && pos < px.last {
-                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &sm, j, pxf, pyf);
+                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
                 if took_it {
                     took = true;
                     a5 = vis * px.vd;
@@ -726,9 +769,10 @@ pub fn rasterize_backward_plane<A: Numeric>(
                     a8 = vis * px.vcg;
                     a9 = vis * px.vcb;
                     if raw < 0.99f32 {
-                        let ca = sm[j * 10 + 2];
-                        let cb2 = sm[j * 10 + 3];
-                        let cc = sm[j * 10 + 4];
+                        let q = s_conic[j];
+                        let ca = q.extract(0usize);
+                        let cb2 = q.extract(1usize);
+                        let cc = q.extract(2usize);
                         a6 = gk * va;
                         let vs = -raw * va;
                         a2 = 0.5f32 * dx * dx * vs;
