@@ -223,30 +223,6 @@ pub fn sh_coeff(
 /// Units per cube of [`project_forward`].
 pub const PROJECT_CUBE: usize = 256;
 
-/// Rows of SH coefficients staged per phase of [`project_forward`]: 64 rows of half floats
-/// (1440 words at degree 3), 32 rows of f32 (1536 words at degree 3).
-const SH_PHASE_ROWS_HALF: usize = 64;
-const SH_PHASE_ROWS_F32: usize = 32;
-
-/// Whether word `w` of a phase's staged half-float SH rows (rows from `r0`, `per_row` halves
-/// each) holds a half that a visible row uses (one of its first `used` halves).
-#[cube]
-fn half_word_needed(vis: &[u32], r0: usize, w: usize, #[comptime] per_row: usize, #[comptime] used: usize) -> bool {
-    let h = w * 2;
-    let ra = h / per_row;
-    let rb = (h + 1) / per_row;
-    (vis[r0 + ra] != 0u32 && h - ra * per_row < used) || (vis[r0 + rb] != 0u32 && h + 1 - rb * per_row < used)
-}
-
-/// Project every Gaussian of a cube's 256 rows.
-///
-/// Memory access is what bounds it, and one unit per Gaussian reading its own rows (12 to 192
-/// bytes apart across a warp) makes every load instruction touch 32 cache lines. So the cube
-/// stages its rows first, each array read as one contiguous run: the means, log-scales,
-/// quaternions (and the DC colour of half SH) before the projection, then the higher-order SH
-/// coefficients in phases of 32 or 64 rows, loading only the words that a visible Gaussian's
-/// active coefficients use. The projected rows are assembled in shared memory and stored
-/// together the same way.
 #[cube(launch, launch_unchecked)]
 pub fn project_forward(
     means: &[f32],
@@ -270,48 +246,18 @@ pub fn project_forward(
     #[comptime] antialiased: bool,
     #[comptime] half_sh: bool,
 ) {
+    // The cube's projected rows are assembled in shared memory and stored together (coalesced):
+    // one unit writing its own 10 floats would store 4 bytes per memory transaction.
     let t = UNIT_POS as usize;
     let first = rust3r_gpu::block_id() * comptime![PROJECT_CUBE];
     // Chunk-local row `g` of the parameters; global row `gg` of the per-Gaussian outputs.
     let g = first + t;
     let gg = g + row0 as usize;
-    let mut nrows = 0usize;
-    if first < n as usize {
-        nrows = min(n as usize - first, comptime![PROJECT_CUBE]);
-    }
-    // Staged parameters: means [0, 768), log-scales [768, 1536), quaternions [1536, 2592)
-    // (one word of padding per 32, so that a warp reading its 4-float rows hits 32 banks),
-    // half-SH DC [2592, 3360).
-    let mut stage = Shared::<[f32]>::new_slice(3360usize);
-    #[unroll]
-    for i in 0..3usize {
-        let idx = i * 256 + t;
-        if idx < nrows * 3 {
-            stage[idx] = means[first * 3 + idx];
-            stage[768 + idx] = log_scales[first * 3 + idx];
-            if half_sh {
-                stage[2592 + idx] = sh[first * 3 + idx];
-            }
-        }
-    }
-    #[unroll]
-    for i in 0..4usize {
-        let idx = i * 256 + t;
-        if idx < nrows * 4 {
-            stage[1536 + idx + idx / 32] = quats[first * 4 + idx];
-        }
-    }
     let mut rows = Shared::<[f32]>::new_slice(comptime![PROJECT_CUBE * 10]);
     #[unroll]
     for k in 0..10usize {
         rows[t * 10 + k] = 0.0f32;
     }
-    let mut vis = Shared::<[u32]>::new_slice(256usize);
-    sync_cube();
-    let mut visible = false;
-    let mut ux = 0.0f32;
-    let mut uy = 0.0f32;
-    let mut uz = 0.0f32;
     // One pass; `break` leaves a culled Gaussian with the defaults.
     loop {
         if g >= n as usize {
@@ -326,7 +272,7 @@ pub fn project_forward(
         // Culled Gaussians sort after every visible one.
         depth_keys[gg] = 4294967295u32;
 
-        let (mx, my, mz) = (stage[t * 3], stage[t * 3 + 1], stage[t * 3 + 2]);
+        let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
         let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
         let (px, py, pz) = to_camera(cam, mx, my, mz);
         let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
@@ -335,20 +281,19 @@ pub fn project_forward(
         }
 
         // 3D covariance: M = R S, Sigma = M M^T.
-        let q0 = 1536 + t * 4 + t / 8;
-        let qw0 = stage[q0];
-        let qx0 = stage[q0 + 1];
-        let qy0 = stage[q0 + 2];
-        let qz0 = stage[q0 + 3];
+        let qw0 = quats[g * 4];
+        let qx0 = quats[g * 4 + 1];
+        let qy0 = quats[g * 4 + 2];
+        let qz0 = quats[g * 4 + 3];
         let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
         if !(qn > 0.0f32) {
             break;
         }
         let (a00, a01, a02, a10, a11, a12, a20, a21, a22) =
             quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
-        let sx = stage[768 + t * 3].exp();
-        let sy = stage[768 + t * 3 + 1].exp();
-        let sz = stage[768 + t * 3 + 2].exp();
+        let sx = log_scales[g * 3].exp();
+        let sy = log_scales[g * 3 + 1].exp();
+        let sz = log_scales[g * 3 + 2].exp();
         let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
             scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
         let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
@@ -423,13 +368,19 @@ pub fn project_forward(
             break;
         }
 
-        // Colour from spherical harmonics (below, once the cube's SH rows are staged), view
-        // direction from the camera centre.
-        let (dx, dy, dz, _) = view_dir(cam, mx, my, mz);
-        ux = dx;
-        uy = dy;
-        uz = dz;
-        visible = true;
+        // Colour from spherical harmonics, view direction from the camera centre.
+        let (ux, uy, uz, _) = view_dir(cam, mx, my, mz);
+        let mut cr = 0.5f32;
+        let mut cg = 0.5f32;
+        let mut cb = 0.5f32;
+        #[unroll]
+        for k in 0..active_coeffs {
+            let bk = sh_basis(k, ux, uy, uz);
+            let (sr, sg, sb) = sh_coeff(sh, sh_rest, g, k, num_coeffs, half_sh);
+            cr += bk * sr;
+            cg += bk * sg;
+            cb += bk * sb;
+        }
 
         rows[t * 10] = mean_x;
         rows[t * 10 + 1] = mean_y;
@@ -438,6 +389,9 @@ pub fn project_forward(
         rows[t * 10 + 4] = conic_c;
         rows[t * 10 + 5] = pz;
         rows[t * 10 + 6] = opacity;
+        rows[t * 10 + 7] = max(cr, 0.0f32);
+        rows[t * 10 + 8] = max(cg, 0.0f32);
+        rows[t * 10 + 9] = max(cb, 0.0f32);
         radii[gg * 2] = u32::cast_from(rx.ceil());
         radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
         rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
@@ -446,94 +400,11 @@ pub fn project_forward(
         depth_keys[gg] = pz.to_bits();
         break;
     }
-    vis[t] = select(visible, 1u32, 0u32);
-    let mut cr = 0.5f32;
-    let mut cg = 0.5f32;
-    let mut cb = 0.5f32;
-    if half_sh && visible {
-        let b0 = sh_basis(0u32, ux, uy, uz);
-        cr += b0 * stage[2592 + t * 3];
-        cg += b0 * stage[2592 + t * 3 + 1];
-        cb += b0 * stage[2592 + t * 3 + 2];
-    }
-    if comptime![half_sh && active_coeffs > 1] {
-        // Higher orders from half floats: rows [r0, r0 + 64) per phase, `per_row` halves each,
-        // the first `used` of them active.
-        let per_row = comptime![3 * (num_coeffs as usize - 1)];
-        let used = comptime![3 * (active_coeffs as usize - 1)];
-        let phase_words = comptime![SH_PHASE_ROWS_HALF * 3 * (num_coeffs as usize - 1) / 2];
-        let mut buf = Shared::<[u32]>::new_slice(phase_words);
-        #[unroll]
-        for phase in 0..comptime![PROJECT_CUBE / SH_PHASE_ROWS_HALF] {
-            let r0 = phase * comptime![SH_PHASE_ROWS_HALF];
-            sync_cube();
-            // Rows past the chunk's end are not visible, so their words are never loaded.
-            let base = (first + r0) * per_row / 2;
-            for i in 0..comptime![phase_words.div_ceil(256)] {
-                let w = i * 256 + t;
-                if w < phase_words {
-                    if half_word_needed(&vis, r0, w, per_row, used) {
-                        buf[w] = sh_rest[base + w];
-                    }
-                }
-            }
-            sync_cube();
-            if visible && t >= r0 && t < r0 + comptime![SH_PHASE_ROWS_HALF] {
-                let o = (t - r0) * per_row;
-                #[unroll]
-                for k in 1..active_coeffs {
-                    let bk = sh_basis(k, ux, uy, uz);
-                    let v = o + (k as usize - 1) * 3;
-                    cr += bk * f16_at(&buf, v);
-                    cg += bk * f16_at(&buf, v + 1);
-                    cb += bk * f16_at(&buf, v + 2);
-                }
-            }
-        }
-    }
-    if comptime![!half_sh] {
-        // Every coefficient from f32 rows of `per_row` floats: rows [r0, r0 + 32) per phase,
-        // `per_row + 1` words apart in shared memory (48 apart would put 16 units of a warp on
-        // one bank at degree 3).
-        let per_row = comptime![3 * num_coeffs as usize];
-        let used = comptime![3 * active_coeffs as usize];
-        let phase_words = comptime![SH_PHASE_ROWS_F32 * 3 * num_coeffs as usize];
-        let mut buf = Shared::<[f32]>::new_slice(comptime![SH_PHASE_ROWS_F32 * (3 * num_coeffs as usize + 1)]);
-        #[unroll]
-        for phase in 0..comptime![PROJECT_CUBE / SH_PHASE_ROWS_F32] {
-            let r0 = phase * comptime![SH_PHASE_ROWS_F32];
-            sync_cube();
-            let base = (first + r0) * per_row;
-            for i in 0..comptime![phase_words.div_ceil(256)] {
-                let w = i * 256 + t;
-                if w < phase_words {
-                    let r = w / per_row;
-                    if vis[r0 + r] != 0u32 && w - r * per_row < used {
-                        buf[w + r] = sh[base + w];
-                    }
-                }
-            }
-            sync_cube();
-            if visible && t >= r0 && t < r0 + comptime![SH_PHASE_ROWS_F32] {
-                let o = (t - r0) * (per_row + 1);
-                #[unroll]
-                for k in 0..active_coeffs {
-                    let bk = sh_basis(k, ux, uy, uz);
-                    let v = o + k as usize * 3;
-                    cr += bk * buf[v];
-                    cg += bk * buf[v + 1];
-                    cb += bk * buf[v + 2];
-                }
-            }
-        }
-    }
-    if visible {
-        rows[t * 10 + 7] = max(cr, 0.0f32);
-        rows[t * 10 + 8] = max(cg, 0.0f32);
-        rows[t * 10 + 9] = max(cb, 0.0f32);
-    }
     sync_cube();
-    let count = nrows * 10;
+    let mut count = 0usize;
+    if first < n as usize {
+        count = (n as usize - first) * 10;
+    }
     let base = (first + row0 as usize) * 10;
     for i in 0..10usize {
         let idx = i * comptime![PROJECT_CUBE] + t;
