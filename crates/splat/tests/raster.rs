@@ -647,3 +647,33 @@ fn half_sh_storage_renders_and_differentiates_like_f32_storage_of_the_same_value
         }
     }
 }
+
+#[test]
+fn lower_active_sh_degree_renders_like_a_scene_stored_at_that_degree() {
+    // `RenderOptions::sh_degree` below the stored degree uses only the first coefficients of
+    // each row: the image must equal the
+    // one of the same scene stored at the lower degree, in both storages, bit for bit.
+    let gpu = gpu();
+    let s = random_scene(61, 1301, 3).rounded();
+    let cam = round_camera(test_camera(67, 45));
+    for active in [0u32, 1, 2] {
+        let k = ((active + 1) * (active + 1)) as usize;
+        let mut low = s.clone();
+        low.sh_degree = active;
+        low.sh = s.sh.chunks_exact(s.k() * 3).flat_map(|row| row[..k * 3].to_vec()).collect();
+        for precision in [ShPrecision::F32, ShPrecision::F16] {
+            let image = |scene: &Scene, sh_degree: Option<u32>| {
+                let opts = RenderOptions { background: [0.1, 0.5, 0.9], sh_degree, ..Default::default() };
+                let splats = scene.upload(&gpu, precision);
+                let (out, _) = render(&gpu, &splats, &cam, &opts).unwrap();
+                gpu.read(&out.rgb).unwrap()
+            };
+            let full = image(&s, None);
+            let want = image(&low, None);
+            let got = image(&s, Some(active));
+            assert!(want.iter().any(|&v| v != want[0]), "flat image");
+            assert_eq!(got, want, "active degree {active}, {precision} storage");
+            assert_ne!(full, want, "degree {active}: the higher orders change nothing in this scene");
+        }
+    }
+}
