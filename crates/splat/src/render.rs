@@ -808,6 +808,7 @@ pub fn render_chunks(
             chunk,
             row_skip,
             !opts.forward_only,
+            vec_shared(gpu),
         ));
     }
 
@@ -878,6 +879,18 @@ mod slot {
 /// 20 tiles per Gaussian) and at 1M, 1920x1080 (7.4).
 fn row_skip(visible: usize, isects: usize) -> bool {
     isects < 4 * visible
+}
+
+/// Whether the forward rasterizer stages each batch as 4-vectors in shared memory
+/// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (BENCHMARKS.md,
+/// 2026-11-27). `RUST3R_VEC_SHARED=0|1` overrides it (read per pass: the tests check both
+/// layouts on one adapter).
+fn vec_shared(gpu: &Gpu) -> bool {
+    match std::env::var("RUST3R_VEC_SHARED").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => gpu.is_cuda(),
+    }
 }
 
 /// Whether the backward pass keeps one gradient row per intersection (summed per Gaussian in a

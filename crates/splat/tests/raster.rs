@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{RefOpts, Scene, random_scene, test_camera};
+use common::{RefOpts, Scene, compare_forward, random_scene, round_camera, test_camera};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_gpu::half::{f16_nearest, f16_value};
@@ -18,59 +18,6 @@ fn gpu() -> Gpu {
 
 fn upload(gpu: &Gpu, s: &Scene) -> GpuSplats {
     s.upload(gpu, ShPrecision::F32)
-}
-
-fn round_camera(mut c: Camera) -> Camera {
-    for row in c.world_to_camera.iter_mut() {
-        for v in row.iter_mut() {
-            *v = *v as f32 as f64;
-        }
-    }
-    c.fx = c.fx as f32 as f64;
-    c.fy = c.fy as f32 as f64;
-    c.cx = c.cx as f32 as f64;
-    c.cy = c.cy as f32 as f64;
-    c
-}
-
-/// Compares the GPU image with the reference renderer; returns whether the forward pass skipped
-/// rows out of the Gaussians' reach.
-fn compare_forward(gpu: &Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) -> bool {
-    let opts = RenderOptions {
-        background: bg.map(|v| v as f32),
-        antialiased: aa,
-        ..Default::default()
-    };
-    let (out, state) = render(gpu, &upload(gpu, s), cam, &opts).unwrap();
-    let reference = common::render(
-        s,
-        cam,
-        &RefOpts {
-            background: bg,
-            antialiased: aa,
-            ..Default::default()
-        },
-    );
-    let rgb = gpu.read(&out.rgb).unwrap();
-    let alpha = gpu.read(&out.alpha).unwrap();
-    let depth = gpu.read(&out.depth).unwrap();
-    let max_err = |a: &[f32], b: &[f64]| {
-        a.iter()
-            .zip(b)
-            .map(|(&x, &y)| (x as f64 - y).abs())
-            .fold(0.0, f64::max)
-    };
-    let e_rgb = max_err(&rgb, &reference.rgb);
-    let e_alpha = max_err(&alpha, &reference.alpha);
-    let max_depth = reference.depth.iter().copied().fold(1.0, f64::max);
-    let e_depth = max_err(&depth, &reference.depth) / max_depth;
-    assert!(rgb.iter().all(|v| v.is_finite()), "non-finite pixels");
-    assert!(e_rgb <= 1e-3, "rgb max abs error {e_rgb}");
-    assert!(e_alpha <= 1e-3, "alpha max abs error {e_alpha}");
-    assert!(e_depth <= 1e-3, "depth max relative error {e_depth}");
-    // The image is not trivially empty.
-    assert!(reference.alpha.iter().any(|&a| a > 0.5));
-    state.row_skip()
 }
 
 /// Output-gradient weights for a `npix`-pixel image: dL/d rgb and dL/d alpha (the latter also
@@ -651,8 +598,8 @@ fn half_sh_storage_renders_and_differentiates_like_f32_storage_of_the_same_value
 #[test]
 fn lower_active_sh_degree_renders_like_a_scene_stored_at_that_degree() {
     // `RenderOptions::sh_degree` below the stored degree uses only the first coefficients of
-    // each row: the image must equal the
-    // one of the same scene stored at the lower degree, in both storages, bit for bit.
+    // each row: the image must equal the one of the same scene stored at the lower degree, in
+    // both storages, bit for bit.
     let gpu = gpu();
     let s = random_scene(61, 1301, 3).rounded();
     let cam = round_camera(test_camera(67, 45));

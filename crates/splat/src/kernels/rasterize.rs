@@ -81,6 +81,7 @@ pub fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
 }
 
 #[cube(launch, launch_unchecked)]
+#[allow(unused_assignments)]
 pub fn rasterize_forward(
     ranges: &[u32],
     sorted_gids: &[u32],
@@ -102,6 +103,7 @@ pub fn rasterize_forward(
     chunk: u32,
     #[comptime] row_skip: bool,
     #[comptime] save_checkpoints: bool,
+    #[comptime] vec_shared: bool,
 ) {
     let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
@@ -112,12 +114,18 @@ pub fn rasterize_forward(
     let pyf = f32::cast_from(y) + 0.5f32;
     let start = ranges[tile * 2] as usize;
     let end = ranges[tile * 2 + 1] as usize;
-    // A batch's Gaussians as three 4-vectors each, so that the blend loop reads one with a
-    // single 16-byte shared load (a broadcast: every unit reads the same Gaussian):
-    // `s_pos` = (x, y, row reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour.
-    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
-    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
-    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(256usize);
+    // A batch's Gaussians in shared memory. With `vec_shared`, as three 4-vectors each, so
+    // that the blend loop reads one with a single 16-byte broadcast load: `s_pos` = (x, y, row
+    // reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour. Otherwise as 11
+    // scalar arrays in the same component order (`s_flat[c * 256 + j]`), each read only when
+    // the loop needs it. Through CUDA the vectors took the H100's 1920x1080 blend from 0.69 to
+    // 0.50 ms (138k Gaussians) and from 1.49 to 1.15 ms (4M); through Vulkan they made it
+    // 18-23% slower at 1M and 10M (BENCHMARKS.md, 2026-11-27, calls G-I).
+    let vec_len = comptime![if vec_shared { 256usize } else { 1usize }];
+    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
+    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
+    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
+    let mut s_flat = Shared::<[f32]>::new_slice(comptime![if vec_shared { 1usize } else { 11 * 256usize }]);
     let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
     let max_last = Shared::<[Atomic<u32>]>::new_slice(1usize);
     if t == 0 {
@@ -173,24 +181,66 @@ pub fn rasterize_forward(
         let idx = start + b * 256 + t;
         if idx < end {
             let g = stage(proj, sorted_gids[idx] as usize, row_skip);
-            s_pos[t] = g.pos;
-            s_conic[t] = g.conic;
-            s_rgb[t] = g.rgb;
+            if vec_shared {
+                s_pos[t] = g.pos;
+                s_conic[t] = g.conic;
+                s_rgb[t] = g.rgb;
+            } else {
+                #[unroll]
+                for c in 0..4usize {
+                    s_flat[c * 256 + t] = g.pos.extract(c);
+                    s_flat[(4 + c) * 256 + t] = g.conic.extract(c);
+                }
+                #[unroll]
+                for c in 0..3usize {
+                    s_flat[(8 + c) * 256 + t] = g.rgb.extract(c);
+                }
+            }
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
         if !done {
             for j in 0..batch_len {
-                let g = s_pos[j];
-                let dy = g.extract(1usize) - pyf;
+                let mut gx = 0.0f32;
+                let mut gy = 0.0f32;
+                let mut reach = 0.0f32;
+                let mut op = 0.0f32;
+                if vec_shared {
+                    let g = s_pos[j];
+                    gx = g.extract(0usize);
+                    gy = g.extract(1usize);
+                    reach = g.extract(2usize);
+                    op = g.extract(3usize);
+                } else {
+                    gy = s_flat[256 + j];
+                    if row_skip {
+                        reach = s_flat[512 + j];
+                    }
+                }
+                let dy = gy - pyf;
                 // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
                 // warps at once when its rows are all out of reach).
-                if !row_skip || dy * dy <= g.extract(2usize) {
-                    let q = s_conic[j];
-                    let dx = g.extract(0usize) - pxf;
-                    let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
-                        + q.extract(1usize) * dx * dy;
-                    let alpha = min(0.99f32, g.extract(3usize) * (-sigma).exp());
+                if !row_skip || dy * dy <= reach {
+                    let mut ca = 0.0f32;
+                    let mut cb2 = 0.0f32;
+                    let mut cc = 0.0f32;
+                    let mut z = 0.0f32;
+                    if vec_shared {
+                        let q = s_conic[j];
+                        ca = q.extract(0usize);
+                        cb2 = q.extract(1usize);
+                        cc = q.extract(2usize);
+                        z = q.extract(3usize);
+                    } else {
+                        gx = s_flat[j];
+                        op = s_flat[768 + j];
+                        ca = s_flat[1024 + j];
+                        cb2 = s_flat[1280 + j];
+                        cc = s_flat[1536 + j];
+                    }
+                    let dx = gx - pxf;
+                    let sigma = 0.5f32 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
+                    let alpha = min(0.99f32, op * (-sigma).exp());
                     if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
                         let next_t = tr * (1.0f32 - alpha);
                         if next_t <= 1e-4f32 {
@@ -198,11 +248,24 @@ pub fn rasterize_forward(
                             break;
                         }
                         let vis = alpha * tr;
-                        let col = s_rgb[j];
-                        cr += col.extract(0usize) * vis;
-                        cg += col.extract(1usize) * vis;
-                        cb += col.extract(2usize) * vis;
-                        cd += q.extract(3usize) * vis;
+                        let mut r = 0.0f32;
+                        let mut gc = 0.0f32;
+                        let mut bc = 0.0f32;
+                        if vec_shared {
+                            let col = s_rgb[j];
+                            r = col.extract(0usize);
+                            gc = col.extract(1usize);
+                            bc = col.extract(2usize);
+                        } else {
+                            z = s_flat[1792 + j];
+                            r = s_flat[2048 + j];
+                            gc = s_flat[2304 + j];
+                            bc = s_flat[2560 + j];
+                        }
+                        cr += r * vis;
+                        cg += gc * vis;
+                        cb += bc * vis;
+                        cd += z * vis;
                         tr = next_t;
                         last = (b * 256 + j + 1) as u32;
                     }

@@ -387,3 +387,57 @@ pub fn test_camera(width: u32, height: u32) -> Camera {
         world_to_camera: m,
     }
 }
+
+/// The camera with every value rounded to f32, as the GPU sees it.
+pub fn round_camera(mut c: Camera) -> Camera {
+    for row in c.world_to_camera.iter_mut() {
+        for v in row.iter_mut() {
+            *v = *v as f32 as f64;
+        }
+    }
+    c.fx = c.fx as f32 as f64;
+    c.fy = c.fy as f32 as f64;
+    c.cx = c.cx as f32 as f64;
+    c.cy = c.cy as f32 as f64;
+    c
+}
+
+/// Compares the GPU image with the reference renderer; returns whether the forward pass skipped
+/// rows out of the Gaussians' reach.
+pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) -> bool {
+    let opts = rust3r_splat::RenderOptions {
+        background: bg.map(|v| v as f32),
+        antialiased: aa,
+        ..Default::default()
+    };
+    let (out, state) = rust3r_splat::render(gpu, &s.upload(gpu, rust3r_splat::ShPrecision::F32), cam, &opts).unwrap();
+    let reference = render(
+        s,
+        cam,
+        &RefOpts {
+            background: bg,
+            antialiased: aa,
+            ..Default::default()
+        },
+    );
+    let rgb = gpu.read(&out.rgb).unwrap();
+    let alpha = gpu.read(&out.alpha).unwrap();
+    let depth = gpu.read(&out.depth).unwrap();
+    let max_err = |a: &[f32], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| (x as f64 - y).abs())
+            .fold(0.0, f64::max)
+    };
+    let e_rgb = max_err(&rgb, &reference.rgb);
+    let e_alpha = max_err(&alpha, &reference.alpha);
+    let max_depth = reference.depth.iter().copied().fold(1.0, f64::max);
+    let e_depth = max_err(&depth, &reference.depth) / max_depth;
+    assert!(rgb.iter().all(|v| v.is_finite()), "non-finite pixels");
+    assert!(e_rgb <= 1e-3, "rgb max abs error {e_rgb}");
+    assert!(e_alpha <= 1e-3, "alpha max abs error {e_alpha}");
+    assert!(e_depth <= 1e-3, "depth max relative error {e_depth}");
+    // The image is not trivially empty.
+    assert!(reference.alpha.iter().any(|&a| a > 0.5));
+    state.row_skip()
+}
