@@ -81,7 +81,6 @@ pub fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
 }
 
 #[cube(launch, launch_unchecked)]
-#[allow(unused_assignments)]
 pub fn rasterize_forward(
     ranges: &[u32],
     sorted_gids: &[u32],
@@ -117,8 +116,7 @@ pub fn rasterize_forward(
     // A batch's Gaussians in shared memory. With `vec_shared`, as three 4-vectors each, so
     // that the blend loop reads one with a single 16-byte broadcast load: `s_pos` = (x, y, row
     // reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour. Otherwise as 11
-    // scalar arrays in the same component order (`s_flat[c * 256 + j]`), each read only when
-    // the loop needs it. Through CUDA the vectors took the H100's 1920x1080 blend from 0.69 to
+    // scalar arrays (`s_flat[c * 256 + j]`), each read only when the loop needs it. Through CUDA the vectors took the H100's 1920x1080 blend from 0.69 to
     // 0.50 ms (138k Gaussians) and from 1.49 to 1.15 ms (4M); through Vulkan they made it
     // 18-23% slower at 1M and 10M (BENCHMARKS.md, 2026-11-27, calls G-I).
     let vec_len = comptime![if vec_shared { 256usize } else { 1usize }];
@@ -180,99 +178,90 @@ pub fn rasterize_forward(
         }
         let idx = start + b * 256 + t;
         if idx < end {
-            let g = stage(proj, sorted_gids[idx] as usize, row_skip);
             if vec_shared {
+                let g = stage(proj, sorted_gids[idx] as usize, row_skip);
                 s_pos[t] = g.pos;
                 s_conic[t] = g.conic;
                 s_rgb[t] = g.rgb;
             } else {
+                let gid = sorted_gids[idx] as usize;
                 #[unroll]
-                for c in 0..4usize {
-                    s_flat[c * 256 + t] = g.pos.extract(c);
-                    s_flat[(4 + c) * 256 + t] = g.conic.extract(c);
+                for k in 0..10usize {
+                    s_flat[k * 256 + t] = proj[gid * 10 + k];
                 }
-                #[unroll]
-                for c in 0..3usize {
-                    s_flat[(8 + c) * 256 + t] = g.rgb.extract(c);
+                if row_skip {
+                    s_flat[2560 + t] =
+                        row_reach2(s_flat[512 + t], s_flat[768 + t], s_flat[1024 + t], s_flat[1536 + t]);
                 }
             }
         }
         sync_cube();
         let batch_len = min(256usize, total - b * 256);
-        if !done {
-            for j in 0..batch_len {
-                let mut gx = 0.0f32;
-                let mut gy = 0.0f32;
-                let mut reach = 0.0f32;
-                let mut op = 0.0f32;
-                if vec_shared {
+        // The same blend twice, once per layout: written through one set of accessors, the
+        // scalar loop ran 20% slower through Vulkan than this form of it (call J).
+        if vec_shared {
+            if !done {
+                for j in 0..batch_len {
                     let g = s_pos[j];
-                    gx = g.extract(0usize);
-                    gy = g.extract(1usize);
-                    reach = g.extract(2usize);
-                    op = g.extract(3usize);
-                } else {
-                    gy = s_flat[256 + j];
-                    if row_skip {
-                        reach = s_flat[512 + j];
+                    let dy = g.extract(1usize) - pyf;
+                    // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
+                    // warps at once when its rows are all out of reach).
+                    if !row_skip || dy * dy <= g.extract(2usize) {
+                        let q = s_conic[j];
+                        let dx = g.extract(0usize) - pxf;
+                        let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
+                            + q.extract(1usize) * dx * dy;
+                        let alpha = min(0.99f32, g.extract(3usize) * (-sigma).exp());
+                        if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                            let next_t = tr * (1.0f32 - alpha);
+                            if next_t <= 1e-4f32 {
+                                done = true;
+                                break;
+                            }
+                            let vis = alpha * tr;
+                            let col = s_rgb[j];
+                            cr += col.extract(0usize) * vis;
+                            cg += col.extract(1usize) * vis;
+                            cb += col.extract(2usize) * vis;
+                            cd += q.extract(3usize) * vis;
+                            tr = next_t;
+                            last = (b * 256 + j + 1) as u32;
+                        }
                     }
                 }
-                let dy = gy - pyf;
-                // With `row_skip`, rows out of the Gaussian's reach skip the exponential (whole
-                // warps at once when its rows are all out of reach).
-                if !row_skip || dy * dy <= reach {
-                    let mut ca = 0.0f32;
-                    let mut cb2 = 0.0f32;
-                    let mut cc = 0.0f32;
-                    let mut z = 0.0f32;
-                    if vec_shared {
-                        let q = s_conic[j];
-                        ca = q.extract(0usize);
-                        cb2 = q.extract(1usize);
-                        cc = q.extract(2usize);
-                        z = q.extract(3usize);
-                    } else {
-                        gx = s_flat[j];
-                        op = s_flat[768 + j];
-                        ca = s_flat[1024 + j];
-                        cb2 = s_flat[1280 + j];
-                        cc = s_flat[1536 + j];
-                    }
-                    let dx = gx - pxf;
-                    let sigma = 0.5f32 * (ca * dx * dx + cc * dy * dy) + cb2 * dx * dy;
-                    let alpha = min(0.99f32, op * (-sigma).exp());
-                    if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
-                        let next_t = tr * (1.0f32 - alpha);
-                        if next_t <= 1e-4f32 {
-                            done = true;
-                            break;
-                        }
-                        let vis = alpha * tr;
-                        let mut r = 0.0f32;
-                        let mut gc = 0.0f32;
-                        let mut bc = 0.0f32;
-                        if vec_shared {
-                            let col = s_rgb[j];
-                            r = col.extract(0usize);
-                            gc = col.extract(1usize);
-                            bc = col.extract(2usize);
-                        } else {
-                            z = s_flat[1792 + j];
-                            r = s_flat[2048 + j];
-                            gc = s_flat[2304 + j];
-                            bc = s_flat[2560 + j];
-                        }
-                        cr += r * vis;
-                        cg += gc * vis;
-                        cb += bc * vis;
-                        cd += z * vis;
-                        tr = next_t;
-                        last = (b * 256 + j + 1) as u32;
-                    }
+                if done {
+                    done_count[0].fetch_add(1u32);
                 }
             }
-            if done {
-                done_count[0].fetch_add(1u32);
+        } else {
+            if !done {
+                // s_flat: x, y, a, b, c, depth, opacity, r, g, b, row reach^2 (`proj`'s order).
+                for j in 0..batch_len {
+                    let dy = s_flat[256 + j] - pyf;
+                    if !row_skip || dy * dy <= s_flat[2560 + j] {
+                        let dx = s_flat[j] - pxf;
+                        let sigma = 0.5f32 * (s_flat[512 + j] * dx * dx + s_flat[1024 + j] * dy * dy)
+                            + s_flat[768 + j] * dx * dy;
+                        let alpha = min(0.99f32, s_flat[1536 + j] * (-sigma).exp());
+                        if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
+                            let next_t = tr * (1.0f32 - alpha);
+                            if next_t <= 1e-4f32 {
+                                done = true;
+                                break;
+                            }
+                            let vis = alpha * tr;
+                            cr += s_flat[1792 + j] * vis;
+                            cg += s_flat[2048 + j] * vis;
+                            cb += s_flat[2304 + j] * vis;
+                            cd += s_flat[1280 + j] * vis;
+                            tr = next_t;
+                            last = (b * 256 + j + 1) as u32;
+                        }
+                    }
+                }
+                if done {
+                    done_count[0].fetch_add(1u32);
+                }
             }
         }
     }
