@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{RefOpts, Scene, compare_forward, random_scene, round_camera, test_camera};
+use common::{RefOpts, Scene, compare_forward, one_tile_pile, random_scene, round_camera, test_camera};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_gpu::half::{f16_nearest, f16_value};
@@ -66,14 +66,7 @@ fn forward_matches_reference_random_scenes() {
 fn forward_many_gaussians_in_one_tile() {
     // Thousands of Gaussians overlapping one 16x16 tile: many batches, early termination.
     let gpu = gpu();
-    let mut s = random_scene(11, 5000, 1);
-    for i in 0..s.len() {
-        let z = s.means[i * 3 + 2];
-        s.means[i * 3] = (0.01 * (i % 7) as f64) * z / 10.0;
-        s.means[i * 3 + 1] = (0.01 * (i % 5) as f64) * z / 10.0;
-        s.opacity_logits[i] = -3.0;
-    }
-    let s = s.rounded();
+    let s = one_tile_pile(11, 5000);
     let cam = round_camera(test_camera(16, 16));
     compare_forward(&gpu, &s, &cam, false, [0.0, 0.0, 0.0]);
 }

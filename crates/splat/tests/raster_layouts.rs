@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{compare_forward, random_scene, round_camera, test_camera};
+use common::{compare_forward, one_tile_pile, random_scene, round_camera, test_camera};
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::{RenderOptions, ShPrecision, render};
 
@@ -31,14 +31,7 @@ fn both_shared_memory_layouts_render_the_reference_image() {
         }
         assert!(paths.contains(&true) && paths.contains(&false), "row-skip paths taken: {paths:?}");
         // Thousands of faint Gaussians on one tile: many batches and early termination.
-        let mut s = random_scene(11, 5000, 1);
-        for i in 0..s.len() {
-            let z = s.means[i * 3 + 2];
-            s.means[i * 3] = (0.01 * (i % 7) as f64) * z / 10.0;
-            s.means[i * 3 + 1] = (0.01 * (i % 5) as f64) * z / 10.0;
-            s.opacity_logits[i] = -3.0;
-        }
-        let s = s.rounded();
+        let s = one_tile_pile(11, 5000);
         let tile_cam = round_camera(test_camera(16, 16));
         compare_forward(&gpu, &s, &tile_cam, false, [0.0; 3]);
         let splats = s.upload(&gpu, ShPrecision::F32);

@@ -68,13 +68,10 @@ fn check(file: &str, width: u32, height: u32) {
     );
     let rgb = gpu.read(&out.rgb).unwrap();
     let alpha = gpu.read(&out.alpha).unwrap();
-    let err = |a: &[f32], b: &[f64]| {
-        a.iter()
-            .zip(b)
-            .map(|(&x, &y)| (x as f64 - y).abs())
-            .fold(0.0, f64::max)
-    };
-    let (e_rgb, e_alpha) = (err(&rgb, &reference.rgb), err(&alpha, &reference.alpha));
+    let (e_rgb, e_alpha) = (
+        common::max_abs_err(&rgb, &reference.rgb),
+        common::max_abs_err(&alpha, &reference.alpha),
+    );
     eprintln!(
         "{file}: {} splats, {} visible, rgb err {e_rgb:.2e}, alpha err {e_alpha:.2e}",
         splats.len(),

@@ -40,7 +40,7 @@ pub fn row_reach2(a: f32, b: f32, c: f32, op: f32) -> f32 {
 /// memory): position, row reach^2 and opacity; conic and depth; colour. One 16-byte broadcast
 /// load then serves each step of the blend loops, where scalar rows took up to ten.
 #[derive(CubeType, Clone, Copy)]
-pub struct Staged {
+struct Staged {
     /// (x, y, row reach^2, opacity); the reach is 3e38 unless `row_skip`.
     pos: Vector<f32, Const<4>>,
     /// (a, b, c, depth).
@@ -52,7 +52,7 @@ pub struct Staged {
 /// Gaussian `gid`'s row of `proj` (10 floats: x, y, a, b, c, depth, opacity, r, g, b) as a
 /// [`Staged`] triple.
 #[cube]
-pub fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
+fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
     let o = gid * 10;
     let ca = proj[o + 2];
     let cb = proj[o + 3];
@@ -116,9 +116,10 @@ pub fn rasterize_forward(
     // A batch's Gaussians in shared memory. With `vec_shared`, as three 4-vectors each, so
     // that the blend loop reads one with a single 16-byte broadcast load: `s_pos` = (x, y, row
     // reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour. Otherwise as 11
-    // scalar arrays (`s_flat[c * 256 + j]`), each read only when the loop needs it. Through CUDA the vectors took the H100's 1920x1080 blend from 0.69 to
-    // 0.50 ms (138k Gaussians) and from 1.49 to 1.15 ms (4M); through Vulkan they made it
-    // 18-23% slower at 1M and 10M (BENCHMARKS.md, 2026-11-27, calls G-I).
+    // scalar arrays (`s_flat[c * 256 + j]`), each read only when the loop needs it. Through
+    // CUDA the vectors took the H100's 1920x1080 blend from 0.69 to 0.50 ms (138k Gaussians)
+    // and from 1.49 to 1.15 ms (4M); through Vulkan they made it 18-23% slower at 1M and 10M
+    // (BENCHMARKS.md, 2026-11-27, calls G-I).
     let vec_len = comptime![if vec_shared { 256usize } else { 1usize }];
     let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
     let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);

@@ -423,16 +423,10 @@ pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool,
     let rgb = gpu.read(&out.rgb).unwrap();
     let alpha = gpu.read(&out.alpha).unwrap();
     let depth = gpu.read(&out.depth).unwrap();
-    let max_err = |a: &[f32], b: &[f64]| {
-        a.iter()
-            .zip(b)
-            .map(|(&x, &y)| (x as f64 - y).abs())
-            .fold(0.0, f64::max)
-    };
-    let e_rgb = max_err(&rgb, &reference.rgb);
-    let e_alpha = max_err(&alpha, &reference.alpha);
+    let e_rgb = max_abs_err(&rgb, &reference.rgb);
+    let e_alpha = max_abs_err(&alpha, &reference.alpha);
     let max_depth = reference.depth.iter().copied().fold(1.0, f64::max);
-    let e_depth = max_err(&depth, &reference.depth) / max_depth;
+    let e_depth = max_abs_err(&depth, &reference.depth) / max_depth;
     assert!(rgb.iter().all(|v| v.is_finite()), "non-finite pixels");
     assert!(e_rgb <= 1e-3, "rgb max abs error {e_rgb}");
     assert!(e_alpha <= 1e-3, "alpha max abs error {e_alpha}");
@@ -440,4 +434,22 @@ pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool,
     // The image is not trivially empty.
     assert!(reference.alpha.iter().any(|&a| a > 0.5));
     state.row_skip()
+}
+
+/// Largest `|a[i] - b[i]|`.
+pub fn max_abs_err(a: &[f32], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max)
+}
+
+/// `n` faint Gaussians of `random_scene(seed, n, 1)` piled on the first 16x16 tile of
+/// `test_camera(16, 16)`: many batches per tile and early termination.
+pub fn one_tile_pile(seed: u64, n: usize) -> Scene {
+    let mut s = random_scene(seed, n, 1);
+    for i in 0..s.len() {
+        let z = s.means[i * 3 + 2];
+        s.means[i * 3] = (0.01 * (i % 7) as f64) * z / 10.0;
+        s.means[i * 3 + 1] = (0.01 * (i % 5) as f64) * z / 10.0;
+        s.opacity_logits[i] = -3.0;
+    }
+    s.rounded()
 }
