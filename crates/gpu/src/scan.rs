@@ -2,7 +2,10 @@
 //!
 //! Three phases (reduce-then-scan): every cube scans a tile of `TILE` elements
 //! and emits the tile total, the totals are scanned recursively, and the
-//! scanned totals are added back to each tile.
+//! scanned totals are added back to each tile. The first phase can read its input through a
+//! transform ([`exclusive_scan_nonzero`], [`exclusive_scan_gathered`]), which saves the launch
+//! and the memory pass of materialising the transformed input (a launch costs the host 11-15 us
+//! on the H100, BENCHMARKS.md 2026-11-27).
 
 use cubecl::prelude::*;
 
@@ -38,8 +41,22 @@ pub fn block_inclusive_scan_u32(value: u32, buf: &mut [u32]) -> (u32, u32) {
     (acc, total)
 }
 
+/// How [`scan_tiles`] reads element `i`: `input[i]`, `input[i] != 0` (as 0 or 1), or
+/// `input[index[i]]`.
+const READ_PLAIN: u32 = 0;
+const READ_NONZERO: u32 = 1;
+const READ_GATHERED: u32 = 2;
+
 #[cube(launch, launch_unchecked)]
-fn scan_tiles(input: &[u32], output: &mut [u32], tile_sums: &mut [u32], n: u32, #[comptime] inclusive: bool) {
+fn scan_tiles(
+    input: &[u32],
+    index: &[u32],
+    output: &mut [u32],
+    tile_sums: &mut [u32],
+    n: u32,
+    #[comptime] inclusive: bool,
+    #[comptime] read: u32,
+) {
     let block = block_id();
     let t = UNIT_POS as usize;
     let n = n as usize;
@@ -51,7 +68,14 @@ fn scan_tiles(input: &[u32], output: &mut [u32], tile_sums: &mut [u32], n: u32, 
         let idx = base + i;
         let mut v = 0u32;
         if idx < n {
-            v = input[idx];
+            if comptime![read == READ_GATHERED] {
+                v = input[index[idx] as usize];
+            } else {
+                v = input[idx];
+            }
+            if comptime![read == READ_NONZERO] {
+                v = select(v != 0u32, 1u32, 0u32);
+            }
         }
         vals[i] = v;
         local += v;
@@ -95,7 +119,18 @@ fn add_tile_offsets(output: &mut [u32], offsets: &[u32], n: u32) {
 }
 
 fn scan_impl(gpu: &Gpu, input: &GpuBuffer<u32>, inclusive: bool) -> GpuBuffer<u32> {
-    let n = input.len();
+    scan_read(gpu, input, None, input.len(), inclusive, READ_PLAIN)
+}
+
+/// Scan of `n` elements of `input` read as `read` says (`index` for [`READ_GATHERED`]).
+fn scan_read(
+    gpu: &Gpu,
+    input: &GpuBuffer<u32>,
+    index: Option<&GpuBuffer<u32>>,
+    n: usize,
+    inclusive: bool,
+    read: u32,
+) -> GpuBuffer<u32> {
     let output = gpu.alloc::<u32>(n);
     if n == 0 {
         return output;
@@ -107,10 +142,13 @@ fn scan_impl(gpu: &Gpu, input: &GpuBuffer<u32>, inclusive: bool) -> GpuBuffer<u3
         gpu.grid(blocks),
         CubeDim::new_1d(BLOCK),
         input.arg(),
+        // Unread unless gathered: any buffer binds.
+        index.unwrap_or(input).arg(),
         output.arg(),
         tile_sums.arg(),
         n as u32,
         inclusive,
+        read,
     ));
     if blocks > 1 {
         let offsets = scan_impl(gpu, &tile_sums, false);
@@ -134,4 +172,16 @@ pub fn exclusive_scan(gpu: &Gpu, input: &GpuBuffer<u32>) -> GpuBuffer<u32> {
 /// `out[i] = sum(input[..=i])`.
 pub fn inclusive_scan(gpu: &Gpu, input: &GpuBuffer<u32>) -> GpuBuffer<u32> {
     scan_impl(gpu, input, true)
+}
+
+/// `out[i]` = how many of `input[..i]` are non-zero (the output positions of a stream
+/// compaction), without materialising the 0/1 mask.
+pub fn exclusive_scan_nonzero(gpu: &Gpu, input: &GpuBuffer<u32>) -> GpuBuffer<u32> {
+    scan_read(gpu, input, None, input.len(), false, READ_NONZERO)
+}
+
+/// `out[i] = sum(values[index[..i]])`, one output per index, without materialising the
+/// gathered values. Every index must be below `values.len()`.
+pub fn exclusive_scan_gathered(gpu: &Gpu, values: &GpuBuffer<u32>, index: &GpuBuffer<u32>) -> GpuBuffer<u32> {
+    scan_read(gpu, values, Some(index), index.len(), false, READ_GATHERED)
 }

@@ -33,6 +33,38 @@ fn scan_matches_std() {
 }
 
 #[test]
+fn scans_of_transformed_inputs_match_std() {
+    // The non-zero count and the gathered sum read their input through the scan's first
+    // phase; the references materialise the transformed input on the host.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(3);
+    for &n in LENGTHS {
+        let data: Vec<u32> = (0..n).map(|_| if rng.random_bool(0.4) { 0 } else { rng.random_range(1..1000) }).collect();
+        let buf = gpu.upload(&data);
+        let nonzero = gpu.read(&scan::exclusive_scan_nonzero(&gpu, &buf)).unwrap();
+        // Random indices, repeats included, more of them than values.
+        let m = n + n / 3;
+        let index: Vec<u32> = (0..m).map(|_| rng.random_range(0..n.max(1)) as u32).collect();
+        let gathered = if n == 0 {
+            vec![]
+        } else {
+            gpu.read(&scan::exclusive_scan_gathered(&gpu, &buf, &gpu.upload(&index))).unwrap()
+        };
+        let (mut count, mut sum) = (0u32, 0u32);
+        assert_eq!(nonzero.len(), n);
+        for i in 0..n {
+            assert_eq!(nonzero[i], count, "non-zero scan, n={n}, i={i}");
+            count += (data[i] != 0) as u32;
+        }
+        assert_eq!(gathered.len(), if n == 0 { 0 } else { m });
+        for (i, &j) in index.iter().enumerate().take(gathered.len()) {
+            assert_eq!(gathered[i], sum, "gathered scan, n={n}, i={i}");
+            sum = sum.wrapping_add(data[j as usize]);
+        }
+    }
+}
+
+#[test]
 fn radix_sort_matches_std_stable_sort() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(2);

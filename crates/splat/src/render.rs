@@ -3,8 +3,8 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, compact::scatter_indices, gather::gather, gather::iota, reduce::ReduceOp,
-    reduce::reduce_columns, reduce::to_unit_mask, scan::exclusive_scan, sort::bits_for,
+    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
+    scan::exclusive_scan_gathered, scan::exclusive_scan_nonzero, sort::bits_for,
     sort::sort_pairs,
 };
 
@@ -522,10 +522,16 @@ impl RenderState {
         self.row_skip
     }
 
+    /// Each tile's `[first, one past last)` position in the tile-sorted intersection list,
+    /// row-major over 16x16 tiles (a synchronising read; not for hot loops).
+    pub fn tile_ranges(&self, gpu: &Gpu) -> Result<Vec<[u32; 2]>, SplatError> {
+        Ok(gpu.read(&self.ranges)?.chunks(2).map(|r| [r[0], r[1]]).collect())
+    }
+
     /// Reads the tile ranges back (a synchronising read; not for hot loops).
     pub fn tile_stats(&self, gpu: &Gpu) -> Result<TileStats, SplatError> {
-        let ranges = gpu.read(&self.ranges)?;
-        let mut len: Vec<usize> = ranges.chunks(2).map(|r| r[1].saturating_sub(r[0]) as usize).collect();
+        let mut len: Vec<usize> =
+            self.tile_ranges(gpu)?.iter().map(|r| r[1].saturating_sub(r[0]) as usize).collect();
         let mut walked: Vec<usize> = gpu.read(&self.tile_last)?.iter().map(|&v| v as usize).collect();
         len.sort_unstable();
         walked.sort_unstable();
@@ -661,8 +667,7 @@ pub fn render_chunks(
     rust3r_gpu::profile::mark(gpu, "fwd 1 project");
     // Only the visible Gaussians are depth-sorted (front to back). One read-back for the whole
     // forward pass: the visible and intersection counts.
-    let flags = to_unit_mask(gpu, &tiles_touched);
-    let positions = exclusive_scan(gpu, &flags);
+    let positions = exclusive_scan_nonzero(gpu, &tiles_touched);
     let (num_visible, num_isects) = if n == 0 {
         (0, 0)
     } else {
@@ -672,7 +677,7 @@ pub fn render_chunks(
             client,
             CubeCount::Static(1, 1, 1),
             CubeDim::new_1d(1),
-            flags.arg(),
+            tiles_touched.arg(),
             positions.arg(),
             isect_total.arg(),
             totals.arg(),
@@ -682,14 +687,26 @@ pub fn render_chunks(
         (t[0] as usize, t[1] as usize)
     };
     rust3r_gpu::profile::mark(gpu, "fwd 2a visible count + read-back");
-    let visible_ids = scatter_indices(gpu, &tiles_touched, &positions, num_visible);
-    drop((flags, positions));
-    let visible_keys = gather(gpu, &depth_keys, &visible_ids);
+    let visible_ids = gpu.alloc::<u32>(num_visible);
+    let visible_keys = gpu.alloc::<u32>(num_visible);
+    if num_visible > 0 {
+        rust3r_gpu::launch!(tiles::compact_visible(
+            client,
+            gpu.grid(blocks(n)),
+            CubeDim::new_1d(256),
+            tiles_touched.arg(),
+            positions.arg(),
+            depth_keys.arg(),
+            visible_ids.arg(),
+            visible_keys.arg(),
+            n as u32,
+        ));
+    }
+    drop(positions);
     rust3r_gpu::profile::mark(gpu, "fwd 2b visible ids + keys");
     let (_, sorted_ids) = sort_pairs(gpu, &visible_keys, &visible_ids, 32);
     rust3r_gpu::profile::mark(gpu, "fwd 2c depth sort");
-    let counts = gather(gpu, &tiles_touched, &sorted_ids);
-    let offsets = exclusive_scan(gpu, &counts);
+    let offsets = exclusive_scan_gathered(gpu, &tiles_touched, &sorted_ids);
     rust3r_gpu::profile::mark(gpu, "fwd 2d tile counts + scan");
     gpu.check_fits("image", (w as u64) * (h as u64) * 12)?;
     // Without float atomics (or when asked to be deterministic) the backward pass keeps one
@@ -733,7 +750,8 @@ pub fn render_chunks(
         (sorted_tiles, sorted_gids, gpu.placeholder::<u32>(slot::ISECT_ORIG))
     };
     rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
-    let ranges = gpu.zeros::<u32>(num_tiles * 2);
+    // `tile_ranges` writes every entry; without intersections every tile is empty.
+    let ranges = if num_isects > 0 { gpu.alloc::<u32>(num_tiles * 2) } else { gpu.zeros::<u32>(num_tiles * 2) };
     if num_isects > 0 {
         rust3r_gpu::launch!(tiles::tile_ranges(
             client,

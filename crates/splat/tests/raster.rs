@@ -617,3 +617,32 @@ fn lower_active_sh_degree_renders_like_a_scene_stored_at_that_degree() {
         }
     }
 }
+
+#[test]
+fn tiles_before_the_first_intersection_render_background() {
+    // Gaussians only in the image's bottom-right corner: the tile ranges before the first
+    // tile with intersections are written by the range kernel itself (no zero fill; buffers
+    // are poisoned).
+    let gpu = gpu();
+    let mut s = random_scene(71, 400, 1);
+    for i in 0..s.len() {
+        let z = s.means[i * 3 + 2];
+        s.means[i * 3] = (0.3 + 0.01 * (i % 7) as f64) * z;
+        s.means[i * 3 + 1] = (0.25 + 0.01 * (i % 5) as f64) * z;
+        s.log_scales[i * 3..i * 3 + 3].copy_from_slice(&[-3.0; 3]);
+    }
+    let s = s.rounded();
+    let cam = round_camera(test_camera(67, 45));
+    compare_forward(&gpu, &s, &cam, false, [0.1, 0.5, 0.9]);
+    let (out, state) = render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).unwrap();
+    let ranges = state.tile_ranges(&gpu).unwrap();
+    assert_eq!(ranges[0], [0, 0], "the first tile must be empty");
+    assert!(ranges.iter().any(|r| r[1] > r[0]), "some tile must hold intersections");
+    // Contiguous, in order, covering every intersection.
+    let mut at = 0;
+    for (t, r) in ranges.iter().enumerate() {
+        assert!(r[0] == at && r[1] >= r[0], "tile {t}: {r:?} after position {at}");
+        at = r[1];
+    }
+    assert_eq!(at as usize, out.num_intersections);
+}

@@ -81,9 +81,9 @@ pub fn emit_intersections(
 }
 
 /// `ranges[2t], ranges[2t+1]` = first and one-past-last position of tile `t`
-/// in the sorted list. An empty tile gets the position where it would start, so the starts
-/// never decrease with the tile index (the backward pass searches them).
-/// `ranges` must be zero-initialised.
+/// in the sorted list (`n >= 1` intersections). An empty tile gets the position where it would
+/// start, so the starts never decrease with the tile index (the backward pass searches them).
+/// Every entry is written.
 #[cube(launch, launch_unchecked)]
 pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32, num_tiles: u32) {
     let s = rust3r_gpu::global_id();
@@ -92,6 +92,13 @@ pub fn tile_ranges(sorted_tiles: &[u32], ranges: &mut [u32], n: u32, num_tiles: 
         terminate!();
     }
     let tile = sorted_tiles[s] as usize;
+    if s == 0 {
+        for e in 0..tile {
+            ranges[e * 2] = 0u32;
+            ranges[e * 2 + 1] = 0u32;
+        }
+        ranges[tile * 2] = 0u32;
+    }
     if s > 0 {
         let prev = sorted_tiles[s - 1] as usize;
         if prev != tile {
@@ -182,14 +189,36 @@ pub fn sum_isect_grads(
     }
 }
 
-/// One read-back's worth of totals: `out[0]` = visible Gaussians (`positions[n-1] + flags[n-1]`
-/// of the exclusive scan of the visibility flags), `out[1]` = tile intersections (`isect_total[0]`).
+/// One read-back's worth of totals: `out[0]` = visible Gaussians (`positions[n-1]` of the
+/// exclusive scan of the visibility flags, plus the last Gaussian's flag), `out[1]` = tile
+/// intersections (`isect_total[0]`).
 #[cube(launch, launch_unchecked)]
-pub fn visible_totals(flags: &[u32], positions: &[u32], isect_total: &[u32], out: &mut [u32], n: u32) {
+pub fn visible_totals(tiles_touched: &[u32], positions: &[u32], isect_total: &[u32], out: &mut [u32], n: u32) {
     if UNIT_POS == 0 {
         let n = n as usize;
-        out[0] = positions[n - 1] + flags[n - 1];
+        out[0] = positions[n - 1] + select(tiles_touched[n - 1] != 0u32, 1u32, 0u32);
         out[1] = isect_total[0];
+    }
+}
+
+/// Stream compaction of the visible Gaussians with their depth keys: Gaussian `i` with
+/// `tiles_touched[i] != 0` goes to `ids[positions[i]] = i`, `keys[positions[i]] =
+/// depth_keys[i]` (`positions`: the exclusive scan of the visibility flags). One pass instead
+/// of compacting the ids and then gathering the keys through them.
+#[cube(launch, launch_unchecked)]
+pub fn compact_visible(
+    tiles_touched: &[u32],
+    positions: &[u32],
+    depth_keys: &[u32],
+    ids: &mut [u32],
+    keys: &mut [u32],
+    n: u32,
+) {
+    let i = rust3r_gpu::global_id();
+    if i < n as usize && tiles_touched[i] != 0u32 {
+        let p = positions[i] as usize;
+        ids[p] = i as u32;
+        keys[p] = depth_keys[i];
     }
 }
 
