@@ -79,31 +79,6 @@ fn reduce_cols<N: Numeric>(input: &[N], output: &mut [N], rows: u32, cols: u32, 
     }
 }
 
-#[cube(launch, launch_unchecked)]
-fn unit_mask(input: &[u32], output: &mut [u32], n: u32) {
-    let i = crate::global_id();
-    if i < n as usize {
-        output[i] = select(input[i] != 0u32, 1u32, 0u32);
-    }
-}
-
-/// A mask with every non-zero entry replaced by 1.
-pub fn to_unit_mask(gpu: &Gpu, mask: &GpuBuffer<u32>) -> GpuBuffer<u32> {
-    let n = mask.len();
-    let out = gpu.alloc::<u32>(n);
-    if n > 0 {
-        crate::launch!(unit_mask(
-            gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
-            mask.arg(),
-            out.arg(),
-            n as u32,
-        ));
-    }
-    out
-}
-
 fn op_code(op: ReduceOp) -> u32 {
     match op {
         ReduceOp::Sum => 0,

@@ -131,6 +131,15 @@ fn compaction_matches_std() {
             let got = gpu.read(&compact::compact_indices(&gpu, &gpu.upload(&mask)).unwrap()).unwrap();
             let expect: Vec<u32> = (0..n as u32).filter(|&i| mask[i as usize] != 0).collect();
             assert_eq!(got, expect, "compaction n={n} p={p}");
+            // With a value carried beside each index.
+            let values: Vec<u32> = (0..n).map(|_| rng.random()).collect();
+            let mb = gpu.upload(&mask);
+            let positions = scan::exclusive_scan_nonzero(&gpu, &mb);
+            let (ids, vals) =
+                compact::scatter_indices_with_values(&gpu, &mb, &positions, &gpu.upload(&values), expect.len());
+            assert_eq!(gpu.read(&ids).unwrap(), expect, "compaction with values n={n} p={p}: indices");
+            let expect_vals: Vec<u32> = expect.iter().map(|&i| values[i as usize]).collect();
+            assert_eq!(gpu.read(&vals).unwrap(), expect_vals, "compaction with values n={n} p={p}: values");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
+    Gpu, GpuBuffer, compact::scatter_indices_with_values, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
     scan::exclusive_scan_gathered, scan::exclusive_scan_nonzero, sort::bits_for,
     sort::sort_pairs,
 };
@@ -687,21 +687,8 @@ pub fn render_chunks(
         (t[0] as usize, t[1] as usize)
     };
     rust3r_gpu::profile::mark(gpu, "fwd 2a visible count + read-back");
-    let visible_ids = gpu.alloc::<u32>(num_visible);
-    let visible_keys = gpu.alloc::<u32>(num_visible);
-    if num_visible > 0 {
-        rust3r_gpu::launch!(tiles::compact_visible(
-            client,
-            gpu.grid(blocks(n)),
-            CubeDim::new_1d(256),
-            tiles_touched.arg(),
-            positions.arg(),
-            depth_keys.arg(),
-            visible_ids.arg(),
-            visible_keys.arg(),
-            n as u32,
-        ));
-    }
+    let (visible_ids, visible_keys) =
+        scatter_indices_with_values(gpu, &tiles_touched, &positions, &depth_keys, num_visible);
     drop(positions);
     rust3r_gpu::profile::mark(gpu, "fwd 2b visible ids + keys");
     let (_, sorted_ids) = sort_pairs(gpu, &visible_keys, &visible_ids, 32);

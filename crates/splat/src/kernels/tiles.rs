@@ -201,27 +201,6 @@ pub fn visible_totals(tiles_touched: &[u32], positions: &[u32], isect_total: &[u
     }
 }
 
-/// Stream compaction of the visible Gaussians with their depth keys: Gaussian `i` with
-/// `tiles_touched[i] != 0` goes to `ids[positions[i]] = i`, `keys[positions[i]] =
-/// depth_keys[i]` (`positions`: the exclusive scan of the visibility flags). One pass instead
-/// of compacting the ids and then gathering the keys through them.
-#[cube(launch, launch_unchecked)]
-pub fn compact_visible(
-    tiles_touched: &[u32],
-    positions: &[u32],
-    depth_keys: &[u32],
-    ids: &mut [u32],
-    keys: &mut [u32],
-    n: u32,
-) {
-    let i = rust3r_gpu::global_id();
-    if i < n as usize && tiles_touched[i] != 0u32 {
-        let p = positions[i] as usize;
-        ids[p] = i as u32;
-        keys[p] = depth_keys[i];
-    }
-}
-
 /// `lengths[t] = ranges[2t+1] - ranges[2t]`.
 #[cube(launch, launch_unchecked)]
 pub fn tile_lengths(ranges: &[u32], lengths: &mut [u32], num_tiles: u32) {
