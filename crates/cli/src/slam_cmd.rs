@@ -175,8 +175,10 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     }
     let files = output::write_outputs(&result, dataset.as_ref(), &args.out, cfg.rgbd.export_conf as f32)?;
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    let weak = result.frames.iter().filter(|f| f.weak).count();
+    let loops = result.edges.iter().filter(|e| e.j > e.i + 1).count();
     println!(
-        "{} frames in {secs:.1} s ({:.2} FPS), {} keyframes, {} edges, {} back-end runs, {lost} frames lost",
+        "{} frames in {secs:.1} s ({:.2} FPS), {} keyframes, {} edges ({loops} loop or relocalisation edges), {} back-end runs, {lost} frames lost, {weak} flagged as poorly constrained",
         result.frames.len(),
         result.frames.len() as f64 / secs,
         result.keyframes.len(),
