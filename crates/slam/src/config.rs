@@ -393,7 +393,7 @@ impl SlamConfig {
         c.local_opt.max_iters = 10;
         c.retrieval.k = 6;
         c.rgbd.backend_level = 0;
-        c.tracking.sigma_photo = 0.05;
+        c.tracking.sigma_photo = 0.4;
         // With projective association the matched pixel is the one the point projects to, so
         // the pixel residual is only the rounding to that pixel (under half a pixel, whatever
         // the pose): it carries no information and, weighted as a measurement, holds the pose
@@ -402,7 +402,7 @@ impl SlamConfig {
         c.tracking.sigma_pixel = 1e3;
         // A plane seen by depth alone scores ~1e-8, the same plane with its texture ~1e-4, and
         // real frames of redkitchen more.
-        c.tracking.min_constraint = 1e-5;
+        c.tracking.min_constraint = 1e-6;
         c.retrieval.appearance = true;
         c.tracking.motion_prior = true;
         c
