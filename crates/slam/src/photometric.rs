@@ -107,29 +107,7 @@ impl IntensityPyramid {
         let (w, h) = (pm.width, pm.height);
         let gray: Vec<f32> = pm.colors.iter().map(|c| (0.299 * c[0] as f32 + 0.587 * c[1] as f32 + 0.114 * c[2] as f32) / 255.0).collect();
         // 3x3 binomial smoothing (clamped borders), separable.
-        let k = [0.25f32, 0.5, 0.25];
-        let mut tmp = vec![0.0f32; w * h];
-        for v in 0..h {
-            for u in 0..w {
-                let mut s = 0.0;
-                for (d, kw) in k.iter().enumerate() {
-                    let uu = (u + d).saturating_sub(1).min(w - 1);
-                    s += kw * gray[v * w + uu];
-                }
-                tmp[v * w + u] = s;
-            }
-        }
-        let mut base = vec![0.0f32; w * h];
-        for v in 0..h {
-            for u in 0..w {
-                let mut s = 0.0;
-                for (d, kw) in k.iter().enumerate() {
-                    let vv = (v + d).saturating_sub(1).min(h - 1);
-                    s += kw * tmp[vv * w + u];
-                }
-                base[v * w + u] = s;
-            }
-        }
+        let base = binomial_pass(&binomial_pass(&gray, w, h, 1, 0), w, h, 0, 1);
         let mut out = vec![IntensityImage::new(w, h, base, 0.0)];
         for l in 1..levels.max(1) {
             let prev = &out[l - 1];
@@ -147,6 +125,19 @@ impl IntensityPyramid {
         }
         Self { levels: out }
     }
+}
+
+/// One pass of the `[1/4, 1/2, 1/4]` filter along `(du, dv)` (one of them 1), borders clamped.
+fn binomial_pass(src: &[f32], w: usize, h: usize, du: usize, dv: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; w * h];
+    for v in 0..h {
+        for u in 0..w {
+            let (u0, v0) = (u.saturating_sub(du), v.saturating_sub(dv));
+            let (u1, v1) = ((u + du).min(w - 1), (v + dv).min(h - 1));
+            out[v * w + u] = 0.25 * src[v0 * w + u0] + 0.5 * src[v * w + u] + 0.25 * src[v1 * w + u1];
+        }
+    }
+    out
 }
 
 /// Photometric model settings.

@@ -19,7 +19,8 @@ fn run(frames: usize, single_thread: bool, tweak: impl Fn(&mut SlamConfig)) -> r
     run_slam(ds.as_ref(), &mut front, &cfg, Some(frames), |_| {}).expect("slam runs")
 }
 
-fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
+/// The run's trajectory and the ground truth.
+fn trajectories(result: &rust3r_slam::SlamResult) -> (Trajectory, Trajectory) {
     let ds = datasets::open(&data(), None, 1).unwrap();
     let gt = ds.ground_truth().unwrap();
     let to_traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
@@ -31,7 +32,11 @@ fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
         t
     };
     let gt_t = to_traj(gt.iter().map(|(t, m)| (*t, output::pose_to_sim3(m))).collect());
-    let est = to_traj(result.frame_poses());
+    (to_traj(result.frame_poses()), gt_t)
+}
+
+fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
+    let (est, gt_t) = trajectories(result);
     let opts = rust3r_slam::AteOptions { align, ..Default::default() };
     ate_from_trajectories(&est, &gt_t, &opts).expect("ate").rmse
 }
@@ -105,16 +110,7 @@ fn all_500_frames_with_the_fast_part_stay_within_bounds() {
     let mut first = r.clone();
     first.frames.truncate(300);
     let se3_300 = ate(&first, Align::Se3);
-    let ds = datasets::open(&data(), None, 1).unwrap();
-    let gt = ds.ground_truth().unwrap();
-    let mut gt_t = Trajectory::default();
-    for (t, m) in &gt {
-        gt_t.push(*t, output::pose_to_sim3(m).to_se3());
-    }
-    let mut est = Trajectory::default();
-    for (t, p) in r.frame_poses() {
-        est.push(t, p.to_se3());
-    }
+    let (est, gt_t) = trajectories(&r);
     let rpe = rust3r_slam::relative_translation_errors(&est, &gt_t, 10, 0.01).unwrap();
     let worst = rpe.iter().map(|e| e.1).fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
     eprintln!("redkitchen 500 frames: ATE se3 {se3:.4} m (0-299: {se3_300:.4} m), worst RPE/10 {worst:.4} m, {} keyframes", r.keyframes.len());
