@@ -102,9 +102,12 @@ pub struct RunArgs {
     /// A frame joins the training views this far (metres) from every view picked so far ...
     #[arg(long, default_value_t = 0.05)]
     pub min_view_distance: f64,
-    /// ... or turned this far (degrees); keyframes always train.
+    /// ... or turned this far (degrees) ...
     #[arg(long, default_value_t = 5.0)]
     pub min_view_angle: f64,
+    /// ... or this many frames after the last view picked (0: no limit); keyframes always train.
+    #[arg(long, default_value_t = 10)]
+    pub max_view_gap: usize,
     #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
@@ -131,6 +134,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.slam = slam;
     opts.min_view_distance = a.min_view_distance;
     opts.min_view_angle = a.min_view_angle;
+    opts.max_view_gap = a.max_view_gap;
     let t = &mut opts.train;
     t.steps = a.steps;
     t.downscale = a.downscale;

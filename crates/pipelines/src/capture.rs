@@ -47,11 +47,14 @@ pub struct RunOptions {
     /// `min_view_angle` (degrees) from every view picked so far; keyframes always train.
     pub min_view_distance: f64,
     pub min_view_angle: f64,
+    /// ... or when the last view picked is this many frames back (0: no limit).
+    pub max_view_gap: usize,
 }
 
 impl RunOptions {
     /// Defaults for `input` and `out`: SLAM's RGB-D configuration, sensor depth weight 0.2,
-    /// exposure and pose refinement on, views 5 cm / 5° apart, every 20th frame held out.
+    /// exposure and pose refinement on, views 5 cm / 5° / 10 frames apart, every 20th frame
+    /// held out.
     pub fn new(input: &Path, out: &Path) -> Self {
         Self {
             input: input.to_path_buf(),
@@ -68,9 +71,10 @@ impl RunOptions {
                 init_count: 200_000,
                 ..TrainOptions::default()
             },
-            refine: Refinement { depth_weight: 0.2, exposure: true, pose: true, ..Refinement::default() },
+            refine: Refinement { depth_weight: 0.2, exposure: true, pose: true, pose_start: 7000 / 4, ..Refinement::default() },
             min_view_distance: 0.05,
             min_view_angle: 5.0,
+            max_view_gap: 10,
         }
     }
 }
@@ -313,7 +317,7 @@ fn nearest(sorted: &[usize], x: usize) -> usize {
 /// Training and held-out frames (indices into `result.frames`, ascending): frames `k·N + N/2`
 /// are held out (`N = eval_every`, none when 0); of the other tracked frames, keyframes train,
 /// and any frame at least `min_view_distance` or `min_view_angle` away from every view picked
-/// so far.
+/// so far, or `max_view_gap` frames after the last one.
 pub fn select_views(result: &SlamResult, w2c: &[[[f64; 4]; 4]], opts: &RunOptions) -> (Vec<usize>, Vec<usize>) {
     let e = opts.train.eval_every;
     let held = |f: usize| e > 0 && f % e == e / 2;
@@ -333,7 +337,8 @@ pub fn select_views(result: &SlamResult, w2c: &[[[f64; 4]; 4]], opts: &RunOption
             let (angle, dist) = pose::pose_error(&w2c[f], &w2c[t]);
             angle >= min_angle || dist >= opts.min_view_distance
         });
-        if is_kf[f] || far {
+        let gap = opts.max_view_gap > 0 && train.last().is_none_or(|&t| f - t >= opts.max_view_gap);
+        if is_kf[f] || far || gap {
             train.push(f);
         }
     }
@@ -399,8 +404,8 @@ pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_
         init.opacity_logits.push(opacity_logit);
         let start = init.sh.len();
         init.sh.resize(start + k, 0.0);
-        for ch in 0..3 {
-            init.sh[start + ch] = ((c[ch] as f64 / 255.0 - 0.5) / SH_C0) as f32;
+        for (ch, &v) in c.iter().enumerate() {
+            init.sh[start + ch] = ((v as f64 / 255.0 - 0.5) / SH_C0) as f32;
         }
     }
     init

@@ -148,7 +148,8 @@ pub struct Refinement {
     pub exposure_start: u64,
     /// Optimise every training view's pose.
     pub pose: bool,
-    /// Adam learning rate of the rotation (radians); translation: this times the scene scale.
+    /// Adam learning rate of the rotation (radians); translation: this times the scene scale
+    /// (at least 1).
     pub pose_lr: f32,
     /// Step from which poses are optimised.
     pub pose_start: u64,
@@ -657,7 +658,7 @@ impl TrainSession {
             let Some(i) = order.pop() else { break };
             let info = self.step_view(i)?;
             let s = self.trainer.step;
-            let stats = if s % 100 == 0 || s == steps {
+            let stats = if s.is_multiple_of(100) || s == steps {
                 peak = peak.max(gpu.memory_reserved());
                 Some(StepStats {
                     loss: self.trainer.last_loss()?.unwrap_or(f32::NAN),
@@ -679,7 +680,7 @@ impl TrainSession {
                 }
                 write_splats(&self.trainer, &paths)?;
             }
-            if self.opts.checkpoint_every > 0 && s % self.opts.checkpoint_every == 0 && !last {
+            if self.opts.checkpoint_every > 0 && s.is_multiple_of(self.opts.checkpoint_every) && !last {
                 self.trainer.save_checkpoint(&ck_path)?;
             }
             if (self.opts.eval_at.contains(&s) || last) && !self.eval.is_empty() {
@@ -744,7 +745,9 @@ impl TrainSession {
         if let Some(g) = grads.world_to_camera {
             let tangent = pose::tangent_gradient(&r.poses[i], &g);
             let lr = r.cfg.pose_lr as f64;
-            let rates = [lr * r.scale, lr * r.scale, lr * r.scale, lr, lr, lr];
+            // Translation in scene units, floored at metres: metric captures span a few metres.
+            let lt = lr * r.scale.max(1.0);
+            let rates = [lt, lt, lt, lr, lr, lr];
             let step = r.pose_adam[i].step(&tangent, &rates);
             r.poses[i] = pose::apply_left(&r.poses[i], &step);
         }
