@@ -11,7 +11,7 @@ mod view_cmd;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
 

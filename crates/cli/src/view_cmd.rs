@@ -59,15 +59,19 @@ pub fn run(a: &ViewArgs) -> Result<()> {
     };
     let handle = ViewerHandle::start(ViewerConfig::new(addr), content)?;
     let url = handle.url();
-    println!("rust3r view: open {url}");
+    // Write errors are ignored from here on: the viewer keeps serving when its output is closed
+    // (`rust3r view x | head -1`).
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "rust3r view: open {url}");
     if handle.local_addr().ip().is_unspecified() {
-        println!("(listening on every interface: put this machine's name or address in place of {})", addr.ip());
+        let _ = writeln!(out, "(listening on every interface: put this machine's name or address in place of {})", addr.ip());
     }
     if let Some(token) = handle.token() {
-        println!("access token: {token} (every request needs it; the URL above carries it)");
+        let _ = writeln!(out, "access token: {token} (every request needs it; the URL above carries it)");
     }
-    println!("Ctrl-C stops the viewer.");
-    std::io::stdout().flush()?;
+    let _ = writeln!(out, "Ctrl-C stops the viewer.");
+    let _ = out.flush();
+    drop(out);
     if a.open {
         open_browser(&url);
     }

@@ -205,10 +205,13 @@ pub fn colorize_depth(depth: &[f32], alpha: &[f32], background: [f32; 3]) -> Vec
     let expected = |i: usize| if alpha[i] > 1e-3 { depth[i] / alpha[i] } else { f32::NAN };
     let mut covered: Vec<f32> =
         (0..depth.len()).filter(|&i| alpha[i] > 0.5).map(expected).filter(|d| d.is_finite()).collect();
-    covered.sort_by(f32::total_cmp);
     let (lo, hi) = match covered.len() {
         0 => (0.0, 1.0),
-        n => (covered[(n - 1) * 2 / 100], covered[((n - 1) * 98).div_ceil(100)]),
+        n => {
+            let lo = *covered.select_nth_unstable_by((n - 1) * 2 / 100, f32::total_cmp).1;
+            let hi = *covered.select_nth_unstable_by(((n - 1) * 98).div_ceil(100), f32::total_cmp).1;
+            (lo, hi)
+        }
     };
     let span = (hi - lo).max(1e-6);
     (0..depth.len())
