@@ -8,10 +8,11 @@ mod render_cmd;
 mod run_cmd;
 mod train_cmd;
 mod slam_cmd;
+mod view_cmd;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
 
@@ -49,6 +50,8 @@ enum Command {
     Info,
     /// Render a splat file to a PNG.
     Render(render_cmd::RenderArgs),
+    /// Serve a browser viewer of a splat file or a train / slam output folder, rendered here.
+    View(view_cmd::ViewArgs),
     /// Train a Gaussian splat on a posed-image scene (COLMAP, transforms.json, NeRF-synthetic).
     Train(Box<train_cmd::TrainArgs>),
     /// Convert between splat formats (by extension: .ply, .splat, .spz; .compressed.ply is read-only).
@@ -115,6 +118,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Info => info(),
         Command::Render(args) => render_cmd::run(&args),
+        Command::View(args) => view_cmd::run(&args),
         Command::Train(args) => train_cmd::run(&args),
         Command::Convert { input, output } => {
             let splats = rust3r_io::load_splats(&input)?;
@@ -195,11 +199,5 @@ fn info() -> Result<()> {
 
 /// Parse "r,g,b" in [0, 1].
 pub fn parse_rgb(s: &str) -> Result<[f32; 3]> {
-    let v: Vec<f32> = s
-        .split(',')
-        .map(|p| p.trim().parse::<f32>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("background '{s}' is not r,g,b"))?;
-    anyhow::ensure!(v.len() == 3 && v.iter().all(|x| x.is_finite()), "background '{s}' is not r,g,b");
-    Ok([v[0], v[1], v[2]])
+    Ok(rust3r_splat::parse_background(s)?)
 }

@@ -39,10 +39,7 @@ pub struct RenderArgs {
 
 pub fn load_camera(path: &Path) -> Result<Camera> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read camera {}", path.display()))?;
-    let cam: Camera =
-        serde_json::from_str(&text).with_context(|| format!("{}: not a valid camera JSON", path.display()))?;
-    cam.validate().with_context(|| format!("{}", path.display()))?;
-    Ok(cam)
+    Camera::from_json(&text).with_context(|| format!("{}", path.display()))
 }
 
 /// Write an RGB float image as PNG, atomically (temp file + rename).

@@ -50,6 +50,15 @@ mod mat4 {
 }
 
 impl Camera {
+    /// Parse the camera JSON of `rust3r render --camera` (`fx fy cx cy width height
+    /// world_to_camera`, the matrix row-major as 4 rows or 16 numbers) and [`Camera::validate`] it.
+    pub fn from_json(text: &str) -> Result<Self, SplatError> {
+        let cam: Camera = serde_json::from_str(text)
+            .map_err(|e| SplatError::InvalidCamera(format!("not a valid camera JSON: {e}")))?;
+        cam.validate()?;
+        Ok(cam)
+    }
+
     /// Check that the camera can be rendered from.
     pub fn validate(&self) -> Result<(), SplatError> {
         let finite = [self.fx, self.fy, self.cx, self.cy]

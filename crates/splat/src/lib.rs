@@ -11,7 +11,7 @@ pub use camera::Camera;
 pub use render::{
     BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState, ShCoeffs, ShPrecision,
     SplatGrads, TileStats,
-    render, render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
+    parse_background, render, render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
 };
 
 /// Errors of the splat crate.
@@ -23,7 +23,7 @@ pub enum SplatError {
     InvalidSplats(String),
     #[error("checkpoint {0}")]
     Checkpoint(String),
-    #[error("invalid training configuration: {0}")]
+    #[error("invalid configuration: {0}")]
     InvalidConfig(String),
     #[error(transparent)]
     Gpu(#[from] rust3r_gpu::GpuError),

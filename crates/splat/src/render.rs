@@ -351,6 +351,21 @@ fn chunks_layout(chunks: &[GpuSplats]) -> Result<(u32, usize), SplatError> {
     Ok((degree, chunks.iter().map(GpuSplats::len).sum()))
 }
 
+/// Parse a background colour "r,g,b" (each finite, normally in [0, 1]), as `rust3r render
+/// --background` takes it.
+pub fn parse_background(s: &str) -> Result<[f32; 3], SplatError> {
+    let bad = || SplatError::InvalidConfig(format!("background '{s}' is not r,g,b"));
+    let v: Vec<f32> = s
+        .split(',')
+        .map(|p| p.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    match v[..] {
+        [r, g, b] if v.iter().all(|x| x.is_finite()) => Ok([r, g, b]),
+        _ => Err(bad()),
+    }
+}
+
 /// Rendering options.
 #[derive(Clone, Debug)]
 pub struct RenderOptions {
