@@ -21,7 +21,7 @@ fn run(gpu: &Gpu, out: &Path, refine: Refinement) -> RunSummary {
     opts.train.eval_every = 10;
     opts.train.sh_degree = 1;
     opts.train.init_count = 8000;
-    opts.refine = Refinement { pose_start: 100, exposure_start: 50, ..refine };
+    opts.refine = Refinement { pose_start: 100, ..refine };
     let mut events = 0usize;
     let s = run_capture(&opts, gpu, &mut |_| events += 1).unwrap();
     assert!(events > 400, "progress reported");
@@ -61,9 +61,10 @@ fn run_writes_every_output_and_the_extras_beat_plain_training() {
         full.ate_slam, full.ate_refined, full.train_views, full.eval_views
     );
     assert_eq!(full.eval_views, 3);
-    // Floors near the measured values (NaN fails them).
-    assert!(pf > pp + 0.3, "{pf} vs {pp}");
-    assert!(pf > 17.0, "{pf}");
+    // Floors near the measured values (lavapipe, 2026-11-27: 25.20 vs 22.68 dB; ATE 14.2 -> 12.4
+    // mm); NaN fails them.
+    assert!(pf > 24.5, "{pf}");
+    assert!(pf > pp + 1.5, "{pf} vs {pp}");
     let (a, b) = (full.ate_slam.unwrap(), full.ate_refined.unwrap());
-    assert!(a.is_finite() && b.is_finite() && b < a + 0.01, "ATE {a} -> {b}");
+    assert!(b < a - 0.0008, "ATE {a} -> {b}: pose refinement brings the trajectory closer to the ground truth");
 }
