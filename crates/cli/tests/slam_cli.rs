@@ -21,7 +21,7 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     assert!(ok, "{err}");
     assert!(stdout.contains("ATE RMSE (se3)") && stdout.contains("ATE RMSE (sim3)"), "{stdout}");
 
-    // A pose for every frame, keyframes separately, ground truth for all 300 frames.
+    // A pose for every frame, keyframes separately, ground truth for all 500 frames.
     let lines = |name: &str| -> Vec<String> {
         std::fs::read_to_string(out.join(name)).unwrap().lines().filter(|l| !l.starts_with('#')).map(String::from).collect()
     };
@@ -29,7 +29,7 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     assert_eq!(traj.len(), 24);
     assert!(traj.iter().all(|l| l.split_whitespace().count() == 8));
     assert!(!lines("keyframes.txt").is_empty());
-    assert_eq!(lines("groundtruth.txt").len(), 300);
+    assert_eq!(lines("groundtruth.txt").len(), 500);
 
     // Binary little-endian PLY with colours, as many vertices as the header says.
     let ply = std::fs::read(out.join("pointcloud.ply")).unwrap();
