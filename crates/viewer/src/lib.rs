@@ -14,8 +14,8 @@
 //! protocol layer under tokio-tungstenite and axum's WebSocket). Each client needs a read
 //! timeout on its socket to take the newest camera while a frame renders, which plain sockets
 //! give directly; tiny_http hides its upgraded socket behind a trait object without timeouts,
-//! and axum + tokio would add an async runtime (about a hundred crates more on a 2-core build)
-//! around work that is synchronous GPU rendering anyway.
+//! and axum + tokio would add an async runtime (tokio, hyper, tower, axum and their
+//! dependencies) around work that is synchronous GPU rendering anyway.
 //!
 //! Page URL parameters (the test contract of issue #23): `width`, `height`, `camera` (URL-encoded
 //! camera JSON), `background` (`r,g,b`), `ui=0` (the frame alone at the top-left corner at
