@@ -198,13 +198,7 @@ pub fn pair_normal_eq(fv: &LevelView, kv: &LevelView, idx: &[u32], used: &[bool]
             }
             eq
         },
-        |mut a, b| {
-            a.h += b.h;
-            a.g += b.g;
-            a.cost += b.cost;
-            a.count += b.count;
-            a
-        },
+        |a, b| a.merge(&b),
     );
     eq.unwrap_or_default()
 }

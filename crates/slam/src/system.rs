@@ -177,8 +177,6 @@ struct Backend {
     optimize_scale: bool,
     /// View cache: keyframe -> (n_updates it was built at, view).
     cache: HashMap<(usize, usize), (u32, LevelView)>,
-    /// Appearance descriptors of the keyframes (refreshed from the store every run).
-    descriptors: Vec<Arc<crate::appearance::Descriptor>>,
 }
 
 impl Backend {
@@ -197,12 +195,12 @@ impl Backend {
     }
 
     fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
-        let (snapshot, mut edges) = {
+        let (snapshot, descriptors, mut edges) = {
             let s = shared.lock().expect("back-end lock");
             let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
                 s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
-            self.descriptors = s.store.frames.iter().map(|kf| kf.descriptor.clone()).collect();
-            (snap, s.edges.clone())
+            let descriptors: Vec<Arc<crate::appearance::Descriptor>> = s.store.frames.iter().map(|kf| kf.descriptor.clone()).collect();
+            (snap, descriptors, s.edges.clone())
         };
         if batch.iter().any(|(k, _)| *k >= snapshot.len()) || snapshot.is_empty() {
             return;
@@ -252,7 +250,7 @@ impl Backend {
             for &j in &near {
                 add(j, k, &mut new_edges);
             }
-            if let Some((j, t_jk)) = self.appearance_loop(&snapshot, &views, k, &near) {
+            if let Some((j, t_jk)) = self.appearance_loop(&snapshot, &descriptors, &views, k, &near) {
                 tracing::info!("loop closure by appearance: keyframe {k} with keyframe {j}");
                 corrected |= spread_correction(&mut views, j, k, &t_jk);
                 add(j, k, &mut new_edges);
@@ -313,13 +311,12 @@ impl Backend {
     /// `skip`, the candidates found by pose) against which `k` tracks with a match fraction of
     /// at least `reloc.min_match_frac` and a well-constrained pose, starting from the identity
     /// (similar views) and from the current estimate. Returns `j` and the verified `T_CjCk`.
-    fn appearance_loop(&self, snapshot: &[(Sim3, Arc<Pointmap>, u32, Vec<f32>)], views: &[KeyframeView], k: usize, skip: &[usize]) -> Option<(usize, Sim3)> {
+    fn appearance_loop(&self, snapshot: &[(Sim3, Arc<Pointmap>, u32, Vec<f32>)], descriptors: &[Arc<crate::appearance::Descriptor>], views: &[KeyframeView], k: usize, skip: &[usize]) -> Option<(usize, Sim3)> {
         let r = &self.cfg.retrieval;
-        if !r.appearance || self.cam.is_none() || k >= self.descriptors.len() || k >= snapshot.len() {
+        if !r.appearance || self.cam.is_none() || k >= descriptors.len() || k >= snapshot.len() {
             return None;
         }
-        let query = self.descriptors[k].clone();
-        let cands = crate::appearance::most_similar(&query, &self.descriptors[..k], r.k, r.min_similarity, |j| j + r.exclude_recent < k && !skip.contains(&j));
+        let cands = crate::appearance::most_similar(&descriptors[k], &descriptors[..k], r.k, r.min_similarity, |j| j + r.exclude_recent < k && !skip.contains(&j));
         let tracker = Tracker { cfg: self.cfg.tracking.clone(), matching: self.cfg.matching.clone(), levels: self.cfg.rgbd.pyramid_levels, optimize_scale: self.optimize_scale };
         let (_, pm_k, _, conf_k) = &snapshot[k];
         for (j, sim) in cands {
@@ -639,7 +636,7 @@ pub fn run_slam_source(
         optimize_scale,
     };
     let shared = Arc::new(Mutex::new(Shared { store: KeyframeStore::default(), edges: Vec::new(), runs: 0, backend_s: 0.0 }));
-    let backend = Backend { cfg: cfg.clone(), cam, optimize_scale, cache: HashMap::new(), descriptors: Vec::new() };
+    let backend = Backend { cfg: cfg.clone(), cam, optimize_scale, cache: HashMap::new() };
     let mut runner = if cfg.single_thread {
         BackendRunner::Inline(backend)
     } else {
@@ -738,7 +735,7 @@ fn run_frames(
     // against keyframe `.0` (warm start of the next frame against the same keyframe).
     let (mut pair_frames, mut refined_matches) = (0usize, 0usize);
     let mut pair_warm: Option<(usize, Vec<u32>)> = None;
-    // Poorly constrained frames: in a row now, and in all.
+    // Poorly constrained frames in a row.
     let mut weak_run = 0usize;
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
@@ -825,15 +822,13 @@ fn run_frames(
                     res.match_frac,
                     res.keyframe_frac
                 );
-                if res.weak && !res.lost {
-                    weak_run += 1;
+                // `weak` is only set on frames that are not lost.
+                weak_run = if res.weak { weak_run + 1 } else { 0 };
+                if res.weak {
                     tracing::debug!("frame {i}: poorly constrained (constraint {:.2e}), {weak_run} in a row", res.constraint);
                 }
-                if !res.weak {
-                    weak_run = 0;
-                }
-                let lost_weak = res.weak && weak_run > cfg.tracking.max_weak_frames;
-                if res.weak && !res.lost && !lost_weak {
+                let lost_weak = weak_run > cfg.tracking.max_weak_frames;
+                if res.weak && !lost_weak {
                     records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, weak: true, rgb_path: frame.rgb_path.clone() });
                 } else if res.lost || lost_weak {
                     if lost_weak {
@@ -877,14 +872,15 @@ fn run_frames(
                         .collect();
                     c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                     c.truncate(cfg.retrieval.k.max(1));
-                    // Candidates by appearance (RGB-D): tried from the identity (a similar view),
-                    // whatever the last pose; marked with a negative distance.
+                    // Candidates by pose (`false`), tried from the last pose, then by appearance
+                    // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
+                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c.into_iter().map(|(_, j, t, p, conf)| (false, j, t, p, conf)).collect();
                     if cfg.retrieval.appearance && cam.is_some() {
                         let desc = crate::appearance::Descriptor::of(&pm);
                         let descs: Vec<&crate::appearance::Descriptor> = s.store.frames.iter().map(|kf| kf.descriptor.as_ref()).collect();
                         for (j, _) in crate::appearance::most_similar(&desc, &descs, cfg.retrieval.k.max(1), cfg.retrieval.min_similarity, |_| true) {
                             let kf = &s.store.frames[j];
-                            c.push((-1.0, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
+                            c.push((true, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
                         }
                     }
                     (c, t_last)
@@ -892,8 +888,8 @@ fn run_frames(
                 let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
                 let mut all_ok = true;
                 let mut by_appearance = false;
-                for (dist, j, t_wcj, kpm, kconf) in &cands {
-                    let appearance = *dist < 0.0;
+                for (appearance, j, t_wcj, kpm, kconf) in &cands {
+                    let appearance = *appearance;
                     let t_init = if appearance { Sim3::identity() } else { t_wcj.inverse().compose(&t_wc_last) };
                     let t_track = std::time::Instant::now();
                     let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
@@ -906,7 +902,6 @@ fn run_frames(
                     }
                 }
                 ok.sort_by(|a, b| b.2.total_cmp(&a.2));
-                ok.dedup_by_key(|o| o.0);
                 // Strict relocalisation (MASt3R-SLAM): every pose candidate must match; a verified
                 // appearance candidate is enough on its own.
                 let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict || by_appearance);
