@@ -271,3 +271,26 @@ pub fn photometric_normal_eq(frame: &LevelView, fi: &IntensityImage, kf: &LevelV
     )
     .unwrap_or_default()
 }
+
+/// The photometric term at one pyramid level of one frame-keyframe pair: both images, the
+/// settings, and the brightness mapping fitted once at the level's starting pose.
+#[derive(Debug, Clone, Copy)]
+pub struct LevelTerm<'a> {
+    frame: &'a IntensityImage,
+    kf: &'a IntensityImage,
+    params: &'a PhotoParams,
+    gain_bias: (f64, f64),
+}
+
+impl<'a> LevelTerm<'a> {
+    /// Level `level` of the pyramids `frame` and `kf`, with the brightness fitted at pose `t`.
+    pub fn at_level(frame: &'a IntensityPyramid, kf: &'a IntensityPyramid, params: &'a PhotoParams, level: usize, fv: &LevelView, kv: &LevelView, t: &Sim3) -> Self {
+        let (fi, ki) = (&frame.levels[level], &kf.levels[level]);
+        Self { frame: fi, kf: ki, params, gain_bias: brightness(fv, fi, kv, ki, t, params) }
+    }
+
+    /// [`photometric_normal_eq`] at pose `t`.
+    pub fn normal_eq(&self, fv: &LevelView, kv: &LevelView, t: &Sim3) -> NormalEq {
+        photometric_normal_eq(fv, self.frame, kv, self.kf, t, self.params, self.gain_bias)
+    }
+}

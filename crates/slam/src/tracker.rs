@@ -34,7 +34,7 @@ use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
 use crate::config::{MatchingConfig, TrackingConfig};
 use crate::matching::{Matches, RayImage, match_iterative_proj, ray_image};
 use crate::pointmap::{Pointmap, level_camera};
-use crate::photometric::{IntensityPyramid, PhotoParams};
+use crate::photometric::{IntensityPyramid, LevelTerm, PhotoParams};
 use crate::residuals::{self, huber_weight};
 
 /// Largest relative depth difference between a frame point moved into the keyframe and the
@@ -529,14 +529,11 @@ impl Tracker {
         for level in (finest..levels).rev() {
             let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
             let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
-            let mut term = photo.as_ref().map(|(fp, kp, pp)| (&fp.levels[level], &kp.levels[level], pp, (1.0, 0.0)));
-            if let Some((fi, ki, pp, gb)) = &mut term {
-                *gb = crate::photometric::brightness(&fv, fi, &kv, ki, &t, pp);
-            }
+            let term = photo.as_ref().map(|(fp, kp, pp)| LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
             let eq = self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
                 let eq = crate::projective::tracking_normal_eq(&fv, &kv, t, &p, self.matching.dist_thresh, self.optimize_scale);
                 match &term {
-                    Some((fi, ki, pp, gb)) => eq.merge(&crate::photometric::photometric_normal_eq(&fv, fi, &kv, ki, t, pp, *gb)),
+                    Some(term) => eq.merge(&term.normal_eq(&fv, &kv, t)),
                     None => eq,
                 }
             });

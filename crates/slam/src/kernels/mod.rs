@@ -230,17 +230,14 @@ pub fn track_gpu(
         let fv = LevelView::new(frame, frame_conf, Some(cam), level, &p, false);
         let kv = LevelView::new(kf, kf_conf, Some(cam), level, &p, p.sigma_plane > 0.0);
         let pair = GpuPair::new(gpu, &fv, &kv, &p, &tracker.matching);
-        let term = photo.as_ref().map(|(fp, kp, pp)| {
-            let (fi, ki) = (&fp.levels[level], &kp.levels[level]);
-            (fi, ki, pp, crate::photometric::brightness(&fv, fi, &kv, ki, &t, pp))
-        });
+        let term = photo.as_ref().map(|(fp, kp, pp)| crate::photometric::LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
         let mut old_cost = f64::INFINITY;
         for _ in 0..tracker.cfg.max_iters {
             iterations += 1;
             pair.associate(gpu, &t.inverse());
             let mut eq = pair.normal_eq(gpu, &t)?;
-            if let Some((fi, ki, pp, gb)) = &term {
-                eq = eq.merge(&crate::photometric::photometric_normal_eq(&fv, fi, &kv, ki, &t, pp, *gb));
+            if let Some(term) = &term {
+                eq = eq.merge(&term.normal_eq(&fv, &kv, &t));
             }
             cost = eq.cost;
             if eq.count < 6 {
