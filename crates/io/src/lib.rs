@@ -31,6 +31,7 @@ pub mod atomic;
 mod compressed_ply;
 pub mod datasets;
 mod error;
+mod image_file;
 mod ply;
 mod plyfile;
 pub mod scene;

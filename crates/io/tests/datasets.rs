@@ -1068,3 +1068,29 @@ fn video_frames_decode_through_ffmpeg() {
     assert_eq!(strided.frame(0).unwrap().rgb_path, first);
     assert!(tmp.path().join("clip.mkv.frames").is_dir());
 }
+
+/// A truncated colour JPEG or depth PNG in a data set is an error naming the file when that
+/// frame is read (the JPEG decoder alone would fill the missing part with grey).
+#[test]
+fn truncated_frames_are_errors_naming_the_file() {
+    let src = redkitchen();
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        for ext in ["color.jpg", "depth.png", "pose.txt"] {
+            let name = format!("frame-{i:06}.{ext}");
+            fs::copy(src.join(&name), tmp.path().join(&name)).unwrap();
+        }
+    }
+    let cut = |name: &str, keep: usize| {
+        let bytes = fs::read(src.join(name)).unwrap();
+        fs::write(tmp.path().join(name), &bytes[..keep]).unwrap();
+    };
+    cut("frame-000001.color.jpg", 20_000);
+    cut("frame-000002.depth.png", 30_000);
+    let ds = open(tmp.path(), None, 1).unwrap();
+    assert!(ds.frame(0).is_ok());
+    let e = err_text(ds.frame(1));
+    assert!(e.contains("frame-000001.color.jpg") && e.contains("truncated"), "{e}");
+    let e = err_text(ds.frame(2));
+    assert!(e.contains("frame-000002.depth.png"), "{e}");
+}

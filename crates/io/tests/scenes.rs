@@ -1417,3 +1417,45 @@ fn scene_kind_parsing() {
     );
     let _ = scene::colmap::SUPPORTED_MODELS;
 }
+
+/// Copies `src` (a scene folder) into a temporary folder, keeping everything but replacing the
+/// image `image` (a path relative to the scene) with its first `keep` bytes.
+fn scene_with_truncated_image(src: &Path, image: &str, keep: usize) -> tempfile::TempDir {
+    fn copy(src: &Path, dst: &Path) {
+        std::fs::create_dir_all(dst).unwrap();
+        for e in std::fs::read_dir(src).unwrap() {
+            let e = e.unwrap();
+            let to = dst.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &to);
+            } else {
+                std::fs::copy(e.path(), &to).unwrap();
+            }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    copy(src, tmp.path());
+    let bytes = std::fs::read(src.join(image)).unwrap();
+    std::fs::write(tmp.path().join(image), &bytes[..keep]).unwrap();
+    tmp
+}
+
+/// A truncated JPEG (COLMAP scene) or PNG (transforms.json scene) is an error naming the file
+/// when the view is loaded, not a mostly blank picture; the other views still load.
+#[test]
+fn truncated_images_are_errors_naming_the_file() {
+    for (src, image, keep) in [
+        (statuette_dense(), "images/DSC_5283.jpg", 1000),
+        (statuette_dense(), "images/DSC_5283.jpg", 40_000),
+        (data().join("lego"), "train/r_0.png", 5000),
+    ] {
+        let tmp = scene_with_truncated_image(&src, image, keep);
+        let s = open(tmp.path());
+        let name = Path::new(image).file_name().unwrap().to_str().unwrap();
+        let k = s.views.iter().position(|v| v.image_path.ends_with(image)).unwrap_or_else(|| panic!("no view of {image}"));
+        let e = s.load_image(k).unwrap_err().to_string();
+        assert!(e.contains(name), "{image}: {e}");
+        let other = (k + 1) % s.views.len();
+        assert!(s.load_image(other).is_ok(), "{image}: the other views must still load");
+    }
+}

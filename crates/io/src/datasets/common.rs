@@ -174,23 +174,9 @@ pub fn natural_cmp(a: &str, b: &str) -> Ordering {
         .then_with(|| a.cmp(b))
 }
 
-fn image_error(path: &Path, e: image::ImageError) -> IoError {
-    match e {
-        image::ImageError::IoError(e) => IoError::io(path, e),
-        image::ImageError::Unsupported(e) => {
-            malformed(path, format!("not a PNG or JPEG image ({e})"))
-        }
-        e => malformed(path, format!("cannot decode image: {e}")),
-    }
-}
-
-/// Decodes an image file (format from its content).
+/// Decodes an image file (format from its content; truncated files are errors).
 pub(crate) fn decode_image(path: &Path) -> Result<DynamicImage, IoError> {
-    let reader = image::ImageReader::open(path)
-        .map_err(|e| IoError::io(path, e))?
-        .with_guessed_format()
-        .map_err(|e| IoError::io(path, e))?;
-    reader.decode().map_err(|e| image_error(path, e))
+    crate::image_file::decode(path)
 }
 
 /// Decodes a colour (or grey) image to 8-bit RGB.
@@ -200,11 +186,7 @@ pub(crate) fn read_rgb(path: &Path) -> Result<image::RgbImage, IoError> {
 
 /// Width and height from the image header, without decoding the pixels.
 pub(crate) fn image_size(path: &Path) -> Result<(u32, u32), IoError> {
-    let reader = image::ImageReader::open(path)
-        .map_err(|e| IoError::io(path, e))?
-        .with_guessed_format()
-        .map_err(|e| IoError::io(path, e))?;
-    reader.into_dimensions().map_err(|e| image_error(path, e))
+    crate::image_file::dimensions(path)
 }
 
 /// Decodes a 16-bit single-channel depth PNG into metres: `value / units_per_metre`, with 0

@@ -2,35 +2,10 @@
 //! alpha compositing, area downscaling and bilinear undistortion remapping, on interleaved
 //! 8-bit images of any channel count (RGB, and single-channel alpha and masks).
 
-use std::path::Path;
-
 use image::DynamicImage;
 use rust3r_geometry::UndistortMap;
 
-use super::malformed;
-use crate::IoError;
-
-/// Decodes an image file (format from its content); errors name the file.
-pub(crate) fn decode(path: &Path) -> Result<DynamicImage, IoError> {
-    let reader = image::ImageReader::open(path)
-        .map_err(|e| IoError::io(path, e))?
-        .with_guessed_format()
-        .map_err(|e| IoError::io(path, e))?;
-    let image = reader.decode().map_err(|e| match e {
-        image::ImageError::IoError(e) => IoError::io(path, e),
-        image::ImageError::Unsupported(e) => {
-            malformed(path, format!("not a supported image (PNG or JPEG): {e}"))
-        }
-        e => malformed(path, format!("cannot decode the image: {e}")),
-    })?;
-    if image.width() == 0 || image.height() == 0 {
-        return Err(malformed(
-            path,
-            format!("the image is empty ({}x{})", image.width(), image.height()),
-        ));
-    }
-    Ok(image)
-}
+pub(crate) use crate::image_file::decode;
 
 /// Converts to interleaved RGB8; images with alpha are composited over `background`
 /// (`floor(255 (c a + bg (1 - a)) + 0.5)`, clipped).

@@ -963,20 +963,7 @@ pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError 
     }
 }
 
-/// Size of an image from its header.
-pub(crate) fn image_dimensions(path: &Path) -> Result<(u32, u32), IoError> {
-    let reader = image::ImageReader::open(path)
-        .map_err(|e| IoError::io(path, e))?
-        .with_guessed_format()
-        .map_err(|e| IoError::io(path, e))?;
-    let (w, h) = reader
-        .into_dimensions()
-        .map_err(|e| malformed(path, format!("cannot read the image header: {e}")))?;
-    if w == 0 || h == 0 {
-        return Err(malformed(path, format!("the image is empty ({w}x{h})")));
-    }
-    Ok((w, h))
-}
+pub(crate) use crate::image_file::dimensions as image_dimensions;
 
 /// Inverse of a rigid 4x4 transform `[R t; 0 1]`: `[R^T, -R^T t; 0 1]`.
 pub(crate) fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
