@@ -541,7 +541,7 @@ fn check_backward(
     println!("backward check (plane vs shared), adapter planes {:?}:", gpu.plane_sizes());
     for ((name, a), (_, b)) in with.iter().zip(&without) {
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m });
         let nonfinite = a.iter().filter(|v| !v.is_finite()).count();
         println!("  {name}: max|diff| {diff:.3e} / max|ref| {scale:.3e} = {:.2e}, non-finite {nonfinite}", diff / scale.max(1e-30));
     }

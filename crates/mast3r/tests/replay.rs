@@ -43,7 +43,8 @@ fn rel(a: &[f32], b: &[f32], what: &str) -> f32 {
     let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
     a.iter()
         .zip(b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m }) // NaN propagates
         / scale
 }
 

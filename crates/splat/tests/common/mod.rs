@@ -436,9 +436,15 @@ pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool,
     state.row_skip()
 }
 
-/// Largest `|a[i] - b[i]|`.
+/// `max` that propagates NaN (`f64::max` drops it, so a pixel a kernel never wrote, poisoned
+/// with NaN, would pass a comparison folded with it).
+pub fn nan_max(m: f64, d: f64) -> f64 {
+    if m.is_nan() || d.is_nan() { f64::NAN } else { m.max(d) }
+}
+
+/// Largest `|a[i] - b[i]|`; NaN when either side has one.
 pub fn max_abs_err(a: &[f32], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max)
+    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, nan_max)
 }
 
 /// `n` faint Gaussians of `random_scene(seed, n, 1)` piled on the first 16x16 tile of
