@@ -1459,3 +1459,16 @@ fn truncated_images_are_errors_naming_the_file() {
         assert!(s.load_image(other).is_ok(), "{image}: the other views must still load");
     }
 }
+
+/// A COLMAP project whose `sparse/0` has no images beside it but whose `dense/0` (COLMAP's
+/// undistorted output) has both: the project folder opens the dense model, whose images load.
+#[test]
+fn colmap_project_without_images_opens_its_undistorted_dense_model() {
+    let s = open(&data().join("statuette"));
+    assert_eq!(s.views.len(), 23);
+    assert_eq!(s.views[0].image_path, statuette_dense().join("images/DSC_5283.jpg"));
+    assert!(!s.is_undistorted(0), "the dense model is already pinhole");
+    let dense = open(&statuette_dense());
+    assert_views_equal(&s.views, &dense.views, true, 0.0);
+    assert!(s.load_image(0).is_ok());
+}

@@ -1034,7 +1034,27 @@ fn scene_root(path: &Path, model_dir: &Path) -> PathBuf {
     root
 }
 
+/// COLMAP's usual project layout keeps the reconstruction in `sparse/0` (distorted camera
+/// models, images in `images/`) and the output of `image_undistorter` in `dense/<n>/` (its own
+/// `images/` and `sparse/`). When a project folder has no `images/` of its own, the first
+/// `dense/<n>` with both a model and images is the scene that can be trained.
+fn undistorted_model_beside(path: &Path) -> Option<PathBuf> {
+    if path.join("images").is_dir() || !path.join("sparse").is_dir() {
+        return None;
+    }
+    let mut dense: Vec<PathBuf> = std::fs::read_dir(path.join("dense"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|d| d.join("images").is_dir() && find_model_dir(d).is_some())
+        .collect();
+    dense.sort();
+    dense.into_iter().next()
+}
+
 pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
+    if let Some(dense) = undistorted_model_beside(path) {
+        return load(&dense, downscale);
+    }
     let model_dir = find_model_dir(path).ok_or_else(|| {
         dataset_error(
             path,

@@ -38,6 +38,9 @@
 //!   camera of OpenCV's `getOptimalNewCameraMatrix(alpha = 0)` (every delivered pixel is a
 //!   valid source pixel), with bilinear sampling; the view's intrinsics are those of that camera
 //!   and its size stays the same.
+//! * A COLMAP project folder without `images/` of its own but with `dense/<n>/` (the output of
+//!   COLMAP's `image_undistorter`: `images/` + `sparse/`) opens that undistorted model; give
+//!   `sparse/0` explicitly to open the distorted reconstruction.
 //! * Images with alpha are composited over [`SceneOptions::background`]:
 //!   `floor(255 (c a + bg (1 - a)) + 0.5)` with `c`, `a` in `0..1`. [`Scene::load_view`] also
 //!   returns the alpha channel itself ([`ViewImage::alpha`], 8 bit), downscaled and undistorted
