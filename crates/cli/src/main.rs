@@ -90,7 +90,29 @@ enum Command {
     },
 }
 
+/// Mesa's Vulkan drivers print "XDG_RUNTIME_DIR is invalid or not set in the environment" for
+/// every device they probe when the variable is missing (headless servers, containers, CI),
+/// although rendering needs no display. Point it at a private directory of ours then.
+#[cfg(unix)]
+fn ensure_runtime_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    if set {
+        return;
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    let dir = std::env::temp_dir().join(format!("rust3r-runtime-{user}"));
+    if std::fs::create_dir_all(&dir).is_ok() && std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).is_ok() {
+        // SAFETY: called first thing in `main`, before any other thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}
+
+#[cfg(not(unix))]
+fn ensure_runtime_dir() {}
+
 fn main() {
+    ensure_runtime_dir();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,rust3r=info".into()),

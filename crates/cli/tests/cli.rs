@@ -41,6 +41,23 @@ fn render_writes_a_picture_of_the_splat() {
     assert!(green > 200, "only {green} green pixels");
 }
 
+/// Without XDG_RUNTIME_DIR (a headless server, a container), Mesa's Vulkan drivers used to
+/// print an "XDG_RUNTIME_DIR is invalid" error per device probed; the CLI now provides one.
+#[test]
+fn no_runtime_dir_noise_without_xdg_runtime_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("plant.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(["render", shared("data/splats/plant.splat").to_str().unwrap(), "--out", png.to_str().unwrap(), "--width", "32", "--height", "24"])
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("run rust3r");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
+    assert!(png.is_file());
+}
+
 #[test]
 fn render_with_camera_json() {
     let dir = tempfile::tempdir().unwrap();
