@@ -5,6 +5,7 @@ mod live;
 mod lpips_cmd;
 mod mast3r_cmd;
 mod render_cmd;
+mod run_cmd;
 mod train_cmd;
 mod slam_cmd;
 mod view_cmd;
@@ -79,6 +80,9 @@ enum Command {
     Lpips(lpips_cmd::LpipsArgs),
     /// Dense RGB-D SLAM: poses of every frame, keyframes, point cloud, nerfstudio export.
     Slam(slam_cmd::SlamArgs),
+    /// Capture to splat: RGB-D SLAM, then training on its poses with sensor depth, exposure and
+    /// pose refinement; writes the splat, refined trajectory, exports and evaluation.
+    Run(Box<run_cmd::RunArgs>),
     /// Benchmarks (not tests): timing and peak memory.
     Bench {
         #[command(subcommand)]
@@ -138,6 +142,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Mast3rInfer(args) => mast3r_cmd::infer(&args),
         Command::Lpips(args) => lpips_cmd::run(&args),
         Command::Slam(args) => slam_cmd::run(&args),
+        Command::Run(args) => run_cmd::run(&args),
         Command::Bench { which } => bench::run(which),
     }
 }

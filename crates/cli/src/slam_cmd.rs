@@ -21,8 +21,8 @@ pub struct SlamArgs {
     pub out: PathBuf,
     /// Front end: rgbd (depth camera) or mono (the MASt3R network on the colour frames,
     /// uncalibrated unless --calib is given; needs --checkpoint).
-    #[arg(long, default_value = "rgbd")]
-    pub mode: String,
+    #[arg(long, value_enum, default_value_t = crate::run_cmd::Mode::Rgbd)]
+    pub mode: crate::run_cmd::Mode,
     /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
@@ -66,11 +66,7 @@ pub struct SlamArgs {
 }
 
 pub fn run(args: &SlamArgs) -> Result<()> {
-    let mono = match args.mode.as_str() {
-        "rgbd" => false,
-        "mono" | "mast3r" => true,
-        other => bail!("unknown mode '{other}' (expected rgbd or mono)"),
-    };
+    let mono = args.mode == crate::run_cmd::Mode::Mono;
     if args.calib.is_some() && !mono {
         bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
     }
@@ -175,8 +171,10 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     }
     let files = output::write_outputs(&result, dataset.as_ref(), &args.out, cfg.rgbd.export_conf as f32)?;
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    let weak = result.frames.iter().filter(|f| f.weak).count();
+    let loops = result.edges.iter().filter(|e| e.j > e.i + 1).count();
     println!(
-        "{} frames in {secs:.1} s ({:.2} FPS), {} keyframes, {} edges, {} back-end runs, {lost} frames lost",
+        "{} frames in {secs:.1} s ({:.2} FPS), {} keyframes, {} edges ({loops} loop or relocalisation edges), {} back-end runs, {lost} frames lost, {weak} flagged as poorly constrained",
         result.frames.len(),
         result.frames.len() as f64 / secs,
         result.keyframes.len(),

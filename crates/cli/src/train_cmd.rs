@@ -1,21 +1,18 @@
 //! `rust3r train`: Gaussian-splatting training on a posed-image scene.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use burn::tensor::Device;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rust3r_gpu::{Gpu, GpuBuffer};
-use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, open_scene};
-use rust3r_lpips::{Image, Lpips};
-use rust3r_splat::{Camera, ShPrecision};
-use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
-use rust3r_splat::train::{AdcConfig, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig};
-use serde::Serialize;
+use rust3r_io::scene::{ImageCache, Scene};
+use rust3r_pipelines::train::camera_of;
+use rust3r_pipelines::{InitKind, StrategyKind, TrainEvent, TrainOptions, TrainSession};
+use rust3r_splat::ShPrecision;
+use rust3r_splat::train::Trainer;
+use rust3r_splat::train::adam::MomentPrecision;
 
 use crate::DeviceArgs;
 use crate::live::{CameraView, Live, LiveSink};
@@ -36,9 +33,9 @@ pub struct TrainArgs {
     /// Background for RGBA images and rendering: white, black or r,g,b.
     #[arg(long, default_value = "white")]
     pub background: String,
-    /// Densification strategy: adc or mcmc.
-    #[arg(long, default_value = "adc")]
-    pub strategy: String,
+    /// Densification strategy.
+    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
+    pub strategy: StrategyFlag,
     /// Upper bound on the number of Gaussians (MCMC: the cap; default 1M for MCMC).
     #[arg(long)]
     pub max_splats: Option<usize>,
@@ -63,8 +60,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 3)]
     pub sh_degree: u32,
     /// Initial Gaussians: auto (SfM points when the scene has them, else random), points, random.
-    #[arg(long, default_value = "auto")]
-    pub init: String,
+    #[arg(long, value_enum, default_value_t = InitFlag::Auto)]
+    pub init: InitFlag,
     /// Number of random initial Gaussians.
     #[arg(long, default_value_t = 100_000)]
     pub init_count: usize,
@@ -123,20 +120,19 @@ pub struct TrainArgs {
     pub device: DeviceArgs,
 }
 
-#[derive(Serialize, serde::Deserialize, Clone)]
-struct EvalRecord {
-    step: u64,
-    psnr: f64,
-    ssim: f64,
-    /// Mean LPIPS over the held-out views; only with `--lpips-backbone` / `--lpips-weights`
-    /// (absent otherwise).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    lpips: Option<f64>,
-    num_splats: usize,
-    num_views: usize,
-    train_seconds: f64,
-    it_per_s: f64,
-    peak_gpu_bytes: u64,
+/// Densification strategy flag.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyFlag {
+    Adc,
+    Mcmc,
+}
+
+/// Initialisation flag.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitFlag {
+    Auto,
+    Points,
+    Random,
 }
 
 fn parse_steps(s: &str) -> Result<Vec<u64>> {
@@ -146,7 +142,7 @@ fn parse_steps(s: &str) -> Result<Vec<u64>> {
         .collect()
 }
 
-fn parse_background(s: &str) -> Result<[f32; 3]> {
+pub fn parse_background(s: &str) -> Result<[f32; 3]> {
     match s {
         "white" => Ok([1.0; 3]),
         "black" => Ok([0.0; 3]),
@@ -154,398 +150,198 @@ fn parse_background(s: &str) -> Result<[f32; 3]> {
     }
 }
 
-fn camera_of(scene: &Scene, i: usize) -> Camera {
-    let v = &scene.views[i];
-    Camera { fx: v.fx, fy: v.fy, cx: v.cx, cy: v.cy, width: v.width, height: v.height, world_to_camera: v.world_to_camera }
+/// The library's options from the flags (everything but the LPIPS weights and the stop flag).
+pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
+    let memory_budget = match a.memory_budget {
+        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
+        Some(gb) => Some((gb * 1e9) as u64),
+        None => None,
+    };
+    Ok(TrainOptions {
+        out: a.out.clone(),
+        steps: a.steps,
+        downscale: a.downscale,
+        background: parse_background(&a.background)?,
+        strategy: match a.strategy {
+            StrategyFlag::Adc => StrategyKind::Adc,
+            StrategyFlag::Mcmc => StrategyKind::Mcmc,
+        },
+        max_splats: a.max_splats,
+        memory_budget,
+        eval_every: a.eval_every,
+        eval_at: parse_steps(&a.eval_at)?,
+        save_at: parse_steps(&a.save_at)?,
+        checkpoint_every: a.checkpoint_every,
+        resume: a.resume.clone(),
+        sh_degree: a.sh_degree,
+        init: match a.init {
+            InitFlag::Auto => InitKind::Auto,
+            InitFlag::Points => InitKind::Points,
+            InitFlag::Random => InitKind::Random,
+        },
+        init_count: a.init_count,
+        init_extent: a.init_extent,
+        antialiased: a.antialiased,
+        visible_adam: a.visible_adam,
+        spz: a.spz,
+        seed: a.seed,
+        absgrad: a.absgrad,
+        deterministic: a.deterministic,
+        alpha_loss: a.alpha_loss,
+        adam_moments: a.adam_moments,
+        sh_precision: a.sh_precision,
+        image_cache_bytes: (a.image_cache * 1e9) as u64,
+        lpips: None,
+        stop: None,
+    })
 }
 
-/// 3DGS scene scale: 1.1 x the largest distance of a camera centre from their centroid.
-fn scene_scale(scene: &Scene, views: &[usize]) -> f64 {
-    let centres: Vec<[f64; 3]> = views.iter().map(|&i| { let c = scene.views[i].camera_to_world(); [c[0][3], c[1][3], c[2][3]] }).collect();
-    let n = centres.len().max(1) as f64;
-    let mean = [0, 1, 2].map(|k| centres.iter().map(|c| c[k]).sum::<f64>() / n);
-    let d = centres.iter().map(|c| (0..3).map(|k| (c[k] - mean[k]).powi(2)).sum::<f64>().sqrt()).fold(0.0, f64::max);
-    (1.1 * d).max(1e-6)
+/// Installs the Ctrl-C handler: the session stops at the next step with a checkpoint.
+pub fn ctrl_c_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
+    Ok(stop)
 }
 
-/// A training view packed on the device: RGB, and its alpha (when the alpha loss is on) and
-/// mask planes.
-struct DeviceTarget {
-    rgb: PackedImage,
-    alpha: Option<PackedImage>,
-    mask: Option<PackedImage>,
+/// Prints a session's events: information lines, a progress bar over the steps, evaluations;
+/// the live view when one is open. Shared by `rust3r train` and `rust3r run`.
+pub struct TrainPrinter<'a> {
+    pub bar: Option<ProgressBar>,
+    pub live: Option<&'a Live>,
+    pub error: Option<anyhow::Error>,
 }
 
-impl DeviceTarget {
-    fn upload(gpu: &Gpu, img: &rust3r_io::scene::ViewImage) -> Self {
-        let (w, h) = (img.width, img.height);
-        Self {
-            rgb: PackedImage::upload(gpu, &img.rgb, w, h),
-            alpha: img.alpha.as_ref().map(|a| PackedImage::upload_plane(gpu, a, w, h)),
-            mask: img.mask.as_ref().map(|m| PackedImage::upload_plane(gpu, m, w, h)),
+impl<'a> TrainPrinter<'a> {
+    pub fn new(live: Option<&'a Live>) -> Self {
+        Self { bar: None, live, error: None }
+    }
+
+    fn line(&self, text: &str) {
+        // Through `suspend`, not `bar.println`: that prints nothing when the output is not a
+        // terminal (logs, CI).
+        match &self.bar {
+            Some(bar) => bar.suspend(|| println!("{text}")),
+            None => println!("{text}"),
         }
     }
 
-    /// Device bytes of a view's packed planes.
-    fn bytes(img: &rust3r_io::scene::ViewImage) -> u64 {
-        let npix = img.width as u64 * img.height as u64;
-        let planes = [Some(3), img.alpha.as_ref().map(|_| 1), img.mask.as_ref().map(|_| 1)];
-        planes.into_iter().flatten().map(|c| (npix * c).div_ceil(4) * 4).sum()
-    }
-
-    fn to_f32(&self, gpu: &Gpu) -> StepBuffers {
-        StepBuffers {
-            rgb: self.rgb.to_f32(gpu),
-            alpha: self.alpha.as_ref().map(|a| a.to_f32(gpu)),
-            mask: self.mask.as_ref().map(|m| m.to_f32(gpu)),
+    pub fn event(&mut self, e: TrainEvent<'_>) {
+        if let Err(err) = self.handle(e)
+            && self.error.is_none()
+        {
+            self.error = Some(err);
         }
     }
-}
 
-/// One step's target buffers (f32 in [0, 1]).
-struct StepBuffers {
-    rgb: GpuBuffer<f32>,
-    alpha: Option<GpuBuffer<f32>>,
-    mask: Option<GpuBuffer<f32>>,
-}
-
-impl StepBuffers {
-    fn target(&self) -> StepTarget<'_> {
-        StepTarget { rgb: &self.rgb, alpha: self.alpha.as_ref(), mask: self.mask.as_ref() }
-    }
-}
-
-/// Training images: packed on the device when they fit a quarter of the budget, else
-/// uploaded from the host cache each step.
-struct Targets {
-    device: Vec<Option<DeviceTarget>>,
-    cache: ImageCache,
-}
-
-impl Targets {
-    fn get(&self, gpu: &Gpu, i: usize) -> Result<StepBuffers> {
-        if let Some(img) = &self.device[i] {
-            return Ok(img.to_f32(gpu));
+    fn handle(&mut self, e: TrainEvent<'_>) -> Result<()> {
+        match e {
+            TrainEvent::Info(text) => self.line(&text),
+            TrainEvent::Warning(text) => match &self.bar {
+                Some(bar) => bar.suspend(|| eprintln!("warning: {text}")),
+                None => eprintln!("warning: {text}"),
+            },
+            TrainEvent::Started { scene, train, step, steps } => {
+                let bar = ProgressBar::new(steps);
+                bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}").expect("valid template"));
+                bar.set_position(step.min(steps));
+                self.bar = Some(bar);
+                if let Some(l) = self.live {
+                    l.at("step", step);
+                    log_cameras(l, scene, train)?;
+                }
+            }
+            TrainEvent::Step { step, stats, .. } => {
+                if let Some(bar) = &self.bar {
+                    bar.set_position(step);
+                }
+                if let Some(st) = stats {
+                    if let Some(l) = self.live {
+                        l.at("step", step);
+                        l.scalar("train/loss", st.loss as f64)?;
+                        l.scalar("train/psnr", st.psnr as f64)?;
+                        l.scalar("train/splats", st.num_splats as f64)?;
+                    }
+                    let depth = st.depth_loss.map(|d| format!(" | depth {d:.4}")).unwrap_or_default();
+                    if let Some(bar) = &self.bar {
+                        bar.set_message(format!(
+                            "loss {:.4}{depth} | PSNR {:.2} | {} splats | {} visible | GPU {:.2} GB",
+                            st.loss,
+                            st.psnr,
+                            st.num_splats,
+                            st.num_visible,
+                            st.gpu_bytes as f64 / 1e9
+                        ));
+                    }
+                }
+            }
+            TrainEvent::Eval { record: rec, trainer, scene, cache, eval } => {
+                if let Some(l) = self.live {
+                    log_eval(l, trainer, scene, cache, eval[0], rec.step, rec.psnr, rec.ssim, rec.lpips)?;
+                }
+                let lpips_text = rec.lpips.map(|v| format!(", LPIPS {v:.4}")).unwrap_or_default();
+                self.line(&format!(
+                    "step {}: held-out PSNR {:.3} dB, SSIM {:.4}{lpips_text}, {} splats, {:.1} it/s",
+                    rec.step, rec.psnr, rec.ssim, rec.num_splats, rec.it_per_s
+                ));
+            }
+            TrainEvent::Interrupted { step, checkpoint } => {
+                if let Some(bar) = &self.bar {
+                    bar.abandon_with_message("interrupted");
+                }
+                println!(
+                    "interrupted at step {step}: wrote {} and splats.ply; resume with --resume {}",
+                    checkpoint.display(),
+                    checkpoint.display()
+                );
+            }
         }
-        Ok(DeviceTarget::upload(gpu, &*self.cache.get(i)?).to_f32(gpu))
+        Ok(())
+    }
+
+    /// Ends the bar; the first error the live view met, if any.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(bar) = self.bar.take()
+            && !bar.is_finished()
+        {
+            bar.finish();
+        }
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
 pub fn run(a: &TrainArgs) -> Result<()> {
     let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref()).map(|s| Live::open("rust3r train", &s)).transpose()?;
-    let background = parse_background(&a.background)?;
-    let eval_at = parse_steps(&a.eval_at)?;
-    let save_at = parse_steps(&a.save_at)?;
-    anyhow::ensure!(a.downscale >= 1, "--downscale must be at least 1");
-    anyhow::ensure!(a.sh_degree <= 3, "--sh-degree must be 0..=3");
-    if let Some(w) = a.alpha_loss {
-        anyhow::ensure!(w.is_finite() && w >= 0.0, "--alpha-loss {w} is not a finite weight >= 0");
-    }
+    let mut opts = options_of(a)?;
     // LPIPS weights are read and checked before anything else is loaded, so a bad file stops
     // the run at once.
-    let lpips_weights = a.lpips.load()?;
-    let budget = match a.memory_budget {
-        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
-        Some(gb) => Some((gb * 1e9) as u64),
-        None => None,
-    };
-    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create output folder {}", a.out.display()))?;
-
-    let mut scene = open_scene(&a.dataset, &SceneOptions { downscale: a.downscale, background, kind: None })?;
-    let missing = scene.remove_missing_images();
-    if !missing.is_empty() {
-        eprintln!("warning: {} views of {} have no image file and are skipped (first: {})", missing.len(), a.dataset.display(), missing[0].image_path.display());
-    }
-    anyhow::ensure!(!scene.is_empty(), "{}: no views with images", a.dataset.display());
-    let (train_idx, eval_idx) = scene.split(a.eval_every);
-    anyhow::ensure!(!train_idx.is_empty(), "{}: no training views left after holding out every {}th", a.dataset.display(), a.eval_every);
-    let scale = scene_scale(&scene, &train_idx);
-    let kind = scene.kind;
-    if let Some(w) = &lpips_weights {
-        if eval_idx.is_empty() {
-            eprintln!("warning: --lpips-backbone / --lpips-weights: no held-out views to evaluate (--eval-every 0)");
-        }
-        for &i in &eval_idx {
-            let v = &scene.views[i];
-            w.tap_sizes(v.height as usize, v.width as usize).with_context(|| format!("LPIPS on held-out view {}", v.name))?;
-        }
-    }
-    println!(
-        "{} ({}): {} train / {} held-out views, {}x{}, scene scale {:.3}",
-        a.dataset.display(),
-        kind.as_str(),
-        train_idx.len(),
-        eval_idx.len(),
-        scene.views[train_idx[0]].width,
-        scene.views[train_idx[0]].height,
-        scale
-    );
-
+    opts.lpips = a.lpips.load()?;
     let gpu = a.device.open()?;
-    // On the trainer's own device (a Burn device over the same CubeCL client).
-    let lpips = lpips_weights.map(|w| {
-        println!("LPIPS v0.1 ({}) on the held-out views", w.net);
-        Lpips::new(w, &Device::from(gpu.device().clone()))
-    });
-    let mcmc = match a.strategy.as_str() {
-        "adc" => false,
-        "mcmc" => true,
-        s => bail!("unknown --strategy '{s}' (adc or mcmc)"),
-    };
-    let strategy = if mcmc {
-        Strategy::Mcmc(McmcConfig { cap_max: a.max_splats.unwrap_or(1_000_000), ..Default::default() })
-    } else {
-        let adc = AdcConfig::default();
-        if a.absgrad {
-            Strategy::Adc(AdcConfig { absgrad: true, grad2d_threshold: 8e-4, ..adc })
-        } else {
-            Strategy::Adc(adc)
-        }
-    };
-    let sh_precision = a.sh_precision.unwrap_or_default();
-    let cfg = TrainConfig {
-        sh_degree: a.sh_degree,
-        background,
-        antialiased: a.antialiased,
-        scene_scale: scale as f32,
-        strategy,
-        max_splats: a.max_splats,
-        memory_budget: budget,
-        visible_adam: a.visible_adam,
-        seed: a.seed,
-        deterministic: a.deterministic,
-        alpha_loss_weight: a.alpha_loss.unwrap_or(0.0),
-        adam: AdamConfig { moments: a.adam_moments.unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)), ..Default::default() },
-        sh_precision,
-        ..Default::default()
-    };
-    let mut trainer = match &a.resume {
-        Some(ck) => {
-            let mut t = Trainer::load_checkpoint(&gpu, ck)?;
-            println!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats());
-            if let Some(w) = a.alpha_loss {
-                t.cfg.alpha_loss_weight = w;
-            }
-            // 8-bit SH moments need half SH: convert the SH first when moving to them, the
-            // moments first when moving away.
-            // f32 SH asked of a checkpoint with 8-bit SH moments: bf16 moments, as for a new run.
-            let moments = a
-                .adam_moments
-                .or_else(|| a.sh_precision.map(|sh| t.cfg.adam.moments.for_sh(sh)))
-                .filter(|&p| p != t.cfg.adam.moments);
-            let sh_first = moments == Some(MomentPrecision::Sh8);
-            let convert_sh = |t: &mut Trainer| -> Result<()> {
-                if let Some(p) = a.sh_precision.filter(|&p| p != t.cfg.sh_precision) {
-                    println!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision);
-                    t.set_sh_precision(p)?;
-                }
-                Ok(())
-            };
-            if sh_first {
-                convert_sh(&mut t)?;
-            }
-            if let Some(p) = moments {
-                println!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments);
-                t.set_moment_precision(p)?;
-            }
-            if !sh_first {
-                convert_sh(&mut t)?;
-            }
-            t
-        }
-        None => {
-            let use_points = match a.init.as_str() {
-                "auto" => scene.points.as_ref().is_some_and(|p| p.xyz.len() >= 2),
-                "points" => true,
-                "random" => false,
-                s => bail!("unknown --init '{s}' (auto, points or random)"),
-            };
-            let (opacity, scale_factor) = if mcmc { (0.5, 0.1) } else { (0.1, 1.0) };
-            let init = if use_points {
-                let p = scene.points.as_ref().with_context(|| format!("{}: --init points, but the scene has no points", a.dataset.display()))?;
-                println!("initialising from {} SfM points", p.xyz.len());
-                init::from_points(&p.xyz, &p.rgb, opacity, scale_factor, a.sh_degree)?
-            } else {
-                let extent = a.init_extent.unwrap_or(if kind == SceneKind::NerfSynthetic { 1.5 } else { scale });
-                println!("initialising {} random Gaussians in [-{extent:.2}, {extent:.2}]^3", a.init_count);
-                init::random_box(a.init_count, extent, opacity, scale_factor, a.seed, a.sh_degree)
-            };
-            Trainer::new(&gpu, cfg, &init)?
-        }
-    };
-
-    // Images: decode in parallel into RAM, pack onto the device when they fit. Alpha is kept
-    // only for the alpha loss; masks are always used.
-    let alpha_weight = trainer.cfg.alpha_loss_weight;
-    let masked = train_idx.iter().filter(|&&i| scene.mask_path(i).is_some()).count();
-    if scene.num_masks() > 0 {
-        println!("masks: {masked} of {} training views have one (masked-out pixels are ignored by the loss)", train_idx.len());
+    opts.stop = Some(ctrl_c_flag()?);
+    let mut printer = TrainPrinter::new(live.as_ref());
+    let mut session = TrainSession::open(&a.dataset, opts, &gpu, &mut |e| printer.event(e))?;
+    let summary = session.run(&mut |e| printer.event(e));
+    printer.finish()?;
+    let summary = summary?;
+    if summary.interrupted {
+        return Ok(());
     }
-    let scene = Arc::new(scene);
-    let cache = ImageCache::new(scene.clone(), (a.image_cache * 1e9) as u64).keep_alpha(alpha_weight > 0.0);
-    let t0 = Instant::now();
-    let mut all: Vec<usize> = train_idx.clone();
-    all.extend(&eval_idx);
-    cache.preload(&all)?;
-    let device_budget = budget.map(|b| b / 4).unwrap_or(2 << 30);
-    let mut used = 0u64;
-    let mut with_alpha = 0usize;
-    let mut device: Vec<Option<DeviceTarget>> = (0..scene.len()).map(|_| None).collect();
-    for &i in &train_idx {
-        let v = &scene.views[i];
-        // Before decoding: RGB (and the mask) must fit; the alpha plane is known after.
-        let planned = (v.width as u64 * v.height as u64 * 3).div_ceil(4) * 4;
-        if used + planned > device_budget && alpha_weight == 0.0 {
-            continue;
-        }
-        let img = cache.get(i)?;
-        with_alpha += img.alpha.is_some() as usize;
-        let bytes = DeviceTarget::bytes(&img);
-        if used + bytes <= device_budget {
-            device[i] = Some(DeviceTarget::upload(&gpu, &img));
-            used += bytes;
-        }
-    }
-    println!("images decoded in {:.1} s ({} MiB on the device)", t0.elapsed().as_secs_f64(), used >> 20);
-    if alpha_weight > 0.0 {
-        println!("alpha loss (weight {alpha_weight}): {with_alpha} of {} training views have an alpha channel", train_idx.len());
-        if with_alpha == 0 {
-            eprintln!("warning: --alpha-loss has no effect: no training image has an alpha channel (or it is fully opaque)");
-        }
-    }
-    let targets = Targets { device, cache };
-
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
-    }
-
-    let eval_path = a.out.join("eval.json");
-    let mut records: Vec<EvalRecord> = match std::fs::read(&eval_path) {
-        Ok(bytes) if a.resume.is_some() => serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
-            .ok()
-            .map(|v| v.into_iter().filter_map(|r| serde_json::from_value::<EvalRecord>(r).ok()).collect())
-            .unwrap_or_default(),
-        _ => Vec::new(),
-    };
-    let ck_path = a.out.join("checkpoint.bin");
-    let bar = ProgressBar::new(a.steps);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}").unwrap());
-    bar.set_position(trainer.step.min(a.steps));
-    let start_step = trainer.step;
-    let mut train_s = 0.0f64;
-    let mut seg = Instant::now();
-    let mut order: Vec<usize> = Vec::new();
-    let mut peak = gpu.memory_reserved();
-    if let Some(l) = &live {
-        l.at("step", trainer.step);
-        log_cameras(l, &scene, &train_idx)?;
-    }
-    while trainer.step < a.steps {
-        if stop.load(Ordering::SeqCst) {
-            bar.abandon_with_message("interrupted");
-            trainer.save_checkpoint(&ck_path)?;
-            write_splats(&trainer, &[a.out.join("splats.ply")])?;
-            println!("interrupted at step {}: wrote {} and splats.ply; resume with --resume {}", trainer.step, ck_path.display(), ck_path.display());
-            return Ok(());
-        }
-        if order.is_empty() {
-            order = train_idx.clone();
-            for k in (1..order.len()).rev() {
-                let j = trainer.rng.below(k + 1);
-                order.swap(k, j);
-            }
-        }
-        let i = order.pop().unwrap();
-        let target = targets.get(&gpu, i)?;
-        let info = trainer.step_with(&camera_of(&scene, i), &target.target())?;
-        let s = trainer.step;
-        bar.set_position(s);
-        if s % 100 == 0 || s == a.steps {
-            peak = peak.max(gpu.memory_reserved());
-            let loss = trainer.last_loss()?.unwrap_or(f32::NAN);
-            let psnr = trainer.last_psnr()?.unwrap_or(f32::NAN);
-            if let Some(l) = &live {
-                l.at("step", s);
-                l.scalar("train/loss", loss as f64)?;
-                l.scalar("train/psnr", psnr as f64)?;
-                l.scalar("train/splats", info.num_splats as f64)?;
-            }
-            bar.set_message(format!(
-                "loss {loss:.4} | PSNR {psnr:.2} | {} splats | {} visible | GPU {:.2} GB",
-                info.num_splats,
-                info.num_visible,
-                gpu.memory_reserved() as f64 / 1e9
-            ));
-        }
-        let last = s == a.steps;
-        if save_at.contains(&s) {
-            let mut paths = vec![a.out.join(format!("splats_{s}.ply"))];
-            if a.spz {
-                paths.push(a.out.join(format!("splats_{s}.spz")));
-            }
-            write_splats(&trainer, &paths)?;
-        }
-        if a.checkpoint_every > 0 && s % a.checkpoint_every == 0 && !last {
-            trainer.save_checkpoint(&ck_path)?;
-        }
-        if (eval_at.contains(&s) || last) && !eval_idx.is_empty() {
-            gpu.sync()?;
-            train_s += seg.elapsed().as_secs_f64();
-            let render_dir = a.out.join("renders");
-            let (psnr, ssim, lpips_mean) = evaluate(&trainer, &scene, &targets.cache, &eval_idx, last.then_some(render_dir.as_path()), lpips.as_ref())?;
-            if let Some(l) = &live {
-                log_eval(l, &trainer, &scene, &targets.cache, eval_idx[0], s, psnr, ssim, lpips_mean)?;
-            }
-            peak = peak.max(gpu.memory_reserved());
-            let rec = EvalRecord {
-                step: s,
-                psnr,
-                ssim,
-                lpips: lpips_mean,
-                num_splats: trainer.num_splats(),
-                num_views: eval_idx.len(),
-                train_seconds: train_s,
-                it_per_s: (s - start_step) as f64 / train_s.max(1e-9),
-                peak_gpu_bytes: peak,
-            };
-            let lpips_text = lpips_mean.map(|v| format!(", LPIPS {v:.4}")).unwrap_or_default();
-            // Through `suspend`, not `bar.println`: that prints nothing when the output is not a
-            // terminal (logs, CI).
-            bar.suspend(|| println!("step {s}: held-out PSNR {psnr:.3} dB, SSIM {ssim:.4}{lpips_text}, {} splats, {:.1} it/s", rec.num_splats, rec.it_per_s));
-            records.push(rec);
-            let json = serde_json::to_vec_pretty(&records)?;
-            rust3r_io::atomic::write_atomic_with(&eval_path, |w| std::io::Write::write_all(w, &json))
-                .with_context(|| format!("cannot write {}", eval_path.display()))?;
-            seg = Instant::now();
-        }
-    }
-    gpu.sync()?;
-    if eval_idx.is_empty() {
-        train_s += seg.elapsed().as_secs_f64();
-    }
-    bar.finish();
     if let Some(r) = rust3r_gpu::profile::report() {
         println!("RUST3R_PROFILE (device time per phase, synchronised):\n{r}");
     }
-    let mut paths = vec![a.out.join("splats.ply")];
-    if a.spz {
-        paths.push(a.out.join("splats.spz"));
-    }
-    write_splats(&trainer, &paths)?;
-    trainer.save_checkpoint(&ck_path)?;
     println!(
         "done: {} steps in {:.1} s of training, {} Gaussians -> {}",
-        trainer.step - start_step,
-        train_s,
-        trainer.num_splats(),
-        a.out.join("splats.ply").display()
+        summary.steps_run,
+        summary.train_seconds,
+        summary.num_splats,
+        summary.splats.display()
     );
     Ok(())
 }
 
-/// Read the splats back once and write each path (format by extension).
 /// Live view at an evaluation: held-out metrics, the first held-out view rendered next to its
 /// ground truth, and the Gaussian centres coloured by their base colour (at most 200k).
 #[allow(clippy::too_many_arguments)]
@@ -594,54 +390,3 @@ fn log_cameras(l: &Live, scene: &Scene, idx: &[usize]) -> Result<()> {
     Ok(())
 }
 
-fn write_splats(trainer: &Trainer, paths: &[PathBuf]) -> Result<()> {
-    let host = trainer.to_host()?;
-    for path in paths {
-        rust3r_io::save_splats(path, &host).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    Ok(())
-}
-
-/// Mean PSNR / SSIM (and LPIPS with `lpips`) over the held-out views, on renders clamped to
-/// [0, 1]; with `renders`, writes render | ground truth side by side for each view.
-fn evaluate(trainer: &Trainer, scene: &Scene, cache: &ImageCache, idx: &[usize], renders: Option<&Path>, lpips: Option<&Lpips>) -> Result<(f64, f64, Option<f64>)> {
-    let (mut psnr, mut ssim, mut lp) = (0.0, 0.0, 0.0);
-    if let Some(dir) = renders {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    for &i in idx {
-        let gt = cache.get(i)?;
-        let cam = camera_of(scene, i);
-        let (p, s, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
-        psnr += p;
-        ssim += s;
-        if let Some(net) = lpips {
-            let (w, h) = (cam.width as usize, cam.height as usize);
-            let gt_f: Vec<f32> = gt.rgb.iter().map(|&v| v as f32 / 255.0).collect();
-            lp += net
-                .distance(Image { rgb: &pred, width: w, height: h }, Image { rgb: &gt_f, width: w, height: h })
-                .with_context(|| format!("LPIPS of held-out view {}", scene.views[i].name))?;
-        }
-        if let Some(dir) = renders {
-            let (w, h) = (cam.width as usize, cam.height as usize);
-            let mut side = vec![0u8; w * 2 * h * 3];
-            for y in 0..h {
-                for x in 0..w {
-                    for c in 0..3 {
-                        side[(y * 2 * w + x) * 3 + c] = (pred[(y * w + x) * 3 + c] * 255.0 + 0.5) as u8;
-                        side[(y * 2 * w + w + x) * 3 + c] = gt.rgb[(y * w + x) * 3 + c];
-                    }
-                }
-            }
-            let name = Path::new(&scene.views[i].name).with_extension("png");
-            let path = dir.join(name.file_name().unwrap_or_default());
-            let img = image::RgbImage::from_raw((2 * w) as u32, h as u32, side).context("render buffer size")?;
-            let mut bytes = Vec::new();
-            img.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)?;
-            rust3r_io::atomic::write_atomic_with(&path, |w| std::io::Write::write_all(w, &bytes))
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-    }
-    let n = idx.len().max(1) as f64;
-    Ok((psnr / n, ssim / n, lpips.map(|_| lp / n)))
-}

@@ -21,7 +21,7 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     assert!(ok, "{err}");
     assert!(stdout.contains("ATE RMSE (se3)") && stdout.contains("ATE RMSE (sim3)"), "{stdout}");
 
-    // A pose for every frame, keyframes separately, ground truth for all 300 frames.
+    // A pose for every frame, keyframes separately, ground truth for all 500 frames.
     let lines = |name: &str| -> Vec<String> {
         std::fs::read_to_string(out.join(name)).unwrap().lines().filter(|l| !l.starts_with('#')).map(String::from).collect()
     };
@@ -29,7 +29,7 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     assert_eq!(traj.len(), 24);
     assert!(traj.iter().all(|l| l.split_whitespace().count() == 8));
     assert!(!lines("keyframes.txt").is_empty());
-    assert_eq!(lines("groundtruth.txt").len(), 300);
+    assert_eq!(lines("groundtruth.txt").len(), 500);
 
     // Binary little-endian PLY with colours, as many vertices as the header says.
     let ply = std::fs::read(out.join("pointcloud.ply")).unwrap();
@@ -117,7 +117,9 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
     let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
-    assert_eq!(poses.len(), 2);
+    // A frame lost by the random network has no pose in the trajectory; the summary counts it.
+    let lost = 2 - poses.len();
+    assert!(poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")), "{} poses\n{stdout}", poses.len());
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
     // Without a checkpoint: a clear error.
     let (ok, _, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono"]);
@@ -147,7 +149,9 @@ fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
     assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
     let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
-    assert_eq!(poses.len(), 2);
+    // A frame lost by the random network has no pose in the trajectory; the summary counts it.
+    let lost = 2 - poses.len();
+    assert!(poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")), "{} poses\n{stdout}", poses.len());
     assert!(poses.iter().all(|p| p.len() == 8), "{traj}");
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
     // The export carries the calibration.

@@ -83,7 +83,7 @@ fn assert_rotation(p: &Pose, tol: f64) {
 }
 
 // ---------------------------------------------------------------------------
-// Real data: 7-Scenes redkitchen seq-01, frames 0-299.
+// Real data: 7-Scenes redkitchen seq-01, frames 0-499.
 
 #[test]
 fn redkitchen_real() {
@@ -91,7 +91,7 @@ fn redkitchen_real() {
     assert_eq!(detect(&dir).unwrap(), DatasetKind::SevenScenes);
     let ds = open(&dir, None, 1).unwrap();
     assert_eq!(ds.name(), "redkitchen");
-    assert_eq!(ds.len(), 300);
+    assert_eq!(ds.len(), 500);
     let k = ds.intrinsics().unwrap();
     assert_eq!(k, Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 640, 480));
     assert_eq!(ds.depth_intrinsics().unwrap(), k);
@@ -138,7 +138,7 @@ fn redkitchen_real() {
     // Whole trajectory: orthonormal rotations, smooth motion, timestamps frame/30. The stored
     // 7-Scenes rotations are orthonormal to about 1e-4 only (the files are used as they are).
     let gt = ds.ground_truth().unwrap();
-    assert_eq!(gt.len(), 300);
+    assert_eq!(gt.len(), 500);
     for (i, (t, p)) in gt.iter().enumerate() {
         assert!((t - i as f64 / 30.0).abs() < 1e-12);
         assert_rotation(p, 1e-3);
@@ -152,17 +152,17 @@ fn redkitchen_real() {
     }
 
     // Last frame, and a strided view.
-    let last = ds.frame(299).unwrap();
-    assert!(last.rgb_path.ends_with("frame-000299.color.jpg"));
-    assert_pose_close(&last.gt_pose.unwrap(), &gt[299].1, 0.0 + 1e-15);
+    let last = ds.frame(499).unwrap();
+    assert!(last.rgb_path.ends_with("frame-000499.color.jpg"));
+    assert_pose_close(&last.gt_pose.unwrap(), &gt[499].1, 0.0 + 1e-15);
     let strided = open(&dir, Some(DatasetKind::SevenScenes), 10).unwrap();
-    assert_eq!(strided.len(), 30);
+    assert_eq!(strided.len(), 50);
     let f = strided.frame(1).unwrap();
     assert_eq!(f.index, 1);
     assert!((f.timestamp - 10.0 / 30.0).abs() < 1e-12);
     assert!(f.rgb_path.ends_with("frame-000010.color.jpg"));
-    assert_eq!(strided.ground_truth().unwrap().len(), 300);
-    assert!(strided.frame(30).is_err());
+    assert_eq!(strided.ground_truth().unwrap().len(), 500);
+    assert!(strided.frame(50).is_err());
 }
 
 // ---------------------------------------------------------------------------

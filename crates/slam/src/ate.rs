@@ -451,3 +451,40 @@ pub fn eval_ate_with_options(
         &display_name(groundtruth),
     )
 }
+
+/// Relative pose error over a fixed frame gap (evo `RPE --delta D --delta_unit f`, translation
+/// part, all pairs): after associating the two trajectories by timestamp like
+/// [`ate_from_trajectories`], for every associated index `i` with `i + delta` associated too,
+/// `|| trans((Q_i^-1 Q_{i+d})^-1 (P_i^-1 P_{i+d})) ||` with `Q` the reference and `P` the
+/// estimate. No alignment is needed (relative motions are frame independent for SE(3)).
+/// Returns `(reference timestamp of i, error)` per pair.
+pub fn relative_translation_errors(
+    estimate: &Trajectory,
+    reference: &Trajectory,
+    delta: usize,
+    max_diff: f64,
+) -> Result<Vec<(f64, f64)>, SlamError> {
+    if delta == 0 {
+        return Err(SlamError::InvalidArgument("the RPE frame gap must be at least 1".into()));
+    }
+    let pairs = associate_trajectories(&reference.timestamps, &estimate.timestamps, max_diff, 0.0);
+    if pairs.is_empty() {
+        return Err(SlamError::NoMatches {
+            reference: "reference".into(),
+            estimate: "estimate".into(),
+            num_reference: reference.len(),
+            num_estimate: estimate.len(),
+            max_diff,
+            offset: 0.0,
+        });
+    }
+    Ok(pairs
+        .iter()
+        .zip(pairs.iter().skip(delta))
+        .map(|(&(r0, e0), &(r1, e1))| {
+            let q = reference.poses[r0].inverse().compose(&reference.poses[r1]);
+            let p = estimate.poses[e0].inverse().compose(&estimate.poses[e1]);
+            (reference.timestamps[r0], q.inverse().compose(&p).translation.norm())
+        })
+        .collect())
+}

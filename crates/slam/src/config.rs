@@ -128,6 +128,19 @@ pub struct TrackingConfig {
     pub pairs: bool,
     /// Keyframe pointmap fusion.
     pub filtering_mode: FusionMode,
+    /// Intensity sigma of the photometric residual (intensities in `[0, 1]`; RGB-D addition,
+    /// [`crate::photometric`]); 0 turns the term off.
+    pub sigma_photo: f64,
+    /// Frames whose [`crate::tracker::constraint_ratio`] falls below this are flagged as poorly
+    /// constrained: they keep the solver's pose but are neither fused nor made keyframes
+    /// (RGB-D addition; 0: off).
+    pub min_constraint: f64,
+    /// Frames in a row flagged as poorly constrained after which tracking counts as lost and
+    /// relocalisation starts (RGB-D addition).
+    pub max_weak_frames: usize,
+    /// Predict each frame's pose with a constant-velocity motion model (the previous frame's
+    /// motion repeated) instead of starting from the previous pose (RGB-D addition).
+    pub motion_prior: bool,
     /// Score for [`FusionMode::BestScore`].
     pub filtering_score: FilteringScore,
 }
@@ -186,6 +199,16 @@ pub struct RetrievalConfig {
     pub max_distance: f64,
     /// RGB-D: largest viewing-direction angle of a candidate (degrees).
     pub max_angle_deg: f64,
+    /// RGB-D: also look for loops and relocalisation candidates by appearance
+    /// ([`crate::appearance`]), independent of the pose estimate; each is verified by tracking
+    /// the two keyframes against each other.
+    pub appearance: bool,
+    /// Smallest appearance similarity (normalised cross-correlation of the descriptors) of a
+    /// candidate.
+    pub min_similarity: f64,
+    /// Keyframes just before a new one that are never loop candidates by appearance (they are
+    /// its neighbours in the graph already).
+    pub exclude_recent: usize,
 }
 
 /// `reloc` section.
@@ -274,6 +297,10 @@ impl Default for SlamConfig {
                 pairs: true,
                 filtering_mode: FusionMode::Weighted,
                 filtering_score: FilteringScore::Median,
+                sigma_photo: 0.0,
+                min_constraint: 0.0,
+                max_weak_frames: 15,
+                motion_prior: false,
             },
             local_opt: LocalOptConfig {
                 pin: 1,
@@ -295,7 +322,7 @@ impl Default for SlamConfig {
                 checkerboard: false,
                 coarse_iters: 0,
             },
-            retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0 },
+            retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0, appearance: false, min_similarity: 0.5, exclude_recent: 5 },
             reloc: RelocConfig { min_match_frac: 0.3, strict: true },
             rgbd: RgbdConfig {
                 downsample: 2,
@@ -366,6 +393,18 @@ impl SlamConfig {
         c.local_opt.max_iters = 10;
         c.retrieval.k = 6;
         c.rgbd.backend_level = 0;
+        c.tracking.sigma_photo = 0.4;
+        // With projective association the matched pixel is the one the point projects to, so
+        // the pixel residual is only the rounding to that pixel (under half a pixel, whatever
+        // the pose): it carries no information and, weighted as a measurement, holds the pose
+        // where it started. Tracking weights it down to nothing (the depth, plane and
+        // photometric rows constrain the pose).
+        c.tracking.sigma_pixel = 1e3;
+        // A plane seen by depth alone scores ~1e-8, the same plane with its texture ~1e-4, and
+        // real frames of redkitchen more.
+        c.tracking.min_constraint = 1e-6;
+        c.retrieval.appearance = true;
+        c.tracking.motion_prior = true;
         c
     }
 
@@ -480,6 +519,10 @@ impl SlamConfig {
                     "checkerboard" => t.checkerboard = b(value)?,
                     "pairs" => t.pairs = b(value)?,
                     "filtering_mode" => t.filtering_mode = value.parse()?,
+                    "sigma_photo" => t.sigma_photo = f(value)?,
+                    "min_constraint" => t.min_constraint = f(value)?,
+                    "max_weak_frames" => t.max_weak_frames = u(value)?,
+                    "motion_prior" => t.motion_prior = b(value)?,
                     "filtering_score" => {
                         t.filtering_score = match value {
                             "median" => FilteringScore::Median,
@@ -520,6 +563,9 @@ impl SlamConfig {
                 "min_thresh" => self.retrieval.min_thresh = f(value)?,
                 "max_distance" => self.retrieval.max_distance = f(value)?,
                 "max_angle_deg" => self.retrieval.max_angle_deg = f(value)?,
+                "appearance" => self.retrieval.appearance = b(value)?,
+                "min_similarity" => self.retrieval.min_similarity = f(value)?,
+                "exclude_recent" => self.retrieval.exclude_recent = u(value)?,
                 _ => return Err(unknown()),
             },
             Some("reloc") => match key {

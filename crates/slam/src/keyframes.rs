@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use rust3r_geometry::Sim3;
 
+use crate::appearance::Descriptor;
 use crate::config::{FilteringScore, FusionMode};
 use crate::pointmap::Pointmap;
 
@@ -27,6 +28,9 @@ pub struct Keyframe {
     pub score: f32,
     /// Colour image file of the frame.
     pub rgb_path: PathBuf,
+    /// Appearance descriptor of the keyframe's image (loop closure and relocalisation by
+    /// appearance, [`crate::appearance`]).
+    pub descriptor: Arc<Descriptor>,
 }
 
 fn score_of(c: &[f32], kind: FilteringScore) -> f32 {
@@ -61,7 +65,8 @@ impl Keyframe {
     /// A keyframe made from a frame's pointmap (its first observation).
     pub fn new(frame_index: usize, timestamp: f64, t_wc: Sim3, pointmap: Pointmap, rgb_path: PathBuf, score: FilteringScore) -> Self {
         let s = score_of(&pointmap.conf, score);
-        Self { frame_index, timestamp, t_wc, pointmap: Arc::new(pointmap), n: 1, n_updates: 1, score: s, rgb_path }
+        let descriptor = Arc::new(Descriptor::of(&pointmap));
+        Self { frame_index, timestamp, t_wc, pointmap: Arc::new(pointmap), n: 1, n_updates: 1, score: s, rgb_path, descriptor }
     }
 
     /// Average confidence per pixel (`C / N`, MASt3R-SLAM `get_average_conf`).

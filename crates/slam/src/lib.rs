@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod appearance;
 pub mod ate;
 pub mod backend;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod kernels;
 pub mod matching;
 pub mod output;
 pub mod pair;
+pub mod photometric;
 pub mod par;
 pub mod pointmap;
 pub mod projective;
@@ -42,7 +44,7 @@ pub mod trajectory;
 pub use ate::{
     Align, AteOptions, AteReport, DEFAULT_MAX_DIFF, Umeyama, associate_trajectories,
     ate_from_trajectories, eval_ate, eval_ate_with_options, matching_time_indices,
-    umeyama_alignment,
+    relative_translation_errors, umeyama_alignment,
 };
 pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;

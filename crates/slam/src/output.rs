@@ -153,7 +153,7 @@ pub fn write_transforms_json(path: &Path, cam: &ExportCamera, frames: &[(PathBuf
 /// Paths of the files [`write_outputs`] writes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputFiles {
-    /// Pose of every frame (TUM).
+    /// Pose of every tracked frame (TUM; frames lost until relocalisation have none).
     pub trajectory: PathBuf,
     /// Keyframe poses (TUM).
     pub keyframes: PathBuf,
@@ -171,7 +171,10 @@ pub struct OutputFiles {
 pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
-    write_tum_poses(&trajectory, &result.frame_poses())?;
+    // Frames lost between a tracking failure and relocalisation have no pose (rather than a
+    // wrong one): they are left out of the trajectory.
+    let tracked: Vec<(f64, Sim3)> = result.frames.iter().zip(result.frame_poses()).filter(|(f, _)| f.tracked).map(|(_, p)| p).collect();
+    write_tum_poses(&trajectory, &tracked)?;
     let keyframes = out_dir.join("keyframes.txt");
     write_tum_poses(&keyframes, &result.keyframe_poses())?;
     let pointcloud = out_dir.join("pointcloud.ply");

@@ -198,13 +198,7 @@ pub fn pair_normal_eq(fv: &LevelView, kv: &LevelView, idx: &[u32], used: &[bool]
             }
             eq
         },
-        |mut a, b| {
-            a.h += b.h;
-            a.g += b.g;
-            a.cost += b.cost;
-            a.count += b.count;
-            a
-        },
+        |a, b| a.merge(&b),
     );
     eq.unwrap_or_default()
 }
@@ -255,9 +249,7 @@ impl Tracker {
         let lost = match_frac < self.cfg.min_match_frac;
         let mut t = *t_init;
         let (mut iterations, mut cost) = (0, 0.0);
-        if !lost {
-            self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p));
-        }
+        let last_eq = if lost { None } else { self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p)) };
         let observation = (!lost).then(|| {
             let tq = crate::projective::Affine::from_sim3(&t);
             let mut obs = vec![[0.0f32; 3]; n];
@@ -273,7 +265,7 @@ impl Tracker {
             });
             (obs, pred.keyframe_conf.clone())
         });
-        let result = TrackResult {
+        let mut result = TrackResult {
             t_kf_frame: t,
             match_frac,
             keyframe_frac,
@@ -282,7 +274,15 @@ impl Tracker {
             observation,
             iterations,
             cost,
+            constraint: 1.0,
+            weak: false,
         };
+        // Failure detection as for RGB-D (`tracking.min_constraint`; 0, upstream's behaviour,
+        // only measures).
+        self.judge(&mut result, last_eq.as_ref(), kf, kf_conf);
+        if result.weak {
+            result.new_keyframe = false;
+        }
         Ok(PairTrack { result, matches, used: n_used })
     }
 }

@@ -85,6 +85,9 @@ pub struct FrameRecord {
     pub t_kf_frame: Sim3,
     /// Whether the frame was tracked (false: lost; the pose is the last known one).
     pub tracked: bool,
+    /// Tracked, but flagged as poorly constrained ([`crate::tracker::TrackResult::weak`]): the
+    /// pose is the solver's best, it was neither fused nor made a keyframe.
+    pub weak: bool,
     /// Colour image file.
     pub rgb_path: std::path::PathBuf,
 }
@@ -192,11 +195,12 @@ impl Backend {
     }
 
     fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
-        let (snapshot, mut edges) = {
+        let (snapshot, descriptors, mut edges) = {
             let s = shared.lock().expect("back-end lock");
             let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
                 s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
-            (snap, s.edges.clone())
+            let descriptors: Vec<Arc<crate::appearance::Descriptor>> = s.store.frames.iter().map(|kf| kf.descriptor.clone()).collect();
+            (snap, descriptors, s.edges.clone())
         };
         if batch.iter().any(|(k, _)| *k >= snapshot.len()) || snapshot.is_empty() {
             return;
@@ -233,6 +237,7 @@ impl Backend {
             local.max_iters = local.final_iters;
             local.window_size = usize::MAX;
         }
+        let mut corrected = false;
         for (k, extra) in batch {
             let k = *k;
             if k > 0 {
@@ -241,7 +246,13 @@ impl Backend {
             for &j in extra {
                 add(j, k, &mut new_edges);
             }
-            for j in self.loop_candidates(&views, k) {
+            let near = self.loop_candidates(&views, k);
+            for &j in &near {
+                add(j, k, &mut new_edges);
+            }
+            if let Some((j, t_jk)) = self.appearance_loop(&snapshot, &descriptors, &views, k, &near) {
+                tracing::info!("loop closure by appearance: keyframe {k} with keyframe {j}");
+                corrected |= spread_correction(&mut views, j, k, &t_jk);
                 add(j, k, &mut new_edges);
             }
         }
@@ -273,8 +284,9 @@ impl Backend {
             );
         }
         let mut s = shared.lock().expect("back-end lock");
+        let moved = report.is_some() || corrected;
         for (i, v) in views.iter().enumerate().skip(first_free) {
-            if report.is_some() && i < s.store.frames.len() {
+            if moved && i < s.store.frames.len() {
                 // Apply the correction, keeping changes made meanwhile by the tracker (none to
                 // poses of existing keyframes).
                 let delta = v.t_wc.compose(&before[i].inverse());
@@ -283,7 +295,7 @@ impl Backend {
         }
         // Keyframes added while optimising move with their predecessor.
         let n_now = s.store.frames.len();
-        if n_now > views.len() && report.is_some() {
+        if n_now > views.len() && moved {
             let last = views.len() - 1;
             let delta = views[last].t_wc.compose(&before[last].inverse());
             for i in views.len()..n_now {
@@ -292,6 +304,33 @@ impl Backend {
         }
         s.edges.extend(new_edges);
         s.runs += 1;
+    }
+
+    /// A loop of keyframe `k` found by appearance (`retrieval.appearance`, calibrated views): the
+    /// most similar earlier keyframe `j` (not among the `exclude_recent` before `k`, nor in
+    /// `skip`, the candidates found by pose) against which `k` tracks with a match fraction of
+    /// at least `reloc.min_match_frac` and a well-constrained pose, starting from the identity
+    /// (similar views) and from the current estimate. Returns `j` and the verified `T_CjCk`.
+    fn appearance_loop(&self, snapshot: &[(Sim3, Arc<Pointmap>, u32, Vec<f32>)], descriptors: &[Arc<crate::appearance::Descriptor>], views: &[KeyframeView], k: usize, skip: &[usize]) -> Option<(usize, Sim3)> {
+        let r = &self.cfg.retrieval;
+        if !r.appearance || self.cam.is_none() || k >= descriptors.len() || k >= snapshot.len() {
+            return None;
+        }
+        let cands = crate::appearance::most_similar(&descriptors[k], &descriptors[..k], r.k, r.min_similarity, |j| j + r.exclude_recent < k && !skip.contains(&j));
+        let tracker = Tracker { cfg: self.cfg.tracking.clone(), matching: self.cfg.matching.clone(), levels: self.cfg.rgbd.pyramid_levels, optimize_scale: self.optimize_scale };
+        let (_, pm_k, _, conf_k) = &snapshot[k];
+        for (j, sim) in cands {
+            let (_, pm_j, _, conf_j) = &snapshot[j];
+            let current = views[j].t_wc.inverse().compose(&views[k].t_wc);
+            for t_init in [Sim3::identity(), current] {
+                let res = tracker.track(pm_k, conf_k, pm_j, conf_j, self.cam, &t_init);
+                tracing::debug!("appearance candidate {j} for keyframe {k}: similarity {sim:.3}, match {:.3}, constraint {:.2e}", res.match_frac, res.constraint);
+                if !res.lost && !res.weak && res.match_frac >= self.cfg.reloc.min_match_frac {
+                    return Some((j, res.t_kf_frame));
+                }
+            }
+        }
+        None
     }
 
     /// Up to `retrieval.k` earlier keyframes (not `k - 1`) near `k` in position and viewing
@@ -324,6 +363,30 @@ impl Backend {
         }
         out
     }
+}
+
+/// Moves keyframe `k` to where the verified loop `T_CjCk` puts it and spreads the correction
+/// along the keyframes after `j`, so that the dense back end starts from poses its association
+/// can work from: keyframe `m` turns about keyframe `k`'s camera centre by the fraction
+/// `a = (m - j) / (k - j)` of the rotation and moves by `a` of `k`'s displacement (later
+/// keyframes by all of it). Keyframe `k` lands exactly on the loop's pose and those near `j`
+/// barely move. Returns whether anything moved (corrections below 1 cm and 0.5 degrees are
+/// left to the back end).
+fn spread_correction(views: &mut [KeyframeView], j: usize, k: usize, t_jk: &Sim3) -> bool {
+    let target = views[j].t_wc.compose(t_jk);
+    let rot = target.rotation * views[k].t_wc.rotation.inverse();
+    let (c, c_target) = (views[k].t_wc.translation, target.translation);
+    if (c_target - c).norm() < 0.01 && rot.angle().to_degrees() < 0.5 {
+        return false;
+    }
+    for (m, v) in views.iter_mut().enumerate().skip(j + 1) {
+        let a = ((m - j) as f64 / (k - j) as f64).min(1.0);
+        let ra = rot.powf(a);
+        let to_pivot = Sim3::new(nalgebra::UnitQuaternion::identity(), -c, 1.0);
+        let turn_and_move = Sim3::new(ra, c + (c_target - c) * a, 1.0);
+        v.t_wc = turn_and_move.compose(&to_pivot).compose(&v.t_wc);
+    }
+    true
 }
 
 enum BackendRunner {
@@ -672,6 +735,8 @@ fn run_frames(
     // against keyframe `.0` (warm start of the next frame against the same keyframe).
     let (mut pair_frames, mut refined_matches) = (0usize, 0usize);
     let mut pair_warm: Option<(usize, Vec<u32>)> = None;
+    // Poorly constrained frames in a row.
+    let mut weak_run = 0usize;
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
     for i in 0..total {
@@ -697,20 +762,28 @@ fn run_frames(
                 let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
                 let kf = Keyframe::new(i, frame.timestamp, Sim3::identity(), pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
                 let k = lock(shared)?.store.push(kf);
-                records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
                 runner.notify(shared, k, Vec::new());
                 state = TrackingState::Tracking;
             }
             TrackingState::Tracking => {
                 let last = records.last().expect("a frame precedes tracking").clone();
-                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last_kf) = {
+                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last, t_wc_prev) = {
                     let s = lock(shared)?;
                     let k = s.store.len() - 1;
                     let kf = &s.store.frames[k];
-                    (k, kf.frame_index, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, s.store.frames[last.keyframe].t_wc)
+                    let world = |r: &FrameRecord| s.store.frames[r.keyframe].t_wc.compose(&r.t_kf_frame);
+                    // The frame before the last one, when both were tracked (motion model).
+                    let prev = records.len().checked_sub(2).map(|j| &records[j]).filter(|p| p.tracked && last.tracked && !p.weak && !last.weak);
+                    (k, kf.frame_index, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, world(&last), prev.map(world))
                 };
-                // Start from the previous frame's pose.
-                let t_init = if last.keyframe == k { last.t_kf_frame } else { t_wck.inverse().compose(&t_wc_last_kf.compose(&last.t_kf_frame)) };
+                // Start from the previous frame's pose, moved on by the previous frame's motion
+                // (constant velocity) when the motion prior is on.
+                let predicted = match t_wc_prev {
+                    Some(prev) if cfg.tracking.motion_prior => t_wc_last.compose(&prev.inverse().compose(&t_wc_last)),
+                    _ => t_wc_last,
+                };
+                let t_init = if last.keyframe == k && predicted == t_wc_last { last.t_kf_frame } else { t_wck.inverse().compose(&predicted) };
                 let (res, pm) = match source.pairs() {
                     Some(pairs) => {
                         // MASt3R-SLAM: decode (frame, keyframe), match once, refine with the
@@ -749,9 +822,21 @@ fn run_frames(
                     res.match_frac,
                     res.keyframe_frac
                 );
-                if res.lost {
+                // `weak` is only set on frames that are not lost.
+                weak_run = if res.weak { weak_run + 1 } else { 0 };
+                if res.weak {
+                    tracing::debug!("frame {i}: poorly constrained (constraint {:.2e}), {weak_run} in a row", res.constraint);
+                }
+                let lost_weak = weak_run > cfg.tracking.max_weak_frames;
+                if res.weak && !lost_weak {
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, weak: true, rgb_path: frame.rgb_path.clone() });
+                } else if res.lost || lost_weak {
+                    if lost_weak {
+                        tracing::warn!("frame {i}: {weak_run} poorly constrained frames in a row: tracking lost");
+                        weak_run = 0;
+                    }
                     tracing::warn!("frame {i}: tracking lost (match fraction {:.3})", res.match_frac);
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: t_init, tracked: false, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: t_init, tracked: false, weak: false, rgb_path: frame.rgb_path.clone() });
                     state = TrackingState::Relocalising;
                 } else {
                     let mut s = lock(shared)?;
@@ -763,11 +848,11 @@ fn run_frames(
                         let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
                         let nk = s.store.push(kf);
                         drop(s);
-                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
                         runner.notify(shared, nk, Vec::new());
                     } else {
                         drop(s);
-                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, rgb_path: frame.rgb_path.clone() });
+                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
                     }
                 }
             }
@@ -787,34 +872,50 @@ fn run_frames(
                         .collect();
                     c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                     c.truncate(cfg.retrieval.k.max(1));
+                    // Candidates by pose (`false`), tried from the last pose, then by appearance
+                    // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
+                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c.into_iter().map(|(_, j, t, p, conf)| (false, j, t, p, conf)).collect();
+                    if cfg.retrieval.appearance && cam.is_some() {
+                        let desc = crate::appearance::Descriptor::of(&pm);
+                        let descs: Vec<&crate::appearance::Descriptor> = s.store.frames.iter().map(|kf| kf.descriptor.as_ref()).collect();
+                        for (j, _) in crate::appearance::most_similar(&desc, &descs, cfg.retrieval.k.max(1), cfg.retrieval.min_similarity, |_| true) {
+                            let kf = &s.store.frames[j];
+                            c.push((true, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
+                        }
+                    }
                     (c, t_last)
                 };
                 let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
                 let mut all_ok = true;
-                for (_, j, t_wcj, kpm, kconf) in &cands {
-                    let t_init = t_wcj.inverse().compose(&t_wc_last);
+                let mut by_appearance = false;
+                for (appearance, j, t_wcj, kpm, kconf) in &cands {
+                    let appearance = *appearance;
+                    let t_init = if appearance { Sim3::identity() } else { t_wcj.inverse().compose(&t_wc_last) };
                     let t_track = std::time::Instant::now();
                     let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
                     tracked_s += t_track.elapsed().as_secs_f64();
-                    if res.match_frac >= cfg.reloc.min_match_frac {
+                    if res.match_frac >= cfg.reloc.min_match_frac && !res.weak {
                         ok.push((*j, t_wcj.compose(&res.t_kf_frame), res.match_frac));
-                    } else {
+                        by_appearance |= appearance;
+                    } else if !appearance {
                         all_ok = false;
                     }
                 }
-                let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict);
+                ok.sort_by(|a, b| b.2.total_cmp(&a.2));
+                // Strict relocalisation (MASt3R-SLAM): every pose candidate must match; a verified
+                // appearance candidate is enough on its own.
+                let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict || by_appearance);
                 if success {
-                    ok.sort_by(|a, b| b.2.total_cmp(&a.2));
                     let t_wc = ok[0].1;
                     let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
                     let nk = lock(shared)?.store.push(kf);
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
                     tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
                     runner.notify(shared, nk, ok.iter().map(|o| o.0).collect());
                     state = TrackingState::Tracking;
                 } else {
                     let kf_last = last_good.keyframe;
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: kf_last, t_kf_frame: last_good.t_kf_frame, tracked: false, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: kf_last, t_kf_frame: last_good.t_kf_frame, tracked: false, weak: false, rgb_path: frame.rgb_path.clone() });
                 }
             }
         }

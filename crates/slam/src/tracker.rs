@@ -34,7 +34,23 @@ use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
 use crate::config::{MatchingConfig, TrackingConfig};
 use crate::matching::{Matches, RayImage, match_iterative_proj, ray_image};
 use crate::pointmap::{Pointmap, level_camera};
+use crate::photometric::{IntensityPyramid, LevelTerm, PhotoParams};
 use crate::residuals::{self, huber_weight};
+
+/// Largest relative depth difference between a frame point moved into the keyframe and the
+/// keyframe's depth at its pixel for the photometric residual (same surface).
+pub const PHOTO_MAX_REL_DEPTH: f64 = 0.05;
+
+/// Median depth of the valid points of a pointmap (1 when none).
+pub fn median_depth(pm: &Pointmap, conf: &[f32]) -> f64 {
+    let mut z: Vec<f32> = pm.points.iter().zip(conf).filter(|(p, c)| **c > 0.0 && p[2] > 0.0).map(|(p, _)| p[2]).step_by(7).collect();
+    if z.is_empty() {
+        return 1.0;
+    }
+    let k = z.len() / 2;
+    let (_, m, _) = z.select_nth_unstable_by(k, |a, b| a.total_cmp(b));
+    *m as f64
+}
 
 /// Sigmas and thresholds of the residual model (tracking or back end).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -265,6 +281,40 @@ impl Default for NormalEq {
     }
 }
 
+impl NormalEq {
+    /// Sum of two systems of the same pose (independent residuals).
+    pub fn merge(mut self, o: &Self) -> Self {
+        self.h += o.h;
+        self.g += o.g;
+        self.cost += o.cost;
+        self.count += o.count;
+        self
+    }
+}
+
+/// How well a 6-DoF pose is pinned down by the normal equations `h`: the smallest over the
+/// largest eigenvalue of `J^T W J` with the translation columns scaled by the scene depth
+/// `depth` (so that a translation of `depth` and a rotation of one radian count alike). Near 0:
+/// some direction of motion barely changes the residuals (a plane seen alone lets the camera
+/// slide along it; too few points). 0 when the system is empty or not finite.
+pub fn constraint_ratio(h: &Matrix7, depth: f64) -> f64 {
+    let mut h6 = h.fixed_view::<6, 6>(0, 0).into_owned();
+    let d = depth.max(1e-3);
+    for i in 0..6 {
+        for j in 0..6 {
+            let si = if i < 3 { d } else { 1.0 };
+            let sj = if j < 3 { d } else { 1.0 };
+            h6[(i, j)] *= si * sj;
+        }
+    }
+    if !h6.iter().all(|v| v.is_finite()) {
+        return 0.0;
+    }
+    let ev = h6.symmetric_eigenvalues();
+    let (lo, hi) = ev.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &e| (lo.min(e), hi.max(e)));
+    if hi > 0.0 { (lo / hi).max(0.0) } else { 0.0 }
+}
+
 /// Per-correspondence information in `y` (the transformed point): `M = sum dh^T W dh` (3x3),
 /// `m = sum dh^T W r` (3), and the robust cost. Zero when the correspondence is invalid.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -406,6 +456,11 @@ pub struct TrackResult {
     pub iterations: usize,
     /// Final robust cost.
     pub cost: f64,
+    /// [`constraint_ratio`] of the last solve (finest level tracked); 1 where not measured.
+    pub constraint: f64,
+    /// The pose is poorly constrained (`constraint` below `tracking.min_constraint`) or the last
+    /// solve failed: the frame is flagged and neither fused nor made a keyframe.
+    pub weak: bool,
 }
 
 /// Frame-to-keyframe tracker.
@@ -469,12 +524,22 @@ impl Tracker {
         let mut last = None;
         let levels = self.levels.max(1);
         let finest = self.cfg.finest_level.min(levels - 1);
+        let photo = self.photometric(frame, kf, levels);
+        let mut last_eq = None;
         for level in (finest..levels).rev() {
             let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
             let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
-            self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
-                crate::projective::tracking_normal_eq(&fv, &kv, t, &p, self.matching.dist_thresh, self.optimize_scale)
+            let term = photo.as_ref().map(|(fp, kp, pp)| LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
+            let eq = self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
+                let eq = crate::projective::tracking_normal_eq(&fv, &kv, t, &p, self.matching.dist_thresh, self.optimize_scale);
+                match &term {
+                    Some(term) => eq.merge(&term.normal_eq(&fv, &kv, t)),
+                    None => eq,
+                }
             });
+            if eq.is_some() {
+                last_eq = eq;
+            }
             if level == 0 {
                 last = Some((fv, kv));
             }
@@ -487,13 +552,37 @@ impl Tracker {
         let mut res = self.finish_with(&fv, &kv, frame_conf, &t, &m);
         res.iterations = iterations;
         res.cost = cost;
+        self.judge(&mut res, last_eq.as_ref(), kf, kf_conf);
         res
+    }
+
+    /// The photometric term's pyramids and settings, when `tracking.sigma_photo` is positive.
+    pub(crate) fn photometric(&self, frame: &Pointmap, kf: &Pointmap, levels: usize) -> Option<(IntensityPyramid, IntensityPyramid, PhotoParams)> {
+        (self.cfg.sigma_photo > 0.0 && !frame.colors.is_empty() && !kf.colors.is_empty()).then(|| {
+            let pp = PhotoParams { sigma: self.cfg.sigma_photo, huber: self.cfg.huber, max_rel_depth: PHOTO_MAX_REL_DEPTH };
+            (IntensityPyramid::from_pointmap(frame, levels), IntensityPyramid::from_pointmap(kf, levels), pp)
+        })
+    }
+
+    /// Failure detection from the last solve's normal equations: `constraint` and `weak`.
+    pub(crate) fn judge(&self, res: &mut TrackResult, eq: Option<&NormalEq>, kf: &Pointmap, kf_conf: &[f32]) {
+        let Some(eq) = eq else {
+            // No solve ran (too few residuals): nothing pins the pose.
+            res.constraint = 0.0;
+            res.weak = !res.lost && self.cfg.min_constraint > 0.0;
+            return;
+        };
+        let depth = median_depth(kf, kf_conf);
+        res.constraint = constraint_ratio(&eq.h, depth);
+        res.weak = !res.lost && res.constraint < self.cfg.min_constraint;
     }
 
     /// Gauss-Newton at one pyramid level: `normal_eq(t)` is the system at pose `t`; stops at
     /// `max_iters`, with fewer than 6 residuals, on a singular system or at convergence.
-    pub(crate) fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) {
+    /// Returns the last system solved (`None` when none was).
+    pub(crate) fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) -> Option<NormalEq> {
         let mut old_cost = f64::INFINITY;
+        let mut solved = None;
         for _ in 0..self.cfg.max_iters {
             *iterations += 1;
             let eq = normal_eq(t);
@@ -502,6 +591,7 @@ impl Tracker {
                 break;
             }
             let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
+            solved = Some(eq);
             tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
             *t = t.retr(&delta);
             let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
@@ -510,6 +600,7 @@ impl Tracker {
                 break;
             }
         }
+        solved
     }
 
     /// Final association at the optimised pose `t`: match statistics, the keyframe decision
@@ -578,6 +669,8 @@ impl Tracker {
             observation: if lost { None } else { Some((obs_points, obs_conf)) },
             iterations: 0,
             cost: 0.0,
+            constraint: 1.0,
+            weak: false,
         }
     }
 }

@@ -445,6 +445,72 @@ pub fn open_scene(path: &Path, opts: &SceneOptions) -> Result<Scene, IoError> {
     finish(kind, loaded, opts)
 }
 
+/// One posed image for [`scene_from_images`]: a full-resolution, undistorted image file with
+/// its pinhole calibration and world-to-camera pose (OpenCV axes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PosedImage {
+    /// The image file.
+    pub image_path: PathBuf,
+    /// Width of the file (the calibration's size), pixels.
+    pub width: u32,
+    /// Height of the file, pixels.
+    pub height: u32,
+    /// Focal length along x, pixels.
+    pub fx: f64,
+    /// Focal length along y, pixels.
+    pub fy: f64,
+    /// Principal point x, pixels.
+    pub cx: f64,
+    /// Principal point y, pixels.
+    pub cy: f64,
+    /// World-to-camera transform, row-major.
+    pub world_to_camera: [[f64; 4]; 4],
+}
+
+/// A training scene built in memory from posed images (e.g. a SLAM trajectory), read and
+/// downscaled like a `transforms.json` scene ([`SceneKind::Transforms`]). `root` names the
+/// scene in messages; `source` is the file errors about the views are reported against.
+pub fn scene_from_images(
+    root: &Path,
+    source: &Path,
+    images: &[PosedImage],
+    points: Option<ScenePoints>,
+    opts: &SceneOptions,
+) -> Result<Scene, IoError> {
+    if opts.downscale == 0 {
+        return Err(dataset_error(source, "the downscale factor must be at least 1"));
+    }
+    if !opts.background.iter().all(|v| v.is_finite()) {
+        return Err(dataset_error(source, "the background colour must be finite"));
+    }
+    let views = images
+        .iter()
+        .enumerate()
+        .map(|(i, v)| RawView {
+            relative: v.image_path.to_string_lossy().into_owned(),
+            image_path: v.image_path.clone(),
+            downscaled_path: None,
+            width: v.width,
+            height: v.height,
+            fx: v.fx,
+            fy: v.fy,
+            cx: v.cx,
+            cy: v.cy,
+            distortion: None,
+            world_to_camera: v.world_to_camera,
+            calibration_origin: format!("view {i} ({})", v.image_path.display()),
+            mask: None,
+        })
+        .collect();
+    let loaded = Loaded {
+        root: root.to_path_buf(),
+        views,
+        points,
+        source_file: source.to_path_buf(),
+    };
+    finish(SceneKind::Transforms, loaded, opts)
+}
+
 /// What a format loader hands to [`finish`].
 pub(crate) struct Loaded {
     pub root: PathBuf,

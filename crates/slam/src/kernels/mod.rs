@@ -223,20 +223,28 @@ pub fn track_gpu(
     let mut cost = 0.0;
     let mut last = None;
     let levels = tracker.levels.max(1);
+    // The photometric term (when on) is summed on the host and added to the device's sums.
+    let photo = tracker.photometric(frame, kf, levels);
+    let mut last_eq = None;
     for level in (tracker.cfg.finest_level.min(levels - 1)..levels).rev() {
         let fv = LevelView::new(frame, frame_conf, Some(cam), level, &p, false);
         let kv = LevelView::new(kf, kf_conf, Some(cam), level, &p, p.sigma_plane > 0.0);
         let pair = GpuPair::new(gpu, &fv, &kv, &p, &tracker.matching);
+        let term = photo.as_ref().map(|(fp, kp, pp)| crate::photometric::LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
         let mut old_cost = f64::INFINITY;
         for _ in 0..tracker.cfg.max_iters {
             iterations += 1;
             pair.associate(gpu, &t.inverse());
-            let eq = pair.normal_eq(gpu, &t)?;
+            let mut eq = pair.normal_eq(gpu, &t)?;
+            if let Some(term) = &term {
+                eq = eq.merge(&term.normal_eq(&fv, &kv, &t));
+            }
             cost = eq.cost;
             if eq.count < 6 {
                 break;
             }
             let Some(delta) = solve_pose(&eq, tracker.optimize_scale) else { break };
+            last_eq = Some(eq);
             t = t.retr(&delta);
             let done = converged(tracker.cfg.rel_error, tracker.cfg.delta_norm, old_cost, eq.cost, &delta);
             old_cost = eq.cost;
@@ -256,5 +264,6 @@ pub fn track_gpu(
     let mut res = tracker.finish(&fv, &kv, frame_conf, &t);
     res.iterations = iterations;
     res.cost = cost;
+    tracker.judge(&mut res, last_eq.as_ref(), kf, kf_conf);
     Ok(res)
 }

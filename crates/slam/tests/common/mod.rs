@@ -91,6 +91,30 @@ pub fn render(scene: &[Shape], cam: &PinholeCamera, t_wc: &Sim3, max_depth: f64)
     pm
 }
 
+/// Smooth grey texture of the room at world point `p`, in `[0, 1]`: a few sinusoids of
+/// 0.1-0.5 m period, so every surface (the walls' planes included) has image gradients at the
+/// test cameras' resolutions.
+pub fn texture(p: &Vector3<f64>) -> f64 {
+    let (x, y, z) = (p.x, p.y, p.z);
+    let s = 0.22 * (5.1 * x + 1.3 * y).sin() * (4.3 * z - 2.1 * y).cos()
+        + 0.15 * (11.0 * y + 3.0 * z).sin()
+        + 0.1 * (17.0 * x - 13.0 * z + 7.0 * y).sin();
+    (0.5 + s).clamp(0.0, 1.0)
+}
+
+/// [`render`] with colours from [`texture`] (grey, through `gain`: an exposure change).
+pub fn render_textured(scene: &[Shape], cam: &PinholeCamera, t_wc: &Sim3, max_depth: f64, gain: f64) -> Pointmap {
+    let mut pm = render(scene, cam, t_wc, max_depth);
+    for (i, p) in pm.points.iter().enumerate() {
+        if pm.conf[i] > 0.0 {
+            let w = t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
+            let g = (255.0 * (gain * texture(&w)).clamp(0.0, 1.0)).round() as u8;
+            pm.colors[i] = [g, g, g];
+        }
+    }
+    pm
+}
+
 /// A small camera (default 96 x 72, 60 degrees-ish).
 pub fn camera(w: u32, h: u32) -> PinholeCamera {
     let f = w as f64 * 0.9;

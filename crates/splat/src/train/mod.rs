@@ -20,6 +20,7 @@
 pub mod adam;
 pub mod checkpoint;
 pub mod densify;
+pub mod extras;
 pub mod images;
 pub mod init;
 pub mod loss;
@@ -191,6 +192,38 @@ impl<'a> StepTarget<'a> {
     }
 }
 
+/// Optional terms of a step beyond the photometric loss ([`Trainer::step_extras`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepExtras<'a> {
+    /// Sensor depth supervision (see [`extras::depth_loss`]).
+    pub depth: Option<DepthTarget<'a>>,
+    /// The view's exposure transform `[A row-major, b]`, applied to the render before the
+    /// photometric loss (see [`extras`]); its gradient is returned.
+    pub exposure: Option<[f32; 12]>,
+    /// Return the gradient with respect to the camera pose.
+    pub pose_grad: bool,
+}
+
+/// A depth map to supervise the rendered expected depth with.
+#[derive(Clone, Copy, Debug)]
+pub struct DepthTarget<'a> {
+    /// Metric depth along the camera's z axis per pixel of the view, 0 where unknown.
+    pub depth: &'a GpuBuffer<f32>,
+    /// Weight `k` of `k · Σ|e − t|` (the caller folds in its normalisation).
+    pub weight: f32,
+    /// Pixels whose accumulated opacity is at most this are skipped.
+    pub min_alpha: f32,
+}
+
+/// Gradients of the step's loss with respect to the extras' own parameters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExtraGrads {
+    /// `∂L/∂ world_to_camera` (top three rows), with [`StepExtras::pose_grad`].
+    pub world_to_camera: Option<[[f32; 4]; 3]>,
+    /// `∂L/∂[A, b]` of the exposure transform, with [`StepExtras::exposure`].
+    pub exposure: Option<[f32; 12]>,
+}
+
 /// Parameter groups in buffer order.
 pub const GROUPS: [&str; 5] = ["means", "log_scales", "quats", "opacity_logits", "sh"];
 
@@ -248,6 +281,7 @@ pub struct Trainer {
     loss: LossKernels,
     last_loss: Option<LossOutput>,
     last_alpha_loss: Option<AlphaLossOutput>,
+    last_depth_loss: Option<extras::DepthLossOutput>,
     zeros_cache: Option<GpuBuffer<f32>>,
     /// Largest device bytes in use sampled inside steps ([`Trainer::track_memory`]).
     peak_in_use: Option<u64>,
@@ -323,6 +357,7 @@ impl Trainer {
             loss: LossKernels::new(gpu),
             last_loss: None,
             last_alpha_loss: None,
+            last_depth_loss: None,
             zeros_cache: None,
             peak_in_use: None,
         }
@@ -467,6 +502,17 @@ impl Trainer {
         camera: &Camera,
         target: &StepTarget<'_>,
     ) -> Result<StepInfo, SplatError> {
+        Ok(self.step_extras(camera, target, &StepExtras::default())?.0)
+    }
+
+    /// [`Trainer::step_with`] with the optional depth and exposure terms and the pose
+    /// gradient of [`StepExtras`]; returns the gradients of their parameters too.
+    pub fn step_extras(
+        &mut self,
+        camera: &Camera,
+        target: &StepTarget<'_>,
+        extras: &StepExtras<'_>,
+    ) -> Result<(StepInfo, ExtraGrads), SplatError> {
         let gpu = self.gpu.clone();
         let (w, h) = (camera.width, camera.height);
         let npix = (w as usize) * (h as usize);
@@ -506,13 +552,26 @@ impl Trainer {
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
         self.sample_memory();
         let lambda = self.cfg.ssim_lambda;
+        let exposed = extras
+            .exposure
+            .map(|e| extras::apply_exposure(&gpu, &out.rgb, &e));
+        let rendered = exposed.as_ref().unwrap_or(&out.rgb);
         let loss = match target.mask {
             Some(mask) => self
                 .loss
-                .masked_photometric_loss(&gpu, &out.rgb, target.rgb, mask, w, h, lambda, true),
+                .masked_photometric_loss(&gpu, rendered, target.rgb, mask, w, h, lambda, true),
             None => self
                 .loss
-                .photometric_loss(&gpu, &out.rgb, target.rgb, w, h, lambda, true),
+                .photometric_loss(&gpu, rendered, target.rgb, w, h, lambda, true),
+        };
+        let mut extra_grads = ExtraGrads::default();
+        let exposure_v_rgb = match extras.exposure {
+            Some(e) => {
+                let (v, g) = extras::exposure_backward(&gpu, &out.rgb, &e, &loss.grad)?;
+                extra_grads.exposure = Some(g);
+                Some(v)
+            }
+            None => None,
         };
         let alpha_loss = match target.alpha {
             Some(alpha) if alpha_weight > 0.0 => {
@@ -525,17 +584,38 @@ impl Trainer {
         };
         rust3r_gpu::profile::mark(&gpu, "loss");
         let zeros = self.zeros(npix);
-        let v_alpha = alpha_loss.as_ref().map_or(&zeros, |a| &a.grad);
+        let depth_loss = match &extras.depth {
+            Some(d) => Some(extras::depth_loss(
+                &gpu,
+                &out.depth,
+                &out.alpha,
+                d.depth,
+                alpha_loss.as_ref().map(|a| &a.grad),
+                d.weight,
+                d.min_alpha,
+            )?),
+            None => None,
+        };
+        let v_alpha = match (&depth_loss, &alpha_loss) {
+            (Some(d), _) => &d.v_alpha,
+            (None, Some(a)) => &a.grad,
+            (None, None) => &zeros,
+        };
+        let v_depth = depth_loss.as_ref().map_or(&zeros, |d| &d.v_depth);
+        let v_rgb = exposure_v_rgb.as_ref().unwrap_or(&loss.grad);
         let grads = render_backward_with(
             &gpu,
             &self.splats,
             &out,
             &state,
-            &loss.grad,
+            v_rgb,
             v_alpha,
-            &zeros,
-            false,
+            v_depth,
+            extras.pose_grad,
         )?;
+        if extras.pose_grad {
+            extra_grads.world_to_camera = Some(grads.world_to_camera);
+        }
         self.sample_memory();
         if let Strategy::Mcmc(mc) = &self.cfg.strategy {
             mcmc::add_regularizer_grads(
@@ -661,13 +741,17 @@ impl Trainer {
         rust3r_gpu::profile::mark(&gpu, "densify / noise");
         self.last_loss = Some(loss);
         self.last_alpha_loss = alpha_loss;
+        self.last_depth_loss = depth_loss;
         self.step += 1;
-        Ok(StepInfo {
-            step: self.step,
-            num_splats: self.splats.len(),
-            num_visible: out.num_visible,
-            refined,
-        })
+        Ok((
+            StepInfo {
+                step: self.step,
+                num_splats: self.splats.len(),
+                num_visible: out.num_visible,
+                refined,
+            },
+            extra_grads,
+        ))
     }
 
     /// Sample the device memory in use inside every following step: after the forward pass,
@@ -703,6 +787,15 @@ impl Trainer {
     /// The alpha term of the last step's loss, when it had one (reads one value back).
     pub fn last_alpha_loss(&self) -> Result<Option<f32>, SplatError> {
         match &self.last_alpha_loss {
+            Some(l) => Ok(Some(l.value(&self.gpu)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The depth term of the last step's loss, when it had one (reads one value back; not part
+    /// of [`Trainer::last_loss`]).
+    pub fn last_depth_loss(&self) -> Result<Option<f32>, SplatError> {
+        match &self.last_depth_loss {
             Some(l) => Ok(Some(l.value(&self.gpu)?)),
             None => Ok(None),
         }
@@ -897,7 +990,21 @@ impl Trainer {
         camera: &Camera,
         target: &[u8],
     ) -> Result<(f64, f64, Vec<f32>), SplatError> {
+        self.evaluate_view_exposed(camera, target, None)
+    }
+
+    /// [`Trainer::evaluate_view`] with the render passed through an exposure transform first
+    /// (see [`extras`]).
+    pub fn evaluate_view_exposed(
+        &self,
+        camera: &Camera,
+        target: &[u8],
+        exposure: Option<&[f32; 12]>,
+    ) -> Result<(f64, f64, Vec<f32>), SplatError> {
         let mut pred = self.render_rgb(camera)?;
+        if let Some(e) = exposure {
+            extras::apply_exposure_host(&mut pred, e);
+        }
         for p in pred.iter_mut() {
             *p = p.clamp(0.0, 1.0);
         }

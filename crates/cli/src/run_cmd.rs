@@ -1,0 +1,223 @@
+//! `rust3r run`: one command from a capture to a trained splat (`rust3r_pipelines::capture`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rust3r_io::datasets::DatasetKind;
+use rust3r_pipelines::{Phase, RunEvent, RunOptions, StrategyKind, run_capture};
+use rust3r_slam::SlamConfig;
+
+use crate::train_cmd::{StrategyFlag, TrainPrinter, ctrl_c_flag, parse_background};
+
+/// SLAM front end.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Depth camera.
+    Rgbd,
+    /// The MASt3R network on colour frames (not yet available in `run`).
+    #[value(alias = "mast3r")]
+    Mono,
+}
+
+/// Arguments of `rust3r run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The capture: a TUM RGB-D, 7-Scenes or ETH3D sequence (anything `rust3r slam` reads with depth).
+    pub input: PathBuf,
+    /// Output folder (splats.ply, trajectory.txt, keyframes.txt, pointcloud.ply, transforms.json,
+    /// colmap/, eval.json, renders/, groundtruth.txt, slam/).
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value_t = Mode::Rgbd)]
+    pub mode: Mode,
+    /// Data set layout (tum, 7scenes, eth3d); detected when omitted.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// YAML overrides of the SLAM configuration (as `rust3r slam --config`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run SLAM's back end on the tracking thread (bit-identical poses run to run).
+    #[arg(long)]
+    pub single_thread: bool,
+    /// Use every N-th frame.
+    #[arg(long, default_value_t = 1)]
+    pub stride: usize,
+    /// Process at most N frames.
+    #[arg(long)]
+    pub max_frames: Option<usize>,
+    /// Training steps.
+    #[arg(long, default_value_t = 7000)]
+    pub steps: u64,
+    /// Shrink the training images by N (SLAM reads the frames at their own size).
+    #[arg(long, default_value_t = 1)]
+    pub downscale: u32,
+    /// Hold out frames k*N + N/2 for evaluation (0: none).
+    #[arg(long, default_value_t = 20)]
+    pub eval_every: usize,
+    /// Extra evaluation steps (comma list); the last step is always evaluated.
+    #[arg(long, default_value = "")]
+    pub eval_at: String,
+    #[arg(long, default_value_t = 3)]
+    pub sh_degree: u32,
+    /// Most initial Gaussians taken from SLAM's fused point cloud.
+    #[arg(long, default_value_t = 200_000)]
+    pub init_count: usize,
+    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
+    pub strategy: StrategyFlag,
+    #[arg(long)]
+    pub max_splats: Option<usize>,
+    /// Device memory the trainer may use, in GB.
+    #[arg(long)]
+    pub memory_budget: Option<f64>,
+    /// Background of the renders: white, black or r,g,b.
+    #[arg(long, default_value = "black")]
+    pub background: String,
+    #[arg(long)]
+    pub antialiased: bool,
+    /// Also write splats.spz.
+    #[arg(long)]
+    pub spz: bool,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Weight of the sensor depth term (0: off).
+    #[arg(long, default_value_t = 0.2)]
+    pub depth_weight: f32,
+    /// No per-image exposure compensation.
+    #[arg(long)]
+    pub no_exposure: bool,
+    /// No camera pose refinement (the outputs carry SLAM's poses).
+    #[arg(long)]
+    pub no_pose_refine: bool,
+    /// Adam learning rate of the pose rotation (radians; translation: times the scene scale).
+    #[arg(long, default_value_t = 2e-4)]
+    pub pose_lr: f32,
+    /// Step from which poses are refined (default: a quarter of the steps).
+    #[arg(long)]
+    pub pose_start: Option<u64>,
+    /// Adam learning rate of the exposure transforms.
+    #[arg(long, default_value_t = 2e-3)]
+    pub exposure_lr: f32,
+    /// A frame joins the training views this far (metres) from every view picked so far ...
+    #[arg(long, default_value_t = 0.05)]
+    pub min_view_distance: f64,
+    /// ... or turned this far (degrees) ...
+    #[arg(long, default_value_t = 5.0)]
+    pub min_view_angle: f64,
+    /// ... or this many frames after the last view picked (0: no limit); keyframes always train.
+    #[arg(long, default_value_t = 10)]
+    pub max_view_gap: usize,
+    #[command(flatten)]
+    pub device: crate::DeviceArgs,
+}
+
+pub fn run(a: &RunArgs) -> Result<()> {
+    if a.mode == Mode::Mono {
+        bail!("rust3r run --mode mono is not available yet: run `rust3r slam --mode mono --checkpoint M.pth` and train its transforms.json with `rust3r train`");
+    }
+    let mut slam = SlamConfig::rgbd();
+    if let Some(path) = &a.config {
+        slam.apply_yaml_file(path)?;
+    }
+    if a.single_thread {
+        slam.single_thread = true;
+    }
+    let kind = match &a.kind {
+        Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
+        None => None,
+    };
+    let mut opts = RunOptions::new(&a.input, &a.out);
+    opts.kind = kind;
+    opts.stride = a.stride;
+    opts.max_frames = a.max_frames;
+    opts.slam = slam;
+    opts.min_view_distance = a.min_view_distance;
+    opts.min_view_angle = a.min_view_angle;
+    opts.max_view_gap = a.max_view_gap;
+    let t = &mut opts.train;
+    t.steps = a.steps;
+    t.downscale = a.downscale;
+    t.eval_every = a.eval_every;
+    t.eval_at = a.eval_at.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number"))).collect::<Result<_>>()?;
+    t.sh_degree = a.sh_degree;
+    t.init_count = a.init_count;
+    t.strategy = match a.strategy {
+        StrategyFlag::Adc => StrategyKind::Adc,
+        StrategyFlag::Mcmc => StrategyKind::Mcmc,
+    };
+    t.max_splats = a.max_splats;
+    t.memory_budget = match a.memory_budget {
+        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
+        Some(gb) => Some((gb * 1e9) as u64),
+        None => None,
+    };
+    t.background = parse_background(&a.background)?;
+    t.antialiased = a.antialiased;
+    t.spz = a.spz;
+    t.seed = a.seed;
+    anyhow::ensure!(a.depth_weight.is_finite() && a.depth_weight >= 0.0, "--depth-weight {} is not a finite weight >= 0", a.depth_weight);
+    let r = &mut opts.refine;
+    r.depth_weight = a.depth_weight;
+    r.exposure = !a.no_exposure;
+    r.exposure_lr = a.exposure_lr;
+    r.pose = !a.no_pose_refine;
+    r.pose_lr = a.pose_lr;
+    r.pose_start = a.pose_start.unwrap_or(a.steps / 4);
+
+    let gpu = a.device.open()?;
+    opts.train.stop = Some(ctrl_c_flag()?);
+    let mut slam_bar: Option<ProgressBar> = None;
+    let mut printer = TrainPrinter::new(None);
+    let result = run_capture(&opts, &gpu, &mut |e| match e {
+        RunEvent::Phase { phase, total } => {
+            if let Some(b) = slam_bar.take() {
+                b.finish_and_clear();
+            }
+            match phase {
+                Phase::Slam => {
+                    println!("SLAM over {} frames", total);
+                    let bar = ProgressBar::new(total);
+                    bar.set_style(ProgressStyle::with_template("slam  {bar:30} frame {pos}/{len} {msg}").expect("valid template"));
+                    slam_bar = Some(bar);
+                }
+                Phase::Prepare => println!("picking views, reading depth, initialising"),
+                Phase::Train => println!("training {total} steps"),
+                Phase::Outputs => {
+                    let _ = printer.finish();
+                    println!("writing outputs");
+                }
+            }
+        }
+        RunEvent::Slam(p) => {
+            if let Some(b) = &slam_bar {
+                b.set_position(p.frame as u64);
+                b.set_message(format!("{} keyframes, {}", p.keyframes, p.state));
+            }
+        }
+        RunEvent::Train(e) => printer.event(e),
+    });
+    if let Some(b) = slam_bar.take() {
+        b.finish_and_clear();
+    }
+    printer.finish()?;
+    let s = result?;
+    println!(
+        "{} frames ({} lost), {} keyframes; trained on {} views, {} held out; {} Gaussians",
+        s.frames, s.lost, s.keyframes, s.train_views, s.eval_views, s.num_splats
+    );
+    if let (Some(before), Some(after)) = (s.ate_slam, s.ate_refined) {
+        println!("ATE RMSE (SE(3)): {before:.4} m from SLAM, {after:.4} m after pose refinement");
+    }
+    if let Some(e) = &s.last_eval {
+        println!("held-out PSNR {:.3} dB, SSIM {:.4} at step {}", e.psnr, e.ssim, e.step);
+    }
+    println!(
+        "time: SLAM {:.1} s, training {:.1} s, total {:.1} s -> {}",
+        s.slam_seconds,
+        s.train_seconds,
+        s.total_seconds,
+        a.out.display()
+    );
+    Ok(())
+}

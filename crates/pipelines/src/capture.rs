@@ -1,0 +1,433 @@
+//! Capture to splat (`rust3r run`): RGB-D SLAM over a sequence, training views picked from its
+//! trajectory, Gaussians initialised from its fused pointmaps, a [`TrainSession`] with sensor
+//! depth, per-image exposure and pose refinement, and every output written with the refined
+//! poses.
+//!
+//! Depth and colour: the session supervises the expected depth in the colour camera. Each
+//! depth map is carried into the colour view's pixel grid assuming the two cameras share their
+//! optical centre (`u_c = f_c (u_d − c_d) / f_d + c_c`, depth along z unchanged), averaging the
+//! depth pixels that land in one training pixel and dropping pixels whose depths disagree by
+//! more than 5% (edges). Data sets that register depth to colour (TUM, ETH3D) are exact; for
+//! 7-Scenes, whose reader gives both cameras the published calibration, the small baseline
+//! between the Kinect's cameras is ignored, as the SLAM front end and its export do.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nalgebra::Vector3;
+use rust3r_gpu::Gpu;
+use rust3r_io::datasets::{self, Dataset, DatasetKind, Intrinsics};
+use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
+use rust3r_slam::output::{self, pose_to_sim3};
+use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, eval_ate, run_slam_source};
+use rust3r_splat::train::init::{InitSplats, SH_C0};
+
+use crate::error::{Context, PipelineError, invalid, io_err};
+use crate::pose;
+use crate::train::{EvalRecord, Refinement, SceneSetup, TrainEvent, TrainOptions, TrainSession};
+
+/// Options of [`run_capture`].
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The sequence: anything `rust3r slam` reads with depth (TUM RGB-D, 7-Scenes, ETH3D).
+    pub input: PathBuf,
+    /// Data set layout; detected when `None`.
+    pub kind: Option<DatasetKind>,
+    /// Use every N-th frame.
+    pub stride: usize,
+    /// Process at most N frames.
+    pub max_frames: Option<usize>,
+    /// SLAM configuration (`SlamConfig::rgbd()` and any overrides).
+    pub slam: SlamConfig,
+    /// Training options; `out` is the run's output folder, `eval_every` the held-out spacing
+    /// (frames `k·N + N/2` never train), `init_count` the most initial Gaussians.
+    pub train: TrainOptions,
+    pub refine: Refinement,
+    /// A frame joins the training views when it is at least this far (metres) or
+    /// `min_view_angle` (degrees) from every view picked so far; keyframes always train.
+    pub min_view_distance: f64,
+    pub min_view_angle: f64,
+    /// ... or when the last view picked is this many frames back (0: no limit).
+    pub max_view_gap: usize,
+}
+
+impl RunOptions {
+    /// Defaults for `input` and `out`: SLAM's RGB-D configuration, sensor depth weight 0.2,
+    /// exposure and pose refinement on, views 5 cm / 5° / 10 frames apart, every 20th frame
+    /// held out.
+    pub fn new(input: &Path, out: &Path) -> Self {
+        Self {
+            input: input.to_path_buf(),
+            kind: None,
+            stride: 1,
+            max_frames: None,
+            slam: SlamConfig::rgbd(),
+            train: TrainOptions {
+                out: out.to_path_buf(),
+                steps: 7000,
+                background: [0.0; 3],
+                eval_every: 20,
+                eval_at: Vec::new(),
+                init_count: 200_000,
+                ..TrainOptions::default()
+            },
+            refine: Refinement { depth_weight: 0.2, exposure: true, pose: true, pose_start: 7000 / 4, ..Refinement::default() },
+            min_view_distance: 0.05,
+            min_view_angle: 5.0,
+            max_view_gap: 10,
+        }
+    }
+}
+
+/// The phases of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Slam,
+    Prepare,
+    Train,
+    Outputs,
+}
+
+/// Progress of a run.
+pub enum RunEvent<'a> {
+    /// A phase starts; `total` is its length in its own units (frames, steps) when known.
+    Phase { phase: Phase, total: u64 },
+    /// A SLAM frame was processed.
+    Slam(&'a Progress),
+    /// An event of the training session.
+    Train(TrainEvent<'a>),
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub frames: usize,
+    pub keyframes: usize,
+    pub lost: usize,
+    pub train_views: usize,
+    pub eval_views: usize,
+    /// ATE RMSE (SE(3)-aligned, metres) of SLAM's trajectory and of the refined one, when the
+    /// data set has ground truth.
+    pub ate_slam: Option<f64>,
+    pub ate_refined: Option<f64>,
+    pub last_eval: Option<EvalRecord>,
+    pub num_splats: usize,
+    pub slam_seconds: f64,
+    pub train_seconds: f64,
+    pub total_seconds: f64,
+    /// Output files.
+    pub files: Vec<PathBuf>,
+}
+
+/// Runs capture to splat (module docs); every output goes to `opts.train.out`.
+pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEvent<'_>)) -> Result<RunSummary, PipelineError> {
+    let start = Instant::now();
+    let out = opts.train.out.clone();
+    std::fs::create_dir_all(&out).map_err(io_err(&out))?;
+    let dataset = datasets::open(&opts.input, opts.kind, opts.stride)?;
+    if dataset.is_empty() {
+        return Err(invalid(format!("{}: no frames", opts.input.display())));
+    }
+    let depth_k = dataset.depth_intrinsics().ok_or_else(|| {
+        invalid(format!("{}: the rgbd mode needs depth images, and this data set has none", opts.input.display()))
+    })?;
+    let colour_k = match dataset.intrinsics() {
+        Some(k) => k,
+        None => return Err(invalid(format!("{}: the data set has no colour calibration", opts.input.display()))),
+    };
+
+    // SLAM.
+    let cfg = &opts.slam;
+    let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let n_loaders = (cores / 4).clamp(1, 4);
+    let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
+    for _ in 0..n_loaders {
+        loaders.push((datasets::open(&opts.input, opts.kind, opts.stride)?, Box::new(front.clone())));
+    }
+    let total = opts.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+    on_event(RunEvent::Phase { phase: Phase::Slam, total: total as u64 });
+    let t_slam = Instant::now();
+    let result = run_slam_source(FrameSource::Prefetch { loaders, ahead: 4 * n_loaders }, cfg, opts.max_frames, None, |p| {
+        on_event(RunEvent::Slam(p))
+    })?;
+    let slam_seconds = t_slam.elapsed().as_secs_f64();
+    // SLAM's own outputs (poses before refinement) first: they survive a failure later on.
+    let slam_dir = out.join("slam");
+    let slam_files = output::write_outputs(&result, dataset.as_ref(), &slam_dir, cfg.rgbd.export_conf as f32)?;
+    let ate_slam = slam_files.groundtruth.as_ref().and_then(|gt| eval_ate(&slam_files.trajectory, gt, Align::Se3).ok()).map(|r| r.rmse);
+    let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    if result.frames.iter().all(|f| !f.tracked) {
+        return Err(invalid(format!("{}: tracking failed on every frame (SLAM outputs in {})", opts.input.display(), slam_dir.display())));
+    }
+
+    // Views.
+    on_event(RunEvent::Phase { phase: Phase::Prepare, total: 0 });
+    let frame_poses: Vec<[[f64; 4]; 4]> = result.frame_poses().iter().map(|(_, t)| w2c_of(t)).collect();
+    let (train_frames, eval_frames) = select_views(&result, &frame_poses, opts);
+    if train_frames.is_empty() {
+        return Err(invalid(format!("{}: no tracked frame to train on", opts.input.display())));
+    }
+    let (cw, ch) = match (colour_k.width, colour_k.height) {
+        (0, _) | (_, 0) => {
+            let p = &result.frames[train_frames[0]].rgb_path;
+            image::image_dimensions(p).context_with(|| format!("cannot read the size of {}", p.display()))?
+        }
+        (w, h) => (w, h),
+    };
+    // Scene views in frame order: training and held-out frames.
+    let mut scene_frames: Vec<usize> = train_frames.iter().chain(&eval_frames).copied().collect();
+    scene_frames.sort_unstable();
+    let images: Vec<PosedImage> = scene_frames
+        .iter()
+        .map(|&f| PosedImage {
+            image_path: result.frames[f].rgb_path.clone(),
+            width: cw,
+            height: ch,
+            fx: colour_k.fx,
+            fy: colour_k.fy,
+            cx: colour_k.cx,
+            cy: colour_k.cy,
+            world_to_camera: frame_poses[f],
+        })
+        .collect();
+    let scene_opts = SceneOptions { downscale: opts.train.downscale, background: opts.train.background, kind: None };
+    let scene = scene_from_images(&opts.input, &slam_files.transforms, &images, None, &scene_opts)?;
+    let train: Vec<usize> = (0..scene_frames.len()).filter(|&k| train_frames.binary_search(&scene_frames[k]).is_ok()).collect();
+    let eval: Vec<usize> = (0..scene_frames.len()).filter(|&k| eval_frames.binary_search(&scene_frames[k]).is_ok()).collect();
+    let mut depth = vec![None; scene.len()];
+    if opts.refine.depth_weight > 0.0 {
+        for &k in &train {
+            let f = &result.frames[scene_frames[k]];
+            let frame = dataset.frame(f.index).context_with(|| format!("frame {} ({})", f.index, f.rgb_path.display()))?;
+            let d = frame.depth.ok_or_else(|| invalid(format!("frame {} ({}): no depth image", f.index, f.rgb_path.display())))?;
+            let v = &scene.views[k];
+            depth[k] = Some(depth_to_view(&d, &depth_k, v));
+        }
+    }
+    let init = init_from_slam(&result, cfg.rgbd.export_conf as f32, opts.train.init_count, opts.train.sh_degree);
+    if init.is_empty() {
+        return Err(invalid(format!("{}: SLAM produced no points to start from", opts.input.display())));
+    }
+    let label = format!("{} ({} of {} frames)", opts.input.display(), scene.len(), result.frames.len());
+    let setup = SceneSetup { train, eval, init: Some(init), depth, scale: None };
+
+    // Training.
+    let mut forward = |e: TrainEvent<'_>| on_event(RunEvent::Train(e));
+    let mut session = TrainSession::from_scene(&label, scene, setup, opts.train.clone(), opts.refine, gpu, &mut forward)?;
+    let n_train = session.train_views().len();
+    let n_eval = session.eval_views().len();
+    on_event(RunEvent::Phase { phase: Phase::Train, total: opts.train.steps });
+    let mut forward = |e: TrainEvent<'_>| on_event(RunEvent::Train(e));
+    let summary = session.run(&mut forward)?;
+
+    // Outputs with the refined poses.
+    on_event(RunEvent::Phase { phase: Phase::Outputs, total: 0 });
+    let refined_views = session.poses();
+    let scene = session.scene().clone();
+    // Every frame: the correction of the nearest scene view (by frame index) carried over.
+    let refined: Vec<[[f64; 4]; 4]> = (0..result.frames.len())
+        .map(|f| {
+            let k = nearest(&scene_frames, f);
+            pose::transfer(&scene.views[k].world_to_camera, &refined_views[k], &frame_poses[f])
+        })
+        .collect();
+    let mut files = vec![summary.splats.clone(), out.join("eval.json")];
+    let traj: Vec<(f64, rust3r_geometry::Sim3)> =
+        result.frames.iter().zip(&refined).map(|(f, p)| (f.timestamp, pose_to_sim3(&pose::rigid_inverse(p)))).collect();
+    let trajectory = out.join("trajectory.txt");
+    output::write_tum_poses(&trajectory, &traj)?;
+    files.push(trajectory.clone());
+    let kf: Vec<(f64, rust3r_geometry::Sim3)> = result
+        .keyframes
+        .frames
+        .iter()
+        .filter_map(|k| result.frames.iter().position(|f| f.index == k.frame_index).map(|f| (k.timestamp, traj[f].1)))
+        .collect();
+    let keyframes = out.join("keyframes.txt");
+    output::write_tum_poses(&keyframes, &kf)?;
+    files.push(keyframes);
+    let cloud = out.join("pointcloud.ply");
+    std::fs::copy(&slam_files.pointcloud, &cloud).map_err(io_err(&cloud))?;
+    files.push(cloud.clone());
+    let views: Vec<SceneView> = result
+        .frames
+        .iter()
+        .zip(&refined)
+        .filter(|(f, _)| f.tracked)
+        .map(|(f, p)| SceneView {
+            name: f.rgb_path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            image_path: f.rgb_path.clone(),
+            width: cw,
+            height: ch,
+            fx: colour_k.fx,
+            fy: colour_k.fy,
+            cx: colour_k.cx,
+            cy: colour_k.cy,
+            world_to_camera: *p,
+        })
+        .collect();
+    let transforms = out.join("transforms.json");
+    rust3r_io::scene::write_transforms_json(&transforms, &views, Some(&cloud))?;
+    files.push(transforms);
+    let colmap = out.join("colmap");
+    write_colmap(&colmap, &views)?;
+    files.push(colmap);
+    let mut ate_refined = None;
+    if let Some(gt) = &slam_files.groundtruth {
+        let dst = out.join("groundtruth.txt");
+        std::fs::copy(gt, &dst).map_err(io_err(&dst))?;
+        ate_refined = eval_ate(&trajectory, &dst, Align::Se3).ok().map(|r| r.rmse);
+        files.push(dst);
+    }
+    Ok(RunSummary {
+        frames: result.frames.len(),
+        keyframes: result.keyframes.frames.len(),
+        lost,
+        train_views: n_train,
+        eval_views: n_eval,
+        ate_slam,
+        ate_refined,
+        last_eval: summary.last_eval,
+        num_splats: summary.num_splats,
+        slam_seconds,
+        train_seconds: summary.train_seconds,
+        total_seconds: start.elapsed().as_secs_f64(),
+        files,
+    })
+}
+
+fn w2c_of(t: &rust3r_geometry::Sim3) -> [[f64; 4]; 4] {
+    let m = t.to_se3().matrix();
+    let c2w: [[f64; 4]; 4] = std::array::from_fn(|r| std::array::from_fn(|c| m[(r, c)]));
+    pose::rigid_inverse(&c2w)
+}
+
+/// Index into `sorted` of the value nearest `x`.
+fn nearest(sorted: &[usize], x: usize) -> usize {
+    let i = sorted.partition_point(|&v| v < x);
+    match (i.checked_sub(1), sorted.get(i)) {
+        (Some(a), Some(&b)) if x - sorted[a] <= b - x => a,
+        (_, Some(_)) => i,
+        (Some(a), None) => a,
+        (None, None) => 0,
+    }
+}
+
+/// Training and held-out frames (indices into `result.frames`, ascending): frames `k·N + N/2`
+/// are held out (`N = eval_every`, none when 0); of the other tracked frames, keyframes train,
+/// and any frame at least `min_view_distance` or `min_view_angle` away from every view picked
+/// so far, or `max_view_gap` frames after the last one.
+pub fn select_views(result: &SlamResult, w2c: &[[[f64; 4]; 4]], opts: &RunOptions) -> (Vec<usize>, Vec<usize>) {
+    let e = opts.train.eval_every;
+    let held = |f: usize| e > 0 && f % e == e / 2;
+    let is_kf: Vec<bool> = result.frames.iter().map(|f| result.keyframes.frames.iter().any(|k| k.frame_index == f.index)).collect();
+    let mut train: Vec<usize> = Vec::new();
+    let mut eval = Vec::new();
+    let min_angle = opts.min_view_angle.to_radians();
+    for (f, rec) in result.frames.iter().enumerate() {
+        if !rec.tracked {
+            continue;
+        }
+        if held(f) {
+            eval.push(f);
+            continue;
+        }
+        let far = train.iter().all(|&t| {
+            let (angle, dist) = pose::pose_error(&w2c[f], &w2c[t]);
+            angle >= min_angle || dist >= opts.min_view_distance
+        });
+        let gap = opts.max_view_gap > 0 && train.last().is_none_or(|&t| f - t >= opts.max_view_gap);
+        if is_kf[f] || far || gap {
+            train.push(f);
+        }
+    }
+    (train, eval)
+}
+
+/// A depth map carried into a view's pixel grid (module docs).
+pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView) -> Vec<f32> {
+    let (w, h) = (v.width as usize, v.height as usize);
+    let mut sum = vec![0.0f64; w * h];
+    let mut lo = vec![f32::INFINITY; w * h];
+    let mut hi = vec![0.0f32; w * h];
+    let mut count = vec![0u32; w * h];
+    for (x, y, p) in depth.enumerate_pixels() {
+        let z = p.0[0];
+        if !(z > 0.0 && z.is_finite()) {
+            continue;
+        }
+        let u = v.fx * (x as f64 - k.cx) / k.fx + v.cx;
+        let vv = v.fy * (y as f64 - k.cy) / k.fy + v.cy;
+        let (ui, vi) = ((u + 0.5).floor(), (vv + 0.5).floor());
+        if ui < 0.0 || vi < 0.0 || ui >= w as f64 || vi >= h as f64 {
+            continue;
+        }
+        let i = vi as usize * w + ui as usize;
+        sum[i] += z as f64;
+        lo[i] = lo[i].min(z);
+        hi[i] = hi[i].max(z);
+        count[i] += 1;
+    }
+    (0..w * h).map(|i| if count[i] > 0 && hi[i] <= 1.05 * lo[i] { (sum[i] / count[i] as f64) as f32 } else { 0.0 }).collect()
+}
+
+/// Initial Gaussians from the keyframes' fused pointmaps (points whose mean confidence is at
+/// least `min_conf`): colour from the pointmap's image colour, an isotropic scale of the point's
+/// pixel footprint (depth over the pointmap camera's focal length), opacity 0.1; at most
+/// `max_points`, evenly strided.
+pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_degree: u32) -> InitSplats {
+    let f = result.camera.map_or(500.0, |c| c.fx.min(c.fy)).max(1e-6);
+    let mut pts: Vec<([f32; 3], [u8; 3], f32)> = Vec::new();
+    for kf in &result.keyframes.frames {
+        let n = kf.n.max(1) as f32;
+        let pm = &kf.pointmap;
+        for i in 0..pm.len() {
+            if pm.conf[i] <= 0.0 || pm.conf[i] / n < min_conf {
+                continue;
+            }
+            let p = pm.points[i];
+            let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
+            let footprint = (p[2].abs() as f64 * kf.t_wc.scale / f).max(1e-6);
+            pts.push(([w.x as f32, w.y as f32, w.z as f32], pm.colors[i], footprint as f32));
+        }
+    }
+    let stride = pts.len().div_ceil(max_points.max(1)).max(1);
+    let k = ((sh_degree + 1) * (sh_degree + 1)) as usize * 3;
+    let mut init = InitSplats { means: Vec::new(), log_scales: Vec::new(), quats: Vec::new(), opacity_logits: Vec::new(), sh: Vec::new(), sh_degree };
+    let opacity_logit = (0.1f32 / 0.9).ln();
+    for (p, c, s) in pts.into_iter().step_by(stride) {
+        init.means.extend_from_slice(&p);
+        // Kept points stand for `stride` pixels: their footprint grows by sqrt(stride).
+        init.log_scales.extend_from_slice(&[(s * (stride as f32).sqrt()).ln(); 3]);
+        init.quats.extend_from_slice(&[1.0, 0.0, 0.0, 0.0]);
+        init.opacity_logits.push(opacity_logit);
+        let start = init.sh.len();
+        init.sh.resize(start + k, 0.0);
+        for (ch, &v) in c.iter().enumerate() {
+            init.sh[start + ch] = ((v as f64 / 255.0 - 0.5) / SH_C0) as f32;
+        }
+    }
+    init
+}
+
+/// A COLMAP text model of `views` in `dir/sparse/0`, with the images linked (or copied) into
+/// `dir/images`, so COLMAP-reading tools (gsplat, `rust3r train`) open `dir` directly.
+fn write_colmap(dir: &Path, views: &[SceneView]) -> Result<(), PipelineError> {
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).map_err(io_err(&images))?;
+    for v in views {
+        let dst = images.join(&v.name);
+        if dst.exists() {
+            continue;
+        }
+        if std::fs::hard_link(&v.image_path, &dst).is_err() {
+            std::fs::copy(&v.image_path, &dst).map_err(io_err(&dst))?;
+        }
+    }
+    let named: Vec<SceneView> = views.iter().map(|v| SceneView { image_path: images.join(&v.name), ..v.clone() }).collect();
+    let model = dir.join("sparse").join("0");
+    std::fs::create_dir_all(&model).map_err(io_err(&model))?;
+    rust3r_io::scene::write_colmap_text(&model, &named, None)?;
+    Ok(())
+}

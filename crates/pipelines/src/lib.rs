@@ -1,0 +1,18 @@
+//! End-to-end pipelines that the `rust3r` binary (and other front ends) drive:
+//!
+//! * [`train`]: the training session of `rust3r train` ([`train::TrainSession`]): images on the
+//!   device, the trainer, the evaluation / checkpoint schedule and `eval.json`, with progress as
+//!   [`train::TrainEvent`]s;
+//! * [`capture`]: capture to splat (`rust3r run`): SLAM, view selection, initialisation from the
+//!   fused pointmaps, training with sensor depth, exposure and pose refinement, outputs.
+//!
+//! Dependencies go one way: pipelines → splat / slam / lpips → gpu / geometry / io.
+
+pub mod capture;
+pub mod error;
+pub mod pose;
+pub mod train;
+
+pub use capture::{Phase, RunEvent, RunOptions, RunSummary, run_capture};
+pub use error::PipelineError;
+pub use train::{EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession, TrainSummary};
