@@ -165,6 +165,63 @@ fn redkitchen_real() {
     assert!(strided.frame(50).is_err());
 }
 
+/// Normalised correlation of the gradient magnitudes of two images (grey levels, 3x3 central
+/// differences), over pixels where `mask` is set.
+fn gradient_agreement(a: &[f64], b: &[f64], mask: &[bool], w: usize, h: usize) -> f64 {
+    let grad = |img: &[f64], x: usize, y: usize| {
+        let gx = img[y * w + x + 1] - img[y * w + x - 1];
+        let gy = img[(y + 1) * w + x] - img[(y - 1) * w + x];
+        (gx * gx + gy * gy).sqrt()
+    };
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    for y in 1..h - 1 {
+        for x in 1..w - 1 {
+            if mask[y * w + x] {
+                let (ga, gb) = (grad(a, x, y), grad(b, x, y));
+                ab += ga * gb;
+                aa += ga * ga;
+                bb += gb * gb;
+            }
+        }
+    }
+    ab / (aa * bb).sqrt()
+}
+
+/// 7-Scenes colour is resampled into the depth camera: on frames held out of the fit of the
+/// colour camera (300-499), colour edges line up with depth edges better than in the file.
+#[test]
+fn redkitchen_colour_is_registered_to_depth() {
+    let dir = redkitchen();
+    let ds = open(&dir, None, 1).unwrap();
+    assert!(ds.colour_resampled());
+    let (mut registered, mut raw) = (0.0, 0.0);
+    for i in [320, 380, 440, 490] {
+        let f = ds.frame(i).unwrap();
+        let file = image::open(&f.rgb_path).unwrap().to_rgb8();
+        let depth = f.depth.unwrap();
+        let (w, h) = (640usize, 480usize);
+        // Inverse depth (its edges are the occluding contours), and where it is valid with its
+        // neighbours.
+        let inv: Vec<f64> = depth.pixels().map(|p| if p.0[0] > 0.0 { 1.0 / p.0[0] as f64 } else { 0.0 }).collect();
+        let mask: Vec<bool> = (0..w * h)
+            .map(|k| {
+                let (x, y) = (k % w, k / w);
+                x > 1 && y > 1 && x < w - 2 && y < h - 2 && [k - 1, k + 1, k - w, k + w, k].iter().all(|&j| inv[j] > 0.0)
+            })
+            .collect();
+        let grey = |img: &RgbImage| -> Vec<f64> { img.pixels().map(|p| p.0.iter().map(|&c| c as f64).sum::<f64>() / 3.0).collect() };
+        registered += gradient_agreement(&grey(&f.rgb), &inv, &mask, w, h);
+        raw += gradient_agreement(&grey(&file), &inv, &mask, w, h);
+    }
+    assert!(registered > 1.2 * raw, "edge agreement registered {registered} vs file {raw}");
+    // A calibration override keeps the files' pixels.
+    let k = Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 640, 480);
+    let plain = open_with(&dir, &OpenOptions { calibration: Some(k), ..OpenOptions::default() }).unwrap();
+    assert!(!plain.colour_resampled());
+    let f = plain.frame(7).unwrap();
+    assert_eq!(f.rgb, image::open(&f.rgb_path).unwrap().to_rgb8());
+}
+
 // ---------------------------------------------------------------------------
 // TUM RGB-D
 

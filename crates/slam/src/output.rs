@@ -167,7 +167,26 @@ pub struct OutputFiles {
     pub num_points: usize,
 }
 
-/// Writes every output of a run into `out_dir` (created if needed).
+/// Writes frame `index` of `dataset` as delivered (e.g. colour registered to depth) to
+/// `out_dir/images/<stem of source>.jpg` (quality 95, atomically); returns its path.
+fn write_delivered_image(dataset: &dyn Dataset, index: usize, source: &Path, out_dir: &Path) -> Result<PathBuf, SlamError> {
+    let images = out_dir.join("images");
+    std::fs::create_dir_all(&images).map_err(io_err(&images))?;
+    let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("frame-{index:06}"));
+    let path = images.join(format!("{stem}.jpg"));
+    let frame = dataset.frame(index)?;
+    write_atomic_with(&path, |w| {
+        image::codecs::jpeg::JpegEncoder::new_with_quality(w, 95)
+            .encode_image(&frame.rgb)
+            .map_err(std::io::Error::other)
+    })
+    .map_err(io_err(&path))?;
+    Ok(path)
+}
+
+/// Writes every output of a run into `out_dir` (created if needed). When the data set delivers
+/// resampled colour ([`Dataset::colour_resampled`]), `transforms.json` refers to copies of the
+/// delivered images in `out_dir/images/`, whose calibration it carries.
 pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
@@ -193,13 +212,21 @@ pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path,
     };
     let cam = ExportCamera { fx: k.fx, fy: k.fy, cx: k.cx, cy: k.cy, width: w, height: h };
     let poses = result.frame_poses();
-    let frames: Vec<(PathBuf, Sim3)> = result
+    let mut frames: Vec<(PathBuf, Sim3)> = result
         .frames
         .iter()
         .zip(&poses)
         .filter(|(f, _)| f.tracked)
         .map(|(f, (_, t))| (f.rgb_path.clone(), *t))
         .collect();
+    if dataset.colour_resampled() {
+        // The calibration above is that of the images the data set delivers (colour resampled
+        // into the depth camera), not of the files on disk: export the delivered images.
+        let tracked = result.frames.iter().filter(|f| f.tracked);
+        for ((path, _), record) in frames.iter_mut().zip(tracked) {
+            *path = write_delivered_image(dataset, record.index, &record.rgb_path, out_dir)?;
+        }
+    }
     let transforms = out_dir.join("transforms.json");
     write_transforms_json(&transforms, &cam, &frames, "pointcloud.ply")?;
     Ok(OutputFiles { trajectory, keyframes, pointcloud, groundtruth, transforms, num_points: points.len() })

@@ -30,6 +30,7 @@ mod calib;
 mod common;
 mod euroc;
 mod folder;
+mod register;
 mod seven_scenes;
 mod tum;
 mod video;
@@ -45,6 +46,7 @@ pub use calib::SlamCalibration;
 pub use common::natural_cmp;
 pub use euroc::EurocDataset;
 pub use folder::ImageFolderDataset;
+pub use register::{ColourRegistration, register_colour_to_depth};
 pub use seven_scenes::SevenScenesDataset;
 pub use tum::{MAX_TIME_DIFFERENCE, TumDataset, tum_intrinsics};
 
@@ -174,7 +176,8 @@ pub struct Frame {
     pub depth: Option<DepthImage>,
     /// Ground-truth camera-to-world pose of the colour camera, when known for this frame.
     pub gt_pose: Option<Pose>,
-    /// File the colour image was read from.
+    /// File the colour image was read from (see [`Dataset::colour_resampled`]: `rgb` may be a
+    /// resampling of it).
     pub rgb_path: PathBuf,
 }
 
@@ -198,6 +201,12 @@ pub trait Dataset: Send {
     fn depth_intrinsics(&self) -> Option<Intrinsics>;
     /// Loads frame `i` (`0..len()`).
     fn frame(&self, i: usize) -> Result<Frame, IoError>;
+    /// Whether [`Frame::rgb`] is a resampling of the file at [`Frame::rgb_path`] (colour
+    /// registered to the depth camera) rather than that file's pixels: an export that refers to
+    /// images by path must then write the delivered images.
+    fn colour_resampled(&self) -> bool {
+        false
+    }
     /// The whole ground-truth trajectory as `(timestamp, camera-to-world)`, independent of the
     /// stride (for trajectory evaluation), or `None` when the data set has none.
     fn ground_truth(&self) -> Option<Vec<(f64, Pose)>>;

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::common::{self, data_lines, dataset_error, malformed, read_text, resolve_calibration};
+use super::register::{ColourRegistration, register_colour_to_depth};
 use super::{Dataset, Frame, Intrinsics, Pose};
 use crate::IoError;
 
@@ -44,7 +45,15 @@ struct Entry {
 /// * `frame-NNNNNN.pose.txt` (optional): 4x4 camera-to-world matrix, four rows of four numbers.
 ///   A pose containing non-finite values (`inf`/`nan`) is treated as unknown;
 /// * `camera-intrinsics.txt` (optional): the 3x3 `K`; without it `fx = fy = 585`,
-///   `cx = 320`, `cy = 240` (the values published for the data set), used for colour and depth.
+///   `cx = 320`, `cy = 240` (the values published for the data set): the depth camera's.
+///
+/// The colour camera of the Kinect is not the depth camera (another focal length and centre,
+/// ~1 cm apart): a colour pixel and the depth pixel with the same coordinates are up to ~30 pixels
+/// apart at the border. When the sequence has depth and no calibration override is given, each
+/// frame's colour is therefore resampled into the depth camera with
+/// [`ColourRegistration::seven_scenes`] ([`register_colour_to_depth`]), and
+/// [`Dataset::intrinsics`] is the depth camera's: colour and depth form one registered pair. A
+/// calibration override is taken to hold for both images as they are (no resampling).
 ///
 /// Frames are ordered by frame number; the timestamp is `frame_number / 30`.
 #[derive(Debug, Clone)]
@@ -54,6 +63,8 @@ pub struct SevenScenesDataset {
     frames: Vec<Entry>,
     intrinsics: Intrinsics,
     depth_intrinsics: Option<Intrinsics>,
+    /// Resampling of the colour images into the depth camera, when they are not registered.
+    registration: Option<ColourRegistration>,
     ground_truth: Vec<(f64, Pose)>,
 }
 
@@ -182,6 +193,7 @@ impl SevenScenesDataset {
         }
 
         let rgb_size = common::image_size(&all[0].rgb)?;
+        let overridden = calibration.is_some();
         let base = match calibration {
             Some(k) => resolve_calibration(k, rgb_size, &all[0].rgb)?,
             None => {
@@ -214,12 +226,19 @@ impl SevenScenesDataset {
             .filter_map(|e| e.gt.map(|p| (e.number as f64 / FPS, p)))
             .collect();
         let frames = all.into_iter().step_by(stride).collect();
+        let registration = (!overridden && depth_intrinsics.is_some()).then(ColourRegistration::seven_scenes);
+        // Registered colour is delivered at the depth camera's calibration and size.
+        let intrinsics = match (registration, depth_intrinsics) {
+            (Some(_), Some(d)) => d,
+            _ => base,
+        };
         Ok(Self {
             name: common::display_name(path),
             root: path.to_path_buf(),
             frames,
-            intrinsics: base,
+            intrinsics,
             depth_intrinsics,
+            registration,
             ground_truth,
         })
     }
@@ -249,11 +268,14 @@ impl Dataset for SevenScenesDataset {
                 format!("frame {i} is out of range ({} frames)", self.frames.len()),
             )
         })?;
-        let rgb = common::read_rgb(&entry.rgb)?;
+        let mut rgb = common::read_rgb(&entry.rgb)?;
         let depth = match &entry.depth {
             Some(p) => Some(common::read_depth(p, DEPTH_SCALE, &[DEPTH_INVALID])?),
             None => None,
         };
+        if let (Some(reg), Some(depth), Some(depth_k)) = (&self.registration, &depth, &self.depth_intrinsics) {
+            rgb = register_colour_to_depth(&rgb, depth, depth_k, reg);
+        }
         Ok(Frame {
             index: i,
             timestamp: entry.number as f64 / FPS,
@@ -262,6 +284,10 @@ impl Dataset for SevenScenesDataset {
             gt_pose: entry.gt,
             rgb_path: entry.rgb.clone(),
         })
+    }
+
+    fn colour_resampled(&self) -> bool {
+        self.registration.is_some()
     }
 
     fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
