@@ -30,6 +30,40 @@ pub enum BenchCommand {
     /// The radix sort alone (random 32-bit pairs, the low `--bits` bits set), whole and stage by
     /// stage; the result is checked against the host's stable sort.
     Sort(SortArgs),
+    /// Write the garden scene tiled to N Gaussians (the splats `bench raster` renders) as a
+    /// splat file, e.g. for `rust3r view` measurements.
+    Scene(SceneArgs),
+}
+
+#[derive(Args)]
+pub struct SceneArgs {
+    #[arg(long, default_value = "../shared/data/garden_points/test_garden.npz")]
+    npz: PathBuf,
+    /// Gaussian count (base|1m|10m|...).
+    #[arg(long, default_value = "1m")]
+    n: String,
+    /// Output splat file (format by extension).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+fn scene(a: &SceneArgs) -> Result<()> {
+    let garden = load_garden(&a.npz)?;
+    let nn = knn_mean_dist(&garden.means);
+    let n = parse_n(&a.n, garden.means.len())?;
+    let set = build_set(&garden, &nn, n);
+    let triples = |v: &[f32]| v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>();
+    let splats = rust3r_io::Splats {
+        means: triples(&set.means),
+        log_scales: triples(&set.log_scales),
+        rotations: set.quats.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect(),
+        opacity_logits: vec![0.0; n],
+        sh_degree: 3,
+        sh: set.sh,
+    };
+    rust3r_io::save_splats(&a.out, &splats).with_context(|| format!("cannot write {}", a.out.display()))?;
+    println!("wrote {} ({n} Gaussians)", a.out.display());
+    Ok(())
 }
 
 #[derive(Args)]
@@ -225,6 +259,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
         BenchCommand::Launch(a) => launch(&a),
         BenchCommand::Sort(a) => sort(&a),
+        BenchCommand::Scene(a) => scene(&a),
     }
 }
 

@@ -54,7 +54,7 @@ enum Command {
     View(view_cmd::ViewArgs),
     /// Train a Gaussian splat on a posed-image scene (COLMAP, transforms.json, NeRF-synthetic).
     Train(Box<train_cmd::TrainArgs>),
-    /// Convert between splat formats (by extension: .ply, .splat, .spz; .compressed.ply is read-only).
+    /// Convert between splat formats (by extension: .ply, .splat, .spz, .sog; .compressed.ply is read-only).
     Convert {
         input: PathBuf,
         output: PathBuf,

@@ -109,6 +109,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10)]
     pub max_view_gap: usize,
     #[command(flatten)]
+    pub live: crate::view_cmd::LiveFlags,
+    #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
 
@@ -168,6 +170,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
     let mut slam_bar: Option<ProgressBar> = None;
+    let mut view = a.live.start(&gpu, &format!("rust3r run {}", a.input.display()))?;
     let mut printer = TrainPrinter::new(None);
     let result = run_capture(&opts, &gpu, &mut |e| match e {
         RunEvent::Phase { phase, total } => {
@@ -181,7 +184,12 @@ pub fn run(a: &RunArgs) -> Result<()> {
                     bar.set_style(ProgressStyle::with_template("slam  {bar:30} frame {pos}/{len} {msg}").expect("valid template"));
                     slam_bar = Some(bar);
                 }
-                Phase::Prepare => println!("picking views, reading depth, initialising"),
+                Phase::Prepare => {
+                    if let Some(v) = view.as_mut() {
+                        v.end_slam();
+                    }
+                    println!("picking views, reading depth, initialising");
+                }
                 Phase::Train => println!("training {total} steps"),
                 Phase::Outputs => {
                     let _ = printer.finish();
@@ -190,17 +198,28 @@ pub fn run(a: &RunArgs) -> Result<()> {
             }
         }
         RunEvent::Slam(p) => {
+            if let Some(v) = view.as_mut() {
+                v.slam_progress(p);
+            }
             if let Some(b) = &slam_bar {
                 b.set_position(p.frame as u64);
                 b.set_message(format!("{} keyframes, {}", p.keyframes, p.state));
             }
         }
-        RunEvent::Train(e) => printer.event(e),
+        RunEvent::Train(e) => {
+            if let Some(v) = view.as_mut() {
+                v.train_event(&e);
+            }
+            printer.event(e)
+        }
     });
     if let Some(b) = slam_bar.take() {
         b.finish_and_clear();
     }
     printer.finish()?;
+    if let Some(v) = view.as_mut() {
+        v.message("finished");
+    }
     let s = result?;
     println!(
         "{} frames ({} lost), {} keyframes; trained on {} views, {} held out; {} Gaussians",

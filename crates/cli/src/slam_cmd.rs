@@ -62,6 +62,8 @@ pub struct SlamArgs {
     #[arg(long)]
     pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
+    pub live: crate::view_cmd::LiveFlags,
+    #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
 
@@ -140,6 +142,15 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}").expect("valid template").progress_chars("=> "),
     );
     let gpu = if args.gpu { Some(args.device.open()?) } else { None };
+    // The page renders the map on the GPU even when tracking runs on the CPU.
+    let mut view = match (&gpu, args.live.view) {
+        (Some(g), _) => args.live.start(g, &format!("rust3r slam {}", args.dataset.display()))?,
+        (None, true) => args.live.start(&args.device.open()?, &format!("rust3r slam {}", args.dataset.display()))?,
+        (None, false) => None,
+    };
+    if let Some(v) = view.as_mut() {
+        v.set_slam_camera(live_camera);
+    }
     let start = Instant::now();
     // The network runs on the tracking thread (one model on the GPU; the pair (frame, keyframe)
     // it decodes depends on the keyframe, known only there); RGB-D frames on loaders.
@@ -148,14 +159,17 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         None => FrameSource::Prefetch { loaders, ahead: 4 * n_loaders },
     };
     let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref()).map(|s| Live::open("rust3r slam", &s)).transpose()?;
-    let mut view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
+    let mut rerun_view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
     let mut live_err: Option<anyhow::Error> = None;
     let result = run_slam_source(source, &cfg, args.max_frames, gpu.as_ref(), |p| {
-        if let Some(v) = view.as_mut()
+        if let Some(v) = rerun_view.as_mut()
             && live_err.is_none()
             && let Err(e) = v.log(p)
         {
             live_err = Some(e);
+        }
+        if let Some(v) = view.as_mut() {
+            v.slam_progress(p);
         }
         let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(p.frame as u64);
@@ -163,6 +177,10 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
+    if let Some(v) = view.as_mut() {
+        v.end_slam();
+        v.message("SLAM finished");
+    }
     if let Some(e) = live_err {
         eprintln!("warning: live view stopped: {e:#}");
     }

@@ -77,6 +77,9 @@ pub struct TrainArgs {
     /// Also write splats.spz at the end.
     #[arg(long)]
     pub spz: bool,
+    /// Also write splats.sog (PlayCanvas SOG bundle) at the end.
+    #[arg(long)]
+    pub sog: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// ADC grows by the sum of absolute per-pixel 2D-mean gradients (gsplat's absgrad) with
@@ -116,6 +119,8 @@ pub struct TrainArgs {
     pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
     pub lpips: LpipsFlags,
+    #[command(flatten)]
+    pub live: crate::view_cmd::LiveFlags,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
@@ -184,6 +189,7 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         antialiased: a.antialiased,
         visible_adam: a.visible_adam,
         spz: a.spz,
+        sog: a.sog,
         seed: a.seed,
         absgrad: a.absgrad,
         deterministic: a.deterministic,
@@ -209,12 +215,14 @@ pub fn ctrl_c_flag() -> Result<Arc<AtomicBool>> {
 pub struct TrainPrinter<'a> {
     pub bar: Option<ProgressBar>,
     pub live: Option<&'a Live>,
+    /// The `--view` page.
+    pub view: Option<&'a mut rust3r_viewer::LiveView>,
     pub error: Option<anyhow::Error>,
 }
 
 impl<'a> TrainPrinter<'a> {
     pub fn new(live: Option<&'a Live>) -> Self {
-        Self { bar: None, live, error: None }
+        Self { bar: None, live, view: None, error: None }
     }
 
     fn line(&self, text: &str) {
@@ -227,6 +235,9 @@ impl<'a> TrainPrinter<'a> {
     }
 
     pub fn event(&mut self, e: TrainEvent<'_>) {
+        if let Some(v) = self.view.as_deref_mut() {
+            v.train_event(&e);
+        }
         if let Err(err) = self.handle(e)
             && self.error.is_none()
         {
@@ -321,10 +332,15 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     opts.lpips = a.lpips.load()?;
     let gpu = a.device.open()?;
     opts.stop = Some(ctrl_c_flag()?);
+    let mut view = a.live.start(&gpu, &format!("rust3r train {}", a.dataset.display()))?;
     let mut printer = TrainPrinter::new(live.as_ref());
+    printer.view = view.as_mut();
     let mut session = TrainSession::open(&a.dataset, opts, &gpu, &mut |e| printer.event(e))?;
     let summary = session.run(&mut |e| printer.event(e));
     printer.finish()?;
+    if let Some(v) = view.as_mut() {
+        v.message("training finished");
+    }
     let summary = summary?;
     if summary.interrupted {
         return Ok(());

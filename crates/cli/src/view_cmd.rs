@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rust3r_viewer::{Content, ViewerConfig, ViewerHandle};
+use rust3r_viewer::{Content, LiveOptions, LiveView, ViewerConfig, ViewerHandle};
 
 use crate::DeviceArgs;
 
@@ -28,12 +28,47 @@ pub struct ViewArgs {
     device: DeviceArgs,
 }
 
-pub fn run(a: &ViewArgs) -> Result<()> {
-    let addr = (a.host.as_str(), a.port)
+/// `--view` and its address, for `rust3r train / run / slam`.
+#[derive(Args, Debug, Clone)]
+pub struct LiveFlags {
+    /// Serve the browser viewer while this runs (the page of `rust3r view`, with the current
+    /// splats or SLAM map and the progress; docs/viewer.md). Closing the page never stops the run.
+    #[arg(long)]
+    pub view: bool,
+    /// Port of the --view page (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    pub view_port: u16,
+    /// Address of the --view page; any address but loopback needs the access token printed.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub view_host: String,
+}
+
+impl LiveFlags {
+    /// With `--view`: start serving on `gpu` and print the URL.
+    pub fn start(&self, gpu: &rust3r_gpu::Gpu, description: &str) -> Result<Option<LiveView>> {
+        if !self.view {
+            return Ok(None);
+        }
+        let addr = resolve(&self.view_host, self.view_port)?;
+        let live = LiveView::start(ViewerConfig::new(addr), gpu.clone(), description, LiveOptions::default())?;
+        println!("live view: open {}", live.url());
+        if let Some(token) = live.handle().token() {
+            println!("access token: {token} (every request needs it; the URL above carries it)");
+        }
+        Ok(Some(live))
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<std::net::SocketAddr> {
+    (host, port)
         .to_socket_addrs()
-        .with_context(|| format!("cannot resolve --host {}", a.host))?
+        .with_context(|| format!("cannot resolve {host}"))?
         .next()
-        .with_context(|| format!("--host {} has no address", a.host))?;
+        .with_context(|| format!("{host} has no address"))
+}
+
+pub fn run(a: &ViewArgs) -> Result<()> {
+    let addr = resolve(&a.host, a.port).context("--host")?;
     // A file that cannot be shown is an error page (and this message), not an exit: the page
     // says what is wrong to whoever opens it.
     let content = match rust3r_viewer::load_scene(&a.path).map_err(anyhow::Error::from).and_then(|scene| {

@@ -86,7 +86,7 @@ fn convert_round_trips_through_every_writable_format() {
     let dir = tempfile::tempdir().unwrap();
     let src = shared("data/splats/biker_from_spz.3dgs.ply");
     let original = rust3r_io::load_splats(&src).unwrap();
-    for ext in ["ply", "splat", "spz"] {
+    for ext in ["ply", "splat", "spz", "sog"] {
         let out = dir.path().join(format!("biker.{ext}"));
         let (ok, stdout, err) = rust3r(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
         assert!(ok, "{ext}: {err}");

@@ -13,6 +13,7 @@
 //! | PlayCanvas compressed PLY | `.compressed.ply` (or detected in `.ply`) | yes | no |
 //! | antimatter15 splat | `.splat` | yes | yes (DC colour only) |
 //! | Niantic SPZ v1-v4 | `.spz` | yes | v2, v3 (default), v4 |
+//! | PlayCanvas SOG v2 bundle | `.sog` | yes | yes |
 //!
 //! Every function returns an [`IoError`] whose message names the file; malformed
 //! input is reported as an error, never a panic. Writes are atomic.
@@ -36,6 +37,7 @@ mod ply;
 mod plyfile;
 pub mod scene;
 mod splat_format;
+mod sog;
 mod splats;
 mod spz;
 
@@ -58,11 +60,13 @@ pub enum SplatFormat {
     Splat,
     /// Niantic SPZ.
     Spz,
+    /// PlayCanvas SOG (version 2), as a `.sog` bundle (ZIP of `meta.json` and WebP images).
+    Sog,
 }
 
 impl SplatFormat {
-    /// The format implied by the file name: `.compressed.ply`, `.ply`, `.splat`
-    /// or `.spz` (case-insensitive).
+    /// The format implied by the file name: `.compressed.ply`, `.ply`, `.splat`,
+    /// `.spz` or `.sog` (case-insensitive).
     pub fn from_path(path: &Path) -> Option<Self> {
         let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
         if name.ends_with(".compressed.ply") {
@@ -73,18 +77,22 @@ impl SplatFormat {
             Some(Self::Splat)
         } else if name.ends_with(".spz") {
             Some(Self::Spz)
+        } else if name.ends_with(".sog") {
+            Some(Self::Sog)
         } else {
             None
         }
     }
 
-    /// Guesses the format from the first bytes of a file (PLY and SPZ have magic
-    /// numbers; `.splat` has none and is never detected).
+    /// Guesses the format from the first bytes of a file (PLY, SPZ and SOG bundles (ZIP) have
+    /// magic numbers; `.splat` has none and is never detected).
     pub fn detect(bytes: &[u8]) -> Option<Self> {
         if bytes.starts_with(b"ply\n") || bytes.starts_with(b"ply\r\n") {
             Some(Self::Ply)
         } else if bytes.starts_with(b"NGSP") || bytes.starts_with(&[0x1f, 0x8b]) {
             Some(Self::Spz)
+        } else if bytes.starts_with(b"PK\x03\x04") {
+            Some(Self::Sog)
         } else {
             None
         }
@@ -123,7 +131,7 @@ pub fn load_splats(path: &Path) -> Result<Splats, IoError> {
         None => {
             return Err(IoError::Unsupported {
                 path: path.to_path_buf(),
-                message: "unknown splat file type (expected .ply, .splat or .spz)".into(),
+                message: "unknown splat file type (expected .ply, .splat, .spz or .sog)".into(),
             });
         }
     };
@@ -137,6 +145,7 @@ pub fn decode_splats(bytes: &[u8], format: SplatFormat, path: &Path) -> Result<S
         SplatFormat::Ply | SplatFormat::CompressedPly => ply::decode(bytes),
         SplatFormat::Splat => splat_format::decode(bytes),
         SplatFormat::Spz => spz::decode(bytes),
+        SplatFormat::Sog => sog::decode(bytes),
     }
     .map_err(|e| e.at(path))
 }
@@ -158,7 +167,7 @@ pub fn save_splats_with(
     let Some(format) = SplatFormat::from_path(path) else {
         return Err(IoError::Unsupported {
             path: path.to_path_buf(),
-            message: "unknown splat file extension (expected .ply, .splat or .spz)".into(),
+            message: "unknown splat file extension (expected .ply, .splat, .spz or .sog)".into(),
         });
     };
     let bytes = encode_splats(splats, format, options, path)?;
@@ -180,6 +189,7 @@ pub fn encode_splats(
         )),
         SplatFormat::Splat => splat_format::encode(splats),
         SplatFormat::Spz => spz::encode(splats, options.spz_version),
+        SplatFormat::Sog => sog::encode(splats),
     }
     .map_err(|e| e.at(path))
 }

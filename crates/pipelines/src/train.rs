@@ -65,7 +65,7 @@ pub struct TrainOptions {
     pub eval_every: usize,
     /// Extra evaluation steps (the last step is always evaluated).
     pub eval_at: Vec<u64>,
-    /// Steps at which to also write splats_<step>.ply (and .spz with `spz`).
+    /// Steps at which to also write splats_<step>.ply (and .spz / .sog with `spz` / `sog`).
     pub save_at: Vec<u64>,
     /// Write a checkpoint every N steps (0: only at the end and when stopped).
     pub checkpoint_every: u64,
@@ -82,6 +82,8 @@ pub struct TrainOptions {
     pub visible_adam: bool,
     /// Also write splats.spz.
     pub spz: bool,
+    /// Also write splats.sog (PlayCanvas SOG bundle).
+    pub sog: bool,
     pub seed: u64,
     pub absgrad: bool,
     pub deterministic: bool,
@@ -119,6 +121,7 @@ impl Default for TrainOptions {
             antialiased: false,
             visible_adam: false,
             spz: false,
+            sog: false,
             seed: 42,
             absgrad: false,
             deterministic: false,
@@ -206,8 +209,9 @@ pub enum TrainEvent<'a> {
     Warning(String),
     /// The step loop starts.
     Started { scene: &'a Scene, train: &'a [usize], step: u64, steps: u64 },
-    /// After every step; `stats` every 100th step and at the last.
-    Step { step: u64, info: &'a StepInfo, stats: Option<StepStats> },
+    /// After every step; `stats` every 100th step and at the last. `trainer` is for live views
+    /// (e.g. a handle copy of its parameter buffers).
+    Step { step: u64, info: &'a StepInfo, stats: Option<StepStats>, trainer: &'a Trainer },
     /// After an evaluation of the held-out views (`eval.json` is written).
     Eval { record: &'a EvalRecord, trainer: &'a Trainer, scene: &'a Scene, cache: &'a ImageCache, eval: &'a [usize] },
     /// Stopped through [`TrainOptions::stop`]: the checkpoint and splats.ply are written.
@@ -671,12 +675,15 @@ impl TrainSession {
             } else {
                 None
             };
-            on_event(TrainEvent::Step { step: s, info: &info, stats });
+            on_event(TrainEvent::Step { step: s, info: &info, stats, trainer: &self.trainer });
             let last = s == steps;
             if self.opts.save_at.contains(&s) {
                 let mut paths = vec![out.join(format!("splats_{s}.ply"))];
                 if self.opts.spz {
                     paths.push(out.join(format!("splats_{s}.spz")));
+                }
+                if self.opts.sog {
+                    paths.push(out.join(format!("splats_{s}.sog")));
                 }
                 write_splats(&self.trainer, &paths)?;
             }
@@ -716,6 +723,9 @@ impl TrainSession {
         let mut paths = vec![out.join("splats.ply")];
         if self.opts.spz {
             paths.push(out.join("splats.spz"));
+        }
+        if self.opts.sog {
+            paths.push(out.join("splats.sog"));
         }
         write_splats(&self.trainer, &paths)?;
         self.trainer.save_checkpoint(&ck_path)?;

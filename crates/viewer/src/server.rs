@@ -12,7 +12,7 @@ use std::time::Duration;
 use rand::RngCore;
 use rust3r_gpu::Gpu;
 use rust3r_io::Splats;
-use rust3r_splat::Camera;
+use rust3r_splat::{Camera, GpuSplats};
 use serde::{Deserialize, Serialize};
 use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::{Message, WebSocket};
@@ -32,6 +32,10 @@ pub struct ViewerConfig {
     pub token: Option<String>,
     /// Connections served at once; more are answered 503.
     pub max_connections: usize,
+    /// Largest share of wall time the renderer may spend rendering (`None`: no limit). Live
+    /// views of a run set it so that frames never take more than this share of a GPU the run
+    /// needs: after a frame that took `t`, the next starts no sooner than `t / share - t` later.
+    pub gpu_share: Option<f32>,
 }
 
 impl ViewerConfig {
@@ -39,7 +43,7 @@ impl ViewerConfig {
     /// because then other machines can reach the viewer.
     pub fn new(addr: SocketAddr) -> Self {
         let token = (!addr.ip().is_loopback()).then(random_token);
-        Self { addr, token, max_connections: 64 }
+        Self { addr, token, max_connections: 64, gpu_share: None }
     }
 }
 
@@ -62,6 +66,12 @@ pub enum Content {
 pub struct Stats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
+    /// Steps (or frames) in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+    /// Gaussians in the run (the page's own count is that of the splats it renders).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub splats: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -74,6 +84,38 @@ pub struct Stats {
 enum Job {
     Render { req: FrameRequest, reply: Sender<Result<RenderedFrame, String>> },
     SetSplats(Splats),
+    SetDeviceSplats(GpuSplats),
+}
+
+/// Points kept per curve; past it every other point is dropped (the curve keeps its shape).
+const MAX_CURVE_POINTS: usize = 2000;
+
+/// A curve of the page's plots: `(x, y)` points in order of `x`.
+#[derive(Clone, Debug, Default)]
+struct Curve {
+    points: Vec<[f64; 2]>,
+    /// Only every `stride`-th point offered is kept (doubled each time the curve is thinned).
+    stride: u64,
+    offered: u64,
+}
+
+impl Curve {
+    fn push(&mut self, x: f64, y: f64) {
+        self.stride = self.stride.max(1);
+        self.offered += 1;
+        if !(self.offered - 1).is_multiple_of(self.stride) || !y.is_finite() {
+            return;
+        }
+        self.points.push([x, y]);
+        if self.points.len() > MAX_CURVE_POINTS {
+            let mut i = 0;
+            self.points.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.stride *= 2;
+        }
+    }
 }
 
 /// What the page is told about the scene.
@@ -92,6 +134,9 @@ struct SceneInfo {
     overlay: Overlay,
     stats: Stats,
     error: Option<String>,
+    /// Changes when the default camera does (a live run's first splats): the page moves to it
+    /// unless its user has moved the camera.
+    view_epoch: u64,
 }
 
 struct Shared {
@@ -104,6 +149,10 @@ struct Shared {
     stats_version: AtomicU64,
     shutdown: AtomicBool,
     connections: AtomicUsize,
+    /// WebSocket clients connected now.
+    clients: AtomicUsize,
+    /// The page's plots, by name.
+    curves: Mutex<std::collections::BTreeMap<String, Curve>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -168,21 +217,23 @@ impl ViewerHandle {
                     overlay: Overlay::default(),
                     stats: Stats::default(),
                     error: Some(message),
+                    view_epoch: 0,
                 },
                 None,
             ),
             Content::Scene { gpu, scene } => {
-                let default = Camera::default_for_points(&scene.splats.means, 2, 2);
+                let (default_world_to_camera, default_distance) = default_view(&scene.splats.means);
                 let info = SceneInfo {
                     splats: scene.splats.len(),
                     sh_degree: scene.splats.sh_degree,
                     description: scene.description.clone(),
-                    default_distance: median_depth(&default, &scene.splats.means),
-                    default_world_to_camera: default.world_to_camera,
+                    default_distance,
+                    default_world_to_camera,
                     default_fov_x: 60f64.to_radians(),
                     overlay: scene.overlay,
                     stats: Stats::default(),
                     error: None,
+                    view_epoch: 0,
                 };
                 (info, Some(Renderer::new(gpu, &scene.splats)?))
             }
@@ -196,6 +247,8 @@ impl ViewerHandle {
             stats_version: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
+            clients: AtomicUsize::new(0),
+            curves: Mutex::new(Default::default()),
         });
         let renderer = renderer.map(|r| {
             let shared = shared.clone();
@@ -235,9 +288,41 @@ impl ViewerHandle {
 
     /// Replace the splats (a live view of a run); clients re-render once they are on the GPU.
     pub fn set_splats(&self, splats: Splats) -> Result<(), ViewerError> {
+        self.send(Job::SetSplats(splats))
+    }
+
+    /// Render these device buffers from now on: a live training run passes a handle copy of its
+    /// parameters (`Trainer::splats.clone()`, no data copied), so taking a snapshot costs the
+    /// run nothing. The buffers must live on the viewer's GPU.
+    pub fn set_device_splats(&self, splats: GpuSplats) -> Result<(), ViewerError> {
+        self.send(Job::SetDeviceSplats(splats))
+    }
+
+    fn send(&self, job: Job) -> Result<(), ViewerError> {
         let jobs = lock(&self.shared.jobs);
         let jobs = jobs.as_ref().ok_or(ViewerError::Stopped)?;
-        jobs.send(Job::SetSplats(splats)).map_err(|_| ViewerError::Stopped)
+        jobs.send(job).map_err(|_| ViewerError::Stopped)
+    }
+
+    /// WebSocket clients (open pages) connected now.
+    pub fn clients(&self) -> usize {
+        self.shared.clients.load(Ordering::SeqCst)
+    }
+
+    /// Add a point to the page's plot `curve` (e.g. `"loss"` over the step). Long curves are
+    /// thinned to at most 2000 points.
+    pub fn add_point(&self, curve: &str, x: f64, y: f64) {
+        let mut curves = lock(&self.shared.curves);
+        match curves.get_mut(curve) {
+            Some(c) => c.push(x, y),
+            None => {
+                let mut c = Curve::default();
+                c.push(x, y);
+                curves.insert(curve.to_owned(), c);
+            }
+        }
+        drop(curves);
+        self.shared.stats_version.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Replace the cameras and trajectory drawn over the image.
@@ -284,6 +369,16 @@ impl Drop for ViewerHandle {
     }
 }
 
+/// `rust3r render`'s default camera pose for `means` and the median depth in front of it (a
+/// camera at -z looking at the origin when there are none yet).
+fn default_view(means: &[[f32; 3]]) -> ([[f64; 4]; 4], f64) {
+    if means.is_empty() {
+        return (Camera::look_at([0.0, 0.0, -3.0], [0.0; 3], [0.0, -1.0, 0.0], 1.0, 1, 1).world_to_camera, 3.0);
+    }
+    let cam = Camera::default_for_points(means, 2, 2);
+    (cam.world_to_camera, median_depth(&cam, means))
+}
+
 /// Median camera-space depth of the points in front of `cam` (at most 100k sampled); 1 when none.
 fn median_depth(cam: &Camera, points: &[[f32; 3]]) -> f64 {
     let m = &cam.world_to_camera;
@@ -314,29 +409,65 @@ fn wake_addr(addr: SocketAddr) -> SocketAddr {
 }
 
 fn render_loop(mut renderer: Renderer, jobs: Receiver<Job>, shared: &Shared) {
+    // Earliest start of the next frame under `gpu_share`.
+    let mut next_frame = std::time::Instant::now();
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Render { req, reply } => {
+                if let Some(wait) = next_frame.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let start = std::time::Instant::now();
                 let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| renderer.render(&req)));
                 let out = match out {
                     Ok(r) => r.map_err(|e| e.to_string()),
                     Err(_) => Err("the renderer panicked on this frame".to_owned()),
                 };
+                if let Some(share) = shared.config.gpu_share.filter(|s| *s > 0.0 && *s < 1.0) {
+                    let took = start.elapsed();
+                    next_frame = std::time::Instant::now() + took.mul_f32(1.0 / share - 1.0);
+                }
                 // The client may have gone: nothing to do then.
                 let _ = reply.send(out);
             }
             Job::SetSplats(splats) => match renderer.set_splats(&splats) {
-                Ok(()) => {
-                    let mut info = lock(&shared.info);
-                    info.splats = splats.len();
-                    info.sh_degree = splats.sh_degree;
-                    drop(info);
-                    shared.version.fetch_add(1, Ordering::SeqCst);
-                }
+                Ok(()) => splats_changed(&renderer, shared, Some(&splats.means)),
                 Err(e) => tracing::error!("viewer: cannot upload the new splats: {e}"),
             },
+            Job::SetDeviceSplats(splats) => {
+                renderer.set_device_splats(splats);
+                splats_changed(&renderer, shared, None);
+            }
         }
     }
+}
+
+/// After new splats: the page's counts, and the default camera when these are the first.
+fn splats_changed(renderer: &Renderer, shared: &Shared, means: Option<&[[f32; 3]]>) {
+    let first = lock(&shared.info).splats == 0 && !renderer.is_empty();
+    let default = if first {
+        let read;
+        let means = match means {
+            Some(m) => m,
+            None => {
+                read = renderer.means().unwrap_or_default();
+                &read
+            }
+        };
+        Some(default_view(means))
+    } else {
+        None
+    };
+    let mut info = lock(&shared.info);
+    info.splats = renderer.len();
+    info.sh_degree = renderer.sh_degree();
+    if let Some((pose, distance)) = default {
+        info.default_world_to_camera = pose;
+        info.default_distance = distance;
+        info.view_epoch += 1;
+    }
+    drop(info);
+    shared.version.fetch_add(1, Ordering::SeqCst);
 }
 
 fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -541,6 +672,16 @@ fn is_timeout(e: &tungstenite::Error) -> bool {
 fn serve_websocket(stream: TcpStream, rest: Vec<u8>, shared: &Shared) {
     let config = WebSocketConfig::default().max_message_size(Some(1 << 20)).max_frame_size(Some(1 << 20));
     let mut ws = WebSocket::from_partially_read(stream, rest, Role::Server, Some(config));
+    shared.clients.fetch_add(1, Ordering::SeqCst);
+    serve_client(&mut ws, shared);
+    shared.clients.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Stats (with the curves) go to a client at most this often.
+const STATS_INTERVAL: Duration = Duration::from_millis(250);
+
+fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
+    let mut last_stats = std::time::Instant::now() - STATS_INTERVAL;
     let mut seen_version = 0;
     let mut seen_stats = 0;
     let mut pending: Option<(u64, u8, FrameRequest)> = None;
@@ -559,10 +700,14 @@ fn serve_websocket(stream: TcpStream, rest: Vec<u8>, shared: &Shared) {
             }
         }
         let stats = shared.stats_version.load(Ordering::SeqCst);
-        if stats != seen_stats {
+        if stats != seen_stats && last_stats.elapsed() >= STATS_INTERVAL {
             seen_stats = stats;
+            last_stats = std::time::Instant::now();
             let mut v = serde_json::to_value(&lock(&shared.info).stats).unwrap_or_default();
             v["type"] = "stats".into();
+            let curves: std::collections::BTreeMap<String, Vec<[f64; 2]>> =
+                lock(&shared.curves).iter().map(|(k, c)| (k.clone(), c.points.clone())).collect();
+            v["curves"] = serde_json::to_value(curves).unwrap_or_default();
             if ws.send(Message::text(v.to_string())).is_err() {
                 return;
             }

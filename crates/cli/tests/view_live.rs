@@ -1,0 +1,213 @@
+//! `rust3r train --view` and `rust3r slam --view`: the page's WebSocket serves frames of the
+//! run's current splats (or SLAM map) and its progress while the run works; a client that leaves
+//! changes nothing for the run, and the run finishes normally with a client still attached.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tungstenite::Message;
+use tungstenite::stream::MaybeTlsStream;
+
+type Ws = tungstenite::WebSocket<MaybeTlsStream<TcpStream>>;
+
+fn shared(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared").join(rel)
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Kill(Option<Child>);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Start `rust3r ARGS --view --view-port 0`; the process, the page's URL, and a thread that
+/// collects the rest of its output.
+fn start(args: &[&str]) -> (Kill, String, std::thread::JoinHandle<Vec<String>>) {
+    let child = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(args)
+        .args(["--view", "--view-port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run rust3r");
+    let mut child = Kill(Some(child));
+    let mut stdout = BufReader::new(child.0.as_mut().unwrap().stdout.take().unwrap()).lines();
+    let mut lines = Vec::new();
+    while let Some(Ok(line)) = stdout.next() {
+        lines.push(line.clone());
+        if let Some(i) = line.find("live view: open http://") {
+            let url = line[i + "live view: open ".len()..].trim().to_owned();
+            let rest = std::thread::spawn(move || {
+                let mut all = lines;
+                all.extend(stdout.map_while(Result::ok));
+                all
+            });
+            return (child, url, rest);
+        }
+    }
+    panic!("no live view URL in {lines:?}");
+}
+
+fn connect(url: &str) -> Ws {
+    let ws_url = format!("{}ws", url.replacen("http://", "ws://", 1));
+    let (ws, _) = tungstenite::connect(ws_url).expect("WebSocket connects");
+    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    }
+    ws
+}
+
+/// What a client has seen.
+#[derive(Default)]
+struct Seen {
+    splats: u64,
+    pose: Option<serde_json::Value>,
+    fov: f64,
+    step: u64,
+    frames: usize,
+    frames_with_splats: usize,
+    curves: Vec<String>,
+    cameras: usize,
+}
+
+/// Read one message and record what it says; `false` once the server has closed the connection.
+fn read(ws: &mut Ws, seen: &mut Seen) -> bool {
+    match ws.read() {
+        Ok(Message::Text(t)) => {
+            let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+            match v["type"].as_str() {
+                Some("scene") => {
+                    seen.splats = v["splats"].as_u64().unwrap();
+                    seen.pose = Some(v["default_world_to_camera"].clone());
+                    seen.fov = v["default_fov_x"].as_f64().unwrap();
+                    seen.cameras = v["overlay"]["cameras"].as_array().map_or(0, Vec::len);
+                }
+                Some("stats") => {
+                    seen.step = seen.step.max(v["step"].as_u64().unwrap_or(0));
+                    if let Some(c) = v["curves"].as_object() {
+                        seen.curves = c.keys().cloned().collect();
+                    }
+                }
+                Some("error") => panic!("server error: {v}"),
+                _ => {}
+            }
+            true
+        }
+        Ok(Message::Binary(b)) => {
+            let n = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
+            let header: serde_json::Value = serde_json::from_slice(&b[4..4 + n]).unwrap();
+            let img = image::load_from_memory(&b[4 + n..]).expect("a JPEG frame").to_rgb8();
+            assert_eq!((img.width(), img.height()), (64, 48), "{header}");
+            seen.frames += 1;
+            if header["visible"].as_u64().unwrap() > 0 {
+                seen.frames_with_splats += 1;
+            }
+            true
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    }
+}
+
+/// A render request at the scene's default camera, 64x48.
+fn request(ws: &mut Ws, seen: &Seen, id: u64) {
+    let fx = 32.0 / (seen.fov / 2.0).tan();
+    let camera = serde_json::json!({
+        "fx": fx, "fy": fx, "cx": 32.0, "cy": 24.0, "width": 64, "height": 48,
+        "world_to_camera": seen.pose.clone().unwrap(),
+    });
+    let msg = serde_json::json!({"type": "render", "id": id, "camera": camera, "quality": 80});
+    ws.send(Message::text(msg.to_string())).unwrap();
+}
+
+/// Read until `done(seen)`, asking for a frame after every frame (a page whose user drags).
+fn watch(ws: &mut Ws, seen: &mut Seen, done: impl Fn(&Seen) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut id = 0;
+    while !done(seen) {
+        assert!(Instant::now() < deadline, "no progress: {} splats, step {}, {} frames", seen.splats, seen.step, seen.frames_with_splats);
+        let frames = seen.frames;
+        assert!(read(ws, seen), "the server closed the connection early");
+        if seen.pose.is_some() && (id == 0 || seen.frames != frames) {
+            id += 1;
+            request(ws, seen, id);
+        }
+    }
+}
+
+#[test]
+fn train_view_serves_frames_and_the_run_finishes_after_and_with_a_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lego");
+    let lego = shared("data/lego");
+    let steps = 600;
+    let steps_s = steps.to_string();
+    let (mut child, url, rest) = start(&[
+        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", &steps_s, "--downscale", "20",
+        "--init-count", "800", "--sh-degree", "1", "--eval-at", "100",
+    ]);
+    // A first page: frames of the live splats, the training cameras, the curves; then it goes
+    // away mid-frame.
+    let mut first = Seen::default();
+    let mut ws = connect(&url);
+    watch(&mut ws, &mut first, |s| s.frames_with_splats >= 2 && s.splats > 0 && s.cameras == 87);
+    request(&mut ws, &first, 999);
+    drop(ws);
+    // A second page sees the run go on, and stays until the run ends.
+    let mut second = Seen::default();
+    let mut ws = connect(&url);
+    watch(&mut ws, &mut second, |s| s.step > first.step && s.frames_with_splats >= 1);
+    assert!(second.curves.iter().any(|c| c == "loss") && second.curves.iter().any(|c| c.contains("PSNR")), "{:?}", second.curves);
+    while read(&mut ws, &mut second) {}
+    let status = child.0.take().unwrap().wait().unwrap();
+    let lines = rest.join().unwrap();
+    assert!(status.success(), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with(&format!("done: {steps} steps"))), "{lines:?}");
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], steps);
+    assert!(out.join("splats.ply").is_file());
+}
+
+#[test]
+fn train_view_without_a_client_and_train_sog() {
+    // No page ever opens: the run is as without --view; --sog writes the bundle too.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lego");
+    let lego = shared("data/lego");
+    let (mut child, _url, rest) = start(&[
+        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "20", "--downscale", "20",
+        "--init-count", "800", "--sh-degree", "1", "--eval-at", "10", "--sog",
+    ]);
+    let status = child.0.take().unwrap().wait().unwrap();
+    let lines = rest.join().unwrap();
+    assert!(status.success(), "{lines:?}");
+    let ply = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
+    let sog = rust3r_io::load_splats(&out.join("splats.sog")).unwrap();
+    assert_eq!((sog.len(), sog.sh_degree), (ply.len(), ply.sh_degree));
+}
+
+#[test]
+fn slam_view_serves_the_map_and_the_trajectory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("slam");
+    let data = shared("data/redkitchen");
+    let (mut child, url, rest) = start(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "300", "--quiet"]);
+    let mut seen = Seen::default();
+    let mut ws = connect(&url);
+    // Keyframe points as splats, frusta (keyframes and the current frame), frames of them.
+    watch(&mut ws, &mut seen, |s| s.splats > 1000 && s.cameras >= 2 && s.frames_with_splats >= 1);
+    while read(&mut ws, &mut seen) {}
+    let status = child.0.take().unwrap().wait().unwrap();
+    let lines = rest.join().unwrap();
+    assert!(status.success(), "{lines:?}");
+    assert!(out.join("trajectory.txt").is_file());
+}
