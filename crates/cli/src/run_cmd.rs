@@ -108,6 +108,10 @@ pub struct RunArgs {
     /// ... or this many frames after the last view picked (0: no limit); keyframes always train.
     #[arg(long, default_value_t = 10)]
     pub max_view_gap: usize,
+    /// Tracking lost for good: stop with an error when the input ends with this many frames
+    /// lost in a row (0: never).
+    #[arg(long, default_value_t = 30)]
+    pub max_lost_frames: usize,
     #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
@@ -135,6 +139,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.min_view_distance = a.min_view_distance;
     opts.min_view_angle = a.min_view_angle;
     opts.max_view_gap = a.max_view_gap;
+    opts.max_lost_frames = a.max_lost_frames;
     let t = &mut opts.train;
     t.steps = a.steps;
     t.downscale = a.downscale;

@@ -14,12 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use nalgebra::Vector3;
 use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{self, Dataset, DatasetKind, Intrinsics};
 use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
 use rust3r_slam::output::{self, pose_to_sim3};
-use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, eval_ate, run_slam_source};
+use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, TrackingState, eval_ate, run_slam_source};
 use rust3r_splat::train::init::{InitSplats, SH_C0};
 
 use crate::error::{Context, PipelineError, invalid, io_err};
@@ -49,6 +48,9 @@ pub struct RunOptions {
     pub min_view_angle: f64,
     /// ... or when the last view picked is this many frames back (0: no limit).
     pub max_view_gap: usize,
+    /// Tracking lost for good: the run stops with an error when the input ends with at least
+    /// this many frames lost in a row (0: never; a shorter lost tail only loses those frames).
+    pub max_lost_frames: usize,
 }
 
 impl RunOptions {
@@ -75,6 +77,7 @@ impl RunOptions {
             min_view_distance: 0.05,
             min_view_angle: 5.0,
             max_view_gap: 10,
+            max_lost_frames: 30,
         }
     }
 }
@@ -148,15 +151,23 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
     let total = opts.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
     on_event(RunEvent::Phase { phase: Phase::Slam, total: total as u64 });
     let t_slam = Instant::now();
+    let slam_dir = out.join("slam");
+    // The poses of the tracked frames as SLAM reports them: what is left when it stops.
+    let mut so_far = SoFar::default();
     let result = run_slam_source(FrameSource::Prefetch { loaders, ahead: 4 * n_loaders }, cfg, opts.max_frames, None, |p| {
+        so_far.record(p);
         on_event(RunEvent::Slam(p))
-    })?;
+    });
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => return Err(so_far.stopped(&slam_dir, total, e)),
+    };
     let slam_seconds = t_slam.elapsed().as_secs_f64();
     // SLAM's own outputs (poses before refinement) first: they survive a failure later on.
-    let slam_dir = out.join("slam");
     let slam_files = output::write_outputs(&result, dataset.as_ref(), &slam_dir, cfg.rgbd.export_conf as f32)?;
     let ate_slam = slam_files.groundtruth.as_ref().and_then(|gt| eval_ate(&slam_files.trajectory, gt, Align::Se3).ok()).map(|r| r.rmse);
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    check_lost_tail(&result, opts.max_lost_frames, &slam_files.trajectory)?;
     if result.frames.iter().all(|f| !f.tracked) {
         return Err(invalid(format!("{}: tracking failed on every frame (SLAM outputs in {})", opts.input.display(), slam_dir.display())));
     }
@@ -175,6 +186,7 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
         }
         (w, h) => (w, h),
     };
+    check_frame_sizes(&result, (cw, ch))?;
     // Scene views in frame order: training and held-out frames.
     let mut scene_frames: Vec<usize> = train_frames.iter().chain(&eval_frames).copied().collect();
     scene_frames.sort_unstable();
@@ -297,6 +309,72 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
     })
 }
 
+/// The tracked frames' poses reported during SLAM, written when it stops with an error.
+#[derive(Default)]
+struct SoFar {
+    processed: usize,
+    tracked: Vec<(f64, rust3r_geometry::Sim3)>,
+}
+
+impl SoFar {
+    fn record(&mut self, p: &Progress) {
+        self.processed = p.frame;
+        if p.state == TrackingState::Tracking {
+            self.tracked.push((p.timestamp, p.pose));
+        }
+    }
+
+    /// Writes `dir/trajectory.txt` (TUM, the tracked frames so far) and wraps SLAM's error with
+    /// where it stopped and where the trajectory is.
+    fn stopped(&self, dir: &Path, total: usize, e: rust3r_slam::SlamError) -> PipelineError {
+        let path = dir.join("trajectory.txt");
+        let saved = std::fs::create_dir_all(dir).map_err(|e| e.to_string()).and_then(|_| output::write_tum_poses(&path, &self.tracked).map_err(|e| e.to_string()));
+        let context = match saved {
+            Ok(()) => format!(
+                "SLAM stopped after {} of {total} frames; the trajectory of the {} frames tracked so far is in {}",
+                self.processed,
+                self.tracked.len(),
+                path.display()
+            ),
+            Err(w) => format!("SLAM stopped after {} of {total} frames (the trajectory so far could not be written: {w})", self.processed),
+        };
+        PipelineError::Context { context, source: Box::new(e) }
+    }
+}
+
+/// Tracking lost for good: an error naming the first frame of a lost run that reaches the end
+/// of the input and is at least `max_lost` frames long (0: never).
+fn check_lost_tail(result: &SlamResult, max_lost: usize, trajectory: &Path) -> Result<(), PipelineError> {
+    let tail = result.frames.iter().rev().take_while(|f| !f.tracked).count();
+    if max_lost == 0 || tail < max_lost {
+        return Ok(());
+    }
+    let first = &result.frames[result.frames.len() - tail];
+    Err(invalid(format!(
+        "tracking lost for good at frame {} ({}): the last {tail} frames never relocalised (limit: {max_lost} frames lost in a row); the trajectory of the {} frames tracked before is in {}",
+        first.index,
+        first.rgb_path.display(),
+        result.frames.iter().filter(|f| f.tracked).count(),
+        trajectory.display()
+    )))
+}
+
+/// Every tracked frame's colour image has the training size `(w, h)` (one camera for the
+/// splat); otherwise an error naming the first frame that does not.
+fn check_frame_sizes(result: &SlamResult, (w, h): (u32, u32)) -> Result<(), PipelineError> {
+    for f in result.frames.iter().filter(|f| f.tracked) {
+        let (fw, fh) = image::image_dimensions(&f.rgb_path).context_with(|| format!("frame {}: cannot read the size of {}", f.index, f.rgb_path.display()))?;
+        if (fw, fh) != (w, h) {
+            return Err(invalid(format!(
+                "frame {} ({}) is {fw}x{fh}, but the capture's frames are {w}x{h}: frames of changing size cannot train one splat",
+                f.index,
+                f.rgb_path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn w2c_of(t: &rust3r_geometry::Sim3) -> [[f64; 4]; 4] {
     let m = t.to_se3().matrix();
     let c2w: [[f64; 4]; 4] = std::array::from_fn(|r| std::array::from_fn(|c| m[(r, c)]));
@@ -378,20 +456,8 @@ pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView
 /// `max_points`, evenly strided.
 pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_degree: u32) -> InitSplats {
     let f = result.camera.map_or(500.0, |c| c.fx.min(c.fy)).max(1e-6);
-    let mut pts: Vec<([f32; 3], [u8; 3], f32)> = Vec::new();
-    for kf in &result.keyframes.frames {
-        let n = kf.n.max(1) as f32;
-        let pm = &kf.pointmap;
-        for i in 0..pm.len() {
-            if pm.conf[i] <= 0.0 || pm.conf[i] / n < min_conf {
-                continue;
-            }
-            let p = pm.points[i];
-            let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
-            let footprint = (p[2].abs() as f64 * kf.t_wc.scale / f).max(1e-6);
-            pts.push(([w.x as f32, w.y as f32, w.z as f32], pm.colors[i], footprint as f32));
-        }
-    }
+    let pts: Vec<([f32; 3], [u8; 3], f32)> =
+        output::fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour, (p.depth.abs() as f64 / f).max(1e-6) as f32)).collect();
     let stride = pts.len().div_ceil(max_points.max(1)).max(1);
     let k = ((sh_degree + 1) * (sh_degree + 1)) as usize * 3;
     let mut init = InitSplats { means: Vec::new(), log_scales: Vec::new(), quats: Vec::new(), opacity_logits: Vec::new(), sh: Vec::new(), sh_degree };

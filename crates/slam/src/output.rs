@@ -54,9 +54,21 @@ pub fn write_ground_truth(path: &Path, dataset: &dyn Dataset) -> Result<bool, Sl
     Ok(true)
 }
 
+/// A point of a keyframe's fused pointmap, in the world frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusedPoint {
+    /// Position (world frame).
+    pub world: [f32; 3],
+    /// Colour of the pixel it came from.
+    pub colour: [u8; 3],
+    /// Its depth in the keyframe's camera, in world units (the pointmap's z times the
+    /// keyframe's scale).
+    pub depth: f32,
+}
+
 /// Points of the keyframes (world frame) whose average confidence is at least `min_conf`,
-/// with colours.
-pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8; 3])> {
+/// with colours and depths.
+pub fn fused_points(result: &SlamResult, min_conf: f32) -> Vec<FusedPoint> {
     let mut out = Vec::new();
     for kf in &result.keyframes.frames {
         let n = kf.n.max(1) as f32;
@@ -67,10 +79,17 @@ pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8;
             }
             let p = pm.points[i];
             let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
-            out.push(([w.x as f32, w.y as f32, w.z as f32], pm.colors[i]));
+            let depth = (p[2] as f64 * kf.t_wc.scale) as f32;
+            out.push(FusedPoint { world: [w.x as f32, w.y as f32, w.z as f32], colour: pm.colors[i], depth });
         }
     }
     out
+}
+
+/// Points of the keyframes (world frame) whose average confidence is at least `min_conf`,
+/// with colours ([`fused_points`] without the depths).
+pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8; 3])> {
+    fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour)).collect()
 }
 
 /// Writes a binary little-endian PLY with `x y z` (float) and `red green blue` (uchar).
