@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::DatasetKind;
-use rust3r_pipelines::{Phase, RunEvent, RunOptions, StrategyKind, run_capture};
+use rust3r_pipelines::{FrontEnd, Phase, RunEvent, RunOptions, StrategyKind, run_capture_with};
 use rust3r_slam::SlamConfig;
 
 use crate::train_cmd::{StrategyFlag, TrainPrinter, ctrl_c_flag, parse_background};
@@ -16,7 +16,7 @@ use crate::train_cmd::{StrategyFlag, TrainPrinter, ctrl_c_flag, parse_background
 pub enum Mode {
     /// Depth camera.
     Rgbd,
-    /// The MASt3R network on colour frames (not yet available in `run`).
+    /// The MASt3R network on colour frames (needs --checkpoint).
     #[value(alias = "mast3r")]
     Mono,
 }
@@ -24,7 +24,8 @@ pub enum Mode {
 /// Arguments of `rust3r run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The capture: a TUM RGB-D, 7-Scenes or ETH3D sequence (anything `rust3r slam` reads with depth).
+    /// The capture: anything `rust3r slam` reads (TUM RGB-D, 7-Scenes, ETH3D with --mode rgbd;
+    /// also a video file, an image folder or EuRoC with --mode mono).
     pub input: PathBuf,
     /// Output folder (splats.ply, trajectory.txt, keyframes.txt, pointcloud.ply, transforms.json,
     /// colmap/, eval.json, renders/, groundtruth.txt, slam/).
@@ -32,6 +33,13 @@ pub struct RunArgs {
     pub out: PathBuf,
     #[arg(long, value_enum, default_value_t = Mode::Rgbd)]
     pub mode: Mode,
+    /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
+    #[arg(long)]
+    pub checkpoint: Option<PathBuf>,
+    /// Camera calibration for --mode mono (MASt3R-SLAM's `intrinsics.yaml`, as `rust3r slam
+    /// --calib`); without it the camera is estimated from the network's pointmaps.
+    #[arg(long)]
+    pub calib: Option<PathBuf>,
     /// Data set layout (tum, 7scenes, eth3d); detected when omitted.
     #[arg(long)]
     pub kind: Option<String>,
@@ -117,12 +125,27 @@ pub struct RunArgs {
 }
 
 pub fn run(a: &RunArgs) -> Result<()> {
-    if a.mode == Mode::Mono {
-        bail!("rust3r run --mode mono is not available yet: run `rust3r slam --mode mono --checkpoint M.pth` and train its transforms.json with `rust3r train`");
+    let mono = a.mode == Mode::Mono;
+    if a.calib.is_some() && !mono {
+        bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
     }
-    let mut slam = SlamConfig::rgbd();
+    if mono && a.checkpoint.is_none() {
+        bail!("--mode mono needs --checkpoint MODEL.pth (or .safetensors): the released MASt3R weights, see the README's 'MASt3R network'");
+    }
+    let calib = match &a.calib {
+        Some(path) => Some(rust3r_io::datasets::SlamCalibration::read(path)?),
+        None => None,
+    };
+    let mut slam = match (mono, calib.is_some()) {
+        (true, false) => SlamConfig::default(),
+        (true, true) => SlamConfig::calib(),
+        (false, _) => SlamConfig::rgbd(),
+    };
     if let Some(path) = &a.config {
         slam.apply_yaml_file(path)?;
+    }
+    if calib.is_some() {
+        slam.use_calib = true;
     }
     if a.single_thread {
         slam.single_thread = true;
@@ -140,6 +163,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.min_view_angle = a.min_view_angle;
     opts.max_view_gap = a.max_view_gap;
     opts.max_lost_frames = a.max_lost_frames;
+    opts.calibration = calib.as_ref().map(|c| c.intrinsics);
     let t = &mut opts.train;
     t.steps = a.steps;
     t.downscale = a.downscale;
@@ -170,11 +194,30 @@ pub fn run(a: &RunArgs) -> Result<()> {
     r.pose_lr = a.pose_lr;
     r.pose_start = a.pose_start.unwrap_or(a.steps / 4);
 
+    // The network is loaded before anything runs, so a bad checkpoint stops the run at once.
+    let mut network = match (&a.checkpoint, mono) {
+        (Some(ckpt), true) => {
+            let (device, _) = crate::mast3r_cmd::burn_device(&a.device)?;
+            let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)
+                .with_context(|| format!("--checkpoint {}: cannot load a MASt3R network from it", ckpt.display()))?;
+            let mut front = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
+            if let Some(c) = calib {
+                let path = c.path.clone();
+                front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            }
+            Some(front)
+        }
+        _ => None,
+    };
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
     let mut slam_bar: Option<ProgressBar> = None;
     let mut printer = TrainPrinter::new(None);
-    let result = run_capture(&opts, &gpu, &mut |e| match e {
+    let front = match network.as_mut() {
+        Some(f) => FrontEnd::Network(f),
+        None => FrontEnd::Rgbd,
+    };
+    let result = run_capture_with(&opts, &gpu, front, &mut |e| match e {
         RunEvent::Phase { phase, total } => {
             if let Some(b) = slam_bar.take() {
                 b.finish_and_clear();

@@ -131,3 +131,80 @@ fn run_reports_tracking_lost_for_good() {
     assert!(!err.contains("panicked"), "{err}");
     assert_trajectory_so_far(&out.join("slam/trajectory.txt"), 3);
 }
+
+#[test]
+fn run_mono_needs_a_mast3r_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().join("out");
+    let k = kitchen();
+    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--mode", "mono"]);
+    assert!(!ok && err.contains("--checkpoint"), "{err}");
+    // A checkpoint of another network (an LPIPS AlexNet): named, not a panic.
+    let other = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../lpips/tests/fixtures/lpips/alex_backbone_zip.pth"));
+    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--mode", "mono", "--checkpoint", other.to_str().unwrap()]);
+    assert!(!ok && err.contains("alex_backbone_zip.pth"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // --calib belongs to the mono mode.
+    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--calib", "k.yaml"]);
+    assert!(!ok && err.contains("--calib"), "{err}");
+}
+
+#[test]
+fn run_mono_on_a_video_writes_a_splat() {
+    // Three redkitchen colour frames (320x240) as an mp4, tracked by the tiny random-weight
+    // MASt3R fixture (the geometry is meaningless; the pipeline must run through with finite
+    // poses and write its outputs).
+    let dir = tempfile::tempdir().unwrap();
+    let frames = dir.path().join("png");
+    std::fs::create_dir_all(&frames).unwrap();
+    for k in 0..3 {
+        let img = image::open(kitchen().join(format!("frame-{:06}.color.jpg", 4 * k))).unwrap();
+        img.resize_exact(320, 240, image::imageops::FilterType::Triangle).save(frames.join(format!("{k:03}.png"))).unwrap();
+    }
+    let clip = dir.path().join("clip.mp4");
+    let st = Command::new("ffmpeg")
+        .args(["-loglevel", "error", "-y", "-framerate", "10", "-i"])
+        .arg(frames.join("%03d.png"))
+        .args(["-c:v", "libx264", "-pix_fmt", "yuv420p", "-crf", "12"])
+        .arg(&clip)
+        .status()
+        .expect("ffmpeg is installed (.ci/run installs it)");
+    assert!(st.success());
+    let ckpt = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.pth"));
+    let out = dir.path().join("out");
+    let (ok, stdout, err) = rust3r(&[
+        "run",
+        clip.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--mode",
+        "mono",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--steps",
+        "10",
+        "--downscale",
+        "4",
+        "--eval-every",
+        "0",
+        "--single-thread",
+    ]);
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("3 frames"), "{stdout}");
+    for f in ["splats.ply", "trajectory.txt", "keyframes.txt", "pointcloud.ply", "transforms.json", "colmap/sparse/0/images.txt", "slam/trajectory.txt"] {
+        assert!(out.join(f).exists(), "{f} missing\n{stdout}");
+    }
+    let poses = tum_poses(&out.join("trajectory.txt"));
+    assert_eq!(poses.len(), 3);
+    assert!(poses.iter().flatten().all(|v| v.is_finite()), "{poses:?}");
+    let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
+    assert!(splats.len() > 0 && splats.means.iter().flatten().all(|v| v.is_finite()));
+    // The estimated camera: positive focal lengths, principal point inside the 320x240 frame.
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    let f0 = &t["frames"][0];
+    let (fx, cx, cy) = (f0["fl_x"].as_f64().unwrap(), f0["cx"].as_f64().unwrap(), f0["cy"].as_f64().unwrap());
+    assert!(fx > 0.0 && (0.0..320.0).contains(&cx) && (0.0..240.0).contains(&cy), "{t}");
+    assert_eq!((f0["w"].as_u64(), f0["h"].as_u64()), (Some(320), Some(240)));
+    // MASt3R's 512x384 input covers the whole 4:3 frame: the principal point is its centre.
+    assert!((cx - 159.5).abs() < 1e-9 && (cy - 119.5).abs() < 1e-9, "{cx} {cy}");
+}

@@ -188,6 +188,12 @@ pub struct OutputFiles {
 
 /// Writes every output of a run into `out_dir` (created if needed).
 pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32) -> Result<OutputFiles, SlamError> {
+    write_outputs_with(result, dataset, out_dir, export_conf, None)
+}
+
+/// [`write_outputs`], with `camera` the export's calibration when the data set has none (an
+/// uncalibrated video: a camera estimated from the pointmaps).
+pub fn write_outputs_with(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32, camera: Option<rust3r_io::datasets::Intrinsics>) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
     // Frames lost between a tracking failure and relocalisation have no pose (rather than a
@@ -204,6 +210,7 @@ pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path,
     let k = dataset
         .intrinsics()
         .or_else(|| dataset.depth_intrinsics())
+        .or(camera)
         .ok_or_else(|| SlamError::InvalidInput(format!("data set '{}' has no calibration to export", dataset.name())))?;
     let first = result.frames.first().map(|f| f.rgb_path.clone());
     let (w, h) = match (k.width, k.height, &first) {
