@@ -2,14 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rust3r_io::datasets::DatasetKind;
-use rust3r_pipelines::{FrontEnd, Phase, RunEvent, RunOptions, StrategyKind, run_capture_with};
-use rust3r_slam::SlamConfig;
+use rust3r_pipelines::{FrontEnd, Phase, RunEvent, RunOptions, run_capture_with};
 
-use crate::train_cmd::{StrategyFlag, TrainPrinter, ctrl_c_flag, parse_background};
+use crate::slam_cmd::SlamInputArgs;
+use crate::train_cmd::{SplatArgs, TrainPrinter, ctrl_c_flag, parse_background};
 
 /// SLAM front end.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +18,25 @@ pub enum Mode {
     /// The MASt3R network on colour frames (needs --checkpoint).
     #[value(alias = "mast3r")]
     Mono,
+}
+
+/// Training budget of `rust3r run`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// 500 steps, images downscaled 4x, at most 30k initial Gaussians.
+    Quick,
+    /// 7000 steps at full resolution, at most 200k initial Gaussians.
+    Full,
+}
+
+impl Preset {
+    /// `(steps, downscale, init_count)`.
+    fn values(self) -> (u64, u32, usize) {
+        match self {
+            Self::Quick => (500, 4, 30_000),
+            Self::Full => (7000, 1, 200_000),
+        }
+    }
 }
 
 /// Arguments of `rust3r run`.
@@ -31,64 +49,32 @@ pub struct RunArgs {
     /// colmap/, eval.json, renders/, groundtruth.txt, slam/).
     #[arg(long)]
     pub out: PathBuf,
-    #[arg(long, value_enum, default_value_t = Mode::Rgbd)]
-    pub mode: Mode,
-    /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
+    #[command(flatten)]
+    pub slam: SlamInputArgs,
+    /// Training budget: quick (the default; 500 steps on images downscaled 4x from 30k initial
+    /// Gaussians: minutes on a CPU, seconds on a GPU) or full (7000 steps at full resolution from
+    /// 200k). --steps, --downscale and --init-count override it.
+    #[arg(long, value_enum, default_value_t = Preset::Quick)]
+    pub preset: Preset,
+    /// Training steps (default: the preset's).
     #[arg(long)]
-    pub checkpoint: Option<PathBuf>,
-    /// Camera calibration for --mode mono (MASt3R-SLAM's `intrinsics.yaml`, as `rust3r slam
-    /// --calib`); without it the camera is estimated from the network's pointmaps.
+    pub steps: Option<u64>,
+    /// Shrink the training images by N (SLAM reads the frames at their own size; default: the
+    /// preset's).
     #[arg(long)]
-    pub calib: Option<PathBuf>,
-    /// Data set layout (tum, 7scenes, eth3d); detected when omitted.
-    #[arg(long)]
-    pub kind: Option<String>,
-    /// YAML overrides of the SLAM configuration (as `rust3r slam --config`).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Run SLAM's back end on the tracking thread (bit-identical poses run to run).
-    #[arg(long)]
-    pub single_thread: bool,
-    /// Use every N-th frame.
-    #[arg(long, default_value_t = 1)]
-    pub stride: usize,
-    /// Process at most N frames.
-    #[arg(long)]
-    pub max_frames: Option<usize>,
-    /// Training steps.
-    #[arg(long, default_value_t = 7000)]
-    pub steps: u64,
-    /// Shrink the training images by N (SLAM reads the frames at their own size).
-    #[arg(long, default_value_t = 1)]
-    pub downscale: u32,
+    pub downscale: Option<u32>,
     /// Hold out frames k*N + N/2 for evaluation (0: none).
     #[arg(long, default_value_t = 20)]
     pub eval_every: usize,
     /// Extra evaluation steps (comma list); the last step is always evaluated.
     #[arg(long, default_value = "")]
     pub eval_at: String,
-    #[arg(long, default_value_t = 3)]
-    pub sh_degree: u32,
-    /// Most initial Gaussians taken from SLAM's fused point cloud.
-    #[arg(long, default_value_t = 200_000)]
-    pub init_count: usize,
-    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
-    pub strategy: StrategyFlag,
+    /// Most initial Gaussians taken from SLAM's fused point cloud (default: the preset's).
     #[arg(long)]
-    pub max_splats: Option<usize>,
-    /// Device memory the trainer may use, in GB.
-    #[arg(long)]
-    pub memory_budget: Option<f64>,
+    pub init_count: Option<usize>,
     /// Background of the renders: white, black or r,g,b.
     #[arg(long, default_value = "black")]
     pub background: String,
-    #[arg(long)]
-    pub antialiased: bool,
-    /// Also write splats.spz.
-    #[arg(long)]
-    pub spz: bool,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
     /// Weight of the sensor depth term (0: off).
     #[arg(long, default_value_t = 0.2)]
     pub depth_weight: f32,
@@ -121,43 +107,17 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 30)]
     pub max_lost_frames: usize,
     #[command(flatten)]
+    pub splat: SplatArgs,
+    #[command(flatten)]
     pub device: crate::DeviceArgs,
 }
 
 pub fn run(a: &RunArgs) -> Result<()> {
-    let mono = a.mode == Mode::Mono;
-    if a.calib.is_some() && !mono {
-        bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
-    }
-    if mono && a.checkpoint.is_none() {
-        bail!("--mode mono needs --checkpoint MODEL.pth (or .safetensors): the released MASt3R weights, see the README's 'MASt3R network'");
-    }
-    let calib = match &a.calib {
-        Some(path) => Some(rust3r_io::datasets::SlamCalibration::read(path)?),
-        None => None,
-    };
-    let mut slam = match (mono, calib.is_some()) {
-        (true, false) => SlamConfig::default(),
-        (true, true) => SlamConfig::calib(),
-        (false, _) => SlamConfig::rgbd(),
-    };
-    if let Some(path) = &a.config {
-        slam.apply_yaml_file(path)?;
-    }
-    if calib.is_some() {
-        slam.use_calib = true;
-    }
-    if a.single_thread {
-        slam.single_thread = true;
-    }
-    let kind = match &a.kind {
-        Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
-        None => None,
-    };
+    let (slam, calib, kind) = a.slam.setup()?;
     let mut opts = RunOptions::new(&a.input, &a.out);
     opts.kind = kind;
-    opts.stride = a.stride;
-    opts.max_frames = a.max_frames;
+    opts.stride = a.slam.stride;
+    opts.max_frames = a.slam.max_frames;
     opts.slam = slam;
     opts.min_view_distance = a.min_view_distance;
     opts.min_view_angle = a.min_view_angle;
@@ -165,26 +125,15 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.max_lost_frames = a.max_lost_frames;
     opts.calibration = calib.as_ref().map(|c| c.intrinsics);
     let t = &mut opts.train;
-    t.steps = a.steps;
-    t.downscale = a.downscale;
+    let (steps, downscale, init_count) = a.preset.values();
+    let steps = a.steps.unwrap_or(steps);
+    t.steps = steps;
+    t.downscale = a.downscale.unwrap_or(downscale);
     t.eval_every = a.eval_every;
     t.eval_at = a.eval_at.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number"))).collect::<Result<_>>()?;
-    t.sh_degree = a.sh_degree;
-    t.init_count = a.init_count;
-    t.strategy = match a.strategy {
-        StrategyFlag::Adc => StrategyKind::Adc,
-        StrategyFlag::Mcmc => StrategyKind::Mcmc,
-    };
-    t.max_splats = a.max_splats;
-    t.memory_budget = match a.memory_budget {
-        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
-        Some(gb) => Some((gb * 1e9) as u64),
-        None => None,
-    };
+    t.init_count = a.init_count.unwrap_or(init_count);
+    a.splat.apply(t)?;
     t.background = parse_background(&a.background)?;
-    t.antialiased = a.antialiased;
-    t.spz = a.spz;
-    t.seed = a.seed;
     anyhow::ensure!(a.depth_weight.is_finite() && a.depth_weight >= 0.0, "--depth-weight {} is not a finite weight >= 0", a.depth_weight);
     let r = &mut opts.refine;
     r.depth_weight = a.depth_weight;
@@ -192,23 +141,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
     r.exposure_lr = a.exposure_lr;
     r.pose = !a.no_pose_refine;
     r.pose_lr = a.pose_lr;
-    r.pose_start = a.pose_start.unwrap_or(a.steps / 4);
+    r.pose_start = a.pose_start.unwrap_or(steps / 4);
 
     // The network is loaded before anything runs, so a bad checkpoint stops the run at once.
-    let mut network = match (&a.checkpoint, mono) {
-        (Some(ckpt), true) => {
-            let (device, _) = crate::mast3r_cmd::burn_device(&a.device)?;
-            let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)
-                .with_context(|| format!("--checkpoint {}: cannot load a MASt3R network from it", ckpt.display()))?;
-            let mut front = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
-            if let Some(c) = calib {
-                let path = c.path.clone();
-                front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            }
-            Some(front)
-        }
-        _ => None,
-    };
+    let mut network = a.slam.network(&a.device, calib)?;
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
     let mut slam_bar: Option<ProgressBar> = None;
