@@ -267,7 +267,8 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
             }
         }
     }
-    let focal = pointmap_k.as_ref().or(depth_k.as_ref()).map_or(colour_k.fx.min(colour_k.fy), |k| k.fx.min(k.fy));
+    // The pointmaps' own camera: SLAM's (RGB-D, calibrated mono) or the estimated one.
+    let focal = result.camera.map(|c| c.fx.min(c.fy)).or(pointmap_k.as_ref().map(|k| k.fx.min(k.fy))).unwrap_or(colour_k.fx.min(colour_k.fy));
     let init = init_from_slam(&result, cfg.rgbd.export_conf as f32, opts.train.init_count, opts.train.sh_degree, focal);
     if init.is_empty() {
         return Err(invalid(format!("{}: SLAM produced no points to start from", opts.input.display())));

@@ -979,7 +979,7 @@ pub(crate) fn image_dimensions(path: &Path) -> Result<(u32, u32), IoError> {
 }
 
 /// Inverse of a rigid 4x4 transform `[R t; 0 1]`: `[R^T, -R^T t; 0 1]`.
-pub(crate) fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
+pub fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
     let mut out = [[0.0; 4]; 4];
     for r in 0..3 {
         for c in 0..3 {
