@@ -2,85 +2,79 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rust3r_io::datasets::DatasetKind;
-use rust3r_pipelines::{Phase, RunEvent, RunOptions, StrategyKind, run_capture};
-use rust3r_slam::SlamConfig;
+use rust3r_pipelines::{FrontEnd, Phase, RunEvent, RunOptions, run_capture_with};
 
-use crate::train_cmd::{StrategyFlag, TrainPrinter, ctrl_c_flag, parse_background};
+use crate::slam_cmd::SlamInputArgs;
+use crate::train_cmd::{SplatArgs, TrainPrinter, ctrl_c_flag, parse_background};
 
 /// SLAM front end.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Depth camera.
     Rgbd,
-    /// The MASt3R network on colour frames (not yet available in `run`).
+    /// The MASt3R network on colour frames (needs --checkpoint).
     #[value(alias = "mast3r")]
     Mono,
+}
+
+/// Training budget of `rust3r run`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// 500 steps, images downscaled 4x, at most 30k initial Gaussians.
+    Quick,
+    /// 7000 steps at full resolution, at most 200k initial Gaussians.
+    Full,
+}
+
+impl Preset {
+    /// `(steps, downscale, init_count)`.
+    fn values(self) -> (u64, u32, usize) {
+        match self {
+            Self::Quick => (500, 4, 30_000),
+            Self::Full => (7000, 1, 200_000),
+        }
+    }
 }
 
 /// Arguments of `rust3r run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The capture: a TUM RGB-D, 7-Scenes or ETH3D sequence (anything `rust3r slam` reads with depth).
+    /// The capture: anything `rust3r slam` reads (TUM RGB-D, 7-Scenes, ETH3D with --mode rgbd;
+    /// also a video file, an image folder or EuRoC with --mode mono).
     pub input: PathBuf,
     /// Output folder (splats.ply, trajectory.txt, keyframes.txt, pointcloud.ply, transforms.json,
     /// colmap/, eval.json, renders/, groundtruth.txt, slam/).
     #[arg(long)]
     pub out: PathBuf,
-    #[arg(long, value_enum, default_value_t = Mode::Rgbd)]
-    pub mode: Mode,
-    /// Data set layout (tum, 7scenes, eth3d); detected when omitted.
+    #[command(flatten)]
+    pub slam: SlamInputArgs,
+    /// Training budget: quick (the default; 500 steps on images downscaled 4x from 30k initial
+    /// Gaussians: minutes on a CPU, seconds on a GPU) or full (7000 steps at full resolution from
+    /// 200k). --steps, --downscale and --init-count override it.
+    #[arg(long, value_enum, default_value_t = Preset::Quick)]
+    pub preset: Preset,
+    /// Training steps (default: the preset's).
     #[arg(long)]
-    pub kind: Option<String>,
-    /// YAML overrides of the SLAM configuration (as `rust3r slam --config`).
+    pub steps: Option<u64>,
+    /// Shrink the training images by N (SLAM reads the frames at their own size; default: the
+    /// preset's).
     #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Run SLAM's back end on the tracking thread (bit-identical poses run to run).
-    #[arg(long)]
-    pub single_thread: bool,
-    /// Use every N-th frame.
-    #[arg(long, default_value_t = 1)]
-    pub stride: usize,
-    /// Process at most N frames.
-    #[arg(long)]
-    pub max_frames: Option<usize>,
-    /// Training steps.
-    #[arg(long, default_value_t = 7000)]
-    pub steps: u64,
-    /// Shrink the training images by N (SLAM reads the frames at their own size).
-    #[arg(long, default_value_t = 1)]
-    pub downscale: u32,
+    pub downscale: Option<u32>,
     /// Hold out frames k*N + N/2 for evaluation (0: none).
     #[arg(long, default_value_t = 20)]
     pub eval_every: usize,
     /// Extra evaluation steps (comma list); the last step is always evaluated.
     #[arg(long, default_value = "")]
     pub eval_at: String,
-    #[arg(long, default_value_t = 3)]
-    pub sh_degree: u32,
-    /// Most initial Gaussians taken from SLAM's fused point cloud.
-    #[arg(long, default_value_t = 200_000)]
-    pub init_count: usize,
-    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
-    pub strategy: StrategyFlag,
+    /// Most initial Gaussians taken from SLAM's fused point cloud (default: the preset's).
     #[arg(long)]
-    pub max_splats: Option<usize>,
-    /// Device memory the trainer may use, in GB.
-    #[arg(long)]
-    pub memory_budget: Option<f64>,
+    pub init_count: Option<usize>,
     /// Background of the renders: white, black or r,g,b.
     #[arg(long, default_value = "black")]
     pub background: String,
-    #[arg(long)]
-    pub antialiased: bool,
-    /// Also write splats.spz.
-    #[arg(long)]
-    pub spz: bool,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
     /// Weight of the sensor depth term (0: off).
     #[arg(long, default_value_t = 0.2)]
     pub depth_weight: f32,
@@ -108,6 +102,12 @@ pub struct RunArgs {
     /// ... or this many frames after the last view picked (0: no limit); keyframes always train.
     #[arg(long, default_value_t = 10)]
     pub max_view_gap: usize,
+    /// Tracking lost for good: stop with an error when the input ends with this many frames
+    /// lost in a row (0: never).
+    #[arg(long, default_value_t = 30)]
+    pub max_lost_frames: usize,
+    #[command(flatten)]
+    pub splat: SplatArgs,
     #[command(flatten)]
     pub live: crate::view_cmd::LiveFlags,
     #[command(flatten)]
@@ -115,49 +115,27 @@ pub struct RunArgs {
 }
 
 pub fn run(a: &RunArgs) -> Result<()> {
-    if a.mode == Mode::Mono {
-        bail!("rust3r run --mode mono is not available yet: run `rust3r slam --mode mono --checkpoint M.pth` and train its transforms.json with `rust3r train`");
-    }
-    let mut slam = SlamConfig::rgbd();
-    if let Some(path) = &a.config {
-        slam.apply_yaml_file(path)?;
-    }
-    if a.single_thread {
-        slam.single_thread = true;
-    }
-    let kind = match &a.kind {
-        Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
-        None => None,
-    };
+    let (slam, calib, kind) = a.slam.setup()?;
     let mut opts = RunOptions::new(&a.input, &a.out);
     opts.kind = kind;
-    opts.stride = a.stride;
-    opts.max_frames = a.max_frames;
+    opts.stride = a.slam.stride;
+    opts.max_frames = a.slam.max_frames;
     opts.slam = slam;
     opts.min_view_distance = a.min_view_distance;
     opts.min_view_angle = a.min_view_angle;
     opts.max_view_gap = a.max_view_gap;
+    opts.max_lost_frames = a.max_lost_frames;
+    opts.calibration = calib.as_ref().map(|c| c.intrinsics);
     let t = &mut opts.train;
-    t.steps = a.steps;
-    t.downscale = a.downscale;
+    let (steps, downscale, init_count) = a.preset.values();
+    let steps = a.steps.unwrap_or(steps);
+    t.steps = steps;
+    t.downscale = a.downscale.unwrap_or(downscale);
     t.eval_every = a.eval_every;
     t.eval_at = a.eval_at.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number"))).collect::<Result<_>>()?;
-    t.sh_degree = a.sh_degree;
-    t.init_count = a.init_count;
-    t.strategy = match a.strategy {
-        StrategyFlag::Adc => StrategyKind::Adc,
-        StrategyFlag::Mcmc => StrategyKind::Mcmc,
-    };
-    t.max_splats = a.max_splats;
-    t.memory_budget = match a.memory_budget {
-        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
-        Some(gb) => Some((gb * 1e9) as u64),
-        None => None,
-    };
+    t.init_count = a.init_count.unwrap_or(init_count);
+    a.splat.apply(t)?;
     t.background = parse_background(&a.background)?;
-    t.antialiased = a.antialiased;
-    t.spz = a.spz;
-    t.seed = a.seed;
     anyhow::ensure!(a.depth_weight.is_finite() && a.depth_weight >= 0.0, "--depth-weight {} is not a finite weight >= 0", a.depth_weight);
     let r = &mut opts.refine;
     r.depth_weight = a.depth_weight;
@@ -165,14 +143,20 @@ pub fn run(a: &RunArgs) -> Result<()> {
     r.exposure_lr = a.exposure_lr;
     r.pose = !a.no_pose_refine;
     r.pose_lr = a.pose_lr;
-    r.pose_start = a.pose_start.unwrap_or(a.steps / 4);
+    r.pose_start = a.pose_start.unwrap_or(steps / 4);
 
+    // The network is loaded before anything runs, so a bad checkpoint stops the run at once.
+    let mut network = a.slam.network(&a.device, calib)?;
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
     let mut slam_bar: Option<ProgressBar> = None;
     let mut view = a.live.start(&gpu, &format!("rust3r run {}", a.input.display()))?;
     let mut printer = TrainPrinter::new(None);
-    let result = run_capture(&opts, &gpu, &mut |e| match e {
+    let front = match network.as_mut() {
+        Some(f) => FrontEnd::Network(f),
+        None => FrontEnd::Rgbd,
+    };
+    let result = run_capture_with(&opts, &gpu, front, &mut |e| match e {
         RunEvent::Phase { phase, total } => {
             if let Some(b) = slam_bar.take() {
                 b.finish_and_clear();

@@ -9,20 +9,19 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::{self, DatasetKind};
 use crate::live::{CameraView, Live, LiveSink};
+use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_source};
 
-/// Arguments of `rust3r slam`.
+use crate::run_cmd::Mode;
+
+/// Where the frames come from and how SLAM tracks them: flags shared by `rust3r slam` and
+/// `rust3r run`.
 #[derive(Args, Debug)]
-pub struct SlamArgs {
-    /// Data set folder (TUM RGB-D, 7-Scenes sequence, ETH3D, ...).
-    pub dataset: PathBuf,
-    /// Output folder.
-    #[arg(long)]
-    pub out: PathBuf,
+pub struct SlamInputArgs {
     /// Front end: rgbd (depth camera) or mono (the MASt3R network on the colour frames,
     /// uncalibrated unless --calib is given; needs --checkpoint).
-    #[arg(long, value_enum, default_value_t = crate::run_cmd::Mode::Rgbd)]
-    pub mode: crate::run_cmd::Mode,
+    #[arg(long, value_enum, default_value_t = Mode::Rgbd)]
+    pub mode: Mode,
     /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
@@ -47,6 +46,73 @@ pub struct SlamArgs {
     /// Process at most N frames.
     #[arg(long)]
     pub max_frames: Option<usize>,
+}
+
+impl SlamInputArgs {
+    /// The SLAM configuration (the mode's base, `--config`, `--calib`, `--single-thread`), the
+    /// calibration and the data set layout; checks the flags that belong together.
+    pub fn setup(&self) -> Result<(SlamConfig, Option<datasets::SlamCalibration>, Option<DatasetKind>)> {
+        let mono = self.mode == Mode::Mono;
+        if self.calib.is_some() && !mono {
+            bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
+        }
+        if mono && self.checkpoint.is_none() {
+            bail!("--mode mono needs --checkpoint MODEL.pth (or .safetensors): the released MASt3R weights, see the README's 'MASt3R network'");
+        }
+        let calib = match &self.calib {
+            Some(path) => Some(datasets::SlamCalibration::read(path)?),
+            None => None,
+        };
+        // Mono: MASt3R-SLAM's base configuration (uncalibrated ray + distance residuals, Sim(3));
+        // with --calib its calibrated mode (pixel + log-depth residuals, still Sim(3)).
+        let mut cfg = match (mono, calib.is_some()) {
+            (true, false) => SlamConfig::default(),
+            (true, true) => SlamConfig::calib(),
+            (false, _) => SlamConfig::rgbd(),
+        };
+        if let Some(path) = &self.config {
+            cfg.apply_yaml_file(path)?;
+        }
+        if calib.is_some() {
+            // As MASt3R-SLAM's main.py: --calib turns the calibrated residuals on whatever the config.
+            cfg.use_calib = true;
+        }
+        if self.single_thread {
+            cfg.single_thread = true;
+        }
+        let kind = match &self.kind {
+            Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
+            None => None,
+        };
+        Ok((cfg, calib, kind))
+    }
+
+    /// The MASt3R front end of `--mode mono` (None in the rgbd mode), loaded before anything
+    /// runs so that a bad checkpoint stops at once.
+    pub fn network(&self, device: &crate::DeviceArgs, calib: Option<datasets::SlamCalibration>) -> Result<Option<Mast3rMonoFrontEnd>> {
+        let (Some(ckpt), Mode::Mono) = (&self.checkpoint, self.mode) else { return Ok(None) };
+        let (device, _) = crate::mast3r_cmd::burn_device(device)?;
+        let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)
+            .with_context(|| format!("--checkpoint {}: cannot load a MASt3R network from it", ckpt.display()))?;
+        let mut front = Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
+        if let Some(c) = calib {
+            let path = c.path.clone();
+            front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
+        Ok(Some(front))
+    }
+}
+
+/// Arguments of `rust3r slam`.
+#[derive(Args, Debug)]
+pub struct SlamArgs {
+    /// Data set folder (TUM RGB-D, 7-Scenes sequence, ETH3D, ...).
+    pub dataset: PathBuf,
+    /// Output folder.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub input: SlamInputArgs,
     /// Hide the progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -68,53 +134,18 @@ pub struct SlamArgs {
 }
 
 pub fn run(args: &SlamArgs) -> Result<()> {
-    let mono = args.mode == crate::run_cmd::Mode::Mono;
-    if args.calib.is_some() && !mono {
-        bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
-    }
-    let calib = match &args.calib {
-        Some(path) => Some(datasets::SlamCalibration::read(path)?),
-        None => None,
-    };
-    // Mono: MASt3R-SLAM's base configuration (uncalibrated ray + distance residuals, Sim(3));
-    // with --calib its calibrated mode (pixel + log-depth residuals, still Sim(3)).
-    let mut cfg = match (mono, calib.is_some()) {
-        (true, false) => SlamConfig::default(),
-        (true, true) => SlamConfig::calib(),
-        (false, _) => SlamConfig::rgbd(),
-    };
-    if let Some(path) = &args.config {
-        cfg.apply_yaml_file(path)?;
-    }
-    if calib.is_some() {
-        // As MASt3R-SLAM's main.py: --calib turns the calibrated residuals on whatever the config.
-        cfg.use_calib = true;
-    }
-    if args.single_thread {
-        cfg.single_thread = true;
-    }
-    let kind = match &args.kind {
-        Some(k) => Some(k.parse::<DatasetKind>().map_err(|e| anyhow::anyhow!(e))?),
-        None => None,
-    };
+    let a = &args.input;
+    let (cfg, calib, kind) = a.setup()?;
     // The calibration replaces the data set's own (the export's camera; a first image of another
     // size is refused here, later ones by the front end).
     let dataset = match &calib {
-        Some(c) => datasets::open_with(&args.dataset, &datasets::OpenOptions { kind, stride: args.stride, calibration: Some(c.intrinsics) })
+        Some(c) => datasets::open_with(&args.dataset, &datasets::OpenOptions { kind, stride: a.stride, calibration: Some(c.intrinsics) })
             .with_context(|| format!("with --calib {}", c.path.display()))?,
-        None => datasets::open(&args.dataset, kind, args.stride)?,
+        None => datasets::open(&args.dataset, kind, a.stride)?,
     };
     let mut mono_front = None;
     let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
-    let (n_loaders, live_camera) = if mono {
-        let ckpt = args.checkpoint.as_ref().context("--mode mono needs --checkpoint MODEL.pth (or .safetensors; README, 'MASt3R network')")?;
-        let (device, _) = crate::mast3r_cmd::burn_device(&args.device)?;
-        let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)?;
-        let mut front = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
-        if let Some(c) = calib {
-            let path = c.path.clone();
-            front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        }
+    let (n_loaders, live_camera) = if let Some(front) = a.network(&args.device, calib)? {
         // Uncalibrated: the live view draws a nominal 512x384 frustum.
         let nominal = rust3r_geometry::PinholeCamera { fx: 512.0, fy: 512.0, cx: 256.0, cy: 192.0, width: 512, height: 384 };
         let camera = front.camera().unwrap_or(nominal);
@@ -130,12 +161,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n_loaders = (cores / 4).clamp(1, 4);
         for _ in 0..n_loaders {
-            loaders.push((datasets::open(&args.dataset, kind, args.stride)?, Box::new(front.clone())));
+            loaders.push((datasets::open(&args.dataset, kind, a.stride)?, Box::new(front.clone())));
         }
         let camera = front.camera().context("the rgbd front end has a calibrated camera")?;
         (n_loaders, camera)
     };
-    let total = args.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+    let total = a.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
 
     let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(total as u64) };
     bar.set_style(
@@ -161,7 +192,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref()).map(|s| Live::open("rust3r slam", &s)).transpose()?;
     let mut rerun_view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
     let mut live_err: Option<anyhow::Error> = None;
-    let result = run_slam_source(source, &cfg, args.max_frames, gpu.as_ref(), |p| {
+    let result = run_slam_source(source, &cfg, a.max_frames, gpu.as_ref(), |p| {
         if let Some(v) = rerun_view.as_mut()
             && live_err.is_none()
             && let Err(e) = v.log(p)

@@ -33,15 +33,6 @@ pub struct TrainArgs {
     /// Background for RGBA images and rendering: white, black or r,g,b.
     #[arg(long, default_value = "white")]
     pub background: String,
-    /// Densification strategy.
-    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
-    pub strategy: StrategyFlag,
-    /// Upper bound on the number of Gaussians (MCMC: the cap; default 1M for MCMC).
-    #[arg(long)]
-    pub max_splats: Option<usize>,
-    /// Device memory the trainer may use, in GB; growth stops before it would be exceeded.
-    #[arg(long)]
-    pub memory_budget: Option<f64>,
     /// Hold out every Nth image for evaluation (0: none).
     #[arg(long, default_value_t = 8)]
     pub eval_every: usize,
@@ -57,8 +48,6 @@ pub struct TrainArgs {
     /// Resume from a checkpoint written by an earlier run.
     #[arg(long)]
     pub resume: Option<PathBuf>,
-    #[arg(long, default_value_t = 3)]
-    pub sh_degree: u32,
     /// Initial Gaussians: auto (SfM points when the scene has them, else random), points, random.
     #[arg(long, value_enum, default_value_t = InitFlag::Auto)]
     pub init: InitFlag,
@@ -68,20 +57,9 @@ pub struct TrainArgs {
     /// Half-size of the random initialisation box (default: 1.5 for NeRF-synthetic, else the scene scale).
     #[arg(long)]
     pub init_extent: Option<f64>,
-    /// Mip-Splatting style antialiased rendering.
-    #[arg(long)]
-    pub antialiased: bool,
     /// Update only Gaussians visible in the step (sparse Adam).
     #[arg(long)]
     pub visible_adam: bool,
-    /// Also write splats.spz at the end.
-    #[arg(long)]
-    pub spz: bool,
-    /// Also write splats.sog (PlayCanvas SOG bundle) at the end.
-    #[arg(long)]
-    pub sog: bool,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
     /// ADC grows by the sum of absolute per-pixel 2D-mean gradients (gsplat's absgrad) with
     /// gsplat's matching threshold 8e-4 instead of 2e-4.
     #[arg(long)]
@@ -118,11 +96,62 @@ pub struct TrainArgs {
     #[arg(long)]
     pub rerun_save: Option<PathBuf>,
     #[command(flatten)]
+    pub splat: SplatArgs,
+    #[command(flatten)]
     pub lpips: LpipsFlags,
     #[command(flatten)]
     pub live: crate::view_cmd::LiveFlags,
     #[command(flatten)]
     pub device: DeviceArgs,
+}
+
+/// Flags of the splat and its training shared by `rust3r train` and `rust3r run`.
+#[derive(Args, Debug)]
+pub struct SplatArgs {
+    /// Densification strategy.
+    #[arg(long, value_enum, default_value_t = StrategyFlag::Adc)]
+    pub strategy: StrategyFlag,
+    /// Upper bound on the number of Gaussians (MCMC: the cap; default 1M for MCMC).
+    #[arg(long)]
+    pub max_splats: Option<usize>,
+    /// Device memory the trainer may use, in GB; growth stops before it would be exceeded.
+    #[arg(long)]
+    pub memory_budget: Option<f64>,
+    #[arg(long, default_value_t = 3)]
+    pub sh_degree: u32,
+    /// Mip-Splatting style antialiased rendering.
+    #[arg(long)]
+    pub antialiased: bool,
+    /// Also write splats.spz at the end.
+    #[arg(long)]
+    pub spz: bool,
+    /// Also write splats.sog (PlayCanvas SOG bundle) at the end.
+    #[arg(long)]
+    pub sog: bool,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl SplatArgs {
+    /// Sets these flags' fields of `t`.
+    pub fn apply(&self, t: &mut TrainOptions) -> Result<()> {
+        t.memory_budget = match self.memory_budget {
+            Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
+            Some(gb) => Some((gb * 1e9) as u64),
+            None => None,
+        };
+        t.strategy = match self.strategy {
+            StrategyFlag::Adc => StrategyKind::Adc,
+            StrategyFlag::Mcmc => StrategyKind::Mcmc,
+        };
+        t.max_splats = self.max_splats;
+        t.sh_degree = self.sh_degree;
+        t.antialiased = self.antialiased;
+        t.spz = self.spz;
+        t.sog = self.sog;
+        t.seed = self.seed;
+        Ok(())
+    }
 }
 
 /// Densification strategy flag.
@@ -157,28 +186,16 @@ pub fn parse_background(s: &str) -> Result<[f32; 3]> {
 
 /// The library's options from the flags (everything but the LPIPS weights and the stop flag).
 pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
-    let memory_budget = match a.memory_budget {
-        Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
-        Some(gb) => Some((gb * 1e9) as u64),
-        None => None,
-    };
-    Ok(TrainOptions {
+    let mut opts = TrainOptions {
         out: a.out.clone(),
         steps: a.steps,
         downscale: a.downscale,
         background: parse_background(&a.background)?,
-        strategy: match a.strategy {
-            StrategyFlag::Adc => StrategyKind::Adc,
-            StrategyFlag::Mcmc => StrategyKind::Mcmc,
-        },
-        max_splats: a.max_splats,
-        memory_budget,
         eval_every: a.eval_every,
         eval_at: parse_steps(&a.eval_at)?,
         save_at: parse_steps(&a.save_at)?,
         checkpoint_every: a.checkpoint_every,
         resume: a.resume.clone(),
-        sh_degree: a.sh_degree,
         init: match a.init {
             InitFlag::Auto => InitKind::Auto,
             InitFlag::Points => InitKind::Points,
@@ -186,11 +203,7 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         },
         init_count: a.init_count,
         init_extent: a.init_extent,
-        antialiased: a.antialiased,
         visible_adam: a.visible_adam,
-        spz: a.spz,
-        sog: a.sog,
-        seed: a.seed,
         absgrad: a.absgrad,
         deterministic: a.deterministic,
         alpha_loss: a.alpha_loss,
@@ -199,7 +212,10 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         image_cache_bytes: (a.image_cache * 1e9) as u64,
         lpips: None,
         stop: None,
-    })
+        ..TrainOptions::default()
+    };
+    a.splat.apply(&mut opts)?;
+    Ok(opts)
 }
 
 /// Installs the Ctrl-C handler: the session stops at the next step with a checkpoint.

@@ -14,12 +14,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use nalgebra::Vector3;
 use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{self, Dataset, DatasetKind, Intrinsics};
 use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
 use rust3r_slam::output::{self, pose_to_sim3};
-use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, eval_ate, run_slam_source};
+use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, TrackingState, eval_ate, run_slam_source};
 use rust3r_splat::train::init::{InitSplats, SH_C0};
 
 use crate::error::{Context, PipelineError, invalid, io_err};
@@ -49,6 +48,11 @@ pub struct RunOptions {
     pub min_view_angle: f64,
     /// ... or when the last view picked is this many frames back (0: no limit).
     pub max_view_gap: usize,
+    /// Colour camera calibration replacing the data set's (the mono mode's `--calib`).
+    pub calibration: Option<Intrinsics>,
+    /// Tracking lost for good: the run stops with an error when the input ends with at least
+    /// this many frames lost in a row (0: never; a shorter lost tail only loses those frames).
+    pub max_lost_frames: usize,
 }
 
 impl RunOptions {
@@ -75,6 +79,8 @@ impl RunOptions {
             min_view_distance: 0.05,
             min_view_angle: 5.0,
             max_view_gap: 10,
+            max_lost_frames: 30,
+            calibration: None,
         }
     }
 }
@@ -119,44 +125,91 @@ pub struct RunSummary {
     pub files: Vec<PathBuf>,
 }
 
-/// Runs capture to splat (module docs); every output goes to `opts.train.out`.
+/// The SLAM front end of a run.
+pub enum FrontEnd<'a> {
+    /// The sensor's depth ([`RgbdFrontEnd`], frames decoded on loader threads); depth
+    /// supervision from the depth images.
+    Rgbd,
+    /// A network on the colour frames (MASt3R, `rust3r_mast3r::frontend::Mast3rMonoFrontEnd`),
+    /// run on the calling thread; depth supervision from the keyframes' pointmaps. Without a
+    /// calibration (neither the data set's nor `RunOptions::calibration`), the colour camera is
+    /// estimated from the pointmaps ([`estimate_camera`]).
+    Network(&'a mut dyn PointmapFrontEnd),
+}
+
+/// Runs capture to splat with the RGB-D front end (module docs); every output goes to
+/// `opts.train.out`.
 pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEvent<'_>)) -> Result<RunSummary, PipelineError> {
+    run_capture_with(opts, gpu, FrontEnd::Rgbd, on_event)
+}
+
+/// Runs capture to splat with `front` (module docs); every output goes to `opts.train.out`.
+pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_event: &mut dyn FnMut(RunEvent<'_>)) -> Result<RunSummary, PipelineError> {
     let start = Instant::now();
     let out = opts.train.out.clone();
     std::fs::create_dir_all(&out).map_err(io_err(&out))?;
-    let dataset = datasets::open(&opts.input, opts.kind, opts.stride)?;
+    let open = || datasets::open_with(&opts.input, &datasets::OpenOptions { kind: opts.kind, stride: opts.stride, calibration: opts.calibration });
+    let dataset = open()?;
     if dataset.is_empty() {
         return Err(invalid(format!("{}: no frames", opts.input.display())));
     }
-    let depth_k = dataset.depth_intrinsics().ok_or_else(|| {
-        invalid(format!("{}: the rgbd mode needs depth images, and this data set has none", opts.input.display()))
-    })?;
-    let colour_k = match dataset.intrinsics() {
-        Some(k) => k,
-        None => return Err(invalid(format!("{}: the data set has no colour calibration", opts.input.display()))),
-    };
-
-    // SLAM.
     let cfg = &opts.slam;
-    let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let n_loaders = (cores / 4).clamp(1, 4);
-    let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
-    for _ in 0..n_loaders {
-        loaders.push((datasets::open(&opts.input, opts.kind, opts.stride)?, Box::new(front.clone())));
-    }
     let total = opts.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
-    on_event(RunEvent::Phase { phase: Phase::Slam, total: total as u64 });
-    let t_slam = Instant::now();
-    let result = run_slam_source(FrameSource::Prefetch { loaders, ahead: 4 * n_loaders }, cfg, opts.max_frames, None, |p| {
-        on_event(RunEvent::Slam(p))
-    })?;
-    let slam_seconds = t_slam.elapsed().as_secs_f64();
-    // SLAM's own outputs (poses before refinement) first: they survive a failure later on.
     let slam_dir = out.join("slam");
-    let slam_files = output::write_outputs(&result, dataset.as_ref(), &slam_dir, cfg.rgbd.export_conf as f32)?;
+    let depth_k = match &front {
+        FrontEnd::Rgbd => Some(dataset.depth_intrinsics().ok_or_else(|| {
+            invalid(format!("{}: the rgbd mode needs depth images, and this data set has none", opts.input.display()))
+        })?),
+        FrontEnd::Network(_) => None,
+    };
+    on_event(RunEvent::Phase { phase: Phase::Slam, total: total as u64 });
+    // The poses of the tracked frames as SLAM reports them: what is left when it stops.
+    let mut so_far = SoFar::default();
+    let mut record = |p: &Progress| {
+        so_far.record(p);
+        on_event(RunEvent::Slam(p))
+    };
+    let t_slam = Instant::now();
+    let result = match (front, depth_k) {
+        (FrontEnd::Network(front), _) => run_slam_source(FrameSource::Inline { dataset: dataset.as_ref(), front }, cfg, opts.max_frames, None, &mut record),
+        (FrontEnd::Rgbd, dk) => {
+            let dk = dk.ok_or_else(|| invalid("the rgbd mode needs depth images"))?;
+            let front = RgbdFrontEnd::new(dk, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let n_loaders = (cores / 4).clamp(1, 4);
+            let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
+            for _ in 0..n_loaders {
+                loaders.push((open()?, Box::new(front.clone())));
+            }
+            run_slam_source(FrameSource::Prefetch { loaders, ahead: 4 * n_loaders }, cfg, opts.max_frames, None, &mut record)
+        }
+    };
+    drop(record);
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => return Err(so_far.stopped(&slam_dir, total, e)),
+    };
+    let slam_seconds = t_slam.elapsed().as_secs_f64();
+    // The colour camera, and the camera of the pointmaps (depth supervision from the network).
+    let first = result.frames.first().ok_or_else(|| invalid(format!("{}: no frames", opts.input.display())))?;
+    let image_size = image::image_dimensions(&first.rgb_path).context_with(|| format!("frame 0: cannot read the size of {}", first.rgb_path.display()))?;
+    let (colour_k, pointmap_k) = match (dataset.intrinsics(), depth_k) {
+        (Some(k), Some(_)) => (k, None),
+        (Some(k), None) => (k, Some(pointmap_camera(&result, image_size)?.1)),
+        (None, Some(_)) => return Err(invalid(format!("{}: the data set has no colour calibration", opts.input.display()))),
+        (None, None) => {
+            let (k, pk, fitted) = pointmap_camera(&result, image_size)?;
+            let how = if fitted { "estimated from the pointmaps" } else { "assumed (60 degree field of view: the pointmaps fit no focal length)" };
+            let text = format!("camera {how}: fx {:.1}, fy {:.1}, cx {:.1}, cy {:.1} for {}x{} frames", k.fx, k.fy, k.cx, k.cy, k.width, k.height);
+            on_event(RunEvent::Train(if fitted { TrainEvent::Info(text) } else { TrainEvent::Warning(text) }));
+            (k, Some(pk))
+        }
+    };
+    // SLAM's own outputs (poses before refinement) first: they survive a failure later on.
+    let slam_files = output::write_outputs_with(&result, dataset.as_ref(), &slam_dir, cfg.rgbd.export_conf as f32, Some(colour_k))?;
     let ate_slam = slam_files.groundtruth.as_ref().and_then(|gt| eval_ate(&slam_files.trajectory, gt, Align::Se3).ok()).map(|r| r.rmse);
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    check_lost_tail(&result, opts.max_lost_frames, &slam_files.trajectory)?;
     if result.frames.iter().all(|f| !f.tracked) {
         return Err(invalid(format!("{}: tracking failed on every frame (SLAM outputs in {})", opts.input.display(), slam_dir.display())));
     }
@@ -169,19 +222,21 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
         return Err(invalid(format!("{}: no tracked frame to train on", opts.input.display())));
     }
     let (cw, ch) = match (colour_k.width, colour_k.height) {
-        (0, _) | (_, 0) => {
-            let p = &result.frames[train_frames[0]].rgb_path;
-            image::image_dimensions(p).context_with(|| format!("cannot read the size of {}", p.display()))?
-        }
+        (0, _) | (_, 0) => image_size,
         (w, h) => (w, h),
     };
+    check_frame_sizes(&result, (cw, ch))?;
+    // The images to train on: the files, or where the data set resamples its colour (7-Scenes'
+    // colour registered to depth), the delivered images that SLAM's export wrote.
+    let resampled = dataset.colour_resampled();
+    let image_of = |f: &rust3r_slam::system::FrameRecord| if resampled { output::delivered_image_path(&slam_dir, &f.rgb_path) } else { f.rgb_path.clone() };
     // Scene views in frame order: training and held-out frames.
     let mut scene_frames: Vec<usize> = train_frames.iter().chain(&eval_frames).copied().collect();
     scene_frames.sort_unstable();
     let images: Vec<PosedImage> = scene_frames
         .iter()
         .map(|&f| PosedImage {
-            image_path: result.frames[f].rgb_path.clone(),
+            image_path: image_of(&result.frames[f]),
             width: cw,
             height: ch,
             fx: colour_k.fx,
@@ -199,13 +254,26 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
     if opts.refine.depth_weight > 0.0 {
         for &k in &train {
             let f = &result.frames[scene_frames[k]];
-            let frame = dataset.frame(f.index).context_with(|| format!("frame {} ({})", f.index, f.rgb_path.display()))?;
-            let d = frame.depth.ok_or_else(|| invalid(format!("frame {} ({}): no depth image", f.index, f.rgb_path.display())))?;
             let v = &scene.views[k];
-            depth[k] = Some(depth_to_view(&d, &depth_k, v));
+            match (depth_k.as_ref(), pointmap_k.as_ref()) {
+                (Some(dk), _) => {
+                    let frame = dataset.frame(f.index).context_with(|| format!("frame {} ({})", f.index, f.rgb_path.display()))?;
+                    let d = frame.depth.ok_or_else(|| invalid(format!("frame {} ({}): no depth image", f.index, f.rgb_path.display())))?;
+                    depth[k] = Some(depth_to_view(&d, dk, v));
+                }
+                (None, Some(pk)) => {
+                    // The network's depth: a keyframe's fused pointmap, where it is confident.
+                    if let Some(kf) = result.keyframes.frames.iter().find(|kf| kf.frame_index == f.index) {
+                        depth[k] = Some(depth_to_view(&pointmap_depth(kf, cfg.rgbd.export_conf as f32), pk, v));
+                    }
+                }
+                (None, None) => {}
+            }
         }
     }
-    let init = init_from_slam(&result, cfg.rgbd.export_conf as f32, opts.train.init_count, opts.train.sh_degree);
+    // The pointmaps' own camera: SLAM's (RGB-D, calibrated mono) or the estimated one.
+    let focal = result.camera.map(|c| c.fx.min(c.fy)).or(pointmap_k.as_ref().map(|k| k.fx.min(k.fy))).unwrap_or(colour_k.fx.min(colour_k.fy));
+    let init = init_from_slam(&result, cfg.rgbd.export_conf as f32, opts.train.init_count, opts.train.sh_degree, focal);
     if init.is_empty() {
         return Err(invalid(format!("{}: SLAM produced no points to start from", opts.input.display())));
     }
@@ -256,8 +324,8 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
         .zip(&refined)
         .filter(|(f, _)| f.tracked)
         .map(|(f, p)| SceneView {
-            name: f.rgb_path.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-            image_path: f.rgb_path.clone(),
+            name: image_of(f).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            image_path: image_of(f),
             width: cw,
             height: ch,
             fx: colour_k.fx,
@@ -294,6 +362,142 @@ pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEve
         train_seconds: summary.train_seconds,
         total_seconds: start.elapsed().as_secs_f64(),
         files,
+    })
+}
+
+/// The tracked frames' poses reported during SLAM, written when it stops with an error.
+#[derive(Default)]
+struct SoFar {
+    processed: usize,
+    tracked: Vec<(f64, rust3r_geometry::Sim3)>,
+}
+
+impl SoFar {
+    fn record(&mut self, p: &Progress) {
+        self.processed = p.frame;
+        if p.state == TrackingState::Tracking {
+            self.tracked.push((p.timestamp, p.pose));
+        }
+    }
+
+    /// Writes `dir/trajectory.txt` (TUM, the tracked frames so far) and wraps SLAM's error with
+    /// where it stopped and where the trajectory is.
+    fn stopped(&self, dir: &Path, total: usize, e: rust3r_slam::SlamError) -> PipelineError {
+        let path = dir.join("trajectory.txt");
+        let saved = std::fs::create_dir_all(dir).map_err(|e| e.to_string()).and_then(|_| output::write_tum_poses(&path, &self.tracked).map_err(|e| e.to_string()));
+        let context = match saved {
+            Ok(()) => format!(
+                "SLAM stopped after {} of {total} frames; the trajectory of the {} frames tracked so far is in {}",
+                self.processed,
+                self.tracked.len(),
+                path.display()
+            ),
+            Err(w) => format!("SLAM stopped after {} of {total} frames (the trajectory so far could not be written: {w})", self.processed),
+        };
+        PipelineError::Context { context, source: Box::new(e) }
+    }
+}
+
+/// Tracking lost for good: an error naming the first frame of a lost run that reaches the end
+/// of the input and is at least `max_lost` frames long (0: never).
+fn check_lost_tail(result: &SlamResult, max_lost: usize, trajectory: &Path) -> Result<(), PipelineError> {
+    let tail = result.frames.iter().rev().take_while(|f| !f.tracked).count();
+    if max_lost == 0 || tail < max_lost {
+        return Ok(());
+    }
+    let first = &result.frames[result.frames.len() - tail];
+    Err(invalid(format!(
+        "tracking lost for good at frame {} ({}): the last {tail} frames never relocalised (limit: {max_lost} frames lost in a row); the trajectory of the {} frames tracked before is in {}",
+        first.index,
+        first.rgb_path.display(),
+        result.frames.iter().filter(|f| f.tracked).count(),
+        trajectory.display()
+    )))
+}
+
+/// Every tracked frame's colour image has the training size `(w, h)` (one camera for the
+/// splat); otherwise an error naming the first frame that does not.
+fn check_frame_sizes(result: &SlamResult, (w, h): (u32, u32)) -> Result<(), PipelineError> {
+    for f in result.frames.iter().filter(|f| f.tracked) {
+        let (fw, fh) = image::image_dimensions(&f.rgb_path).context_with(|| format!("frame {}: cannot read the size of {}", f.index, f.rgb_path.display()))?;
+        if (fw, fh) != (w, h) {
+            return Err(invalid(format!(
+                "frame {} ({}) is {fw}x{fh}, but the capture's frames are {w}x{h}: frames of changing size cannot train one splat",
+                f.index,
+                f.rgb_path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The camera of the network's pointmaps and the colour camera it implies, for a run whose data
+/// set has no calibration. Calibrated pointmaps (`result.camera`) give both exactly (through
+/// MASt3R's resize and crop); otherwise the focal length is the confidence-weighted least-squares
+/// fit of `u − c = f · x / z` over every keyframe's points, principal point at the image centre;
+/// when no positive focal length fits, a 60 degree horizontal field of view (the `bool` is
+/// false then).
+pub fn pointmap_camera(result: &SlamResult, image: (u32, u32)) -> Result<(Intrinsics, Intrinsics, bool), PipelineError> {
+    let mut fitted = true;
+    let kf = result.keyframes.frames.first().ok_or_else(|| invalid("SLAM made no keyframe"))?;
+    let (w, h) = (kf.pointmap.width, kf.pointmap.height);
+    let (pcx, pcy) = ((w as f64 - 1.0) / 2.0, (h as f64 - 1.0) / 2.0);
+    let pk = match result.camera {
+        Some(c) => Intrinsics::pinhole(c.fx, c.fy, c.cx, c.cy, c.width, c.height),
+        None => {
+            let (mut num, mut den) = (0.0f64, 0.0f64);
+            for kf in &result.keyframes.frames {
+                let pm = &kf.pointmap;
+                for i in 0..pm.len() {
+                    let [x, y, z] = pm.points[i];
+                    let c = pm.conf[i] as f64;
+                    if !(z > 0.0 && c > 0.0 && x.is_finite() && y.is_finite()) {
+                        continue;
+                    }
+                    let (a, b) = (x as f64 / z as f64, y as f64 / z as f64);
+                    let (du, dv) = ((i % pm.width) as f64 - pcx, (i / pm.width) as f64 - pcy);
+                    num += c * (du * a + dv * b);
+                    den += c * (a * a + b * b);
+                }
+            }
+            let mut f = num / den;
+            if !(f.is_finite() && f > 0.0) {
+                // No usable geometry (e.g. an untrained network): a 60 degree horizontal field
+                // of view, said by the caller.
+                f = w as f64 / 2.0 / 30f64.to_radians().tan();
+                fitted = false;
+            }
+            Intrinsics::pinhole(f, f, pcx, pcy, w as u32, h as u32)
+        }
+    };
+    // Pointmap pixel u is resized-image pixel u + x0, image pixel (u + x0 + 0.5)·W/rw − 0.5.
+    let long = w.max(h) as u32;
+    let rc = rust3r_geometry::mast3r_resize::mast3r_resize_crop(image.0, image.1, long);
+    if rc.output != (w as u32, h as u32) {
+        return Err(invalid(format!("{}x{} pointmaps do not come from {}x{} frames by MASt3R's resize", w, h, image.0, image.1)));
+    }
+    let (sx, sy) = (image.0 as f64 / rc.resized.0 as f64, image.1 as f64 / rc.resized.1 as f64);
+    let colour = Intrinsics::pinhole(
+        pk.fx * sx,
+        pk.fy * sy,
+        (pk.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
+        (pk.cy + rc.crop.1 as f64 + 0.5) * sy - 0.5,
+        image.0,
+        image.1,
+    );
+    Ok((colour, pk, fitted))
+}
+
+/// A keyframe's fused pointmap as a depth image (world units: z times the keyframe's scale),
+/// 0 where its average confidence is below `min_conf`.
+fn pointmap_depth(kf: &rust3r_slam::keyframes::Keyframe, min_conf: f32) -> datasets::DepthImage {
+    let pm = &kf.pointmap;
+    let n = kf.n.max(1) as f32;
+    let scale = kf.t_wc.scale as f32;
+    datasets::DepthImage::from_fn(pm.width as u32, pm.height as u32, |x, y| {
+        let i = y as usize * pm.width + x as usize;
+        let z = pm.points[i][2] * scale;
+        image::Luma([if pm.conf[i] > 0.0 && pm.conf[i] / n >= min_conf && z > 0.0 && z.is_finite() { z } else { 0.0 }])
     })
 }
 
@@ -374,24 +578,12 @@ pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView
 
 /// Initial Gaussians from the keyframes' fused pointmaps (points whose mean confidence is at
 /// least `min_conf`): colour from the pointmap's image colour, an isotropic scale of the point's
-/// pixel footprint (depth over the pointmap camera's focal length), opacity 0.1; at most
+/// pixel footprint (depth over `focal`, the pointmap camera's focal length), opacity 0.1; at most
 /// `max_points`, evenly strided.
-pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_degree: u32) -> InitSplats {
-    let f = result.camera.map_or(500.0, |c| c.fx.min(c.fy)).max(1e-6);
-    let mut pts: Vec<([f32; 3], [u8; 3], f32)> = Vec::new();
-    for kf in &result.keyframes.frames {
-        let n = kf.n.max(1) as f32;
-        let pm = &kf.pointmap;
-        for i in 0..pm.len() {
-            if pm.conf[i] <= 0.0 || pm.conf[i] / n < min_conf {
-                continue;
-            }
-            let p = pm.points[i];
-            let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
-            let footprint = (p[2].abs() as f64 * kf.t_wc.scale / f).max(1e-6);
-            pts.push(([w.x as f32, w.y as f32, w.z as f32], pm.colors[i], footprint as f32));
-        }
-    }
+pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_degree: u32, focal: f64) -> InitSplats {
+    let f = focal.max(1e-6);
+    let pts: Vec<([f32; 3], [u8; 3], f32)> =
+        output::fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour, (p.depth.abs() as f64 / f).max(1e-6) as f32)).collect();
     let stride = pts.len().div_ceil(max_points.max(1)).max(1);
     let k = ((sh_degree + 1) * (sh_degree + 1)) as usize * 3;
     let mut init = InitSplats { means: Vec::new(), log_scales: Vec::new(), quats: Vec::new(), opacity_logits: Vec::new(), sh: Vec::new(), sh_degree };

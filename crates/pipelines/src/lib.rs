@@ -13,6 +13,6 @@ pub mod error;
 pub mod pose;
 pub mod train;
 
-pub use capture::{Phase, RunEvent, RunOptions, RunSummary, run_capture};
+pub use capture::{FrontEnd, Phase, RunEvent, RunOptions, RunSummary, run_capture, run_capture_with};
 pub use error::PipelineError;
 pub use train::{EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession, TrainSummary};

@@ -99,18 +99,8 @@ pub fn mul(a: &M4, b: &M4) -> M4 {
     out
 }
 
-/// Inverse of a rigid transform.
-pub fn rigid_inverse(m: &M4) -> M4 {
-    let mut out = [[0.0; 4]; 4];
-    for r in 0..3 {
-        for c in 0..3 {
-            out[r][c] = m[c][r];
-        }
-        out[r][3] = -(0..3).map(|k| m[k][r] * m[k][3]).sum::<f64>();
-    }
-    out[3][3] = 1.0;
-    out
-}
+/// Inverse of a rigid transform (`rust3r_io::scene::rigid_inverse`).
+pub use rust3r_io::scene::rigid_inverse;
 
 /// The pose of a frame whose unrefined pose is `frame`, given a neighbour's unrefined pose
 /// `before` and refined pose `after` (all world-to-camera): the neighbour's correction as a

@@ -54,9 +54,21 @@ pub fn write_ground_truth(path: &Path, dataset: &dyn Dataset) -> Result<bool, Sl
     Ok(true)
 }
 
+/// A point of a keyframe's fused pointmap, in the world frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusedPoint {
+    /// Position (world frame).
+    pub world: [f32; 3],
+    /// Colour of the pixel it came from.
+    pub colour: [u8; 3],
+    /// Its depth in the keyframe's camera, in world units (the pointmap's z times the
+    /// keyframe's scale).
+    pub depth: f32,
+}
+
 /// Points of the keyframes (world frame) whose average confidence is at least `min_conf`,
-/// with colours.
-pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8; 3])> {
+/// with colours and depths.
+pub fn fused_points(result: &SlamResult, min_conf: f32) -> Vec<FusedPoint> {
     let mut out = Vec::new();
     for kf in &result.keyframes.frames {
         let n = kf.n.max(1) as f32;
@@ -67,10 +79,17 @@ pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8;
             }
             let p = pm.points[i];
             let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
-            out.push(([w.x as f32, w.y as f32, w.z as f32], pm.colors[i]));
+            let depth = (p[2] as f64 * kf.t_wc.scale) as f32;
+            out.push(FusedPoint { world: [w.x as f32, w.y as f32, w.z as f32], colour: pm.colors[i], depth });
         }
     }
     out
+}
+
+/// Points of the keyframes (world frame) whose average confidence is at least `min_conf`,
+/// with colours ([`fused_points`] without the depths).
+pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8; 3])> {
+    fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour)).collect()
 }
 
 /// Writes a binary little-endian PLY with `x y z` (float) and `red green blue` (uchar).
@@ -167,13 +186,19 @@ pub struct OutputFiles {
     pub num_points: usize,
 }
 
+/// Where [`write_outputs`] puts the delivered image of the frame read from `source` when the
+/// data set resamples its colour ([`Dataset::colour_resampled`]).
+pub fn delivered_image_path(out_dir: &Path, source: &Path) -> PathBuf {
+    let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "frame".into());
+    out_dir.join("images").join(format!("{stem}.jpg"))
+}
+
 /// Writes frame `index` of `dataset` as delivered (e.g. colour registered to depth) to
 /// `out_dir/images/<stem of source>.jpg` (quality 95, atomically); returns its path.
 fn write_delivered_image(dataset: &dyn Dataset, index: usize, source: &Path, out_dir: &Path) -> Result<PathBuf, SlamError> {
     let images = out_dir.join("images");
     std::fs::create_dir_all(&images).map_err(io_err(&images))?;
-    let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("frame-{index:06}"));
-    let path = images.join(format!("{stem}.jpg"));
+    let path = delivered_image_path(out_dir, source);
     let frame = dataset.frame(index)?;
     write_atomic_with(&path, |w| {
         image::codecs::jpeg::JpegEncoder::new_with_quality(w, 95)
@@ -188,6 +213,12 @@ fn write_delivered_image(dataset: &dyn Dataset, index: usize, source: &Path, out
 /// resampled colour ([`Dataset::colour_resampled`]), `transforms.json` refers to copies of the
 /// delivered images in `out_dir/images/`, whose calibration it carries.
 pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32) -> Result<OutputFiles, SlamError> {
+    write_outputs_with(result, dataset, out_dir, export_conf, None)
+}
+
+/// [`write_outputs`], with `camera` the export's calibration when the data set has none (an
+/// uncalibrated video: a camera estimated from the pointmaps).
+pub fn write_outputs_with(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32, camera: Option<rust3r_io::datasets::Intrinsics>) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
     // Frames lost between a tracking failure and relocalisation have no pose (rather than a
@@ -204,6 +235,7 @@ pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path,
     let k = dataset
         .intrinsics()
         .or_else(|| dataset.depth_intrinsics())
+        .or(camera)
         .ok_or_else(|| SlamError::InvalidInput(format!("data set '{}' has no calibration to export", dataset.name())))?;
     let first = result.frames.first().map(|f| f.rgb_path.clone());
     let (w, h) = match (k.width, k.height, &first) {

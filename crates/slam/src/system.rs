@@ -138,6 +138,8 @@ pub struct Progress {
     pub frame: usize,
     /// Frames to process.
     pub total: usize,
+    /// Timestamp of this frame (s), as the trajectory files write it.
+    pub timestamp: f64,
     /// Keyframes so far.
     pub keyframes: usize,
     /// State after the frame.
@@ -942,6 +944,7 @@ fn run_frames(
         progress(&Progress {
             frame: i + 1,
             total,
+            timestamp: rec.timestamp,
             keyframes: nk,
             state,
             pose,

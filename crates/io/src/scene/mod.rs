@@ -969,7 +969,7 @@ pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError 
 pub(crate) use crate::image_file::dimensions as image_dimensions;
 
 /// Inverse of a rigid 4x4 transform `[R t; 0 1]`: `[R^T, -R^T t; 0 1]`.
-pub(crate) fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
+pub fn rigid_inverse(m: &[[f64; 4]; 4]) -> [[f64; 4]; 4] {
     let mut out = [[0.0; 4]; 4];
     for r in 0..3 {
         for c in 0..3 {
