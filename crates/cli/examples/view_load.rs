@@ -1,7 +1,7 @@
 //! A page that never stops dragging: connects to a `rust3r view` / `--view` URL, asks for a
 //! new camera (orbiting the default one) as soon as each frame arrives, and prints the frame
 //! rate and the latency from request to decoded frame. Used for the viewer's measurements
-//! (BENCHMARKS.md): `cargo run --release --example view_load -- URL [WIDTH HEIGHT [SECONDS]]`.
+//! (docs/benchmarks/journal.md): `cargo run --release --example view_load -- URL [WIDTH HEIGHT [SECONDS]]`.
 //! Runs until SECONDS have passed (default: until the server closes).
 
 use std::time::{Duration, Instant};

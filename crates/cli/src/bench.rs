@@ -229,7 +229,7 @@ pub struct RasterArgs {
     /// Before those, forward+backward passes until this many milliseconds have passed: through
     /// Vulkan on an H100 every kernel ran 3-4x slower in device time until the GPU had been
     /// busy for a while (0.1-1 s), and again after 3 s idle (not the SM clock, which sat at its
-    /// maximum; BENCHMARKS.md, 2026-11-27).
+    /// maximum; docs/benchmarks/journal.md, 2026-11-27).
     #[arg(long, default_value_t = 1000)]
     warmup_ms: u64,
     /// Write the results as JSON here.

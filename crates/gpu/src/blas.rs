@@ -8,7 +8,7 @@
 //!
 //! Everywhere else (wgpu, builds without `cuda`, a CUDA machine without `libcublas`, or
 //! `RUST3R_CUBLAS=0`), and for the layouts cuBLAS cannot address without a copy, it is Burn's own
-//! matmul. On an H100 it halved the MASt3R network's replayed frame (67 to 34 ms, BENCHMARKS.md).
+//! matmul. On an H100 it halved the MASt3R network's replayed frame (67 to 34 ms, docs/benchmarks/journal.md).
 //!
 //! Each call asks CubeCL's device thread for the three pointers (a blocking round trip each), so
 //! a product launched outside a recording costs the host more than CubeCL's own kernel would;

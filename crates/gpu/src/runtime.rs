@@ -225,7 +225,7 @@ fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
 
 /// Dispatches per wgpu command submission, unless `CUBECL_WGPU_MAX_TASKS` says otherwise
 /// (CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
-/// Gaussians, 1080p took 6.77 ms at 4 against 7.41 ms at 32 (BENCHMARKS.md, 2026-11-27): after
+/// Gaussians, 1080p took 6.77 ms at 4 against 7.41 ms at 32 (docs/benchmarks/journal.md, 2026-11-27): after
 /// the forward pass's read-back the GPU idles until the first submission, and a smaller one
 /// comes sooner.
 pub const WGPU_TASKS_PER_SUBMIT: usize = 4;

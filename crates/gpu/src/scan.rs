@@ -5,7 +5,7 @@
 //! scanned totals are added back to each tile. The first phase can read its input through a
 //! transform ([`exclusive_scan_nonzero`], [`exclusive_scan_gathered`]), which saves the launch
 //! and the memory pass of materialising the transformed input (a launch costs the host 11-15 us
-//! on the H100, BENCHMARKS.md 2026-11-27).
+//! on the H100, docs/benchmarks/journal.md 2026-11-27).
 
 use cubecl::prelude::*;
 

@@ -9,7 +9,7 @@
 //! prefix) plus its rank inside the tile, so consecutive pairs of one digit land at consecutive
 //! addresses. The local sort's shared arrays are padded by one word in 32 ([`slot`]), which
 //! removes its 8-way bank conflicts (scatter 13% faster through Vulkan and 6% through CUDA on
-//! the H100, BENCHMARKS.md 2026-11-27). Launches cost the host 11-15 us each (BENCHMARKS.md, 2026-11-27): up to
+//! the H100, docs/benchmarks/journal.md 2026-11-27). Launches cost the host 11-15 us each (docs/benchmarks/journal.md, 2026-11-27): up to
 //! [`COLUMN_SCAN_MAX_TILES`] tiles the column scan replaces a general scan of all the counts
 //! that takes three launches; past it the general scan, whose work then outweighs its launches,
 //! stays (it was 2-6% faster at 10M keys on the H100).

@@ -369,7 +369,7 @@ impl SlamConfig {
     /// * tracking and the back end sum every other pixel in a checkerboard
     ///   (`tracking.checkerboard`, `local_opt.checkerboard`): 1.82 cm either way on redkitchen,
     ///   a quarter less CPU time;
-    /// * keyframes and the back end, tuned on 7-Scenes redkitchen (BENCHMARKS.md): a new
+    /// * keyframes and the back end, tuned on 7-Scenes redkitchen (docs/benchmarks/journal.md): a new
     ///   keyframe below a match fraction of 0.5 (0.333: 2.4 cm ATE instead of 1.8 cm), up to six
     ///   loop edges per keyframe, 10 back-end iterations (20: 1.79 cm at twice the back-end
     ///   time), and the back end on the full pointmap resolution (`rgbd.backend_level` 0;

@@ -893,7 +893,7 @@ mod slot {
 
 /// Whether the forward rasterizer tests each Gaussian's row reach before its exponential
 /// (`rasterize::row_reach2`): it pays where Gaussians span few rows of a tile, which the mean
-/// number of tiles per visible Gaussian measures. On the H100 (BENCHMARKS.md, 2026-11-26) the
+/// number of tiles per visible Gaussian measures. On the H100 (docs/benchmarks/journal.md, 2026-11-26) the
 /// test took the 10M-Gaussian forward pass from 6.9 to 5.6 ms at 648x420 (1.8 tiles per
 /// Gaussian) and from 5.2 to 4.9 ms at 1920x1080 (3.3), and cost 5-10% on the 138k scene (4.5 and
 /// 20 tiles per Gaussian) and at 1M, 1920x1080 (7.4).
@@ -902,7 +902,7 @@ fn row_skip(visible: usize, isects: usize) -> bool {
 }
 
 /// Whether the forward rasterizer stages each batch as 4-vectors in shared memory
-/// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (BENCHMARKS.md,
+/// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (docs/benchmarks/journal.md,
 /// 2026-11-27). `RUST3R_VEC_SHARED=0|1` overrides it (read per pass: the tests check both
 /// layouts on one adapter).
 fn vec_shared(gpu: &Gpu) -> bool {
@@ -945,11 +945,11 @@ fn plane_backward(gpu: &Gpu, kernel: BackwardKernel) -> Option<usize> {
     match kernel {
         BackwardKernel::Portable => return None,
         // On CUDA the portable kernel was faster at every size measured (H100, 1920x1080:
-        // 3.2 vs 5.0 ms forward+backward at 138k Gaussians, 18.4 vs 21.9 ms at 10M; BENCHMARKS.md).
+        // 3.2 vs 5.0 ms forward+backward at 138k Gaussians, 18.4 vs 21.9 ms at 10M; docs/benchmarks/journal.md).
         BackwardKernel::Auto if gpu.is_cuda() => return None,
         // Elsewhere the plane path wins at every image size measured: through Vulkan on the H100
         // at 10M Gaussians, 648x420 (1107 tiles), 15.9 ms forward+backward against 18.7-20.5 ms
-        // for the shared-memory kernel (BENCHMARKS.md, 2026-11-26). An earlier H200 run had kept
+        // for the shared-memory kernel (docs/benchmarks/journal.md, 2026-11-26). An earlier H200 run had kept
         // it off below 2048 tiles, when the backward still ran one cube per tile.
         _ => {}
     }
@@ -1077,7 +1077,7 @@ pub fn render_backward_chunks(
     };
     rust3r_gpu::profile::mark(gpu, "bwd 0 zero fill");
     // On CUDA, NVRTC gave the backward kernels 80 registers (3 resident cubes per multiprocessor);
-    // capped at 64 (4 cubes) they ran 3-6% faster at every bench size (H200, BENCHMARKS.md).
+    // capped at 64 (4 cubes) they ran 3-6% faster at every bench size (H200, docs/benchmarks/journal.md).
     static BACKWARD_BOUNDS: std::sync::Once = std::sync::Once::new();
     BACKWARD_BOUNDS.call_once(|| rust3r_gpu::cuda_min_blocks_per_sm("rasterize_backward", 4));
     let plane = plane_backward(gpu, state.backward_kernel);

@@ -375,7 +375,7 @@ pub(crate) fn softmax_last<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 ///
 /// Burn's reductions without autotuning give each row to one GPU thread: LayerNorm's 768 rows
 /// of 1024 took 41 us per reduction on the H100, and the reductions of LayerNorm and softmax
-/// were some 10 ms of a 73 ms frame (BENCHMARKS.md, 2026-11-27). Reducing 32-wide pieces of
+/// were some 10 ms of a 73 ms frame (docs/benchmarks/journal.md, 2026-11-27). Reducing 32-wide pieces of
 /// each row first and then the pieces gives the GPU 32 times the threads, in two short launches.
 pub(crate) fn last_dim_sum<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     last_dim_reduce(x, false)

@@ -422,7 +422,7 @@ pub fn project_forward(
 ///
 /// This replaced a kernel with one unit per Gaussian that moved whole SH rows through shared
 /// memory (24 KiB per cube): 1.9 ms on the H100 through CUDA but 10-13 ms through Vulkan
-/// (BENCHMARKS.md, 2026-11-26).
+/// (docs/benchmarks/journal.md, 2026-11-26).
 #[cube(launch, launch_unchecked)]
 pub fn sh_backward_coeffs(
     means: &[f32],

@@ -119,7 +119,7 @@ pub fn rasterize_forward(
     // scalar arrays (`s_flat[c * 256 + j]`), each read only when the loop needs it. Through
     // CUDA the vectors took the H100's 1920x1080 blend from 0.69 to 0.50 ms (138k Gaussians)
     // and from 1.49 to 1.15 ms (4M); through Vulkan they made it 18-23% slower at 1M and 10M
-    // at 1920x1080 (BENCHMARKS.md, 2026-11-27, calls G-I).
+    // at 1920x1080 (docs/benchmarks/journal.md, 2026-11-27, calls G-I).
     let vec_len = comptime![if vec_shared { 256usize } else { 1usize }];
     let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
     let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);

@@ -478,7 +478,7 @@ pub enum MomentPrecision {
     /// (stored as half floats): their moments take 8 bits each, `m` as s1e5m2 and `sqrt(v)`
     /// as e5m3 ([`rust3r_gpu::fp8`]), stochastically rounded: 2 bytes per value. The default
     /// (300 B per Gaussian at SH 3, with [`crate::ShPrecision::F16`], which it needs; quality
-    /// against bf16 on lego, fox and the statuette in BENCHMARKS.md).
+    /// against bf16 on lego, fox and the statuette in docs/benchmarks/journal.md).
     #[default]
     Sh8,
 }
