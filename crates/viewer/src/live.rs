@@ -389,7 +389,7 @@ fn slam_worker(rx: Receiver<SlamMsg>, handle: &ViewerHandle, camera: rust3r_geom
                     // Skipped: the run goes on, and one warning says why the inset stays old.
                     Err(e) if !image_warned => {
                         image_warned = true;
-                        tracing::warn!("live view: cannot show frame {} (later ones unread are not reported): {e}", im.frame);
+                        tracing::warn!("live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}", im.frame);
                     }
                     Err(e) => tracing::debug!("live view: cannot show frame {}: {e}", im.frame),
                 }
@@ -471,6 +471,27 @@ mod tests {
         assert!((m[0] - 1.4).abs() < 1e-6 && m[1].abs() < 1e-6 && (m[2] - 4.0).abs() < 1e-6, "{m:?}");
         assert!((splats.log_scales[0][0] - 0.2f32.ln()).abs() < 1e-6);
         splats.validate().unwrap();
+    }
+
+    #[test]
+    fn current_frame_is_shrunk_to_the_inset_and_a_bad_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("frame-000007.color.png");
+        image::RgbImage::from_fn(640, 480, |x, y| image::Rgb([(x / 3) as u8, (y / 2) as u8, 100])).save(&path).unwrap();
+        let im = FrameImage { frame: 7, total: 9, timestamp: 1.5, path: path.clone() };
+        let f = current_frame(&im).unwrap();
+        assert_eq!((f.frame, f.total, f.width, f.height, f.name.as_str()), (7, 9, 320, 240, "frame-000007.color.png"));
+        let jpeg = image::load_from_memory_with_format(&f.jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
+        assert_eq!(jpeg.dimensions(), (320, 240));
+        let p = jpeg.get_pixel(160, 120);
+        assert!((p[0] as i32 - 106).abs() <= 4 && (p[1] as i32 - 120).abs() <= 4 && (p[2] as i32 - 100).abs() <= 4, "{p:?}");
+        // Small images are kept as they are.
+        image::RgbImage::from_pixel(200, 100, image::Rgb([1, 2, 3])).save(&path).unwrap();
+        assert_eq!((current_frame(&im).unwrap().width, current_frame(&im).unwrap().height), (200, 100));
+        std::fs::write(&path, b"not an image").unwrap();
+        assert!(current_frame(&im).is_err());
+        let missing = FrameImage { path: dir.path().join("missing.png"), ..im };
+        assert!(current_frame(&missing).is_err());
     }
 
     #[test]
