@@ -77,6 +77,26 @@ struct Seen {
     frames_with_splats: usize,
     curves: Vec<String>,
     cameras: usize,
+    /// SLAM's `current_frame` messages: (header without the image, the JPEG).
+    current_frames: Vec<(serde_json::Value, Vec<u8>)>,
+}
+
+/// Standard base64 with padding, strictly.
+fn unbase64(s: &str) -> Vec<u8> {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    assert!(s.len().is_multiple_of(4), "base64 of length {}", s.len());
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    for chunk in s.as_bytes().chunks(4) {
+        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
+        assert!(pad <= 2);
+        let mut n = 0u32;
+        for &c in chunk {
+            let v = if c == b'=' { 0 } else { ABC.iter().position(|&a| a == c).expect("a base64 character") as u32 };
+            n = n << 6 | v;
+        }
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
+    }
+    out
 }
 
 /// Read one message and record what it says; `false` once the server has closed the connection.
@@ -96,6 +116,12 @@ fn read(ws: &mut Ws, seen: &mut Seen) -> bool {
                     if let Some(c) = v["curves"].as_object() {
                         seen.curves = c.keys().cloned().collect();
                     }
+                }
+                Some("current_frame") => {
+                    let jpeg = unbase64(v["jpeg"].as_str().unwrap());
+                    let mut header = v.clone();
+                    header["jpeg"] = serde_json::Value::Null;
+                    seen.current_frames.push((header, jpeg));
                 }
                 Some("error") => panic!("server error: {v}"),
                 _ => {}
@@ -204,10 +230,39 @@ fn slam_view_serves_the_map_and_the_trajectory() {
     let mut seen = Seen::default();
     let mut ws = connect(&url);
     // Keyframe points as splats, frusta (keyframes and the current frame), frames of them.
-    watch(&mut ws, &mut seen, |s| s.splats > 1000 && s.cameras >= 2 && s.frames_with_splats >= 1);
+    // And the current frame's colour image.
+    watch(&mut ws, &mut seen, |s| s.splats > 1000 && s.cameras >= 2 && s.frames_with_splats >= 1 && !s.current_frames.is_empty());
     while read(&mut ws, &mut seen) {}
     let status = child.0.take().unwrap().wait().unwrap();
     let lines = rest.join().unwrap();
     assert!(status.success(), "{lines:?}");
     assert!(out.join("trajectory.txt").is_file());
+    // Each image is the named source frame, shrunk to at most 320 wide: its aspect ratio, and
+    // its mean colour within 2 levels of the source's shrunk by the test (its own resize).
+    let mean = |img: &image::RgbImage| -> [f64; 3] {
+        let n = (img.width() * img.height()) as f64;
+        std::array::from_fn(|c| img.pixels().map(|p| p[c] as f64).sum::<f64>() / n)
+    };
+    let mut last_frame = 0;
+    let mut worst = 0f64;
+    for (header, jpeg) in &seen.current_frames {
+        let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG current frame").to_rgb8();
+        assert_eq!((img.width() as u64, img.height() as u64), (header["width"].as_u64().unwrap(), header["height"].as_u64().unwrap()), "{header}");
+        let frame = header["frame"].as_u64().unwrap();
+        assert!(frame > last_frame && frame <= 300 && header["total"].as_u64() == Some(300), "{header}");
+        last_frame = frame;
+        assert!(header["timestamp"].as_f64().is_some_and(f64::is_finite), "{header}");
+        let name = header["name"].as_str().unwrap();
+        assert!(!name.contains('/') && !name.contains('\\'), "{header}");
+        let src = image::open(data.join(name)).unwrap().to_rgb8();
+        assert!(img.width() <= 320, "{header}");
+        let aspect = |w: u32, h: u32| w as f64 / h as f64;
+        assert!((aspect(img.width(), img.height()) - aspect(src.width(), src.height())).abs() < 0.01, "{header}: source {}x{}", src.width(), src.height());
+        let small = image::imageops::resize(&src, img.width(), img.height(), image::imageops::FilterType::CatmullRom);
+        let (got, want) = (mean(&img), mean(&small));
+        assert!((0..3).all(|c| (got[c] - want[c]).abs() < 2.0), "{header}: mean {got:?}, source {want:?}");
+        worst = (0..3).map(|c| (got[c] - want[c]).abs()).fold(worst, f64::max);
+    }
+    eprintln!("{} current frames, {}x{}, mean colour at most {worst:.2} levels off", seen.current_frames.len(),
+        seen.current_frames[0].0["width"], seen.current_frames[0].0["height"]);
 }

@@ -72,6 +72,21 @@ impl FrameRequest {
     }
 }
 
+/// 8-bit RGB pixels (row-major) as a JPEG at `quality` (1-100), through `jpeg-encoder`.
+pub(crate) fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8>, ViewerError> {
+    let (Ok(w), Ok(h)) = (u16::try_from(width), u16::try_from(height)) else {
+        return Err(ViewerError::Encode(format!("{width}x{height} is too large for JPEG")));
+    };
+    if rgb.len() != width as usize * height as usize * 3 {
+        return Err(ViewerError::Encode("pixel buffer of the wrong size".into()));
+    }
+    let mut out = Vec::with_capacity(rgb.len() / 8);
+    jpeg_encoder::Encoder::new(&mut out, quality.clamp(1, 100))
+        .encode(rgb, w, h, jpeg_encoder::ColorType::Rgb)
+        .map_err(|e| ViewerError::Encode(e.to_string()))?;
+    Ok(out)
+}
+
 /// A rendered frame, 8-bit RGB, row-major.
 #[derive(Clone, Debug)]
 pub struct RenderedFrame {
@@ -93,17 +108,7 @@ impl RenderedFrame {
     /// JPEG at `quality` (1-100), through `jpeg-encoder` (SIMD; about 3x faster than the
     /// `image` crate's encoder at 1920x1080, where encoding was most of a frame's latency).
     pub fn jpeg(&self, quality: u8) -> Result<Vec<u8>, ViewerError> {
-        let (Ok(w), Ok(h)) = (u16::try_from(self.width), u16::try_from(self.height)) else {
-            return Err(ViewerError::Encode(format!("{}x{} is too large for JPEG", self.width, self.height)));
-        };
-        if self.rgb.len() != self.width as usize * self.height as usize * 3 {
-            return Err(ViewerError::Encode("pixel buffer of the wrong size".into()));
-        }
-        let mut out = Vec::with_capacity(self.rgb.len() / 8);
-        jpeg_encoder::Encoder::new(&mut out, quality.clamp(1, 100))
-            .encode(&self.rgb, w, h, jpeg_encoder::ColorType::Rgb)
-            .map_err(|e| ViewerError::Encode(e.to_string()))?;
-        Ok(out)
+        encode_jpeg(&self.rgb, self.width, self.height, quality)
     }
 
     /// Lossless PNG (screenshots).

@@ -32,7 +32,7 @@ mod server;
 pub use frame::{FrameRequest, RenderMode, RenderedFrame, Renderer};
 pub use scene::{Overlay, Scene, load_scene, points_to_splats, read_tum_trajectory};
 pub use live::{LiveOptions, LiveView};
-pub use server::{Content, Stats, ViewerConfig, ViewerHandle, random_token};
+pub use server::{Content, CurrentFrame, Stats, ViewerConfig, ViewerHandle, random_token};
 
 /// Errors of the viewer.
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,8 @@ use rust3r_slam::pointmap::Pointmap;
 use rust3r_splat::Camera;
 
 use crate::scene::Overlay;
-use crate::server::{Content, Stats, ViewerConfig, ViewerHandle};
+use crate::frame::encode_jpeg;
+use crate::server::{Content, CurrentFrame, Stats, ViewerConfig, ViewerHandle};
 use crate::{Scene, ViewerError};
 
 /// Share of wall time a live view's frames may take by default (see [`ViewerConfig::gpu_share`]).
@@ -38,11 +39,13 @@ pub struct LiveOptions {
     pub stats_interval: Duration,
     /// SLAM: at most this many Gaussians per keyframe pointmap (pixels are skipped evenly).
     pub points_per_keyframe: usize,
+    /// SLAM: the current frame's camera image (the page's inset) at most this often.
+    pub current_frame_interval: Duration,
 }
 
 impl Default for LiveOptions {
     fn default() -> Self {
-        Self { snapshot_interval: Duration::from_millis(1000), stats_interval: Duration::from_millis(100), points_per_keyframe: 20_000 }
+        Self { snapshot_interval: Duration::from_millis(1000), stats_interval: Duration::from_millis(100), points_per_keyframe: 20_000, current_frame_interval: Duration::from_millis(500) }
     }
 }
 
@@ -163,6 +166,7 @@ impl LiveView {
                 new_keyframe: p.new_keyframe.clone(),
                 keyframe_poses: p.graph.as_ref().map(|(poses, _)| poses.clone()),
                 keyframes: p.keyframes,
+                image: FrameImage { frame: p.frame, total: p.total, timestamp: p.timestamp, path: p.rgb_path.clone() },
             });
         }
         self.stats.step = Some(p.frame as u64);
@@ -200,6 +204,45 @@ struct SlamMsg {
     new_keyframe: Option<(usize, Arc<Pointmap>)>,
     keyframe_poses: Option<Vec<Sim3>>,
     keyframes: usize,
+    /// The frame's colour image file (decoded on the worker, never on the tracking thread).
+    image: FrameImage,
+}
+
+/// Which camera image a progress report is about.
+struct FrameImage {
+    frame: usize,
+    total: usize,
+    timestamp: f64,
+    path: std::path::PathBuf,
+}
+
+/// The page's inset is at most this wide.
+const CURRENT_FRAME_MAX_WIDTH: u32 = 320;
+
+/// The current frame's inset image: decoded, shrunk to at most [`CURRENT_FRAME_MAX_WIDTH`]
+/// wide (its aspect ratio kept), as a JPEG. An image that cannot be read is an error message.
+fn current_frame(image: &FrameImage) -> Result<CurrentFrame, String> {
+    let img = image::open(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?.to_rgb8();
+    let img = shrink(img, CURRENT_FRAME_MAX_WIDTH);
+    let jpeg = encode_jpeg(img.as_raw(), img.width(), img.height(), 80).map_err(|e| e.to_string())?;
+    Ok(CurrentFrame {
+        frame: image.frame as u64,
+        total: image.total as u64,
+        timestamp: image.timestamp,
+        name: image.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        width: img.width(),
+        height: img.height(),
+        jpeg,
+    })
+}
+
+/// `img` at most `max_width` wide, its aspect ratio kept (a triangle filter).
+fn shrink(img: image::RgbImage, max_width: u32) -> image::RgbImage {
+    if img.width() <= max_width || img.width() == 0 {
+        return img;
+    }
+    let h = ((img.height() as f64 * max_width as f64 / img.width() as f64).round() as u32).max(1);
+    image::imageops::resize(&img, max_width, h, image::imageops::FilterType::Triangle)
 }
 
 struct SlamFeed {
@@ -291,31 +334,66 @@ fn slam_worker(rx: Receiver<SlamMsg>, handle: &ViewerHandle, camera: rust3r_geom
         world_to_camera: world_to_camera(pose),
     };
     let mut open = true;
+    // The newest frame's image not yet shown (older ones are dropped unseen), and when the
+    // last one was.
+    let mut image: Option<FrameImage> = None;
+    let mut last_image: Option<Instant> = None;
+    let mut image_warned = false;
     while open {
-        match rx.recv_timeout(opts.snapshot_interval) {
-            Ok(m) => {
-                let t = m.pose.translation;
-                trajectory.push([t.x, t.y, t.z]);
-                current = Some(m.pose);
-                dirty_overlay = true;
-                if let Some((k, pm)) = &m.new_keyframe {
-                    if clouds.len() <= *k {
-                        clouds.resize_with(k + 1, || None);
+        // Wait for a report, then take every one queued, so that only the newest image is kept.
+        let mut next = rx.recv_timeout(opts.snapshot_interval);
+        loop {
+            match next {
+                Ok(m) => {
+                    let t = m.pose.translation;
+                    trajectory.push([t.x, t.y, t.z]);
+                    current = Some(m.pose);
+                    dirty_overlay = true;
+                    if let Some((k, pm)) = &m.new_keyframe {
+                        if clouds.len() <= *k {
+                            clouds.resize_with(k + 1, || None);
+                        }
+                        clouds[*k] = Some(local_cloud(pm, opts.points_per_keyframe));
+                        if poses.len() <= *k {
+                            poses.resize(k + 1, m.pose);
+                        }
+                        dirty_splats = true;
                     }
-                    clouds[*k] = Some(local_cloud(pm, opts.points_per_keyframe));
-                    if poses.len() <= *k {
-                        poses.resize(k + 1, m.pose);
+                    if let Some(p) = m.keyframe_poses {
+                        poses = p;
+                        dirty_splats = true;
                     }
-                    dirty_splats = true;
+                    poses.truncate(m.keyframes.max(poses.len()));
+                    image = Some(m.image);
                 }
-                if let Some(p) = m.keyframe_poses {
-                    poses = p;
-                    dirty_splats = true;
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    break;
                 }
-                poses.truncate(m.keyframes.max(poses.len()));
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => open = false,
+            next = match rx.try_recv() {
+                Ok(m) => Ok(m),
+                Err(mpsc::TryRecvError::Empty) => Err(RecvTimeoutError::Timeout),
+                Err(mpsc::TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+            };
+        }
+        // The current frame's image at most every interval while a page is open, and the last
+        // one at the end (for pages that open later).
+        let image_due = last_image.is_none_or(|t| t.elapsed() >= opts.current_frame_interval);
+        if (image_due && handle.clients() > 0) || !open {
+            if let Some(im) = image.take() {
+                last_image = Some(Instant::now());
+                match current_frame(&im) {
+                    Ok(f) => handle.set_current_frame(&f),
+                    // Skipped: the run goes on, and one warning says why the inset stays old.
+                    Err(e) if !image_warned => {
+                        image_warned = true;
+                        tracing::warn!("live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}", im.frame);
+                    }
+                    Err(e) => tracing::debug!("live view: cannot show frame {}: {e}", im.frame),
+                }
+            }
         }
         // Publish at most every interval, while a page is open, and once at the end.
         let due = last_publish.is_none_or(|t| t.elapsed() >= opts.snapshot_interval);
@@ -393,6 +471,27 @@ mod tests {
         assert!((m[0] - 1.4).abs() < 1e-6 && m[1].abs() < 1e-6 && (m[2] - 4.0).abs() < 1e-6, "{m:?}");
         assert!((splats.log_scales[0][0] - 0.2f32.ln()).abs() < 1e-6);
         splats.validate().unwrap();
+    }
+
+    #[test]
+    fn current_frame_is_shrunk_to_the_inset_and_a_bad_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("frame-000007.color.png");
+        image::RgbImage::from_fn(640, 480, |x, y| image::Rgb([(x / 3) as u8, (y / 2) as u8, 100])).save(&path).unwrap();
+        let im = FrameImage { frame: 7, total: 9, timestamp: 1.5, path: path.clone() };
+        let f = current_frame(&im).unwrap();
+        assert_eq!((f.frame, f.total, f.width, f.height, f.name.as_str()), (7, 9, 320, 240, "frame-000007.color.png"));
+        let jpeg = image::load_from_memory_with_format(&f.jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
+        assert_eq!(jpeg.dimensions(), (320, 240));
+        let p = jpeg.get_pixel(160, 120);
+        assert!((p[0] as i32 - 106).abs() <= 4 && (p[1] as i32 - 120).abs() <= 4 && (p[2] as i32 - 100).abs() <= 4, "{p:?}");
+        // Small images are kept as they are.
+        image::RgbImage::from_pixel(200, 100, image::Rgb([1, 2, 3])).save(&path).unwrap();
+        assert_eq!((current_frame(&im).unwrap().width, current_frame(&im).unwrap().height), (200, 100));
+        std::fs::write(&path, b"not an image").unwrap();
+        assert!(current_frame(&im).is_err());
+        let missing = FrameImage { path: dir.path().join("missing.png"), ..im };
+        assert!(current_frame(&missing).is_err());
     }
 
     #[test]

@@ -81,6 +81,45 @@ pub struct Stats {
     pub message: Option<String>,
 }
 
+/// A live run's current camera image: a small JPEG with the frame it shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct CurrentFrame {
+    /// Frames processed when this one was (1-based).
+    pub frame: u64,
+    /// Frames in all.
+    pub total: u64,
+    /// The frame's timestamp (s).
+    pub timestamp: f64,
+    /// The image file's name (no directory).
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    /// The JPEG, base64-encoded.
+    #[serde(serialize_with = "as_base64")]
+    pub jpeg: Vec<u8>,
+}
+
+fn as_base64<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&base64(bytes))
+}
+
+/// Standard base64 with padding (RFC 4648).
+pub(crate) fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 enum Job {
     Render { req: FrameRequest, reply: Sender<Result<RenderedFrame, String>> },
     SetSplats(Splats),
@@ -153,6 +192,10 @@ struct Shared {
     clients: AtomicUsize,
     /// The page's plots, by name.
     curves: Mutex<std::collections::BTreeMap<String, Curve>>,
+    /// A live SLAM run's newest camera image, as its `current_frame` message.
+    current_frame: Mutex<Option<Arc<String>>>,
+    /// Bumped when the current frame changes (0: none yet).
+    current_frame_version: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -249,6 +292,8 @@ impl ViewerHandle {
             connections: AtomicUsize::new(0),
             clients: AtomicUsize::new(0),
             curves: Mutex::new(Default::default()),
+            current_frame: Mutex::new(None),
+            current_frame_version: AtomicU64::new(0),
         });
         let renderer = renderer.map(|r| {
             let shared = shared.clone();
@@ -329,6 +374,15 @@ impl ViewerHandle {
     pub fn set_overlay(&self, overlay: Overlay) {
         lock(&self.shared.info).overlay = overlay;
         self.shared.version.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Show `frame` as the run's current camera image (the page's inset); it replaces the one
+    /// before, and a client that connects later gets the newest.
+    pub fn set_current_frame(&self, frame: &CurrentFrame) {
+        let mut v = serde_json::to_value(frame).unwrap_or_default();
+        v["type"] = "current_frame".into();
+        *lock(&self.shared.current_frame) = Some(Arc::new(v.to_string()));
+        self.shared.current_frame_version.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Show new progress figures.
@@ -684,6 +738,7 @@ fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
     let mut last_stats = std::time::Instant::now() - STATS_INTERVAL;
     let mut seen_version = 0;
     let mut seen_stats = 0;
+    let mut seen_current_frame = 0;
     let mut pending: Option<(u64, u8, FrameRequest)> = None;
     let mut in_flight: Option<(u64, u8, Receiver<Result<RenderedFrame, String>>)> = None;
     loop {
@@ -709,6 +764,16 @@ fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
                 lock(&shared.curves).iter().map(|(k, c)| (k.clone(), c.points.clone())).collect();
             v["curves"] = serde_json::to_value(curves).unwrap_or_default();
             if ws.send(Message::text(v.to_string())).is_err() {
+                return;
+            }
+        }
+        let current_frame = shared.current_frame_version.load(Ordering::SeqCst);
+        if current_frame != seen_current_frame {
+            seen_current_frame = current_frame;
+            let msg = lock(&shared.current_frame).clone();
+            if let Some(msg) = msg
+                && ws.send(Message::text(msg.as_str())).is_err()
+            {
                 return;
             }
         }
@@ -793,6 +858,14 @@ mod tests {
         assert_eq!(t.len(), 32);
         assert_ne!(t, random_token());
         assert!(ViewerConfig::new("192.168.1.2:80".parse().unwrap()).token.is_some());
+    }
+
+    #[test]
+    fn base64_of_rfc4648_vectors() {
+        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
     }
 
     #[test]

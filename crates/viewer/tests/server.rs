@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rust3r_gpu::Gpu;
 use rust3r_io::Splats;
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render_chunks};
-use rust3r_viewer::{Content, Scene, Stats, ViewerConfig, ViewerHandle};
+use rust3r_viewer::{Content, CurrentFrame, Scene, Stats, ViewerConfig, ViewerHandle};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
@@ -345,4 +345,42 @@ fn live_updates_reach_connected_clients() {
     let (_, img) = next_frame(&mut ws);
     let p = psnr(img.as_raw(), &reference(&fewer, &camera, [0.0; 3]));
     assert!(p >= 30.0, "frame after set_splats: {p:.2} dB against the new splats");
+    // A live SLAM run's current image: connected clients get each, a later client the newest.
+    let current = |frame: u64, jpeg: &[u8]| CurrentFrame {
+        frame,
+        total: 10,
+        timestamp: frame as f64 * 0.5,
+        name: format!("frame-{frame}.png"),
+        width: 4,
+        height: 3,
+        jpeg: jpeg.to_vec(),
+    };
+    let wait_current = |ws: &mut Client, frame: u64| -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            assert!(Instant::now() < deadline, "no current_frame {frame}");
+            if let Reply::Json(v) = next(ws)
+                && v["type"] == "current_frame"
+                && v["frame"] == frame
+            {
+                return v;
+            }
+        }
+    };
+    viewer.set_current_frame(&current(1, b"foob"));
+    let v = wait_current(&mut ws, 1);
+    assert_eq!((v["jpeg"].as_str(), v["width"].as_u64(), v["height"].as_u64(), v["total"].as_u64()), (Some("Zm9vYg=="), Some(4), Some(3), Some(10)), "{v}");
+    assert_eq!((v["name"].as_str(), v["timestamp"].as_f64()), (Some("frame-1.png"), Some(0.5)));
+    viewer.set_current_frame(&current(2, b"foobar"));
+    viewer.set_current_frame(&current(3, b"fooba"));
+    assert_eq!(wait_current(&mut ws, 3)["jpeg"], "Zm9vYmE=");
+    let mut late = connect(viewer.local_addr(), "");
+    let v = loop {
+        if let Reply::Json(v) = next(&mut late)
+            && v["type"] == "current_frame"
+        {
+            break v;
+        }
+    };
+    assert_eq!((v["frame"].as_u64(), v["jpeg"].as_str()), (Some(3), Some("Zm9vYmE=")), "a later client gets the newest only");
 }
