@@ -191,7 +191,11 @@ fn train_view_serves_frames_and_the_run_finishes_after_and_with_a_client() {
     // A second page sees the run go on, and stays until the run ends.
     let mut second = Seen::default();
     let mut ws = connect(&url);
-    watch(&mut ws, &mut second, |s| s.step > first.step && s.frames_with_splats >= 1);
+    // The curves get their first points when training logs (loss) and evaluates (PSNR, step
+    // 100): wait for them rather than for a fixed time.
+    watch(&mut ws, &mut second, |s| {
+        s.step > first.step && s.frames_with_splats >= 1 && s.curves.iter().any(|c| c == "loss") && s.curves.iter().any(|c| c.contains("PSNR"))
+    });
     assert!(second.curves.iter().any(|c| c == "loss") && second.curves.iter().any(|c| c.contains("PSNR")), "{:?}", second.curves);
     while read(&mut ws, &mut second) {}
     let status = child.0.take().unwrap().wait().unwrap();
