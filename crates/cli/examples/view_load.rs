@@ -17,8 +17,15 @@ fn main() {
     let width: u32 = args.get(2).map_or(640, |v| v.parse().expect("WIDTH"));
     let height: u32 = args.get(3).map_or(480, |v| v.parse().expect("HEIGHT"));
     let seconds: Option<f64> = args.get(4).map(|v| v.parse().expect("SECONDS"));
-    let (base, query) = url.split_once('?').map_or((url.as_str(), ""), |(b, q)| (b, q));
-    let ws_url = format!("{}ws{}{}", base.replacen("http://", "ws://", 1), if query.is_empty() { "" } else { "?" }, query);
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url.as_str(), ""), |(b, q)| (b, q));
+    let ws_url = format!(
+        "{}ws{}{}",
+        base.replacen("http://", "ws://", 1),
+        if query.is_empty() { "" } else { "?" },
+        query
+    );
     let (mut ws, _) = tungstenite::connect(ws_url).expect("connect");
     let start = Instant::now();
     let (mut pose, mut fov, mut splats) = (None::<serde_json::Value>, 1.0f64, 0u64);
@@ -50,7 +57,8 @@ fn main() {
             let fx = 0.5 * width as f64 / (0.5 * fov).tan();
             let camera = serde_json::json!({"fx": fx, "fy": fx, "cx": width as f64 / 2.0, "cy": height as f64 / 2.0,
                 "width": width, "height": height, "world_to_camera": w2c});
-            let msg = serde_json::json!({"type": "render", "id": id, "camera": camera, "quality": 90});
+            let msg =
+                serde_json::json!({"type": "render", "id": id, "camera": camera, "quality": 90});
             ws.send(Message::text(msg.to_string())).expect("send");
             sent = Some((id, Instant::now()));
         }
@@ -90,7 +98,9 @@ fn main() {
         println!("no frames");
         return;
     }
-    let span = first_frame.map_or(Duration::ZERO, |t| t.elapsed()).as_secs_f64();
+    let span = first_frame
+        .map_or(Duration::ZERO, |t| t.elapsed())
+        .as_secs_f64();
     latencies.sort_by(f64::total_cmp);
     render_ms.sort_by(f64::total_cmp);
     let pct = |v: &[f64], p: f64| v[((v.len() - 1) as f64 * p).round() as usize];

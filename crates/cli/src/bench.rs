@@ -8,10 +8,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
+use rust3r_splat::train::init::{self, knn_mean_dist, splitmix_normal};
 use rust3r_splat::train::{AdcConfig, Strategy, TrainConfig, Trainer};
-use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render_backward_chunks, render_chunks};
+use rust3r_splat::{
+    BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render_backward_chunks,
+    render_chunks,
+};
 
 use crate::DeviceArgs;
 
@@ -52,16 +55,25 @@ fn scene(a: &SceneArgs) -> Result<()> {
     let nn = knn_mean_dist(&garden.means);
     let n = parse_n(&a.n, garden.means.len())?;
     let set = build_set(&garden, &nn, n);
-    let triples = |v: &[f32]| v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>();
+    let triples = |v: &[f32]| {
+        v.chunks_exact(3)
+            .map(|c| [c[0], c[1], c[2]])
+            .collect::<Vec<_>>()
+    };
     let splats = rust3r_io::Splats {
         means: triples(&set.means),
         log_scales: triples(&set.log_scales),
-        rotations: set.quats.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect(),
+        rotations: set
+            .quats
+            .chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
         opacity_logits: vec![0.0; n],
         sh_degree: 3,
         sh: set.sh,
     };
-    rust3r_io::save_splats(&a.out, &splats).with_context(|| format!("cannot write {}", a.out.display()))?;
+    rust3r_io::save_splats(&a.out, &splats)
+        .with_context(|| format!("cannot write {}", a.out.display()))?;
     println!("wrote {} ({n} Gaussians)", a.out.display());
     Ok(())
 }
@@ -87,11 +99,21 @@ pub struct SortArgs {
 
 fn sort(a: &SortArgs) -> Result<()> {
     use rust3r_gpu::sort::{STAGES, sort_pairs, sort_pairs_staged};
-    anyhow::ensure!((1..=32).contains(&a.bits), "--bits must be 1..=32, got {}", a.bits);
+    anyhow::ensure!(
+        (1..=32).contains(&a.bits),
+        "--bits must be 1..=32, got {}",
+        a.bits
+    );
     let gpu = a.device.open()?;
-    let mask = if a.bits == 32 { u32::MAX } else { (1u32 << a.bits) - 1 };
+    let mask = if a.bits == 32 {
+        u32::MAX
+    } else {
+        (1u32 << a.bits) - 1
+    };
     // Reproducible keys: the initialisation's SplitMix64 stream.
-    let keys: Vec<u32> = (1..=a.n as u64).map(|i| init::splitmix(0, i) as u32 & mask).collect();
+    let keys: Vec<u32> = (1..=a.n as u64)
+        .map(|i| init::splitmix(0, i) as u32 & mask)
+        .collect();
     let values: Vec<u32> = (0..a.n as u32).collect();
     let (kb, vb) = (gpu.upload(&keys), gpu.upload(&values));
     // Correctness once: stable order of the host sort.
@@ -99,8 +121,14 @@ fn sort(a: &SortArgs) -> Result<()> {
     let (sk, sv) = (gpu.read(&sk)?, gpu.read(&sv)?);
     let mut order: Vec<u32> = values.clone();
     order.sort_by_key(|&i| keys[i as usize]);
-    anyhow::ensure!(sv == order, "the device sort's values differ from the host's stable sort");
-    anyhow::ensure!(sk.iter().zip(&order).all(|(&k, &i)| k == keys[i as usize]), "the device sort's keys are wrong");
+    anyhow::ensure!(
+        sv == order,
+        "the device sort's values differ from the host's stable sort"
+    );
+    anyhow::ensure!(
+        sk.iter().zip(&order).all(|(&k, &i)| k == keys[i as usize]),
+        "the device sort's keys are wrong"
+    );
     let warm_start = Instant::now();
     while warm_start.elapsed().as_millis() < a.warmup_ms as u128 {
         drop(sort_pairs(&gpu, &kb, &vb, a.bits));
@@ -142,7 +170,10 @@ fn sort(a: &SortArgs) -> Result<()> {
         STAGES
             .iter()
             .enumerate()
-            .map(|(i, s)| format!("{s} {:.3} ms", median(staged.iter().map(|p| p[i]).collect())))
+            .map(|(i, s)| format!(
+                "{s} {:.3} ms",
+                median(staged.iter().map(|p| p[i]).collect())
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -265,14 +296,20 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 const SH_C0: f64 = init::SH_C0;
 
-fn read_npy<T: npyz::Deserialize>(zip: &mut zip::ZipArchive<std::fs::File>, name: &str, path: &Path) -> Result<Vec<T>> {
+fn read_npy<T: npyz::Deserialize>(
+    zip: &mut zip::ZipArchive<std::fs::File>,
+    name: &str,
+    path: &Path,
+) -> Result<Vec<T>> {
     let mut f = zip
         .by_name(&format!("{name}.npy"))
         .with_context(|| format!("{}: no array '{name}'", path.display()))?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)?;
-    let npy = npyz::NpyFile::new(&bytes[..]).with_context(|| format!("{}: '{name}' is not a valid .npy", path.display()))?;
-    npy.into_vec::<T>().with_context(|| format!("{}: '{name}' has an unexpected dtype", path.display()))
+    let npy = npyz::NpyFile::new(&bytes[..])
+        .with_context(|| format!("{}: '{name}' is not a valid .npy", path.display()))?;
+    npy.into_vec::<T>()
+        .with_context(|| format!("{}: '{name}' has an unexpected dtype", path.display()))
 }
 
 pub struct Garden {
@@ -285,15 +322,21 @@ pub struct Garden {
 }
 
 pub fn load_garden(path: &Path) -> Result<Garden> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut zip = zip::ZipArchive::new(file).with_context(|| format!("{}: not a .npz archive", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut zip = zip::ZipArchive::new(file)
+        .with_context(|| format!("{}: not a .npz archive", path.display()))?;
     let m: Vec<f32> = read_npy(&mut zip, "means3d", path)?;
     let c: Vec<u8> = read_npy(&mut zip, "colors", path)?;
     let v: Vec<f32> = read_npy(&mut zip, "viewmats", path)?;
     let k: Vec<f32> = read_npy(&mut zip, "Ks", path)?;
     let w: Vec<i64> = read_npy(&mut zip, "width", path)?;
     let h: Vec<i64> = read_npy(&mut zip, "height", path)?;
-    anyhow::ensure!(m.len() % 3 == 0 && c.len() == m.len() && v.len() >= 16 && k.len() >= 9, "{}: bad shapes", path.display());
+    anyhow::ensure!(
+        m.len() % 3 == 0 && c.len() == m.len() && v.len() >= 16 && k.len() >= 9,
+        "{}: bad shapes",
+        path.display()
+    );
     let mut viewmat = [[0.0; 4]; 4];
     let mut kk = [[0.0; 3]; 3];
     for i in 0..16 {
@@ -303,8 +346,20 @@ pub fn load_garden(path: &Path) -> Result<Garden> {
         kk[i / 3][i % 3] = k[i] as f64;
     }
     Ok(Garden {
-        means: m.chunks(3).map(|p| [p[0] as f64, p[1] as f64, p[2] as f64]).collect(),
-        colors: c.chunks(3).map(|p| [p[0] as f64 / 255.0, p[1] as f64 / 255.0, p[2] as f64 / 255.0]).collect(),
+        means: m
+            .chunks(3)
+            .map(|p| [p[0] as f64, p[1] as f64, p[2] as f64])
+            .collect(),
+        colors: c
+            .chunks(3)
+            .map(|p| {
+                [
+                    p[0] as f64 / 255.0,
+                    p[1] as f64 / 255.0,
+                    p[2] as f64 / 255.0,
+                ]
+            })
+            .collect(),
         viewmat,
         k: kk,
         width: *w.first().context("width")? as u32,
@@ -341,11 +396,19 @@ pub fn build_set(g: &Garden, nn: &[f64], n_target: usize) -> BenchSet {
         if means.len() >= n_target * 3 {
             break;
         }
-        let jitter = if j == 0 { vec![] } else { splitmix_normal(1000 + j as u64, base * 3) };
+        let jitter = if j == 0 {
+            vec![]
+        } else {
+            splitmix_normal(1000 + j as u64, base * 3)
+        };
         let q = splitmix_normal(if j == 0 { 1 } else { 2000 + j as u64 }, base * 4);
         for i in 0..base {
             for a in 0..3 {
-                let m = if j == 0 { g.means[i][a] } else { g.means[i][a] + jitter[i * 3 + a] * nn[i] };
+                let m = if j == 0 {
+                    g.means[i][a]
+                } else {
+                    g.means[i][a] + jitter[i * 3 + a] * nn[i]
+                };
                 means.push(m as f32);
             }
             let qq = &q[i * 4..i * 4 + 4];
@@ -371,7 +434,13 @@ pub fn build_set(g: &Garden, nn: &[f64], n_target: usize) -> BenchSet {
         "sum_log_scales": sum(&log_scales),
         "sum_sh": sum(&sh),
     });
-    BenchSet { means, quats, log_scales, sh, checks }
+    BenchSet {
+        means,
+        quats,
+        log_scales,
+        sh,
+        checks,
+    }
 }
 
 /// raster_bench.py `scaled_K`, as a camera.
@@ -393,7 +462,9 @@ fn parse_backward_kernel(s: &str) -> Result<BackwardKernel, String> {
         "auto" => Ok(BackwardKernel::Auto),
         "subgroup" => Ok(BackwardKernel::Subgroup),
         "portable" => Ok(BackwardKernel::Portable),
-        other => Err(format!("unknown backward kernel '{other}' (auto, subgroup or portable)")),
+        other => Err(format!(
+            "unknown backward kernel '{other}' (auto, subgroup or portable)"
+        )),
     }
 }
 
@@ -409,13 +480,20 @@ fn parse_n(s: &str, base: usize) -> Result<usize> {
     } else {
         (s.as_str(), 1.0)
     };
-    Ok((num.parse::<f64>().with_context(|| format!("bad count '{s}'"))? * mult) as usize)
+    Ok((num
+        .parse::<f64>()
+        .with_context(|| format!("bad count '{s}'"))?
+        * mult) as usize)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
 }
 
 fn raster(a: &RasterArgs) -> Result<()> {
@@ -423,9 +501,17 @@ fn raster(a: &RasterArgs) -> Result<()> {
     let garden = load_garden(&a.npz)?;
     let t = Instant::now();
     let nn = knn_mean_dist(&garden.means);
-    eprintln!("garden: {} points, knn {:.1}s", garden.means.len(), t.elapsed().as_secs_f64());
+    eprintln!(
+        "garden: {} points, knn {:.1}s",
+        garden.means.len(),
+        t.elapsed().as_secs_f64()
+    );
     let base = garden.means.len();
-    let ns: Vec<usize> = a.ns.split(',').filter(|s| !s.is_empty()).map(|s| parse_n(s, base)).collect::<Result<_>>()?;
+    let ns: Vec<usize> =
+        a.ns.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| parse_n(s, base))
+            .collect::<Result<_>>()?;
     let res: Vec<(u32, u32)> = a
         .res
         .split(',')
@@ -442,7 +528,16 @@ fn raster(a: &RasterArgs) -> Result<()> {
         let set = build_set(&garden, &nn, n);
         let opac = vec![0f32; n];
         // Split past the adapter's binding limit (wgpu: 2 GiB, about 11M Gaussians at SH 3).
-        let splats = GpuSplats::chunks_from_slices(&gpu, &set.means, &set.log_scales, &set.quats, &opac, &set.sh, 3, None)?;
+        let splats = GpuSplats::chunks_from_slices(
+            &gpu,
+            &set.means,
+            &set.log_scales,
+            &set.quats,
+            &opac,
+            &set.sh,
+            3,
+            None,
+        )?;
         for &(w, h) in &res {
             let cam = camera_for(&garden, w, h);
             let opts = RenderOptions {
@@ -465,7 +560,16 @@ fn raster(a: &RasterArgs) -> Result<()> {
             // One forward+backward pass, finished on the device.
             let fwd_bwd = || -> Result<()> {
                 let (out, state) = render_chunks(&gpu, &splats, &cam, &opts)?;
-                let grads = render_backward_chunks(&gpu, &splats, &out, &state, &ones, &zeros, &zeros, a.pose_grad)?;
+                let grads = render_backward_chunks(
+                    &gpu,
+                    &splats,
+                    &out,
+                    &state,
+                    &ones,
+                    &zeros,
+                    &zeros,
+                    a.pose_grad,
+                )?;
                 gpu.sync()?;
                 drop((grads, out, state));
                 Ok(())
@@ -507,10 +611,14 @@ fn raster(a: &RasterArgs) -> Result<()> {
             if a.check_backward {
                 check_backward(&gpu, &splats, &cam, &opts, &ones, &zeros)?;
             }
-            let tiles = render_chunks(&gpu, &splats, &cam, &opts)?.1.tile_stats(&gpu)?;
+            let tiles = render_chunks(&gpu, &splats, &cam, &opts)?
+                .1
+                .tile_stats(&gpu)?;
             let (fm, bm) = (median(fwd.clone()), median(both.clone()));
             if let Some(r) = rust3r_gpu::profile::report() {
-                println!("profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}");
+                println!(
+                    "profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}"
+                );
             }
             eprintln!("tiles {n} {w}x{h}: {tiles:?}");
             eprintln!(
@@ -541,7 +649,8 @@ fn raster(a: &RasterArgs) -> Result<()> {
             "iters": a.iters, "warmup": a.warmup, "warmup_ms": a.warmup_ms, "pose_grad": a.pose_grad,
             "configs": results,
         });
-        std::fs::write(p, serde_json::to_string_pretty(&doc)?).with_context(|| format!("cannot write {}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(())
 }
@@ -556,29 +665,57 @@ fn check_backward(
     zeros: &rust3r_gpu::GpuBuffer<f32>,
 ) -> Result<()> {
     let grads = |kernel: BackwardKernel| -> Result<Vec<(&'static str, Vec<f32>)>> {
-        let opts = RenderOptions { absgrad: true, backward_kernel: kernel, ..opts.clone() };
+        let opts = RenderOptions {
+            absgrad: true,
+            backward_kernel: kernel,
+            ..opts.clone()
+        };
         let (out, state) = render_chunks(gpu, splats, cam, &opts)?;
         let g = render_backward_chunks(gpu, splats, &out, &state, ones, zeros, zeros, false)?;
         let mut rows = vec![
-            ("means2d_abs", gpu.read(g.means2d_abs.as_ref().expect("absgrad"))?),
+            (
+                "means2d_abs",
+                gpu.read(g.means2d_abs.as_ref().expect("absgrad"))?,
+            ),
             ("projected", gpu.read(&g.projected)?),
         ];
-        for (name, i) in [("means", 0), ("log_scales", 1), ("quats", 2), ("opacity", 3), ("sh", 4)] {
+        for (name, i) in [
+            ("means", 0),
+            ("log_scales", 1),
+            ("quats", 2),
+            ("opacity", 3),
+            ("sh", 4),
+        ] {
             let mut all = vec![];
             for p in &g.params {
-                all.extend(gpu.read([&p.means, &p.log_scales, &p.quats, &p.opacity_logits, &p.sh][i])?);
+                all.extend(
+                    gpu.read([&p.means, &p.log_scales, &p.quats, &p.opacity_logits, &p.sh][i])?,
+                );
             }
             rows.push((name, all));
         }
         Ok(rows)
     };
-    let (with, without) = (grads(BackwardKernel::Subgroup)?, grads(BackwardKernel::Portable)?);
-    println!("backward check (plane vs shared), adapter planes {:?}:", gpu.plane_sizes());
+    let (with, without) = (
+        grads(BackwardKernel::Subgroup)?,
+        grads(BackwardKernel::Portable)?,
+    );
+    println!(
+        "backward check (plane vs shared), adapter planes {:?}:",
+        gpu.plane_sizes()
+    );
     for ((name, a), (_, b)) in with.iter().zip(&without) {
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m });
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, |m, d| if d > m || d.is_nan() { d } else { m });
         let nonfinite = a.iter().filter(|v| !v.is_finite()).count();
-        println!("  {name}: max|diff| {diff:.3e} / max|ref| {scale:.3e} = {:.2e}, non-finite {nonfinite}", diff / scale.max(1e-30));
+        println!(
+            "  {name}: max|diff| {diff:.3e} / max|ref| {scale:.3e} = {:.2e}, non-finite {nonfinite}",
+            diff / scale.max(1e-30)
+        );
     }
     Ok(())
 }
@@ -615,8 +752,14 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         gpu.memory_cleanup();
         let before = gpu.memory_in_use();
         // No densification inside the measured steps: memory is that of a fixed count.
-        let adc = AdcConfig { refine_start: u64::MAX, ..Default::default() };
-        let adam = AdamConfig { moments: a.adam_moments, ..Default::default() };
+        let adc = AdcConfig {
+            refine_start: u64::MAX,
+            ..Default::default()
+        };
+        let adam = AdamConfig {
+            moments: a.adam_moments,
+            ..Default::default()
+        };
         let cfg = TrainConfig {
             strategy: Strategy::Adc(adc),
             scene_scale: 1.0,

@@ -72,26 +72,49 @@ mod imp {
         }
 
         pub fn image_rgb(&self, path: &str, rgb: &[u8], width: u32, height: u32) -> Result<()> {
-            Ok(self.rec.log(path, &rerun::Image::from_rgb24(rgb.to_vec(), [width, height]))?)
+            Ok(self.rec.log(
+                path,
+                &rerun::Image::from_rgb24(rgb.to_vec(), [width, height]),
+            )?)
         }
 
         /// A camera frustum at `path` (its pose) and `path/image` (its pinhole).
         pub fn camera(&self, path: &str, c: &CameraView) -> Result<()> {
             let r = c.rotation;
             // rerun's Mat3x3 is column-major.
-            let cols = [[r[0][0], r[1][0], r[2][0]], [r[0][1], r[1][1], r[2][1]], [r[0][2], r[1][2], r[2][2]]];
-            self.rec.log(path, &rerun::Transform3D::from_translation_mat3x3(c.translation, rerun::datatypes::Mat3x3::from(cols)))?;
-            let pinhole = rerun::Pinhole::from_focal_length_and_resolution([c.fx, c.fy], [c.width as f32, c.height as f32]);
+            let cols = [
+                [r[0][0], r[1][0], r[2][0]],
+                [r[0][1], r[1][1], r[2][1]],
+                [r[0][2], r[1][2], r[2][2]],
+            ];
+            self.rec.log(
+                path,
+                &rerun::Transform3D::from_translation_mat3x3(
+                    c.translation,
+                    rerun::datatypes::Mat3x3::from(cols),
+                ),
+            )?;
+            let pinhole = rerun::Pinhole::from_focal_length_and_resolution(
+                [c.fx, c.fy],
+                [c.width as f32, c.height as f32],
+            );
             Ok(self.rec.log(format!("{path}/image"), &pinhole)?)
         }
 
         pub fn points(&self, path: &str, points: &[[f32; 3]], colors: &[[u8; 3]]) -> Result<()> {
-            let cols = colors.iter().map(|c| rerun::Color::from_rgb(c[0], c[1], c[2]));
-            Ok(self.rec.log(path, &rerun::Points3D::new(points.iter().copied()).with_colors(cols))?)
+            let cols = colors
+                .iter()
+                .map(|c| rerun::Color::from_rgb(c[0], c[1], c[2]));
+            Ok(self.rec.log(
+                path,
+                &rerun::Points3D::new(points.iter().copied()).with_colors(cols),
+            )?)
         }
 
         pub fn lines(&self, path: &str, strips: &[Vec<[f32; 3]>]) -> Result<()> {
-            Ok(self.rec.log(path, &rerun::LineStrips3D::new(strips.iter().cloned()))?)
+            Ok(self
+                .rec
+                .log(path, &rerun::LineStrips3D::new(strips.iter().cloned()))?)
         }
 
         /// Make sure everything logged so far reached the sink.

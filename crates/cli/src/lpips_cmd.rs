@@ -76,7 +76,11 @@ pub struct LpipsArgs {
 fn read_rgb(path: &Path) -> Result<(Vec<f32>, usize, usize)> {
     let img = image::open(path).with_context(|| format!("cannot read image {}", path.display()))?;
     let rgb = img.to_rgb32f();
-    Ok((rgb.as_raw().clone(), rgb.width() as usize, rgb.height() as usize))
+    Ok((
+        rgb.as_raw().clone(),
+        rgb.width() as usize,
+        rgb.height() as usize,
+    ))
 }
 
 pub fn run(a: &LpipsArgs) -> Result<()> {
@@ -92,7 +96,18 @@ pub fn run(a: &LpipsArgs) -> Result<()> {
     let gpu = a.device.open()?;
     let lpips = Lpips::new(weights, &Device::from(gpu.device().clone()));
     let terms = lpips
-        .distance_layers(Image { rgb: &x, width: w, height: h }, Image { rgb: &y, width: w, height: h })
+        .distance_layers(
+            Image {
+                rgb: &x,
+                width: w,
+                height: h,
+            },
+            Image {
+                rgb: &y,
+                width: w,
+                height: h,
+            },
+        )
         .with_context(|| format!("{} vs {}", a.a.display(), a.b.display()))?;
     let total: f64 = terms.iter().sum();
     if a.layers {

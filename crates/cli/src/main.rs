@@ -6,8 +6,8 @@ mod lpips_cmd;
 mod mast3r_cmd;
 mod render_cmd;
 mod run_cmd;
-mod train_cmd;
 mod slam_cmd;
+mod train_cmd;
 mod view_cmd;
 
 use std::path::PathBuf;
@@ -17,7 +17,11 @@ use clap::{Args, Parser, Subcommand};
 use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
 
 #[derive(Parser)]
-#[command(name = "rust3r", version, about = "Dense 3D reconstruction and Gaussian splatting on any GPU")]
+#[command(
+    name = "rust3r",
+    version,
+    about = "Dense 3D reconstruction and Gaussian splatting on any GPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +42,11 @@ pub struct DeviceArgs {
 impl DeviceArgs {
     pub fn open(&self) -> Result<Gpu> {
         let backend: BackendKind = self.backend.parse()?;
-        let gpu = Gpu::new(&GpuOptions { backend, adapter: self.adapter, poison: false })?;
+        let gpu = Gpu::new(&GpuOptions {
+            backend,
+            adapter: self.adapter,
+            poison: false,
+        })?;
         tracing::info!("device: {}", gpu.name());
         Ok(gpu)
     }
@@ -55,10 +63,7 @@ enum Command {
     /// Train a Gaussian splat on a posed-image scene (COLMAP, transforms.json, NeRF-synthetic).
     Train(Box<train_cmd::TrainArgs>),
     /// Convert between splat formats (by extension: .ply, .splat, .spz, .sog; .compressed.ply is read-only).
-    Convert {
-        input: PathBuf,
-        output: PathBuf,
-    },
+    Convert { input: PathBuf, output: PathBuf },
     /// Absolute trajectory error of an estimate against ground truth (TUM or EuRoC files),
     /// computed like evo (`evo_ape`): timestamp association within 0.01 s, then alignment.
     EvalAte {
@@ -69,10 +74,7 @@ enum Command {
         align: String,
     },
     /// Convert a MASt3R checkpoint (.pth or safetensors) to a memory-mappable safetensors file.
-    ConvertCheckpoint {
-        input: PathBuf,
-        output: PathBuf,
-    },
+    ConvertCheckpoint { input: PathBuf, output: PathBuf },
     /// Run the MASt3R network on a parity inputs file (shared/fixtures/mast3r_tiny layout).
     Mast3rInfer(mast3r_cmd::InferArgs),
     /// LPIPS v0.1 between two images of the same size, from torchvision + lpips weight files
@@ -96,13 +98,16 @@ enum Command {
 #[cfg(unix)]
 fn ensure_runtime_dir() {
     use std::os::unix::fs::PermissionsExt;
-    let set = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    let set =
+        std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
     if set {
         return;
     }
     let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
     let dir = std::env::temp_dir().join(format!("rust3r-runtime-{user}"));
-    if std::fs::create_dir_all(&dir).is_ok() && std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).is_ok() {
+    if std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).is_ok()
+    {
         // SAFETY: called first thing in `main`, before any other thread exists.
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
     }
@@ -115,7 +120,8 @@ fn main() {
     ensure_runtime_dir();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,rust3r=info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,rust3r=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -145,10 +151,20 @@ fn run(cli: Cli) -> Result<()> {
         Command::Convert { input, output } => {
             let splats = rust3r_io::load_splats(&input)?;
             rust3r_io::save_splats(&output, &splats)?;
-            println!("{} -> {}: {} splats, SH degree {}", input.display(), output.display(), splats.len(), splats.sh_degree);
+            println!(
+                "{} -> {}: {} splats, SH degree {}",
+                input.display(),
+                output.display(),
+                splats.len(),
+                splats.sh_degree
+            );
             Ok(())
         }
-        Command::EvalAte { estimate, groundtruth, align } => {
+        Command::EvalAte {
+            estimate,
+            groundtruth,
+            align,
+        } => {
             let align: rust3r_slam::Align = align.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
             let report = rust3r_slam::eval_ate(&estimate, &groundtruth, align)?;
             println!("{report}");
@@ -158,7 +174,12 @@ fn run(cli: Cli) -> Result<()> {
         Command::ConvertCheckpoint { input, output } => {
             let ckpt = rust3r_mast3r::Checkpoint::load(&input)?;
             ckpt.save_safetensors(&output)?;
-            println!("{} -> {}: {} tensors", input.display(), output.display(), ckpt.tensors().len());
+            println!(
+                "{} -> {}: {} tensors",
+                input.display(),
+                output.display(),
+                ckpt.tensors().len()
+            );
             Ok(())
         }
         Command::Mast3rInfer(args) => mast3r_cmd::infer(&args),

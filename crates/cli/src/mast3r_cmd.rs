@@ -72,7 +72,9 @@ fn check_fits(
 }
 
 fn is_cuda(args: &DeviceArgs) -> bool {
-    args.backend.parse::<BackendKind>().is_ok_and(|b| b == BackendKind::Cuda)
+    args.backend
+        .parse::<BackendKind>()
+        .is_ok_and(|b| b == BackendKind::Cuda)
 }
 
 pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
@@ -127,7 +129,14 @@ pub fn infer(args: &InferArgs) -> Result<()> {
         model_string: args.model_string.clone(),
     };
     let ckpt = rust3r_mast3r::Checkpoint::load_with(&args.checkpoint, &opts)?;
-    check_fits(&name, is_cuda(&args.device), ckpt.config(), 512, 512, precision)?;
+    check_fits(
+        &name,
+        is_cuda(&args.device),
+        ckpt.config(),
+        512,
+        512,
+        precision,
+    )?;
     let model = Mast3r::from_checkpoint(&ckpt, &device, precision)?;
     drop(ckpt);
     let t = Instant::now();
@@ -239,34 +248,35 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("device error: {e:?}"))
     };
     let mut peak = 0u64;
-    let mut measure = |what: &str, f: &mut dyn FnMut(Tensor<4>) -> Result<()>| -> Result<serde_json::Value> {
-        let mut ms = Vec::with_capacity(a.iters);
-        for i in 0..a.warmup + a.iters {
-            let img = image();
-            sync()?;
-            // RUST3R_PROFILE phases: the timed iterations of the per-frame (mono) run only, so
-            // first-use kernel compilation in the warm-ups does not count.
-            if what == "mono" && i == a.warmup {
-                rust3r_mast3r::model::profile::reset();
+    let mut measure =
+        |what: &str, f: &mut dyn FnMut(Tensor<4>) -> Result<()>| -> Result<serde_json::Value> {
+            let mut ms = Vec::with_capacity(a.iters);
+            for i in 0..a.warmup + a.iters {
+                let img = image();
+                sync()?;
+                // RUST3R_PROFILE phases: the timed iterations of the per-frame (mono) run only, so
+                // first-use kernel compilation in the warm-ups does not count.
+                if what == "mono" && i == a.warmup {
+                    rust3r_mast3r::model::profile::reset();
+                }
+                let t = Instant::now();
+                f(img)?;
+                sync()?;
+                if i >= a.warmup {
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                if let Some(u) = device.memory_pool_usage() {
+                    peak = peak.max(u.bytes_reserved);
+                }
             }
-            let t = Instant::now();
-            f(img)?;
-            sync()?;
-            if i >= a.warmup {
-                ms.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            if let Some(u) = device.memory_pool_usage() {
-                peak = peak.max(u.bytes_reserved);
-            }
-        }
-        let s = stats(ms);
-        eprintln!(
-            "  {what:8} median {:8.2} ms  ({:.2} FPS)",
-            s["median_ms"].as_f64().unwrap_or(0.0),
-            s["fps"].as_f64().unwrap_or(0.0)
-        );
-        Ok(s)
-    };
+            let s = stats(ms);
+            eprintln!(
+                "  {what:8} median {:8.2} ms  ({:.2} FPS)",
+                s["median_ms"].as_f64().unwrap_or(0.0),
+                s["fps"].as_f64().unwrap_or(0.0)
+            );
+            Ok(s)
+        };
     // Per tracked frame as MASt3R-SLAM runs it: the new frame is encoded once, then decoded with
     // itself (mono: initialisation / keyframe pointmaps) or against the cached keyframe encoding
     // (pair: tracking), both heads and the post-processing included.
@@ -292,7 +302,12 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         // One tracked frame, replayed: encoded, then decoded with itself or with the keyframe.
         let mut frame = |img: Tensor<4>, pair: bool| -> Result<()> {
             let e = runner.encode(img).map_err(anyhow::Error::msg)?;
-            if pair { runner.decode(&e, &keyframe) } else { runner.mono(&e) }.map_err(anyhow::Error::msg)?;
+            if pair {
+                runner.decode(&e, &keyframe)
+            } else {
+                runner.mono(&e)
+            }
+            .map_err(anyhow::Error::msg)?;
             Ok(())
         };
         let t = Instant::now();

@@ -38,19 +38,25 @@ pub struct RenderArgs {
 }
 
 pub fn load_camera(path: &Path) -> Result<Camera> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read camera {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read camera {}", path.display()))?;
     Camera::from_json(&text).with_context(|| format!("{}", path.display()))
 }
 
 /// Write an RGB float image as PNG, atomically (temp file + rename).
 pub fn write_png(path: &Path, rgb: &[f32], width: u32, height: u32) -> Result<()> {
-    let bytes: Vec<u8> = rgb.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect();
-    let img = image::RgbImage::from_raw(width, height, bytes).context("image buffer has the wrong size")?;
+    let bytes: Vec<u8> = rgb
+        .iter()
+        .map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8)
+        .collect();
+    let img = image::RgbImage::from_raw(width, height, bytes)
+        .context("image buffer has the wrong size")?;
     if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     rust3r_io::atomic::write_atomic_with(path, |w| {
-        img.write_to(w, image::ImageFormat::Png).map_err(std::io::Error::other)
+        img.write_to(w, image::ImageFormat::Png)
+            .map_err(std::io::Error::other)
     })
     .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
@@ -59,11 +65,18 @@ pub fn write_png(path: &Path, rgb: &[f32], width: u32, height: u32) -> Result<()
 pub fn run(args: &RenderArgs) -> Result<()> {
     let background = crate::parse_rgb(&args.background)?;
     let splats = rust3r_io::load_splats(&args.splats)?;
-    anyhow::ensure!(!splats.is_empty(), "{}: no splats in the file", args.splats.display());
+    anyhow::ensure!(
+        !splats.is_empty(),
+        "{}: no splats in the file",
+        args.splats.display()
+    );
     let camera = match &args.camera {
         Some(p) => load_camera(p)?,
         None => {
-            anyhow::ensure!(args.width > 0 && args.height > 0, "image size must be non-zero");
+            anyhow::ensure!(
+                args.width > 0 && args.height > 0,
+                "image size must be non-zero"
+            );
             Camera::default_for_points(&splats.means, args.width, args.height)
         }
     };
@@ -88,6 +101,11 @@ pub fn run(args: &RenderArgs) -> Result<()> {
         t.elapsed().as_secs_f64() * 1e3
     );
     write_png(&args.out, &rgb, camera.width, camera.height)?;
-    println!("wrote {} ({}x{})", args.out.display(), camera.width, camera.height);
+    println!(
+        "wrote {} ({}x{})",
+        args.out.display(),
+        camera.width,
+        camera.height
+    );
     Ok(())
 }

@@ -132,11 +132,24 @@ pub fn run(a: &RunArgs) -> Result<()> {
     t.steps = steps;
     t.downscale = a.downscale.unwrap_or(downscale);
     t.eval_every = a.eval_every;
-    t.eval_at = a.eval_at.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number"))).collect::<Result<_>>()?;
+    t.eval_at = a
+        .eval_at
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<u64>()
+                .with_context(|| format!("'{p}' is not a step number"))
+        })
+        .collect::<Result<_>>()?;
     t.init_count = a.init_count.unwrap_or(init_count);
     a.splat.apply(t)?;
     t.background = parse_background(&a.background)?;
-    anyhow::ensure!(a.depth_weight.is_finite() && a.depth_weight >= 0.0, "--depth-weight {} is not a finite weight >= 0", a.depth_weight);
+    anyhow::ensure!(
+        a.depth_weight.is_finite() && a.depth_weight >= 0.0,
+        "--depth-weight {} is not a finite weight >= 0",
+        a.depth_weight
+    );
     let r = &mut opts.refine;
     r.depth_weight = a.depth_weight;
     r.exposure = !a.no_exposure;
@@ -150,7 +163,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
     let mut slam_bar: Option<ProgressBar> = None;
-    let mut view = a.live.start(&gpu, &format!("rust3r run {}", a.input.display()))?;
+    let mut view = a
+        .live
+        .start(&gpu, &format!("rust3r run {}", a.input.display()))?;
     let mut printer = TrainPrinter::new(None);
     let front = match network.as_mut() {
         Some(f) => FrontEnd::Network(f),
@@ -165,7 +180,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
                 Phase::Slam => {
                     println!("SLAM over {} frames", total);
                     let bar = ProgressBar::new(total);
-                    bar.set_style(ProgressStyle::with_template("slam  {bar:30} frame {pos}/{len} {msg}").expect("valid template"));
+                    bar.set_style(
+                        ProgressStyle::with_template("slam  {bar:30} frame {pos}/{len} {msg}")
+                            .expect("valid template"),
+                    );
                     slam_bar = Some(bar);
                 }
                 Phase::Prepare => {
@@ -213,7 +231,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
         println!("ATE RMSE (SE(3)): {before:.4} m from SLAM, {after:.4} m after pose refinement");
     }
     if let Some(e) = &s.last_eval {
-        println!("held-out PSNR {:.3} dB, SSIM {:.4} at step {}", e.psnr, e.ssim, e.step);
+        println!(
+            "held-out PSNR {:.3} dB, SSIM {:.4} at step {}",
+            e.psnr, e.ssim, e.step
+        );
     }
     println!(
         "time: SLAM {:.1} s, training {:.1} s, total {:.1} s -> {}",

@@ -4,13 +4,16 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use crate::live::{CameraView, Live, LiveSink};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rust3r_io::datasets::{self, DatasetKind};
-use crate::live::{CameraView, Live, LiveSink};
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
-use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, RgbdFrontEnd, SlamConfig, eval_ate, output, run_slam_source};
+use rust3r_slam::{
+    Align, FrameSource, PointmapFrontEnd, RgbdFrontEnd, SlamConfig, eval_ate, output,
+    run_slam_source,
+};
 
 use crate::run_cmd::Mode;
 
@@ -51,13 +54,23 @@ pub struct SlamInputArgs {
 impl SlamInputArgs {
     /// The SLAM configuration (the mode's base, `--config`, `--calib`, `--single-thread`), the
     /// calibration and the data set layout; checks the flags that belong together.
-    pub fn setup(&self) -> Result<(SlamConfig, Option<datasets::SlamCalibration>, Option<DatasetKind>)> {
+    pub fn setup(
+        &self,
+    ) -> Result<(
+        SlamConfig,
+        Option<datasets::SlamCalibration>,
+        Option<DatasetKind>,
+    )> {
         let mono = self.mode == Mode::Mono;
         if self.calib.is_some() && !mono {
-            bail!("--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)");
+            bail!(
+                "--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)"
+            );
         }
         if mono && self.checkpoint.is_none() {
-            bail!("--mode mono needs --checkpoint MODEL.pth (or .safetensors): the released MASt3R weights, see the README's 'MASt3R network'");
+            bail!(
+                "--mode mono needs --checkpoint MODEL.pth (or .safetensors): the released MASt3R weights, see the README's 'MASt3R network'"
+            );
         }
         let calib = match &self.calib {
             Some(path) => Some(datasets::SlamCalibration::read(path)?),
@@ -89,15 +102,28 @@ impl SlamInputArgs {
 
     /// The MASt3R front end of `--mode mono` (None in the rgbd mode), loaded before anything
     /// runs so that a bad checkpoint stops at once.
-    pub fn network(&self, device: &crate::DeviceArgs, calib: Option<datasets::SlamCalibration>) -> Result<Option<Mast3rMonoFrontEnd>> {
-        let (Some(ckpt), Mode::Mono) = (&self.checkpoint, self.mode) else { return Ok(None) };
+    pub fn network(
+        &self,
+        device: &crate::DeviceArgs,
+        calib: Option<datasets::SlamCalibration>,
+    ) -> Result<Option<Mast3rMonoFrontEnd>> {
+        let (Some(ckpt), Mode::Mono) = (&self.checkpoint, self.mode) else {
+            return Ok(None);
+        };
         let (device, _) = crate::mast3r_cmd::burn_device(device)?;
         let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)
-            .with_context(|| format!("--checkpoint {}: cannot load a MASt3R network from it", ckpt.display()))?;
+            .with_context(|| {
+                format!(
+                    "--checkpoint {}: cannot load a MASt3R network from it",
+                    ckpt.display()
+                )
+            })?;
         let mut front = Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
         if let Some(c) = calib {
             let path = c.path.clone();
-            front = front.with_calibration(c).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            front = front
+                .with_calibration(c)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         }
         Ok(Some(front))
     }
@@ -139,44 +165,86 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     // The calibration replaces the data set's own (the export's camera; a first image of another
     // size is refused here, later ones by the front end).
     let dataset = match &calib {
-        Some(c) => datasets::open_with(&args.dataset, &datasets::OpenOptions { kind, stride: a.stride, calibration: Some(c.intrinsics) })
-            .with_context(|| format!("with --calib {}", c.path.display()))?,
+        Some(c) => datasets::open_with(
+            &args.dataset,
+            &datasets::OpenOptions {
+                kind,
+                stride: a.stride,
+                calibration: Some(c.intrinsics),
+            },
+        )
+        .with_context(|| format!("with --calib {}", c.path.display()))?,
         None => datasets::open(&args.dataset, kind, a.stride)?,
     };
     let mut mono_front = None;
     let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
     let (n_loaders, live_camera) = if let Some(front) = a.network(&args.device, calib)? {
         // Uncalibrated: the live view draws a nominal 512x384 frustum.
-        let nominal = rust3r_geometry::PinholeCamera { fx: 512.0, fy: 512.0, cx: 256.0, cy: 192.0, width: 512, height: 384 };
+        let nominal = rust3r_geometry::PinholeCamera {
+            fx: 512.0,
+            fy: 512.0,
+            cx: 256.0,
+            cy: 192.0,
+            width: 512,
+            height: 384,
+        };
         let camera = front.camera().unwrap_or(nominal);
         mono_front = Some(front);
         (0, camera)
     } else {
         let depth_k = dataset.depth_intrinsics().with_context(|| {
-            format!("{}: the rgbd mode needs depth images, and this data set has none", args.dataset.display())
+            format!(
+                "{}: the rgbd mode needs depth images, and this data set has none",
+                args.dataset.display()
+            )
         })?;
-        let front = RgbdFrontEnd::new(depth_k, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+        let front = RgbdFrontEnd::new(
+            depth_k,
+            cfg.rgbd.downsample,
+            cfg.rgbd.min_depth,
+            cfg.rgbd.max_depth,
+        );
         // Frames are decoded and turned into pointmaps on loader threads (each with its own handle
         // on the data set), a few frames ahead of tracking.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n_loaders = (cores / 4).clamp(1, 4);
         for _ in 0..n_loaders {
-            loaders.push((datasets::open(&args.dataset, kind, a.stride)?, Box::new(front.clone())));
+            loaders.push((
+                datasets::open(&args.dataset, kind, a.stride)?,
+                Box::new(front.clone()),
+            ));
         }
-        let camera = front.camera().context("the rgbd front end has a calibrated camera")?;
+        let camera = front
+            .camera()
+            .context("the rgbd front end has a calibrated camera")?;
         (n_loaders, camera)
     };
     let total = a.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
 
-    let bar = if args.quiet { ProgressBar::hidden() } else { ProgressBar::new(total as u64) };
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}").expect("valid template").progress_chars("=> "),
+        ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
-    let gpu = if args.gpu { Some(args.device.open()?) } else { None };
+    let gpu = if args.gpu {
+        Some(args.device.open()?)
+    } else {
+        None
+    };
     // The page renders the map on the GPU even when tracking runs on the CPU.
     let mut view = match (&gpu, args.live.view) {
-        (Some(g), _) => args.live.start(g, &format!("rust3r slam {}", args.dataset.display()))?,
-        (None, true) => args.live.start(&args.device.open()?, &format!("rust3r slam {}", args.dataset.display()))?,
+        (Some(g), _) => args
+            .live
+            .start(g, &format!("rust3r slam {}", args.dataset.display()))?,
+        (None, true) => args.live.start(
+            &args.device.open()?,
+            &format!("rust3r slam {}", args.dataset.display()),
+        )?,
         (None, false) => None,
     };
     if let Some(v) = view.as_mut() {
@@ -186,10 +254,18 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     // The network runs on the tracking thread (one model on the GPU; the pair (frame, keyframe)
     // it decodes depends on the keyframe, known only there); RGB-D frames on loaders.
     let source = match mono_front.as_mut() {
-        Some(front) => FrameSource::Inline { dataset: dataset.as_ref(), front },
-        None => FrameSource::Prefetch { loaders, ahead: 4 * n_loaders },
+        Some(front) => FrameSource::Inline {
+            dataset: dataset.as_ref(),
+            front,
+        },
+        None => FrameSource::Prefetch {
+            loaders,
+            ahead: 4 * n_loaders,
+        },
     };
-    let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref()).map(|s| Live::open("rust3r slam", &s)).transpose()?;
+    let live = LiveSink::from_flags(args.rerun, args.rerun_save.as_ref())
+        .map(|s| Live::open("rust3r slam", &s))
+        .transpose()?;
     let mut rerun_view = live.as_ref().map(|l| SlamView::new(l, &live_camera));
     let mut live_err: Option<anyhow::Error> = None;
     let result = run_slam_source(source, &cfg, a.max_frames, gpu.as_ref(), |p| {
@@ -204,7 +280,10 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         }
         let fps = p.frame as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_position(p.frame as u64);
-        bar.set_message(format!("{fps:.1} FPS, {} keyframes, {}", p.keyframes, p.state));
+        bar.set_message(format!(
+            "{fps:.1} FPS, {} keyframes, {}",
+            p.keyframes, p.state
+        ));
     })?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
@@ -218,7 +297,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     if let Some(l) = &live {
         l.flush();
     }
-    let files = output::write_outputs(&result, dataset.as_ref(), &args.out, cfg.rgbd.export_conf as f32)?;
+    let files = output::write_outputs(
+        &result,
+        dataset.as_ref(),
+        &args.out,
+        cfg.rgbd.export_conf as f32,
+    )?;
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
     let weak = result.frames.iter().filter(|f| f.weak).count();
     let loops = result.edges.iter().filter(|e| e.j > e.i + 1).count();
@@ -236,7 +320,11 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         t.track_s,
         t.map_s,
         t.backend_s,
-        if cfg.single_thread { " (inline)" } else { " (own thread)" },
+        if cfg.single_thread {
+            " (inline)"
+        } else {
+            " (own thread)"
+        },
         t.wait_frames_s,
         t.backend_wait_s,
         t.load_s,
@@ -253,7 +341,13 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         result.keyframe_bytes as f64 / (1 << 20) as f64,
         result.keyframe_bytes as f64 / (1 << 20) as f64 / result.keyframes.len().max(1) as f64
     );
-    println!("wrote {} ({} points), {}, {}", files.pointcloud.display(), files.num_points, files.trajectory.display(), files.transforms.display());
+    println!(
+        "wrote {} ({} points), {}, {}",
+        files.pointcloud.display(),
+        files.num_points,
+        files.trajectory.display(),
+        files.transforms.display()
+    );
     if let Some(gt) = &files.groundtruth {
         // The outputs are written; a trajectory too short or degenerate to align only loses the ATE.
         for align in [Align::Se3, Align::Sim3] {
@@ -281,7 +375,11 @@ fn camera_view(pose: &rust3r_geometry::Sim3, k: &rust3r_geometry::PinholeCamera)
     let r = pose.rotation.to_rotation_matrix();
     let m = r.matrix();
     CameraView {
-        translation: [pose.translation.x as f32, pose.translation.y as f32, pose.translation.z as f32],
+        translation: [
+            pose.translation.x as f32,
+            pose.translation.y as f32,
+            pose.translation.z as f32,
+        ],
         rotation: std::array::from_fn(|i| std::array::from_fn(|j| m[(i, j)] as f32)),
         fx: k.fx as f32,
         fy: k.fy as f32,
@@ -292,7 +390,12 @@ fn camera_view(pose: &rust3r_geometry::Sim3, k: &rust3r_geometry::PinholeCamera)
 
 impl<'a> SlamView<'a> {
     fn new(live: &'a Live, camera: &rust3r_geometry::PinholeCamera) -> Self {
-        Self { live, camera: *camera, trajectory: Vec::new(), image_scale: 1.0 }
+        Self {
+            live,
+            camera: *camera,
+            trajectory: Vec::new(),
+            image_scale: 1.0,
+        }
     }
 
     /// The pointmap camera scaled to the colour image's size.
@@ -312,7 +415,9 @@ impl<'a> SlamView<'a> {
         let l = self.live;
         l.at("frame", p.frame as u64);
         let image = if p.frame % 5 == 1 {
-            let img = image::open(&p.rgb_path).with_context(|| format!("cannot read {}", p.rgb_path.display()))?.to_rgb8();
+            let img = image::open(&p.rgb_path)
+                .with_context(|| format!("cannot read {}", p.rgb_path.display()))?
+                .to_rgb8();
             self.image_scale = img.width() as f64 / self.camera.width.max(1) as f64;
             Some(img)
         } else {
@@ -322,7 +427,12 @@ impl<'a> SlamView<'a> {
         let t = &p.pose.translation;
         self.trajectory.push([t.x as f32, t.y as f32, t.z as f32]);
         if let Some(img) = image {
-            l.image_rgb("world/camera/image", img.as_raw(), img.width(), img.height())?;
+            l.image_rgb(
+                "world/camera/image",
+                img.as_raw(),
+                img.width(),
+                img.height(),
+            )?;
             l.lines("world/trajectory", std::slice::from_ref(&self.trajectory))?;
         }
         if let Some((k, pm)) = &p.new_keyframe {
@@ -347,7 +457,11 @@ impl<'a> SlamView<'a> {
                 let t = &poses[k].translation;
                 [t.x as f32, t.y as f32, t.z as f32]
             };
-            let strips: Vec<Vec<[f32; 3]>> = edges.iter().filter(|e| e.0 < poses.len() && e.1 < poses.len()).map(|e| vec![centre(e.0), centre(e.1)]).collect();
+            let strips: Vec<Vec<[f32; 3]>> = edges
+                .iter()
+                .filter(|e| e.0 < poses.len() && e.1 < poses.len())
+                .map(|e| vec![centre(e.0), centre(e.1)])
+                .collect();
             l.lines("world/graph", &strips)?;
         }
         Ok(())

@@ -136,7 +136,9 @@ impl SplatArgs {
     /// Sets these flags' fields of `t`.
     pub fn apply(&self, t: &mut TrainOptions) -> Result<()> {
         t.memory_budget = match self.memory_budget {
-            Some(gb) if !(gb.is_finite() && gb > 0.0) => bail!("--memory-budget {gb} GB is not a positive size"),
+            Some(gb) if !(gb.is_finite() && gb > 0.0) => {
+                bail!("--memory-budget {gb} GB is not a positive size")
+            }
             Some(gb) => Some((gb * 1e9) as u64),
             None => None,
         };
@@ -172,7 +174,11 @@ pub enum InitFlag {
 fn parse_steps(s: &str) -> Result<Vec<u64>> {
     s.split(',')
         .filter(|p| !p.trim().is_empty())
-        .map(|p| p.trim().parse::<u64>().with_context(|| format!("'{p}' is not a step number")))
+        .map(|p| {
+            p.trim()
+                .parse::<u64>()
+                .with_context(|| format!("'{p}' is not a step number"))
+        })
         .collect()
 }
 
@@ -222,7 +228,8 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
 pub fn ctrl_c_flag() -> Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
     Ok(stop)
 }
 
@@ -238,7 +245,12 @@ pub struct TrainPrinter<'a> {
 
 impl<'a> TrainPrinter<'a> {
     pub fn new(live: Option<&'a Live>) -> Self {
-        Self { bar: None, live, view: None, error: None }
+        Self {
+            bar: None,
+            live,
+            view: None,
+            error: None,
+        }
     }
 
     fn line(&self, text: &str) {
@@ -268,9 +280,17 @@ impl<'a> TrainPrinter<'a> {
                 Some(bar) => bar.suspend(|| eprintln!("warning: {text}")),
                 None => eprintln!("warning: {text}"),
             },
-            TrainEvent::Started { scene, train, step, steps } => {
+            TrainEvent::Started {
+                scene,
+                train,
+                step,
+                steps,
+            } => {
                 let bar = ProgressBar::new(steps);
-                bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}").expect("valid template"));
+                bar.set_style(
+                    ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}")
+                        .expect("valid template"),
+                );
                 bar.set_position(step.min(steps));
                 self.bar = Some(bar);
                 if let Some(l) = self.live {
@@ -289,7 +309,10 @@ impl<'a> TrainPrinter<'a> {
                         l.scalar("train/psnr", st.psnr as f64)?;
                         l.scalar("train/splats", st.num_splats as f64)?;
                     }
-                    let depth = st.depth_loss.map(|d| format!(" | depth {d:.4}")).unwrap_or_default();
+                    let depth = st
+                        .depth_loss
+                        .map(|d| format!(" | depth {d:.4}"))
+                        .unwrap_or_default();
                     if let Some(bar) = &self.bar {
                         bar.set_message(format!(
                             "loss {:.4}{depth} | PSNR {:.2} | {} splats | {} visible | GPU {:.2} GB",
@@ -302,11 +325,22 @@ impl<'a> TrainPrinter<'a> {
                     }
                 }
             }
-            TrainEvent::Eval { record: rec, trainer, scene, cache, eval } => {
+            TrainEvent::Eval {
+                record: rec,
+                trainer,
+                scene,
+                cache,
+                eval,
+            } => {
                 if let Some(l) = self.live {
-                    log_eval(l, trainer, scene, cache, eval[0], rec.step, rec.psnr, rec.ssim, rec.lpips)?;
+                    log_eval(
+                        l, trainer, scene, cache, eval[0], rec.step, rec.psnr, rec.ssim, rec.lpips,
+                    )?;
                 }
-                let lpips_text = rec.lpips.map(|v| format!(", LPIPS {v:.4}")).unwrap_or_default();
+                let lpips_text = rec
+                    .lpips
+                    .map(|v| format!(", LPIPS {v:.4}"))
+                    .unwrap_or_default();
                 self.line(&format!(
                     "step {}: held-out PSNR {:.3} dB, SSIM {:.4}{lpips_text}, {} splats, {:.1} it/s",
                     rec.step, rec.psnr, rec.ssim, rec.num_splats, rec.it_per_s
@@ -341,14 +375,18 @@ impl<'a> TrainPrinter<'a> {
 }
 
 pub fn run(a: &TrainArgs) -> Result<()> {
-    let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref()).map(|s| Live::open("rust3r train", &s)).transpose()?;
+    let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref())
+        .map(|s| Live::open("rust3r train", &s))
+        .transpose()?;
     let mut opts = options_of(a)?;
     // LPIPS weights are read and checked before anything else is loaded, so a bad file stops
     // the run at once.
     opts.lpips = a.lpips.load()?;
     let gpu = a.device.open()?;
     opts.stop = Some(ctrl_c_flag()?);
-    let mut view = a.live.start(&gpu, &format!("rust3r train {}", a.dataset.display()))?;
+    let mut view = a
+        .live
+        .start(&gpu, &format!("rust3r train {}", a.dataset.display()))?;
     let mut printer = TrainPrinter::new(live.as_ref());
     printer.view = view.as_mut();
     let mut session = TrainSession::open(&a.dataset, opts, &gpu, &mut |e| printer.event(e))?;
@@ -377,7 +415,17 @@ pub fn run(a: &TrainArgs) -> Result<()> {
 /// Live view at an evaluation: held-out metrics, the first held-out view rendered next to its
 /// ground truth, and the Gaussian centres coloured by their base colour (at most 200k).
 #[allow(clippy::too_many_arguments)]
-fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view: usize, step: u64, psnr: f64, ssim: f64, lpips: Option<f64>) -> Result<()> {
+fn log_eval(
+    l: &Live,
+    trainer: &Trainer,
+    scene: &Scene,
+    cache: &ImageCache,
+    view: usize,
+    step: u64,
+    psnr: f64,
+    ssim: f64,
+    lpips: Option<f64>,
+) -> Result<()> {
     l.at("step", step);
     l.scalar("eval/psnr", psnr)?;
     l.scalar("eval/ssim", ssim)?;
@@ -387,7 +435,10 @@ fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view
     let gt = cache.get(view)?;
     let cam = camera_of(scene, view);
     let (_, _, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
-    let bytes: Vec<u8> = pred.iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect();
+    let bytes: Vec<u8> = pred
+        .iter()
+        .map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8)
+        .collect();
     l.image_rgb("eval/render", &bytes, cam.width, cam.height)?;
     l.image_rgb("eval/ground_truth", &gt.rgb, cam.width, cam.height)?;
     let splats = trainer.to_host()?;
@@ -396,7 +447,10 @@ fn log_eval(l: &Live, trainer: &Trainer, scene: &Scene, cache: &ImageCache, view
     let (mut pts, mut cols) = (Vec::new(), Vec::new());
     for i in (0..splats.len()).step_by(stride) {
         pts.push(splats.means[i]);
-        let dc = |c: usize| ((0.5 + rust3r_splat::train::init::SH_C0 * splats.sh[i * k + c] as f64).clamp(0.0, 1.0) * 255.0) as u8;
+        let dc = |c: usize| {
+            ((0.5 + rust3r_splat::train::init::SH_C0 * splats.sh[i * k + c] as f64).clamp(0.0, 1.0)
+                * 255.0) as u8
+        };
         cols.push([dc(0), dc(1), dc(2)]);
     }
     l.points("world/gaussians", &pts, &cols)?;
@@ -421,4 +475,3 @@ fn log_cameras(l: &Live, scene: &Scene, idx: &[usize]) -> Result<()> {
     }
     Ok(())
 }
-

@@ -50,7 +50,12 @@ impl LiveFlags {
             return Ok(None);
         }
         let addr = resolve(&self.view_host, self.view_port)?;
-        let live = LiveView::start(ViewerConfig::new(addr), gpu.clone(), description, LiveOptions::default())?;
+        let live = LiveView::start(
+            ViewerConfig::new(addr),
+            gpu.clone(),
+            description,
+            LiveOptions::default(),
+        )?;
         println!("live view: open {}", live.url());
         if let Some(token) = live.handle().token() {
             println!("access token: {token} (every request needs it; the URL above carries it)");
@@ -71,12 +76,19 @@ pub fn run(a: &ViewArgs) -> Result<()> {
     let addr = resolve(&a.host, a.port).context("--host")?;
     // A file that cannot be shown is an error page (and this message), not an exit: the page
     // says what is wrong to whoever opens it.
-    let content = match rust3r_viewer::load_scene(&a.path).map_err(anyhow::Error::from).and_then(|scene| {
-        let gpu = a.device.open()?;
-        Ok((gpu, scene))
-    }) {
+    let content = match rust3r_viewer::load_scene(&a.path)
+        .map_err(anyhow::Error::from)
+        .and_then(|scene| {
+            let gpu = a.device.open()?;
+            Ok((gpu, scene))
+        }) {
         Ok((gpu, scene)) => {
-            println!("{}: {} splats, SH degree {}", scene.description, scene.splats.len(), scene.splats.sh_degree);
+            println!(
+                "{}: {} splats, SH degree {}",
+                scene.description,
+                scene.splats.len(),
+                scene.splats.sh_degree
+            );
             if !scene.overlay.cameras.is_empty() || !scene.overlay.trajectory.is_empty() {
                 println!(
                     "overlay: {} cameras, {} trajectory points",
@@ -99,10 +111,17 @@ pub fn run(a: &ViewArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "rust3r view: open {url}");
     if handle.local_addr().ip().is_unspecified() {
-        let _ = writeln!(out, "(listening on every interface: put this machine's name or address in place of {})", addr.ip());
+        let _ = writeln!(
+            out,
+            "(listening on every interface: put this machine's name or address in place of {})",
+            addr.ip()
+        );
     }
     if let Some(token) = handle.token() {
-        let _ = writeln!(out, "access token: {token} (every request needs it; the URL above carries it)");
+        let _ = writeln!(
+            out,
+            "access token: {token} (every request needs it; the URL above carries it)"
+        );
     }
     let _ = writeln!(out, "Ctrl-C stops the viewer.");
     let _ = out.flush();
@@ -119,7 +138,9 @@ fn open_browser(url: &str) {
     let result = if cfg!(target_os = "macos") {
         std::process::Command::new("open").arg(url).spawn()
     } else if cfg!(target_os = "windows") {
-        std::process::Command::new("cmd").args(["/C", "start", "", url]).spawn()
+        std::process::Command::new("cmd")
+            .args(["/C", "start", "", url])
+            .spawn()
     } else {
         std::process::Command::new("xdg-open").arg(url).spawn()
     };

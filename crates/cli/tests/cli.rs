@@ -8,7 +8,10 @@ fn shared(rel: &str) -> PathBuf {
 }
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(args)
+        .output()
+        .expect("run rust3r");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -37,7 +40,10 @@ fn render_writes_a_picture_of_the_splat() {
     assert_eq!(img.dimensions(), (96, 72));
     // White background at the corner, a green plant in the middle.
     assert_eq!(img.get_pixel(0, 0).0, [255, 255, 255]);
-    let green = img.pixels().filter(|p| p.0[1] > p.0[0] + 20 && p.0[1] > p.0[2] + 20).count();
+    let green = img
+        .pixels()
+        .filter(|p| p.0[1] > p.0[0] + 20 && p.0[1] > p.0[2] + 20)
+        .count();
     assert!(green > 200, "only {green} green pixels");
 }
 
@@ -48,7 +54,16 @@ fn no_runtime_dir_noise_without_xdg_runtime_dir() {
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("plant.png");
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
-        .args(["render", shared("data/splats/plant.splat").to_str().unwrap(), "--out", png.to_str().unwrap(), "--width", "32", "--height", "24"])
+        .args([
+            "render",
+            shared("data/splats/plant.splat").to_str().unwrap(),
+            "--out",
+            png.to_str().unwrap(),
+            "--width",
+            "32",
+            "--height",
+            "24",
+        ])
         .env_remove("XDG_RUNTIME_DIR")
         .output()
         .expect("run rust3r");
@@ -101,14 +116,25 @@ fn eval_ate_reproduces_evo() {
     // evo_ape tum freiburg1_xyz-groundtruth.txt freiburg1_xyz-rgbdslam.txt -as (evo 1.38.1): rmse 0.013389 m
     let (ok, stdout, err) = rust3r(&[
         "eval-ate",
-        shared("data/trajectories/freiburg1_xyz-rgbdslam.txt").to_str().unwrap(),
-        shared("data/trajectories/freiburg1_xyz-groundtruth.txt").to_str().unwrap(),
+        shared("data/trajectories/freiburg1_xyz-rgbdslam.txt")
+            .to_str()
+            .unwrap(),
+        shared("data/trajectories/freiburg1_xyz-groundtruth.txt")
+            .to_str()
+            .unwrap(),
         "--align",
         "sim3",
     ]);
     assert!(ok, "{err}");
-    let line = stdout.lines().find(|l| l.starts_with("ATE RMSE: ")).expect("ATE line");
-    let v: f64 = line.trim_start_matches("ATE RMSE: ").trim_end_matches(" m").parse().unwrap();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("ATE RMSE: "))
+        .expect("ATE line");
+    let v: f64 = line
+        .trim_start_matches("ATE RMSE: ")
+        .trim_end_matches(" m")
+        .parse()
+        .unwrap();
     let expected = rust3r_slam::eval_ate(
         &shared("data/trajectories/freiburg1_xyz-rgbdslam.txt"),
         &shared("data/trajectories/freiburg1_xyz-groundtruth.txt"),
@@ -116,7 +142,10 @@ fn eval_ate_reproduces_evo() {
     )
     .unwrap()
     .rmse;
-    assert!((v - expected).abs() < 1e-6 && (v - 0.013389).abs() < 1e-5, "{v}");
+    assert!(
+        (v - expected).abs() < 1e-6 && (v - 0.013389).abs() < 1e-5,
+        "{v}"
+    );
 }
 
 #[test]
@@ -124,7 +153,11 @@ fn convert_checkpoint_writes_loadable_safetensors() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tiny.safetensors");
     let pth = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
-    let (ok, _, err) = rust3r(&["convert-checkpoint", pth.to_str().unwrap(), out.to_str().unwrap()]);
+    let (ok, _, err) = rust3r(&[
+        "convert-checkpoint",
+        pth.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let a = rust3r_mast3r::Checkpoint::load(&pth).unwrap();
     let b = rust3r_mast3r::Checkpoint::load(&out).unwrap();
@@ -135,15 +168,35 @@ fn convert_checkpoint_writes_loadable_safetensors() {
 fn bad_input_gives_a_clear_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let bad_ply = dir.path().join("bad.ply");
-    std::fs::write(&bad_ply, "ply\nformat binary_little_endian 1.0\nelement vertex 100\nproperty float x\nend_header\n").unwrap();
+    std::fs::write(
+        &bad_ply,
+        "ply\nformat binary_little_endian 1.0\nelement vertex 100\nproperty float x\nend_header\n",
+    )
+    .unwrap();
     let bad_cam = dir.path().join("cam.json");
     std::fs::write(&bad_cam, r#"{"fx": 1}"#).unwrap();
     let missing = dir.path().join("missing.spz");
     let out = dir.path().join("x.png");
     let plant = shared("data/splats/plant.splat");
     let cases: Vec<(Vec<&str>, &PathBuf)> = vec![
-        (vec!["render", bad_ply.to_str().unwrap(), "--out", out.to_str().unwrap()], &bad_ply),
-        (vec!["render", missing.to_str().unwrap(), "--out", out.to_str().unwrap()], &missing),
+        (
+            vec![
+                "render",
+                bad_ply.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &bad_ply,
+        ),
+        (
+            vec![
+                "render",
+                missing.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &missing,
+        ),
         (
             vec![
                 "render",
@@ -155,12 +208,22 @@ fn bad_input_gives_a_clear_error_naming_the_file() {
             ],
             &bad_cam,
         ),
-        (vec!["eval-ate", missing.to_str().unwrap(), missing.to_str().unwrap()], &missing),
+        (
+            vec![
+                "eval-ate",
+                missing.to_str().unwrap(),
+                missing.to_str().unwrap(),
+            ],
+            &missing,
+        ),
     ];
     for (args, file) in cases {
         let (ok, _, err) = rust3r(&args);
         assert!(!ok, "{args:?} should fail");
-        assert!(err.starts_with("error: ") && err.contains(file.to_str().unwrap()), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(file.to_str().unwrap()),
+            "{args:?}: {err}"
+        );
         assert!(!err.contains("panicked"), "{err}");
     }
     assert!(!out.exists(), "no partial output on failure");
@@ -171,20 +234,44 @@ fn bad_device_choice_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.png");
     let plant = shared("data/splats/plant.splat");
-    for (flag, value, expect) in [("--adapter", "99", "adapter 99"), ("--backend", "opengl-es", "unknown backend")] {
-        let (ok, _, err) = rust3r(&["render", plant.to_str().unwrap(), "--out", out.to_str().unwrap(), flag, value]);
-        assert!(!ok && err.contains(expect) && !err.contains("panicked"), "{flag} {value}: {err}");
+    for (flag, value, expect) in [
+        ("--adapter", "99", "adapter 99"),
+        ("--backend", "opengl-es", "unknown backend"),
+    ] {
+        let (ok, _, err) = rust3r(&[
+            "render",
+            plant.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            flag,
+            value,
+        ]);
+        assert!(
+            !ok && err.contains(expect) && !err.contains("panicked"),
+            "{flag} {value}: {err}"
+        );
     }
     let (ok, stdout, err) = rust3r(&["info"]);
     assert!(ok, "{err}");
-    assert!(stdout.contains("[0] ") && stdout.contains("max buffer"), "{stdout}");
+    assert!(
+        stdout.contains("[0] ") && stdout.contains("max buffer"),
+        "{stdout}"
+    );
     // CUDA: a build without the `cuda` feature (CI) or a machine without the driver says so
     // and names the way out; it never panics.
     assert!(stdout.contains("\ncuda"), "info has a cuda line: {stdout}");
-    let (ok, _, err) = rust3r(&["render", plant.to_str().unwrap(), "--out", out.to_str().unwrap(), "--backend", "cuda"]);
+    let (ok, _, err) = rust3r(&[
+        "render",
+        plant.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        "cuda",
+    ]);
     if !ok {
         assert!(
-            !err.contains("panicked") && (err.contains("--features rust3r-cli/cuda") || err.contains("CUDA")),
+            !err.contains("panicked")
+                && (err.contains("--features rust3r-cli/cuda") || err.contains("CUDA")),
             "--backend cuda: {err}"
         );
     }
@@ -195,13 +282,33 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lego");
     let lego = shared("data/lego");
-    let common = ["--downscale", "20", "--init-count", "800", "--sh-degree", "1", "--eval-at", "10"];
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "20"];
+    let common = [
+        "--downscale",
+        "20",
+        "--init-count",
+        "800",
+        "--sh-degree",
+        "1",
+        "--eval-at",
+        "10",
+    ];
+    let mut args = vec![
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "20",
+    ];
     args.extend(common);
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
-    assert!(stdout.contains("87 train / 13 held-out views, 40x40"), "{stdout}");
-    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert!(
+        stdout.contains("87 train / 13 held-out views, 40x40"),
+        "{stdout}"
+    );
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     let recs = eval.as_array().unwrap();
     assert_eq!(recs.len(), 2);
     for (r, step) in recs.iter().zip([10, 20]) {
@@ -215,12 +322,28 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     assert_eq!((splats.len(), splats.sh_degree), (800, 1));
     // The absgrad densification signal trains too (here with f32 Adam moments).
     let out_abs = dir.path().join("lego_absgrad");
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out_abs.to_str().unwrap(), "--steps", "10", "--absgrad", "--adam-moments", "f32"];
+    let mut args = vec![
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out_abs.to_str().unwrap(),
+        "--steps",
+        "10",
+        "--absgrad",
+        "--adam-moments",
+        "f32",
+    ];
     args.extend(common);
     let (ok, _, err) = rust3r(&args);
     assert!(ok, "{err}");
-    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out_abs.join("eval.json")).unwrap()).unwrap();
-    assert!(eval.as_array().unwrap().last().unwrap()["psnr"].as_f64().unwrap() > 5.0);
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out_abs.join("eval.json")).unwrap()).unwrap();
+    assert!(
+        eval.as_array().unwrap().last().unwrap()["psnr"]
+            .as_f64()
+            .unwrap()
+            > 5.0
+    );
     // Held-out renders next to their ground truth.
     let side = image::open(out.join("renders/r_0.png")).unwrap();
     assert_eq!((side.width(), side.height()), (80, 40));
@@ -228,34 +351,102 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     // Resume to 25 steps from the final checkpoint (8-bit SH moments, the default), switching
     // to f32 moments: the checkpoint's are converted.
     let ck = out.join("checkpoint.bin");
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "25", "--resume", ck.to_str().unwrap(), "--adam-moments", "f32"];
+    let mut args = vec![
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "25",
+        "--resume",
+        ck.to_str().unwrap(),
+        "--adam-moments",
+        "f32",
+    ];
     args.extend(common);
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
     assert!(stdout.contains("at step 20"), "{stdout}");
-    assert!(stdout.contains("converting the checkpoint's sh8 Adam moments to f32"), "{stdout}");
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--adam-moments", "f16"]);
-    assert!(!ok && err.contains("unknown moment precision 'f16'"), "{err}");
-    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert!(
+        stdout.contains("converting the checkpoint's sh8 Adam moments to f32"),
+        "{stdout}"
+    );
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--adam-moments",
+        "f16",
+    ]);
+    assert!(
+        !ok && err.contains("unknown moment precision 'f16'"),
+        "{err}"
+    );
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], 25);
     // On to 30 steps with 8-bit moments for the higher-order SH coefficients (converted).
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "30", "--resume", ck.to_str().unwrap(), "--adam-moments", "sh8"];
+    let mut args = vec![
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "30",
+        "--resume",
+        ck.to_str().unwrap(),
+        "--adam-moments",
+        "sh8",
+    ];
     args.extend(common);
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
-    assert!(stdout.contains("converting the checkpoint's f32 Adam moments to sh8"), "{stdout}");
-    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert!(
+        stdout.contains("converting the checkpoint's f32 Adam moments to sh8"),
+        "{stdout}"
+    );
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     let last = &eval.as_array().unwrap().last().unwrap();
-    assert!(last["step"] == 30 && last["psnr"].as_f64().unwrap() > 5.0, "{last}");
+    assert!(
+        last["step"] == 30 && last["psnr"].as_f64().unwrap() > 5.0,
+        "{last}"
+    );
     // f32 SH coefficients asked of that checkpoint: its 8-bit SH moments become bf16 ones.
-    let mut args = vec!["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "32", "--resume", ck.to_str().unwrap(), "--sh-precision", "f32"];
+    let mut args = vec![
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "32",
+        "--resume",
+        ck.to_str().unwrap(),
+        "--sh-precision",
+        "f32",
+    ];
     args.extend(common);
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
-    assert!(stdout.contains("converting the checkpoint's sh8 Adam moments to bf16"), "{stdout}");
+    assert!(
+        stdout.contains("converting the checkpoint's sh8 Adam moments to bf16"),
+        "{stdout}"
+    );
     // 8-bit SH moments need half-float SH coefficients: a clear error, not a panic.
     let out2 = dir.path().join("lego_sh8_f32");
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out2.to_str().unwrap(), "--downscale", "20", "--adam-moments", "sh8", "--sh-precision", "f32"]);
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out2.to_str().unwrap(),
+        "--downscale",
+        "20",
+        "--adam-moments",
+        "sh8",
+        "--sh-precision",
+        "f32",
+    ]);
     assert!(!ok && err.contains("need f16 SH coefficients"), "{err}");
 }
 
@@ -264,22 +455,53 @@ fn train_rejects_bad_input_with_the_file_named() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let missing = dir.path().join("no_such_scene");
-    let (ok, _, err) = rust3r(&["train", missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (ok, _, err) = rust3r(&[
+        "train",
+        missing.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!ok && err.contains("no_such_scene"), "{err}");
     // A transforms file that is not JSON.
     let bad = dir.path().join("bad");
     std::fs::create_dir_all(&bad).unwrap();
     std::fs::write(bad.join("transforms.json"), b"{ \"frames\": [ oops").unwrap();
-    let (ok, _, err) = rust3r(&["train", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (ok, _, err) = rust3r(&[
+        "train",
+        bad.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(!ok && err.contains("transforms.json"), "{err}");
     // A checkpoint that is not one.
     std::fs::write(dir.path().join("ck.bin"), b"garbage").unwrap();
     let lego = shared("data/lego");
     let ck = dir.path().join("ck.bin");
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--downscale", "20", "--resume", ck.to_str().unwrap()]);
-    assert!(!ok && err.contains("ck.bin") && err.contains("not a rust3r training checkpoint"), "{err}");
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--downscale",
+        "20",
+        "--resume",
+        ck.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("ck.bin") && err.contains("not a rust3r training checkpoint"),
+        "{err}"
+    );
     // An impossible memory budget.
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--downscale", "20", "--memory-budget", "0.001"]);
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--downscale",
+        "20",
+        "--memory-budget",
+        "0.001",
+    ]);
     assert!(!ok && err.contains("memory budget"), "{err}");
 }
 
@@ -288,16 +510,42 @@ fn slam_export_trains_directly() {
     let dir = tempfile::tempdir().unwrap();
     let slam_out = dir.path().join("slam");
     let kitchen = shared("data/redkitchen");
-    let (ok, _, err) = rust3r(&["slam", kitchen.to_str().unwrap(), "--out", slam_out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "12", "--quiet"]);
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        kitchen.to_str().unwrap(),
+        "--out",
+        slam_out.to_str().unwrap(),
+        "--mode",
+        "rgbd",
+        "--max-frames",
+        "12",
+        "--quiet",
+    ]);
     assert!(ok, "{err}");
     let train_out = dir.path().join("train");
     let (ok, stdout, err) = rust3r(&[
-        "train", slam_out.to_str().unwrap(), "--out", train_out.to_str().unwrap(), "--steps", "2", "--downscale", "16",
-        "--eval-every", "0", "--sh-degree", "0", "--save-at", "1", "--spz",
+        "train",
+        slam_out.to_str().unwrap(),
+        "--out",
+        train_out.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--downscale",
+        "16",
+        "--eval-every",
+        "0",
+        "--sh-degree",
+        "0",
+        "--save-at",
+        "1",
+        "--spz",
     ]);
     assert!(ok, "{err}");
     // The export is a nerfstudio scene whose fused point cloud initialises the Gaussians.
-    assert!(stdout.contains("(transforms): 12 train / 0 held-out views, 40x30"), "{stdout}");
+    assert!(
+        stdout.contains("(transforms): 12 train / 0 held-out views, 40x30"),
+        "{stdout}"
+    );
     assert!(stdout.contains("initialising from"), "{stdout}");
     let ply = rust3r_io::load_splats(&train_out.join("splats.ply")).unwrap();
     let spz = rust3r_io::load_splats(&train_out.join("splats_1.spz")).unwrap();
@@ -311,12 +559,35 @@ fn train_with_alpha_loss_and_masks() {
     let lego = shared("data/lego");
     let out = dir.path().join("lego_alpha");
     let (ok, stdout, err) = rust3r(&[
-        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "5", "--downscale", "20",
-        "--init-count", "300", "--sh-degree", "0", "--background", "black", "--alpha-loss", "1",
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "5",
+        "--downscale",
+        "20",
+        "--init-count",
+        "300",
+        "--sh-degree",
+        "0",
+        "--background",
+        "black",
+        "--alpha-loss",
+        "1",
     ]);
     assert!(ok, "{err}");
-    assert!(stdout.contains("alpha loss (weight 1): 87 of 87 training views have an alpha channel"), "{stdout}");
-    let (ok, _, err) = rust3r(&["train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--alpha-loss=-1"]);
+    assert!(
+        stdout.contains("alpha loss (weight 1): 87 of 87 training views have an alpha channel"),
+        "{stdout}"
+    );
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--alpha-loss=-1",
+    ]);
     assert!(!ok && err.contains("--alpha-loss"), "{err}");
 
     // A small COLMAP scene with a masks/ folder.
@@ -326,9 +597,11 @@ fn train_with_alpha_loss_and_masks() {
     let mut lines = String::new();
     for k in 0..4u32 {
         let name = format!("v{k}.jpg");
-        image::RgbImage::from_fn(64, 48, |x, y| image::Rgb([(x * 4) as u8, (y * 5) as u8, (k * 60) as u8]))
-            .save(scene.join("images").join(&name))
-            .unwrap();
+        image::RgbImage::from_fn(64, 48, |x, y| {
+            image::Rgb([(x * 4) as u8, (y * 5) as u8, (k * 60) as u8])
+        })
+        .save(scene.join("images").join(&name))
+        .unwrap();
         image::GrayImage::from_fn(64, 48, |x, _| image::Luma([if x < 40 { 255 } else { 0 }]))
             .save(scene.join("masks").join(format!("{name}.png")))
             .unwrap();
@@ -337,24 +610,62 @@ fn train_with_alpha_loss_and_masks() {
     std::fs::write(scene.join("cameras.txt"), "1 PINHOLE 64 48 60 60 32 24\n").unwrap();
     std::fs::write(scene.join("images.txt"), lines).unwrap();
     let out = dir.path().join("masked_out");
-    let args = ["train", scene.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "3", "--init-count", "200", "--sh-degree", "0", "--eval-every", "0"];
+    let args = [
+        "train",
+        scene.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "3",
+        "--init-count",
+        "200",
+        "--sh-degree",
+        "0",
+        "--eval-every",
+        "0",
+    ];
     let (ok, stdout, err) = rust3r(&args);
     assert!(ok, "{err}");
-    assert!(stdout.contains("masks: 4 of 4 training views have one"), "{stdout}");
+    assert!(
+        stdout.contains("masks: 4 of 4 training views have one"),
+        "{stdout}"
+    );
     // A corrupt mask stops the run with the file named.
     std::fs::write(scene.join("masks/v2.jpg.png"), b"garbage").unwrap();
     let (ok, _, err) = rust3r(&args);
-    assert!(!ok && err.contains("v2.jpg.png") && err.contains("mask"), "{err}");
+    assert!(
+        !ok && err.contains("v2.jpg.png") && err.contains("mask"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bench_sort_checks_the_device_sort_against_the_host() {
     // Past the column-scan limit (1024 tiles of 2048 keys) and with a partial last tile; the
     // benchmark refuses to report a time for a wrong sort.
-    let (ok, stdout, err) = rust3r(&["bench", "sort", "--n", "2100001", "--bits", "13", "--iters", "1", "--warmup", "0", "--warmup-ms", "0"]);
+    let (ok, stdout, err) = rust3r(&[
+        "bench",
+        "sort",
+        "--n",
+        "2100001",
+        "--bits",
+        "13",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--warmup-ms",
+        "0",
+    ]);
     assert!(ok, "{err}");
-    assert!(stdout.contains("sort of 2100001 pairs by 13 bits"), "{stdout}");
-    assert!(stdout.contains("count") && stdout.contains("scan") && stdout.contains("scatter"), "{stdout}");
+    assert!(
+        stdout.contains("sort of 2100001 pairs by 13 bits"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("count") && stdout.contains("scan") && stdout.contains("scatter"),
+        "{stdout}"
+    );
     let (ok, _, err) = rust3r(&["bench", "sort", "--n", "10", "--bits", "33"]);
     assert!(!ok && err.contains("--bits"), "{err}");
 }
@@ -368,15 +679,38 @@ fn profiling_reports_every_forward_phase_in_host_and_device_time() {
     for mode in ["1", "device"] {
         let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
             .env("RUST3R_PROFILE", mode)
-            .args(["bench", "raster", "--npz", npz.to_str().unwrap(), "--ns", "base", "--res", "64x48"])
+            .args([
+                "bench",
+                "raster",
+                "--npz",
+                npz.to_str().unwrap(),
+                "--ns",
+                "base",
+                "--res",
+                "64x48",
+            ])
             .args(["--iters", "2", "--warmup", "0", "--warmup-ms", "0"])
             .output()
             .expect("run rust3r");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {text}");
-        for phase in ["fwd 1 project", "fwd 2c depth sort", "fwd 3b tile sort", "fwd 4 rasterize", "bwd 1 rasterize"] {
-            let line = text.lines().find(|l| l.starts_with(phase)).unwrap_or_else(|| panic!("{mode}: no {phase} in {text}"));
-            let mean: f64 = line.split('|').nth(3).and_then(|v| v.trim().parse().ok()).unwrap_or(f64::NAN);
+        for phase in [
+            "fwd 1 project",
+            "fwd 2c depth sort",
+            "fwd 3b tile sort",
+            "fwd 4 rasterize",
+            "bwd 1 rasterize",
+        ] {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(phase))
+                .unwrap_or_else(|| panic!("{mode}: no {phase} in {text}"));
+            let mean: f64 = line
+                .split('|')
+                .nth(3)
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(f64::NAN);
             assert!(mean.is_finite() && mean > 0.0, "{mode}: {line}");
         }
     }

@@ -5,12 +5,22 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(args)
+        .output()
+        .expect("run rust3r");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 fn kitchen() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/redkitchen"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/redkitchen"
+    ))
 }
 
 /// A 7-Scenes folder with redkitchen's frames `0..n`.
@@ -29,7 +39,10 @@ fn copy_frames(dir: &Path, n: usize) -> PathBuf {
 /// `(timestamp, tx, ty, tz, qx, qy, qz, qw)` lines of a TUM file.
 fn tum_poses(path: &Path) -> Vec<Vec<f64>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect()
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect()
 }
 
 /// The trajectory so far: the first `n` frames, at 7-Scenes' 30 frames per second, finite.
@@ -38,7 +51,11 @@ fn assert_trajectory_so_far(path: &Path, n: usize) {
     assert_eq!(poses.len(), n, "{}", path.display());
     for (k, p) in poses.iter().enumerate() {
         assert_eq!(p.len(), 8);
-        assert!((p[0] - k as f64 / 30.0).abs() < 1e-5, "timestamp {} of frame {k}", p[0]);
+        assert!(
+            (p[0] - k as f64 / 30.0).abs() < 1e-5,
+            "timestamp {} of frame {k}",
+            p[0]
+        );
         assert!(p.iter().all(|v| v.is_finite()), "{p:?}");
         let qn: f64 = p[4..].iter().map(|q| q * q).sum();
         assert!((qn - 1.0).abs() < 1e-6, "{p:?}");
@@ -46,7 +63,16 @@ fn assert_trajectory_so_far(path: &Path, n: usize) {
 }
 
 fn run_args<'a>(input: &'a str, out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut a = vec!["run", input, "--out", out, "--steps", "2", "--downscale", "16"];
+    let mut a = vec![
+        "run",
+        input,
+        "--out",
+        out,
+        "--steps",
+        "2",
+        "--downscale",
+        "16",
+    ];
     a.extend_from_slice(extra);
     a
 }
@@ -69,10 +95,15 @@ fn run_rejects_bad_input_with_the_file_named() {
     let folder = dir.path().join("frames");
     std::fs::create_dir_all(&folder).unwrap();
     for k in 0..3 {
-        image::RgbImage::from_pixel(32, 24, image::Rgb([k * 50, 0, 0])).save(folder.join(format!("{k:03}.png"))).unwrap();
+        image::RgbImage::from_pixel(32, 24, image::Rgb([k * 50, 0, 0]))
+            .save(folder.join(format!("{k:03}.png")))
+            .unwrap();
     }
     let (ok, _, err) = rust3r(&["run", folder.to_str().unwrap(), "--out", o]);
-    assert!(!ok && err.contains("frames") && err.contains("depth"), "{err}");
+    assert!(
+        !ok && err.contains("frames") && err.contains("depth"),
+        "{err}"
+    );
     for e in [&err] {
         assert!(!e.contains("panicked"), "{e}");
     }
@@ -87,14 +118,21 @@ fn run_stops_at_a_bad_depth_image_and_keeps_the_trajectory_so_far() {
     std::fs::write(seq.join("frame-000002.depth.png"), b"not a png").unwrap();
     let out = dir.path().join("corrupt");
     let (ok, _, err) = rust3r(&run_args(s, out.to_str().unwrap(), &[]));
-    assert!(!ok && err.contains("frame-000002.depth.png") && err.contains("SLAM stopped after 2 of 4 frames"), "{err}");
+    assert!(
+        !ok && err.contains("frame-000002.depth.png")
+            && err.contains("SLAM stopped after 2 of 4 frames"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     assert_trajectory_so_far(&out.join("slam/trajectory.txt"), 2);
     // A missing depth image at frame 2: the frame is named.
     std::fs::remove_file(seq.join("frame-000002.depth.png")).unwrap();
     let out = dir.path().join("missing");
     let (ok, _, err) = rust3r(&run_args(s, out.to_str().unwrap(), &[]));
-    assert!(!ok && err.contains("frame-000002.color.jpg") && err.contains("frame 2 has no depth"), "{err}");
+    assert!(
+        !ok && err.contains("frame-000002.color.jpg") && err.contains("frame 2 has no depth"),
+        "{err}"
+    );
     assert_trajectory_so_far(&out.join("slam/trajectory.txt"), 2);
 }
 
@@ -103,11 +141,19 @@ fn run_rejects_frames_of_changing_size() {
     let dir = tempfile::tempdir().unwrap();
     let seq = copy_frames(dir.path(), 4);
     let name = seq.join("frame-000002.color.jpg");
-    let small = image::open(&name).unwrap().resize_exact(320, 240, image::imageops::FilterType::Triangle);
+    let small =
+        image::open(&name)
+            .unwrap()
+            .resize_exact(320, 240, image::imageops::FilterType::Triangle);
     small.save(&name).unwrap();
     let out = dir.path().join("out");
     let (ok, _, err) = rust3r(&run_args(seq.to_str().unwrap(), out.to_str().unwrap(), &[]));
-    assert!(!ok && err.contains("frame-000002.color.jpg") && err.contains("320x240") && err.contains("640x480"), "{err}");
+    assert!(
+        !ok && err.contains("frame-000002.color.jpg")
+            && err.contains("320x240")
+            && err.contains("640x480"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     // SLAM finished: its outputs are written, every frame in the trajectory.
     assert_eq!(tum_poses(&out.join("slam/trajectory.txt")).len(), 4);
@@ -121,13 +167,27 @@ fn run_reports_tracking_lost_for_good() {
     let seq = copy_frames(dir.path(), 3);
     for k in 3..7 {
         for ext in ["color.jpg", "pose.txt"] {
-            std::fs::copy(kitchen().join(format!("frame-000002.{ext}")), seq.join(format!("frame-{k:06}.{ext}"))).unwrap();
+            std::fs::copy(
+                kitchen().join(format!("frame-000002.{ext}")),
+                seq.join(format!("frame-{k:06}.{ext}")),
+            )
+            .unwrap();
         }
-        image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::new(640, 480).save(seq.join(format!("frame-{k:06}.depth.png"))).unwrap();
+        image::ImageBuffer::<image::Luma<u16>, Vec<u16>>::new(640, 480)
+            .save(seq.join(format!("frame-{k:06}.depth.png")))
+            .unwrap();
     }
     let out = dir.path().join("out");
-    let (ok, _, err) = rust3r(&run_args(seq.to_str().unwrap(), out.to_str().unwrap(), &["--max-lost-frames", "3"]));
-    assert!(!ok && err.contains("tracking lost for good at frame 3") && err.contains("frame-000003.color.jpg"), "{err}");
+    let (ok, _, err) = rust3r(&run_args(
+        seq.to_str().unwrap(),
+        out.to_str().unwrap(),
+        &["--max-lost-frames", "3"],
+    ));
+    assert!(
+        !ok && err.contains("tracking lost for good at frame 3")
+            && err.contains("frame-000003.color.jpg"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     assert_trajectory_so_far(&out.join("slam/trajectory.txt"), 3);
 }
@@ -137,15 +197,41 @@ fn run_mono_needs_a_mast3r_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let o = dir.path().join("out");
     let k = kitchen();
-    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--mode", "mono"]);
+    let (ok, _, err) = rust3r(&[
+        "run",
+        k.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--mode",
+        "mono",
+    ]);
     assert!(!ok && err.contains("--checkpoint"), "{err}");
     // A checkpoint of another network (an LPIPS AlexNet): named, not a panic.
-    let other = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../lpips/tests/fixtures/lpips/alex_backbone_zip.pth"));
-    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--mode", "mono", "--checkpoint", other.to_str().unwrap()]);
+    let other = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../lpips/tests/fixtures/lpips/alex_backbone_zip.pth"
+    ));
+    let (ok, _, err) = rust3r(&[
+        "run",
+        k.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--mode",
+        "mono",
+        "--checkpoint",
+        other.to_str().unwrap(),
+    ]);
     assert!(!ok && err.contains("alex_backbone_zip.pth"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // --calib belongs to the mono mode.
-    let (ok, _, err) = rust3r(&["run", k.to_str().unwrap(), "--out", o.to_str().unwrap(), "--calib", "k.yaml"]);
+    let (ok, _, err) = rust3r(&[
+        "run",
+        k.to_str().unwrap(),
+        "--out",
+        o.to_str().unwrap(),
+        "--calib",
+        "k.yaml",
+    ]);
     assert!(!ok && err.contains("--calib"), "{err}");
 }
 
@@ -159,7 +245,9 @@ fn run_mono_on_a_video_writes_a_splat() {
     std::fs::create_dir_all(&frames).unwrap();
     for k in 0..3 {
         let img = image::open(kitchen().join(format!("frame-{:06}.color.jpg", 4 * k))).unwrap();
-        img.resize_exact(320, 240, image::imageops::FilterType::Triangle).save(frames.join(format!("{k:03}.png"))).unwrap();
+        img.resize_exact(320, 240, image::imageops::FilterType::Triangle)
+            .save(frames.join(format!("{k:03}.png")))
+            .unwrap();
     }
     let clip = dir.path().join("clip.mp4");
     let st = Command::new("ffmpeg")
@@ -170,7 +258,10 @@ fn run_mono_on_a_video_writes_a_splat() {
         .status()
         .expect("ffmpeg is installed (.ci/run installs it)");
     assert!(st.success());
-    let ckpt = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.pth"));
+    let ckpt = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.pth"
+    ));
     let out = dir.path().join("out");
     let (ok, stdout, err) = rust3r(&[
         "run",
@@ -191,7 +282,15 @@ fn run_mono_on_a_video_writes_a_splat() {
     ]);
     assert!(ok, "{stdout}\n{err}");
     assert!(stdout.contains("3 frames"), "{stdout}");
-    for f in ["splats.ply", "trajectory.txt", "keyframes.txt", "pointcloud.ply", "transforms.json", "colmap/sparse/0/images.txt", "slam/trajectory.txt"] {
+    for f in [
+        "splats.ply",
+        "trajectory.txt",
+        "keyframes.txt",
+        "pointcloud.ply",
+        "transforms.json",
+        "colmap/sparse/0/images.txt",
+        "slam/trajectory.txt",
+    ] {
         assert!(out.join(f).exists(), "{f} missing\n{stdout}");
     }
     let poses = tum_poses(&out.join("trajectory.txt"));
@@ -200,11 +299,23 @@ fn run_mono_on_a_video_writes_a_splat() {
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
     assert!(splats.len() > 0 && splats.means.iter().flatten().all(|v| v.is_finite()));
     // The estimated camera: positive focal lengths, principal point inside the 320x240 frame.
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap())
+            .unwrap();
     let f0 = &t["frames"][0];
-    let (fx, cx, cy) = (f0["fl_x"].as_f64().unwrap(), f0["cx"].as_f64().unwrap(), f0["cy"].as_f64().unwrap());
-    assert!(fx > 0.0 && (0.0..320.0).contains(&cx) && (0.0..240.0).contains(&cy), "{t}");
+    let (fx, cx, cy) = (
+        f0["fl_x"].as_f64().unwrap(),
+        f0["cx"].as_f64().unwrap(),
+        f0["cy"].as_f64().unwrap(),
+    );
+    assert!(
+        fx > 0.0 && (0.0..320.0).contains(&cx) && (0.0..240.0).contains(&cy),
+        "{t}"
+    );
     assert_eq!((f0["w"].as_u64(), f0["h"].as_u64()), (Some(320), Some(240)));
     // MASt3R's 512x384 input covers the whole 4:3 frame: the principal point is its centre.
-    assert!((cx - 159.5).abs() < 1e-9 && (cy - 119.5).abs() < 1e-9, "{cx} {cy}");
+    assert!(
+        (cx - 159.5).abs() < 1e-9 && (cy - 119.5).abs() < 1e-9,
+        "{cx} {cy}"
+    );
 }

@@ -8,8 +8,15 @@ fn shared(rel: &str) -> PathBuf {
 }
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(args)
+        .output()
+        .expect("run rust3r");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -17,13 +24,32 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let data = shared("data/redkitchen");
-    let (ok, stdout, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "24", "--single-thread", "--quiet"]);
+    let (ok, stdout, err) = rust3r(&[
+        "slam",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--mode",
+        "rgbd",
+        "--max-frames",
+        "24",
+        "--single-thread",
+        "--quiet",
+    ]);
     assert!(ok, "{err}");
-    assert!(stdout.contains("ATE RMSE (se3)") && stdout.contains("ATE RMSE (sim3)"), "{stdout}");
+    assert!(
+        stdout.contains("ATE RMSE (se3)") && stdout.contains("ATE RMSE (sim3)"),
+        "{stdout}"
+    );
 
     // A pose for every frame, keyframes separately, ground truth for all 500 frames.
     let lines = |name: &str| -> Vec<String> {
-        std::fs::read_to_string(out.join(name)).unwrap().lines().filter(|l| !l.starts_with('#')).map(String::from).collect()
+        std::fs::read_to_string(out.join(name))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
     };
     let traj = lines("trajectory.txt");
     assert_eq!(traj.len(), 24);
@@ -35,13 +61,24 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     let ply = std::fs::read(out.join("pointcloud.ply")).unwrap();
     let end = ply.windows(11).position(|w| w == b"end_header\n").unwrap() + 11;
     let header = String::from_utf8_lossy(&ply[..end]).into_owned();
-    assert!(header.contains("format binary_little_endian 1.0") && header.contains("property uchar red"), "{header}");
-    let n: usize = header.lines().find_map(|l| l.strip_prefix("element vertex ")).unwrap().trim().parse().unwrap();
+    assert!(
+        header.contains("format binary_little_endian 1.0") && header.contains("property uchar red"),
+        "{header}"
+    );
+    let n: usize = header
+        .lines()
+        .find_map(|l| l.strip_prefix("element vertex "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(n > 10_000, "{n} points");
     assert_eq!(ply.len() - end, n * 15);
 
     // nerfstudio export: absolute image paths, OpenGL camera-to-world, the point cloud.
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap())
+            .unwrap();
     assert_eq!(t["ply_file_path"], "pointcloud.ply");
     let frames = t["frames"].as_array().unwrap();
     assert_eq!(frames.len(), 24);
@@ -58,9 +95,19 @@ fn slam_writes_every_output_and_eval_ate_reads_them() {
     assert_eq!(frames[0]["transform_matrix"][1][1], -1.0);
     assert_eq!(frames[0]["transform_matrix"][2][2], -1.0);
 
-    let (ok, stdout, err) = rust3r(&["eval-ate", out.join("trajectory.txt").to_str().unwrap(), out.join("groundtruth.txt").to_str().unwrap()]);
+    let (ok, stdout, err) = rust3r(&[
+        "eval-ate",
+        out.join("trajectory.txt").to_str().unwrap(),
+        out.join("groundtruth.txt").to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
-    let rmse: f64 = stdout.lines().find_map(|l| l.strip_prefix("ATE RMSE: ")).unwrap().trim_end_matches(" m").parse().unwrap();
+    let rmse: f64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ATE RMSE: "))
+        .unwrap()
+        .trim_end_matches(" m")
+        .parse()
+        .unwrap();
     assert!(rmse < 0.02, "ATE over 24 frames: {rmse} m");
 }
 
@@ -69,7 +116,12 @@ fn slam_bad_input_gives_an_error_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     // Missing folder.
     let missing = dir.path().join("no_such_sequence");
-    let (ok, _, err) = rust3r(&["slam", missing.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]);
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        missing.to_str().unwrap(),
+        "--out",
+        dir.path().join("o").to_str().unwrap(),
+    ]);
     assert!(!ok && err.contains("no_such_sequence"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
@@ -84,7 +136,13 @@ fn slam_bad_input_gives_an_error_naming_the_file() {
         }
     }
     std::fs::write(seq.join("frame-000001.depth.png"), b"not a png").unwrap();
-    let (ok, _, err) = rust3r(&["slam", seq.to_str().unwrap(), "--out", dir.path().join("o2").to_str().unwrap(), "--quiet"]);
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        seq.to_str().unwrap(),
+        "--out",
+        dir.path().join("o2").to_str().unwrap(),
+        "--quiet",
+    ]);
     assert!(!ok && err.contains("frame-000001.depth.png"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 
@@ -92,13 +150,28 @@ fn slam_bad_input_gives_an_error_naming_the_file() {
     let imgs = dir.path().join("imgs");
     std::fs::create_dir(&imgs).unwrap();
     std::fs::copy(src.join("frame-000000.color.jpg"), imgs.join("a.jpg")).unwrap();
-    let (ok, _, err) = rust3r(&["slam", imgs.to_str().unwrap(), "--out", dir.path().join("o3").to_str().unwrap()]);
-    assert!(!ok && err.contains("imgs") && err.contains("depth"), "{err}");
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        imgs.to_str().unwrap(),
+        "--out",
+        dir.path().join("o3").to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("imgs") && err.contains("depth"),
+        "{err}"
+    );
 
     // A bad config file is named with its line.
     let cfg = dir.path().join("bad.yaml");
     std::fs::write(&cfg, "tracking:\n  huber: lots\n").unwrap();
-    let (ok, _, err) = rust3r(&["slam", src.to_str().unwrap(), "--out", dir.path().join("o4").to_str().unwrap(), "--config", cfg.to_str().unwrap()]);
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        src.to_str().unwrap(),
+        "--out",
+        dir.path().join("o4").to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+    ]);
     assert!(!ok && err.contains("bad.yaml:2"), "{err}");
 }
 
@@ -110,19 +183,49 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     let out = dir.path().join("mono");
     let data = shared("data/redkitchen");
     let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
-    let (ok, stdout, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono", "--checkpoint", ckpt.to_str().unwrap(), "--max-frames", "2", "--quiet"]);
+    let (ok, stdout, err) = rust3r(&[
+        "slam",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--mode",
+        "mono",
+        "--checkpoint",
+        ckpt.to_str().unwrap(),
+        "--max-frames",
+        "2",
+        "--quiet",
+    ]);
     assert!(ok, "{err}");
     assert!(stdout.contains("2 frames in"), "{stdout}");
     // Frame 1 is tracked against keyframe 0 on the network's pair decoding (MASt3R-SLAM).
-    assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
+    assert!(
+        stdout.contains("pair tracking: 1 frames tracked on network pairs"),
+        "{stdout}"
+    );
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
-    let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
+    let poses: Vec<Vec<f64>> = traj
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
     // A frame lost by the random network has no pose in the trajectory; the summary counts it.
     let lost = 2 - poses.len();
-    assert!(poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")), "{} poses\n{stdout}", poses.len());
+    assert!(
+        poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")),
+        "{} poses\n{stdout}",
+        poses.len()
+    );
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
     // Without a checkpoint: a clear error.
-    let (ok, _, err) = rust3r(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "mono"]);
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--mode",
+        "mono",
+    ]);
     assert!(!ok && err.contains("--checkpoint"), "{err}");
 }
 
@@ -135,43 +238,94 @@ fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
     let data = shared("data/redkitchen");
     let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
     let yaml = dir.path().join("intrinsics.yaml");
-    std::fs::write(&yaml, "width: 640\nheight: 480\n# fx, fy, cx, cy\ncalibration: [585.0, 585.0, 320.0, 240.0]\n").unwrap();
+    std::fs::write(
+        &yaml,
+        "width: 640\nheight: 480\n# fx, fy, cx, cy\ncalibration: [585.0, 585.0, 320.0, 240.0]\n",
+    )
+    .unwrap();
     let args = |calib: &std::path::Path, mode: &str| -> Vec<String> {
-        ["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", mode, "--checkpoint", ckpt.to_str().unwrap(), "--calib", calib.to_str().unwrap(), "--max-frames", "2", "--single-thread", "--quiet"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            "slam",
+            data.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--checkpoint",
+            ckpt.to_str().unwrap(),
+            "--calib",
+            calib.to_str().unwrap(),
+            "--max-frames",
+            "2",
+            "--single-thread",
+            "--quiet",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let run = |a: Vec<String>| rust3r(&a.iter().map(String::as_str).collect::<Vec<_>>());
     let (ok, stdout, err) = run(args(&yaml, "mono"));
     assert!(ok, "{err}");
     assert!(stdout.contains("2 frames in"), "{stdout}");
-    assert!(stdout.contains("pair tracking: 1 frames tracked on network pairs"), "{stdout}");
+    assert!(
+        stdout.contains("pair tracking: 1 frames tracked on network pairs"),
+        "{stdout}"
+    );
     let traj = std::fs::read_to_string(out.join("trajectory.txt")).unwrap();
-    let poses: Vec<Vec<f64>> = traj.lines().filter(|l| !l.starts_with('#')).map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect()).collect();
+    let poses: Vec<Vec<f64>> = traj
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
     // A frame lost by the random network has no pose in the trajectory; the summary counts it.
     let lost = 2 - poses.len();
-    assert!(poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")), "{} poses\n{stdout}", poses.len());
+    assert!(
+        poses.len() >= 1 && stdout.contains(&format!(", {lost} frames lost")),
+        "{} poses\n{stdout}",
+        poses.len()
+    );
     assert!(poses.iter().all(|p| p.len() == 8), "{traj}");
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{traj}");
     // The export carries the calibration.
-    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap()).unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap())
+            .unwrap();
     assert_eq!(t["fl_x"], 585.0);
 
     // --calib is only for the mono mode.
     let (ok, _, err) = run(args(&yaml, "rgbd"));
-    assert!(!ok && err.contains("--calib") && err.contains("mono"), "{err}");
+    assert!(
+        !ok && err.contains("--calib") && err.contains("mono"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     // A missing or malformed calibration file is named.
     let (ok, _, err) = run(args(&dir.path().join("missing.yaml"), "mono"));
     assert!(!ok && err.contains("missing.yaml"), "{err}");
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(&bad, "width: 640\nheight: 480\ncalibration: [585.0, 585.0, 320.0]\n").unwrap();
+    std::fs::write(
+        &bad,
+        "width: 640\nheight: 480\ncalibration: [585.0, 585.0, 320.0]\n",
+    )
+    .unwrap();
     let (ok, _, err) = run(args(&bad, "mono"));
-    assert!(!ok && err.contains("bad.yaml") && err.contains("found 3"), "{err}");
+    assert!(
+        !ok && err.contains("bad.yaml") && err.contains("found 3"),
+        "{err}"
+    );
     // Frames of another size than the calibration's: the error names the first frame.
-    std::fs::write(&bad, "width: 320\nheight: 240\ncalibration: [292.5, 292.5, 160.0, 120.0]\n").unwrap();
+    std::fs::write(
+        &bad,
+        "width: 320\nheight: 240\ncalibration: [292.5, 292.5, 160.0, 120.0]\n",
+    )
+    .unwrap();
     let (ok, _, err) = run(args(&bad, "mono"));
-    assert!(!ok && err.contains("frame-000000.color.jpg") && err.contains("320x240") && err.contains("bad.yaml"), "{err}");
+    assert!(
+        !ok && err.contains("frame-000000.color.jpg")
+            && err.contains("320x240")
+            && err.contains("bad.yaml"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }

@@ -11,12 +11,21 @@ use std::time::{Duration, Instant};
 use tungstenite::Message;
 
 fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared")
+        .join(rel)
 }
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_rust3r")).args(args).output().expect("run rust3r");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .args(args)
+        .output()
+        .expect("run rust3r");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// A child process killed when the test ends, however it ends.
@@ -40,7 +49,10 @@ fn tiny_biker(dir: &Path) -> PathBuf {
         log_scales: rows.iter().map(|&i| s.log_scales[i]).collect(),
         rotations: rows.iter().map(|&i| s.rotations[i]).collect(),
         opacity_logits: rows.iter().map(|&i| s.opacity_logits[i]).collect(),
-        sh: rows.iter().flat_map(|&i| s.sh[i * per..(i + 1) * per].iter().copied()).collect(),
+        sh: rows
+            .iter()
+            .flat_map(|&i| s.sh[i * per..(i + 1) * per].iter().copied())
+            .collect(),
         sh_degree: s.sh_degree,
     };
     let path = dir.join("tiny_biker.ply");
@@ -79,26 +91,46 @@ fn start_view(path: &Path, args: &[&str], stderr: &Path) -> (Kill, String, Vec<S
 /// GET over plain HTTP: status and body.
 fn get(url: &str) -> (u16, String) {
     let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
     let mut s = TcpStream::connect(host).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).unwrap();
     let status = buf.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
 fn url_encode(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let mse = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum::<f64>() / a.len() as f64;
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
     10.0 * (255.0f64 * 255.0 / mse.max(1e-12)).log10()
 }
 
@@ -106,14 +138,21 @@ fn psnr(a: &[u8], b: &[u8]) -> f64 {
 fn bad_file_is_an_error_page_and_a_terminal_message() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("broken.ply");
-    std::fs::write(&bad, b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nend_header\n").unwrap();
+    std::fs::write(
+        &bad,
+        b"ply\nformat binary_little_endian 1.0\nelement vertex 5\nend_header\n",
+    )
+    .unwrap();
     for path in [bad, dir.path().join("missing.spz")] {
         let log = dir.path().join("stderr.txt");
         let (_child, url, _) = start_view(&path, &[], &log);
         let (status, body) = get(&url);
         assert_eq!(status, 500, "{body}");
         let name = path.file_name().unwrap().to_str().unwrap();
-        assert!(body.contains(name), "the error page does not name {name}: {body}");
+        assert!(
+            body.contains(name),
+            "the error page does not name {name}: {body}"
+        );
         // The terminal says it too, and the server keeps running after serving the page.
         let err = std::fs::read_to_string(&log).unwrap();
         assert!(err.contains("error") && err.contains(name), "{err}");
@@ -131,14 +170,24 @@ struct DevTools {
 }
 
 impl DevTools {
-    fn call(&mut self, session: Option<&str>, method: &str, params: serde_json::Value) -> serde_json::Value {
+    fn call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: serde_json::Value,
+    ) -> serde_json::Value {
         match self.try_call(session, method, params) {
             Ok(v) => v,
             Err(e) => panic!("{method}: {e}"),
         }
     }
 
-    fn try_call(&mut self, session: Option<&str>, method: &str, params: serde_json::Value) -> Result<serde_json::Value, serde_json::Value> {
+    fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, serde_json::Value> {
         let id = self.next_id;
         self.next_id += 1;
         let mut msg = serde_json::json!({"id": id, "method": method, "params": params});
@@ -147,7 +196,9 @@ impl DevTools {
         }
         self.ws.send(Message::text(msg.to_string())).unwrap();
         loop {
-            let Message::Text(t) = self.ws.read().unwrap() else { continue };
+            let Message::Text(t) = self.ws.read().unwrap() else {
+                continue;
+            };
             let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
             if v["id"] == id {
                 return match v.get("error") {
@@ -160,7 +211,11 @@ impl DevTools {
 
     /// Open `url` in a new tab of w x h CSS pixels (scale 1); its session id.
     fn open(&mut self, url: &str, w: u32, h: u32) -> String {
-        let target = self.call(None, "Target.createTarget", serde_json::json!({"url": "about:blank"}));
+        let target = self.call(
+            None,
+            "Target.createTarget",
+            serde_json::json!({"url": "about:blank"}),
+        );
         let session = self.call(
             None,
             "Target.attachToTarget",
@@ -175,15 +230,23 @@ impl DevTools {
             serde_json::json!({"width": w, "height": h, "deviceScaleFactor": 1, "mobile": false}),
         );
         self.call(Some(&session), "Page.enable", serde_json::json!({}));
-        self.call(Some(&session), "Page.navigate", serde_json::json!({"url": url}));
+        self.call(
+            Some(&session),
+            "Page.navigate",
+            serde_json::json!({"url": url}),
+        );
         session
     }
 
     /// The value of `expr` in the tab; null while the tab navigates.
     fn eval(&mut self, session: &str, expr: &str) -> serde_json::Value {
-        self.try_call(Some(session), "Runtime.evaluate", serde_json::json!({"expression": expr, "returnByValue": true}))
-            .map(|r| r["result"]["value"].clone())
-            .unwrap_or_default()
+        self.try_call(
+            Some(session),
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expr, "returnByValue": true}),
+        )
+        .map(|r| r["result"]["value"].clone())
+        .unwrap_or_default()
     }
 
     /// Wait until the page has drawn more than `frames` frames and is settled; the frame count.
@@ -213,7 +276,9 @@ impl DevTools {
             serde_json::json!({"format": "png", "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}}),
         );
         let png = base64_decode(r["data"].as_str().unwrap());
-        image::load_from_memory_with_format(&png, image::ImageFormat::Png).unwrap().to_rgb8()
+        image::load_from_memory_with_format(&png, image::ImageFormat::Png)
+            .unwrap()
+            .to_rgb8()
     }
 
     fn mouse(&mut self, session: &str, kind: &str, x: f64, y: f64) {
@@ -234,7 +299,11 @@ fn base64_decode(s: &str) -> Vec<u8> {
         b'/' => 63,
         _ => panic!("not base64: {c}"),
     };
-    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).map(val).collect();
+    let bytes: Vec<u8> = s
+        .bytes()
+        .filter(|&c| c != b'=' && !c.is_ascii_whitespace())
+        .map(val)
+        .collect();
     let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
     for chunk in bytes.chunks(4) {
         let mut n = 0u32;
@@ -281,7 +350,9 @@ fn chromium(profile: &Path) -> Option<(Kill, DevTools)> {
             }
         }
     });
-    let address = rx.recv_timeout(Duration::from_secs(120)).expect("chromium printed no DevTools address");
+    let address = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("chromium printed no DevTools address");
     let (ws, _) = tungstenite::connect(address).unwrap();
     Some((child, DevTools { ws, next_id: 1 }))
 }
@@ -319,7 +390,9 @@ fn browser_shows_the_splat_like_render_and_follows_a_drag() {
     assert!(page.contains("<canvas"));
 
     let Some((_browser, mut dt)) = chromium(&dir.path().join("profile")) else {
-        eprintln!("SKIPPED: no `chromium` program (apt-get install chromium); the browser half of this test did not run");
+        eprintln!(
+            "SKIPPED: no `chromium` program (apt-get install chromium); the browser half of this test did not run"
+        );
         return;
     };
     let page_url = format!(
@@ -351,15 +424,33 @@ fn browser_shows_the_splat_like_render_and_follows_a_drag() {
     let dragged = dt.screenshot(&tab, w, h);
     // Pixels that moved: the orbit (0.5 rad) turns the biker; JPEG noise alone moves none
     // this far.
-    let changed = |a: &image::RgbImage| a.pixels().zip(want.pixels()).filter(|(p, q)| p.0.iter().zip(q.0).any(|(x, y)| x.abs_diff(y) > 40)).count();
+    let changed = |a: &image::RgbImage| {
+        a.pixels()
+            .zip(want.pixels())
+            .filter(|(p, q)| p.0.iter().zip(q.0).any(|(x, y)| x.abs_diff(y) > 40))
+            .count()
+    };
     let (noise, moved) = (changed(&got), changed(&dragged));
     eprintln!("pixels changed by more than 40: {noise} before the drag, {moved} after");
-    assert!(noise < 50 && moved > 400, "pixels changed by more than 40: {noise} before the drag, {moved} after");
+    assert!(
+        noise < 50 && moved > 400,
+        "pixels changed by more than 40: {noise} before the drag, {moved} after"
+    );
 
     // A second tab at the same time gets frames too.
-    let second = dt.open(&format!("{url}?width=96&height=72&ui=0&background=1,1,1"), 300, 200);
+    let second = dt.open(
+        &format!("{url}?width=96&height=72&ui=0&background=1,1,1"),
+        300,
+        200,
+    );
     dt.wait_settled(&second, 0);
     let img = dt.screenshot(&second, 96, 72);
-    let biker = img.pixels().filter(|p| p.0.iter().any(|&c| c < 200)).count();
-    assert!(biker > 200, "second tab shows too little of the biker: {biker} pixels");
+    let biker = img
+        .pixels()
+        .filter(|p| p.0.iter().any(|&c| c < 200))
+        .count();
+    assert!(
+        biker > 200,
+        "second tab shows too little of the biker: {biker} pixels"
+    );
 }

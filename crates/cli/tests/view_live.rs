@@ -14,7 +14,9 @@ use tungstenite::stream::MaybeTlsStream;
 type Ws = tungstenite::WebSocket<MaybeTlsStream<TcpStream>>;
 
 fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared")
+        .join(rel)
 }
 
 /// A child process killed when the test ends, however it ends.
@@ -91,7 +93,13 @@ fn unbase64(s: &str) -> Vec<u8> {
         assert!(pad <= 2);
         let mut n = 0u32;
         for &c in chunk {
-            let v = if c == b'=' { 0 } else { ABC.iter().position(|&a| a == c).expect("a base64 character") as u32 };
+            let v = if c == b'=' {
+                0
+            } else {
+                ABC.iter()
+                    .position(|&a| a == c)
+                    .expect("a base64 character") as u32
+            };
             n = n << 6 | v;
         }
         out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
@@ -131,7 +139,9 @@ fn read(ws: &mut Ws, seen: &mut Seen) -> bool {
         Ok(Message::Binary(b)) => {
             let n = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
             let header: serde_json::Value = serde_json::from_slice(&b[4..4 + n]).unwrap();
-            let img = image::load_from_memory(&b[4 + n..]).expect("a JPEG frame").to_rgb8();
+            let img = image::load_from_memory(&b[4 + n..])
+                .expect("a JPEG frame")
+                .to_rgb8();
             assert_eq!((img.width(), img.height()), (64, 48), "{header}");
             seen.frames += 1;
             if header["visible"].as_u64().unwrap() > 0 {
@@ -160,7 +170,13 @@ fn watch(ws: &mut Ws, seen: &mut Seen, done: impl Fn(&Seen) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut id = 0;
     while !done(seen) {
-        assert!(Instant::now() < deadline, "no progress: {} splats, step {}, {} frames", seen.splats, seen.step, seen.frames_with_splats);
+        assert!(
+            Instant::now() < deadline,
+            "no progress: {} splats, step {}, {} frames",
+            seen.splats,
+            seen.step,
+            seen.frames_with_splats
+        );
         let frames = seen.frames;
         assert!(read(ws, seen), "the server closed the connection early");
         if seen.pose.is_some() && (id == 0 || seen.frames != frames) {
@@ -178,14 +194,28 @@ fn train_view_serves_frames_and_the_run_finishes_after_and_with_a_client() {
     let steps = 600;
     let steps_s = steps.to_string();
     let (mut child, url, rest) = start(&[
-        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", &steps_s, "--downscale", "20",
-        "--init-count", "800", "--sh-degree", "1", "--eval-at", "100",
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        &steps_s,
+        "--downscale",
+        "20",
+        "--init-count",
+        "800",
+        "--sh-degree",
+        "1",
+        "--eval-at",
+        "100",
     ]);
     // A first page: frames of the live splats, the training cameras, the curves; then it goes
     // away mid-frame.
     let mut first = Seen::default();
     let mut ws = connect(&url);
-    watch(&mut ws, &mut first, |s| s.frames_with_splats >= 2 && s.splats > 0 && s.cameras == 87);
+    watch(&mut ws, &mut first, |s| {
+        s.frames_with_splats >= 2 && s.splats > 0 && s.cameras == 87
+    });
     request(&mut ws, &first, 999);
     drop(ws);
     // A second page sees the run go on, and stays until the run ends.
@@ -194,15 +224,29 @@ fn train_view_serves_frames_and_the_run_finishes_after_and_with_a_client() {
     // The curves get their first points when training logs (loss) and evaluates (PSNR, step
     // 100): wait for them rather than for a fixed time.
     watch(&mut ws, &mut second, |s| {
-        s.step > first.step && s.frames_with_splats >= 1 && s.curves.iter().any(|c| c == "loss") && s.curves.iter().any(|c| c.contains("PSNR"))
+        s.step > first.step
+            && s.frames_with_splats >= 1
+            && s.curves.iter().any(|c| c == "loss")
+            && s.curves.iter().any(|c| c.contains("PSNR"))
     });
-    assert!(second.curves.iter().any(|c| c == "loss") && second.curves.iter().any(|c| c.contains("PSNR")), "{:?}", second.curves);
+    assert!(
+        second.curves.iter().any(|c| c == "loss")
+            && second.curves.iter().any(|c| c.contains("PSNR")),
+        "{:?}",
+        second.curves
+    );
     while read(&mut ws, &mut second) {}
     let status = child.0.take().unwrap().wait().unwrap();
     let lines = rest.join().unwrap();
     assert!(status.success(), "{lines:?}");
-    assert!(lines.iter().any(|l| l.starts_with(&format!("done: {steps} steps"))), "{lines:?}");
-    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("done: {steps} steps"))),
+        "{lines:?}"
+    );
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     assert_eq!(eval.as_array().unwrap().last().unwrap()["step"], steps);
     assert!(out.join("splats.ply").is_file());
 }
@@ -214,8 +258,21 @@ fn train_view_without_a_client_and_train_sog() {
     let out = dir.path().join("lego");
     let lego = shared("data/lego");
     let (mut child, _url, rest) = start(&[
-        "train", lego.to_str().unwrap(), "--out", out.to_str().unwrap(), "--steps", "20", "--downscale", "20",
-        "--init-count", "800", "--sh-degree", "1", "--eval-at", "10", "--sog",
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "20",
+        "--downscale",
+        "20",
+        "--init-count",
+        "800",
+        "--sh-degree",
+        "1",
+        "--eval-at",
+        "10",
+        "--sog",
     ]);
     let status = child.0.take().unwrap().wait().unwrap();
     let lines = rest.join().unwrap();
@@ -230,12 +287,27 @@ fn slam_view_serves_the_map_and_the_trajectory() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("slam");
     let data = shared("data/redkitchen");
-    let (mut child, url, rest) = start(&["slam", data.to_str().unwrap(), "--out", out.to_str().unwrap(), "--mode", "rgbd", "--max-frames", "300", "--quiet"]);
+    let (mut child, url, rest) = start(&[
+        "slam",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--mode",
+        "rgbd",
+        "--max-frames",
+        "300",
+        "--quiet",
+    ]);
     let mut seen = Seen::default();
     let mut ws = connect(&url);
     // Keyframe points as splats, frusta (keyframes and the current frame), frames of them.
     // And the current frame's colour image.
-    watch(&mut ws, &mut seen, |s| s.splats > 1000 && s.cameras >= 2 && s.frames_with_splats >= 1 && !s.current_frames.is_empty());
+    watch(&mut ws, &mut seen, |s| {
+        s.splats > 1000
+            && s.cameras >= 2
+            && s.frames_with_splats >= 1
+            && !s.current_frames.is_empty()
+    });
     while read(&mut ws, &mut seen) {}
     let status = child.0.take().unwrap().wait().unwrap();
     let lines = rest.join().unwrap();
@@ -250,23 +322,57 @@ fn slam_view_serves_the_map_and_the_trajectory() {
     let mut last_frame = 0;
     let mut worst = 0f64;
     for (header, jpeg) in &seen.current_frames {
-        let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG current frame").to_rgb8();
-        assert_eq!((img.width() as u64, img.height() as u64), (header["width"].as_u64().unwrap(), header["height"].as_u64().unwrap()), "{header}");
+        let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg)
+            .expect("a JPEG current frame")
+            .to_rgb8();
+        assert_eq!(
+            (img.width() as u64, img.height() as u64),
+            (
+                header["width"].as_u64().unwrap(),
+                header["height"].as_u64().unwrap()
+            ),
+            "{header}"
+        );
         let frame = header["frame"].as_u64().unwrap();
-        assert!(frame > last_frame && frame <= 300 && header["total"].as_u64() == Some(300), "{header}");
+        assert!(
+            frame > last_frame && frame <= 300 && header["total"].as_u64() == Some(300),
+            "{header}"
+        );
         last_frame = frame;
-        assert!(header["timestamp"].as_f64().is_some_and(f64::is_finite), "{header}");
+        assert!(
+            header["timestamp"].as_f64().is_some_and(f64::is_finite),
+            "{header}"
+        );
         let name = header["name"].as_str().unwrap();
         assert!(!name.contains('/') && !name.contains('\\'), "{header}");
         let src = image::open(data.join(name)).unwrap().to_rgb8();
         assert!(img.width() <= 320, "{header}");
         let aspect = |w: u32, h: u32| w as f64 / h as f64;
-        assert!((aspect(img.width(), img.height()) - aspect(src.width(), src.height())).abs() < 0.01, "{header}: source {}x{}", src.width(), src.height());
-        let small = image::imageops::resize(&src, img.width(), img.height(), image::imageops::FilterType::CatmullRom);
+        assert!(
+            (aspect(img.width(), img.height()) - aspect(src.width(), src.height())).abs() < 0.01,
+            "{header}: source {}x{}",
+            src.width(),
+            src.height()
+        );
+        let small = image::imageops::resize(
+            &src,
+            img.width(),
+            img.height(),
+            image::imageops::FilterType::CatmullRom,
+        );
         let (got, want) = (mean(&img), mean(&small));
-        assert!((0..3).all(|c| (got[c] - want[c]).abs() < 2.0), "{header}: mean {got:?}, source {want:?}");
-        worst = (0..3).map(|c| (got[c] - want[c]).abs()).fold(worst, f64::max);
+        assert!(
+            (0..3).all(|c| (got[c] - want[c]).abs() < 2.0),
+            "{header}: mean {got:?}, source {want:?}"
+        );
+        worst = (0..3)
+            .map(|c| (got[c] - want[c]).abs())
+            .fold(worst, f64::max);
     }
-    eprintln!("{} current frames, {}x{}, mean colour at most {worst:.2} levels off", seen.current_frames.len(),
-        seen.current_frames[0].0["width"], seen.current_frames[0].0["height"]);
+    eprintln!(
+        "{} current frames, {}x{}, mean colour at most {worst:.2} levels off",
+        seen.current_frames.len(),
+        seen.current_frames[0].0["width"],
+        seen.current_frames[0].0["height"]
+    );
 }

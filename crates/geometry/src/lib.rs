@@ -25,7 +25,8 @@ pub use camera::{PinholeCamera, look_at};
 pub use distortion::{
     RadTanDistortion, UndistortCriteria, UndistortMap, init_undistort_rectify_map,
     init_undistort_rectify_map_with_rotation, optimal_new_camera_matrix,
-    optimal_new_camera_matrix_alpha0, optimal_new_camera_matrix_centered, undistort_points, undistort_rectangles,
+    optimal_new_camera_matrix_alpha0, optimal_new_camera_matrix_centered, undistort_points,
+    undistort_rectangles,
 };
 pub use se3::SE3;
 pub use sim3::{Matrix3x7, Matrix7, Sim3, Vector7};

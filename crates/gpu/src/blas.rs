@@ -43,7 +43,10 @@ pub fn matmul<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>) -> Tensor<D> {
         return lhs.matmul(rhs);
     }
     use burn::backend::Dispatch;
-    Tensor::from_dispatch(<Dispatch as BlasBackend>::blas_matmul(lhs.into_dispatch(), rhs.into_dispatch()))
+    Tensor::from_dispatch(<Dispatch as BlasBackend>::blas_matmul(
+        lhs.into_dispatch(),
+        rhs.into_dispatch(),
+    ))
 }
 
 /// Whether [`matmul`] runs cuBLAS for `t`: it lives on a CUDA device of the CubeCL backend (not
@@ -51,8 +54,10 @@ pub fn matmul<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>) -> Tensor<D> {
 pub fn uses_cublas<const D: usize>(t: &Tensor<D>) -> bool {
     #[cfg(feature = "cuda")]
     {
-        matches!(t.device().as_dispatch(), burn::backend::DispatchDevice::Cube(cubecl::Device::Cuda(_)))
-            && cublas::available()
+        matches!(
+            t.device().as_dispatch(),
+            burn::backend::DispatchDevice::Cube(cubecl::Device::Cuda(_))
+        ) && cublas::available()
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -190,7 +195,9 @@ mod cublas {
             Ok(None) => Err(Box::new((lhs, rhs))),
             Err(e) => {
                 static WARNED: OnceLock<()> = OnceLock::new();
-                WARNED.get_or_init(|| tracing::warn!("cuBLAS matmul failed ({e}); using CubeCL's kernels"));
+                WARNED.get_or_init(|| {
+                    tracing::warn!("cuBLAS matmul failed ({e}); using CubeCL's kernels")
+                });
                 Err(Box::new((lhs, rhs)))
             }
         }
@@ -249,7 +256,8 @@ mod cublas {
         let mut outer_dims = dims.len();
         while outer_dims > 0 {
             let (size, s) = dims[outer_dims - 1];
-            let chains = inner_count == 1 || (0..3).all(|o| s[o] == inner_strides[o] * inner_count as i64);
+            let chains =
+                inner_count == 1 || (0..3).all(|o| s[o] == inner_strides[o] * inner_count as i64);
             if !chains {
                 break;
             }
@@ -279,7 +287,8 @@ mod cublas {
                 .map_err(|e| format!("device pointer: {e:?}"))
         };
         let (ra, rb, rc) = (res(lhs)?, res(rhs)?, res(&out)?);
-        let (pa, pb, pc): (&GpuResource, &GpuResource, &GpuResource) = (ra.resource(), rb.resource(), rc.resource());
+        let (pa, pb, pc): (&GpuResource, &GpuResource, &GpuResource) =
+            (ra.resource(), rb.resource(), rc.resource());
         let stream = pc.stream;
 
         let mut handles = HANDLES.lock().unwrap_or_else(|e| e.into_inner());
@@ -360,11 +369,20 @@ mod cublas {
         let mut ws: cu::CUdeviceptr = 0;
         unsafe {
             check("cublasCreate", cb::cublasCreate_v2(&mut h))?;
-            check_cu("cuMemAlloc (cuBLAS workspace)", cu::cuMemAlloc_v2(&mut ws, WORKSPACE_BYTES))?;
-            check("cublasSetStream", cb::cublasSetStream_v2(h, stream as cb::cudaStream_t))?;
+            check_cu(
+                "cuMemAlloc (cuBLAS workspace)",
+                cu::cuMemAlloc_v2(&mut ws, WORKSPACE_BYTES),
+            )?;
+            check(
+                "cublasSetStream",
+                cb::cublasSetStream_v2(h, stream as cb::cudaStream_t),
+            )?;
             // After the stream: cublasSetStream puts a handle back on cuBLAS's own workspace
             // pool, which allocates (and so breaks a graph recording).
-            check("cublasSetWorkspace", cb::cublasSetWorkspace_v2(h, ws as *mut _, WORKSPACE_BYTES))?;
+            check(
+                "cublasSetWorkspace",
+                cb::cublasSetWorkspace_v2(h, ws as *mut _, WORKSPACE_BYTES),
+            )?;
         }
         // Handles and their workspaces live as long as the process (one per stream CubeCL made).
         handles.push(Blas {

@@ -46,7 +46,12 @@ pub fn compact_indices(gpu: &Gpu, mask: &GpuBuffer<u32>) -> Result<GpuBuffer<u32
 /// The scatter half of [`compact_indices`], for callers that learn `count` another way (e.g.
 /// together with other totals in one read-back): the indices `i` with `mask[i] != 0`, given
 /// `positions = exclusive_scan_nonzero(mask)` and `count` set entries.
-pub fn scatter_indices(gpu: &Gpu, mask: &GpuBuffer<u32>, positions: &GpuBuffer<u32>, count: usize) -> GpuBuffer<u32> {
+pub fn scatter_indices(
+    gpu: &Gpu,
+    mask: &GpuBuffer<u32>,
+    positions: &GpuBuffer<u32>,
+    count: usize,
+) -> GpuBuffer<u32> {
     scatter(gpu, mask, positions, None, count).0
 }
 
@@ -59,7 +64,11 @@ pub fn scatter_indices_with_values(
     values: &GpuBuffer<u32>,
     count: usize,
 ) -> (GpuBuffer<u32>, GpuBuffer<u32>) {
-    assert_eq!(values.len(), mask.len(), "scatter_indices_with_values: values and mask differ in length");
+    assert_eq!(
+        values.len(),
+        mask.len(),
+        "scatter_indices_with_values: values and mask differ in length"
+    );
     let (ids, vals) = scatter(gpu, mask, positions, Some(values), count);
     (ids, vals.expect("values were given"))
 }

@@ -102,7 +102,11 @@ pub fn encode_mag_host(a: u32, r: u32, man_bits: u32) -> u32 {
     } else if a < 0x7F80_0000 {
         let t = a + (r & ((1 << shift) - 1));
         let e = (t >> 23) - (MIN_EXP_F32 - 1);
-        if e <= 31 { (e << man_bits) | ((t >> shift) & ((1 << man_bits) - 1)) } else { max_code }
+        if e <= 31 {
+            (e << man_bits) | ((t >> shift) & ((1 << man_bits) - 1))
+        } else {
+            max_code
+        }
     } else {
         max_code
     }
@@ -114,7 +118,9 @@ pub fn decode_mag_host(code: u32, man_bits: u32) -> f32 {
     if e == 0 {
         0.0
     } else {
-        f32::from_bits(((e + MIN_EXP_F32 - 1) << 23) | ((code & ((1 << man_bits) - 1)) << (23 - man_bits)))
+        f32::from_bits(
+            ((e + MIN_EXP_F32 - 1) << 23) | ((code & ((1 << man_bits) - 1)) << (23 - man_bits)),
+        )
     }
 }
 
@@ -148,7 +154,11 @@ pub fn encode_mag_nearest_host(x: f32, man_bits: u32) -> u32 {
     let a = x.to_bits() & 0x7FFF_FFFF;
     if a < MIN_EXP_F32 << 23 {
         // 0 or 2^-31
-        return if a >= (MIN_EXP_F32 - 1) << 23 { 1 << man_bits } else { 0 };
+        return if a >= (MIN_EXP_F32 - 1) << 23 {
+            1 << man_bits
+        } else {
+            0
+        };
     }
     let lo = encode_mag_host(a, 0, man_bits);
     let max_code = (31 << man_bits) | ((1 << man_bits) - 1);
@@ -157,7 +167,10 @@ pub fn encode_mag_nearest_host(x: f32, man_bits: u32) -> u32 {
     }
     let hi = lo + 1;
     let v = f32::from_bits(a) as f64;
-    let (l, h) = (decode_mag_host(lo, man_bits) as f64, decode_mag_host(hi, man_bits) as f64);
+    let (l, h) = (
+        decode_mag_host(lo, man_bits) as f64,
+        decode_mag_host(hi, man_bits) as f64,
+    );
     if v - l < h - v { lo } else { hi }
 }
 

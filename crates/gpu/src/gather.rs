@@ -24,14 +24,28 @@ fn gather_kernel(src: &[u32], index: &[u32], out: &mut [u32], n: u32) {
 pub fn iota(gpu: &Gpu, n: usize) -> GpuBuffer<u32> {
     let out = gpu.alloc::<u32>(n);
     if n > 0 {
-        iota_kernel::launch(gpu.client(), gpu.grid(n.div_ceil(BLOCK as usize)), CubeDim::new_1d(BLOCK), out.arg(), n as u32);
+        iota_kernel::launch(
+            gpu.client(),
+            gpu.grid(n.div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            out.arg(),
+            n as u32,
+        );
     }
     out
 }
 
 /// `out[i] = src[index[i]]` for 32-bit elements.
-pub fn gather<T: bytemuck::Pod>(gpu: &Gpu, src: &GpuBuffer<T>, index: &GpuBuffer<u32>) -> GpuBuffer<T> {
-    assert_eq!(std::mem::size_of::<T>(), 4, "gather works on 32-bit elements");
+pub fn gather<T: bytemuck::Pod>(
+    gpu: &Gpu,
+    src: &GpuBuffer<T>,
+    index: &GpuBuffer<u32>,
+) -> GpuBuffer<T> {
+    assert_eq!(
+        std::mem::size_of::<T>(),
+        4,
+        "gather works on 32-bit elements"
+    );
     let n = index.len();
     let out = gpu.alloc::<u32>(n);
     if n > 0 {

@@ -89,7 +89,11 @@ pub fn f16_stochastic_host(x: f32, r: u32) -> u16 {
     } else if a >= 0x3880_0000 {
         let t = a + (r & 0x1FFF);
         let e = t >> 23;
-        if e >= 143 { sign | 0x7BFF } else { sign | ((e - 112) << 10) | ((t >> 13) & 0x3FF) }
+        if e >= 143 {
+            sign | 0x7BFF
+        } else {
+            sign | ((e - 112) << 10) | ((t >> 13) & 0x3FF)
+        }
     } else {
         let q = f32::from_bits(a) * 16_777_216.0;
         let fl = q.floor();
@@ -131,7 +135,13 @@ pub fn pair_entry(words: &[u32], i: usize) -> u16 {
 /// `values` rounded to the nearest half and packed two per word ([`pack_pairs`]). Finite
 /// values beyond the half range saturate to ±65504, as [`f16_stochastic_bits`] does.
 pub fn pack_f16(values: &[f32]) -> Vec<u32> {
-    pack_pairs(values.iter().map(|&x| f16_nearest(if x.is_finite() { x.clamp(-65504.0, 65504.0) } else { x })))
+    pack_pairs(values.iter().map(|&x| {
+        f16_nearest(if x.is_finite() {
+            x.clamp(-65504.0, 65504.0)
+        } else {
+            x
+        })
+    }))
 }
 
 /// The first `len` values of a packed half array.

@@ -18,8 +18,8 @@ pub mod sort;
 
 pub use cubecl;
 pub use runtime::{
-    AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer, GpuOptions, adapter_slot,
-    list_adapters, list_cuda_devices,
+    AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer,
+    GpuOptions, adapter_slot, list_adapters, list_cuda_devices,
 };
 
 use cubecl::prelude::*;
@@ -27,14 +27,20 @@ use cubecl::prelude::*;
 /// Errors from device selection and device work.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
-    #[error("no usable GPU adapter: {0}. On Linux without a GPU install Mesa's software Vulkan (apt-get install mesa-vulkan-drivers)")]
+    #[error(
+        "no usable GPU adapter: {0}. On Linux without a GPU install Mesa's software Vulkan (apt-get install mesa-vulkan-drivers)"
+    )]
     NoAdapter(String),
     #[error("invalid GPU configuration: {0}")]
     Config(String),
     #[error("device error: {0}")]
     Device(String),
     #[error("{what} needs {needed} bytes in one buffer but the adapter allows at most {limit}")]
-    BufferTooLarge { what: String, needed: u64, limit: u64 },
+    BufferTooLarge {
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
 }
 
 /// Asks the CUDA runtime to compile kernels whose entry-point name contains `fragment` for at

@@ -62,7 +62,13 @@ fn device_time() -> bool {
 
 fn state() -> &'static Mutex<State> {
     static S: OnceLock<Mutex<State>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(State { last: None, laps: None, phases: BTreeMap::new() }))
+    S.get_or_init(|| {
+        Mutex::new(State {
+            last: None,
+            laps: None,
+            phases: BTreeMap::new(),
+        })
+    })
 }
 
 /// Start timing from now (the next mark's phase begins here).
@@ -121,7 +127,11 @@ pub fn report() -> Option<String> {
     let total: f64 = s.phases.values().map(|v| v.0).sum();
     let mut out = String::from("phase | calls | total s | mean ms | share\n");
     for (k, (t, n)) in &s.phases {
-        out.push_str(&format!("{k} | {n} | {t:.3} | {:.3} | {:.1}%\n", t * 1e3 / *n as f64, 100.0 * t / total.max(1e-12)));
+        out.push_str(&format!(
+            "{k} | {n} | {t:.3} | {:.3} | {:.1}%\n",
+            t * 1e3 / *n as f64,
+            100.0 * t / total.max(1e-12)
+        ));
     }
     Some(out)
 }

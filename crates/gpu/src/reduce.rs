@@ -42,7 +42,13 @@ fn identity<N: Numeric>(#[comptime] op: u32) -> N {
 
 /// op: 0 sum, 1 max, 2 min, 3 count non-zero (first level only; later levels sum).
 #[cube(launch, launch_unchecked)]
-fn reduce_cols<N: Numeric>(input: &[N], output: &mut [N], rows: u32, cols: u32, #[comptime] op: u32) {
+fn reduce_cols<N: Numeric>(
+    input: &[N],
+    output: &mut [N],
+    rows: u32,
+    cols: u32,
+    #[comptime] op: u32,
+) {
     let block = block_id();
     let t = UNIT_POS as usize;
     let rows = rows as usize;
@@ -97,7 +103,10 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
     cols: usize,
     op: ReduceOp,
 ) -> GpuBuffer<N> {
-    assert!(cols > 0 && input.len() % cols == 0, "reduce_columns: length not a multiple of cols");
+    assert!(
+        cols > 0 && input.len() % cols == 0,
+        "reduce_columns: length not a multiple of cols"
+    );
     let mut rows = input.len() / cols;
     let mut code = op_code(op);
     let mut current = input.clone();

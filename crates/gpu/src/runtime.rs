@@ -89,8 +89,10 @@ pub fn list_cuda_devices() -> Result<Vec<CudaDeviceInfo>, GpuError> {
                     name: ctx.name().map_err(err)?,
                     total_memory: ctx.total_mem().map_err(err)? as u64,
                     compute_capability: (
-                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(err)?,
-                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(err)?,
+                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                            .map_err(err)?,
+                        ctx.attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                            .map_err(err)?,
                     ),
                 })
             })
@@ -142,7 +144,8 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
         backends: wgpu::Backends::all(),
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
-    let adapters = futures_lite::future::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+    let adapters =
+        futures_lite::future::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     adapters
         .iter()
         .enumerate()
@@ -268,7 +271,10 @@ pub const PLACEHOLDER_SLOTS: usize = 8;
 
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gpu").field("device", &self.device).field("name", &self.name()).finish()
+        f.debug_struct("Gpu")
+            .field("device", &self.device)
+            .field("name", &self.name())
+            .finish()
     }
 }
 
@@ -292,12 +298,22 @@ impl Gpu {
                 .unwrap_or_else(|| "unknown error".into());
             GpuError::NoAdapter(msg)
         })?;
-        Ok(Self { client, device, poison: opts.poison, placeholders: Default::default() })
+        Ok(Self {
+            client,
+            device,
+            poison: opts.poison,
+            placeholders: Default::default(),
+        })
     }
 
     /// Wrap a client and device that already exist (e.g. those of a Burn tensor).
     pub fn from_parts(client: Client, device: cubecl::Device) -> Self {
-        Self { client, device, poison: false, placeholders: Default::default() }
+        Self {
+            client,
+            device,
+            poison: false,
+            placeholders: Default::default(),
+        }
     }
 
     /// The default device with default options.
@@ -355,7 +371,11 @@ impl Gpu {
     pub fn check_fits(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
         let limit = self.max_buffer_bytes();
         if bytes > limit {
-            return Err(GpuError::BufferTooLarge { what: what.to_string(), needed: bytes, limit });
+            return Err(GpuError::BufferTooLarge {
+                what: what.to_string(),
+                needed: bytes,
+                limit,
+            });
         }
         Ok(())
     }
@@ -372,7 +392,11 @@ impl Gpu {
         } else {
             self.client.create_from_slice(bytemuck::cast_slice(data))
         };
-        GpuBuffer { handle, len, _t: PhantomData }
+        GpuBuffer {
+            handle,
+            len,
+            _t: PhantomData,
+        }
     }
 
     /// Allocate an output buffer. Its contents are unspecified (NaN-filled when
@@ -382,7 +406,11 @@ impl Gpu {
             return self.filled(len, u32::MAX);
         }
         let bytes = (len * std::mem::size_of::<T>()).max(4);
-        GpuBuffer { handle: self.client.empty(bytes), len, _t: PhantomData }
+        GpuBuffer {
+            handle: self.client.empty(bytes),
+            len,
+            _t: PhantomData,
+        }
     }
 
     /// Allocate a zero-filled buffer (filled on the device: no host transfer).
@@ -396,16 +424,34 @@ impl Gpu {
     /// do not allocate and fill a buffer per launch; use distinct slots for the arguments of
     /// one launch.
     pub fn placeholder<T: Pod>(&self, slot: usize) -> GpuBuffer<T> {
-        assert_eq!(std::mem::size_of::<T>(), 4, "placeholders hold one 32-bit element");
-        let handle = self.placeholders[slot].get_or_init(|| self.zeros::<u32>(1).handle).clone();
-        GpuBuffer { handle, len: 1, _t: PhantomData }
+        assert_eq!(
+            std::mem::size_of::<T>(),
+            4,
+            "placeholders hold one 32-bit element"
+        );
+        let handle = self.placeholders[slot]
+            .get_or_init(|| self.zeros::<u32>(1).handle)
+            .clone();
+        GpuBuffer {
+            handle,
+            len: 1,
+            _t: PhantomData,
+        }
     }
 
     /// Allocate a buffer of 32-bit elements all set to the bit pattern `bits`.
     pub fn filled<T: Pod>(&self, len: usize, bits: u32) -> GpuBuffer<T> {
-        assert_eq!(std::mem::size_of::<T>() % 4, 0, "filled buffers hold 32-bit words");
+        assert_eq!(
+            std::mem::size_of::<T>() % 4,
+            0,
+            "filled buffers hold 32-bit words"
+        );
         let words = len * std::mem::size_of::<T>() / 4;
-        let buf = GpuBuffer::<u32> { handle: self.client.empty(words.max(1) * 4), len: words, _t: PhantomData };
+        let buf = GpuBuffer::<u32> {
+            handle: self.client.empty(words.max(1) * 4),
+            len: words,
+            _t: PhantomData,
+        };
         if words > 0 {
             crate::launch!(fill_u32(
                 &self.client,
@@ -416,7 +462,11 @@ impl Gpu {
                 words as u32,
             ));
         }
-        GpuBuffer { handle: buf.handle, len, _t: PhantomData }
+        GpuBuffer {
+            handle: buf.handle,
+            len,
+            _t: PhantomData,
+        }
     }
 
     /// Read a buffer back to the host (blocks until all queued work is done).
@@ -438,7 +488,10 @@ impl Gpu {
     pub fn read_at<T: Pod>(&self, buf: &GpuBuffer<T>, index: usize) -> Result<T, GpuError> {
         assert_eq!(std::mem::size_of::<T>(), 4, "read_at reads 32-bit elements");
         if index >= buf.len() {
-            return Err(GpuError::Device(format!("index {index} out of range {}", buf.len())));
+            return Err(GpuError::Device(format!(
+                "index {index} out of range {}",
+                buf.len()
+            )));
         }
         let one = self.alloc::<u32>(1);
         copy_element::launch(
@@ -455,7 +508,8 @@ impl Gpu {
 
     /// Wait for all queued work.
     pub fn sync(&self) -> Result<(), GpuError> {
-        futures_lite::future::block_on(self.client.sync()).map_err(|e| GpuError::Device(format!("{e:?}")))
+        futures_lite::future::block_on(self.client.sync())
+            .map_err(|e| GpuError::Device(format!("{e:?}")))
     }
 
     /// Bytes currently reserved by the device memory pools.
@@ -467,7 +521,9 @@ impl Gpu {
         self.memory_usage().bytes_in_use
     }
     fn memory_usage(&self) -> cubecl::MemoryUsage {
-        self.client.memory_report(cubecl::MemoryScope::Device).usage()
+        self.client
+            .memory_report(cubecl::MemoryScope::Device)
+            .usage()
     }
     /// Return unused pooled memory to the driver.
     pub fn memory_cleanup(&self) {
@@ -516,7 +572,11 @@ pub struct GpuBuffer<T> {
 
 impl<T> Clone for GpuBuffer<T> {
     fn clone(&self) -> Self {
-        Self { handle: self.handle.clone(), len: self.len, _t: PhantomData }
+        Self {
+            handle: self.handle.clone(),
+            len: self.len,
+            _t: PhantomData,
+        }
     }
 }
 
@@ -529,7 +589,11 @@ impl<T> std::fmt::Debug for GpuBuffer<T> {
 impl<T> GpuBuffer<T> {
     /// A typed view of an existing handle holding at least `len` elements of `T`.
     pub fn from_handle(handle: Handle, len: usize) -> Self {
-        Self { handle, len, _t: PhantomData }
+        Self {
+            handle,
+            len,
+            _t: PhantomData,
+        }
     }
     pub fn len(&self) -> usize {
         self.len
@@ -545,10 +609,18 @@ impl<T> GpuBuffer<T> {
     /// Reinterpret the element type (same size only).
     pub fn cast<U>(self) -> GpuBuffer<U> {
         assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());
-        GpuBuffer { handle: self.handle, len: self.len, _t: PhantomData }
+        GpuBuffer {
+            handle: self.handle,
+            len: self.len,
+            _t: PhantomData,
+        }
     }
     /// View with a shorter logical length.
     pub fn truncated(&self, len: usize) -> GpuBuffer<T> {
-        GpuBuffer { handle: self.handle.clone(), len: len.min(self.len), _t: PhantomData }
+        GpuBuffer {
+            handle: self.handle.clone(),
+            len: len.min(self.len),
+            _t: PhantomData,
+        }
     }
 }

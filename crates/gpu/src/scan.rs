@@ -182,6 +182,10 @@ pub fn exclusive_scan_nonzero(gpu: &Gpu, input: &GpuBuffer<u32>) -> GpuBuffer<u3
 
 /// `out[i] = sum(values[index[..i]])`, one output per index, without materialising the
 /// gathered values. Every index must be below `values.len()`.
-pub fn exclusive_scan_gathered(gpu: &Gpu, values: &GpuBuffer<u32>, index: &GpuBuffer<u32>) -> GpuBuffer<u32> {
+pub fn exclusive_scan_gathered(
+    gpu: &Gpu,
+    values: &GpuBuffer<u32>,
+    index: &GpuBuffer<u32>,
+) -> GpuBuffer<u32> {
     scan_read(gpu, values, Some(index), index.len(), false, READ_GATHERED)
 }

@@ -269,7 +269,11 @@ pub fn sort_pairs_staged(
     num_bits: u32,
     mut after: impl FnMut(usize),
 ) -> (GpuBuffer<u32>, GpuBuffer<u32>) {
-    assert_eq!(keys.len(), values.len(), "sort_pairs: keys and values differ in length");
+    assert_eq!(
+        keys.len(),
+        values.len(),
+        "sort_pairs: keys and values differ in length"
+    );
     let n = keys.len();
     let passes = num_bits.min(32).div_ceil(RADIX_BITS);
     if n <= 1 || passes == 0 {
@@ -286,7 +290,11 @@ pub fn sort_pairs_staged(
     let v_b = gpu.alloc::<u32>(n);
     for pass in 0..passes {
         let shift = pass * RADIX_BITS;
-        let (k_dst, v_dst) = if pass % 2 == 0 { (&k_a, &v_a) } else { (&k_b, &v_b) };
+        let (k_dst, v_dst) = if pass % 2 == 0 {
+            (&k_a, &v_a)
+        } else {
+            (&k_b, &v_b)
+        };
         crate::launch!(radix_count(
             gpu.client(),
             gpu.grid(blocks),

@@ -14,9 +14,16 @@ fn cuda() -> bool {
 }
 
 fn gpu() -> rust3r_gpu::Gpu {
-    let backend = if cuda() { rust3r_gpu::BackendKind::Cuda } else { rust3r_gpu::BackendKind::Wgpu };
-    let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions { backend, ..Default::default() })
-        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    let backend = if cuda() {
+        rust3r_gpu::BackendKind::Cuda
+    } else {
+        rust3r_gpu::BackendKind::Wgpu
+    };
+    let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions {
+        backend,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
     eprintln!("adapter: {}", gpu.name());
     gpu
 }
@@ -44,7 +51,10 @@ fn check<const D: usize>(what: &str, a: Tensor<D>, b: Tensor<D>, rel: f64) {
     assert_eq!(db[D - 2], k, "{what}: inner dimensions");
     let (va, vb) = (values(&a), values(&b));
     if cuda() {
-        assert!(uses_cublas(&a), "{what}: cuBLAS did not run on the CUDA device");
+        assert!(
+            uses_cublas(&a),
+            "{what}: cuBLAS did not run on the CUDA device"
+        );
     }
     let out = matmul(a, b);
     let dout = out.dims();
@@ -100,9 +110,24 @@ fn matmul_matches_float64_over_layouts() {
     let device = device();
     // TF32 tensor cores keep 10 mantissa bits of each input.
     let rel = 3e-3;
-    check("2d", random([37, 19], &device), random([19, 23], &device), rel);
-    check("rhs transposed", random([37, 19], &device), random([23, 19], &device).transpose(), rel);
-    check("lhs transposed", random([19, 37], &device).transpose(), random([19, 23], &device), rel);
+    check(
+        "2d",
+        random([37, 19], &device),
+        random([19, 23], &device),
+        rel,
+    );
+    check(
+        "rhs transposed",
+        random([37, 19], &device),
+        random([23, 19], &device).transpose(),
+        rel,
+    );
+    check(
+        "lhs transposed",
+        random([19, 37], &device).transpose(),
+        random([19, 23], &device),
+        rel,
+    );
     // Attention: [B, N, H, d] split into heads by swapping, scores q k^T and p v.
     let q = random([2, 45, 3, 16], &device).swap_dims(1, 2);
     let k = random([2, 45, 3, 16], &device).swap_dims(1, 2);
@@ -111,15 +136,37 @@ fn matmul_matches_float64_over_layouts() {
     let v = random([2, 45, 3, 16], &device).swap_dims(1, 2);
     check("attention values", p, v, rel);
     // A weight shared by every batch entry, and stacked weights (one per slot).
-    check("broadcast rhs", random([3, 29, 17], &device), random([1, 17, 11], &device), rel);
-    check("broadcast lhs", random([1, 29, 17], &device), random([3, 17, 11], &device), rel);
-    check("stacked", random([2, 29, 17], &device), random([2, 17, 11], &device), rel);
+    check(
+        "broadcast rhs",
+        random([3, 29, 17], &device),
+        random([1, 17, 11], &device),
+        rel,
+    );
+    check(
+        "broadcast lhs",
+        random([1, 29, 17], &device),
+        random([3, 17, 11], &device),
+        rel,
+    );
+    check(
+        "stacked",
+        random([2, 29, 17], &device),
+        random([2, 17, 11], &device),
+        rel,
+    );
     // Views that start inside their buffer.
-    let a = random([4, 31, 20], &device).narrow(0, 1, 2).narrow(2, 3, 13);
+    let a = random([4, 31, 20], &device)
+        .narrow(0, 1, 2)
+        .narrow(2, 3, 13);
     let b = random([2, 40, 9], &device).narrow(1, 7, 13);
     check("sliced", a, b, rel);
     // Larger than one tile of any kernel.
-    check("large", random([300, 257], &device), random([257, 130], &device), rel);
+    check(
+        "large",
+        random([300, 257], &device),
+        random([257, 130], &device),
+        rel,
+    );
 }
 
 #[test]
@@ -129,7 +176,12 @@ fn matmul_matches_float64_in_half_precision() {
     // binary16 inputs (the reference reads the rounded values), binary32 accumulation, binary16
     // output: half an ulp of the output, relative to sum |a||b| at worst.
     let rel = 2e-3;
-    check("f16 batched", h(random([2, 33, 40], &device)), h(random([2, 40, 21], &device)), rel);
+    check(
+        "f16 batched",
+        h(random([2, 33, 40], &device)),
+        h(random([2, 40, 21], &device)),
+        rel,
+    );
     check(
         "f16 transposed",
         h(random([2, 33, 40], &device)),
@@ -168,7 +220,10 @@ fn matmul_records_into_a_graph_and_replays() {
                     mag += p.abs();
                 }
                 let g = out[bi * 64 * 40 + r * 40 + c];
-                assert!((g - acc).abs() <= 3e-3 * mag + 1e-6, "replayed [{bi}, {r}, {c}] = {g}, expected {acc}");
+                assert!(
+                    (g - acc).abs() <= 3e-3 * mag + 1e-6,
+                    "replayed [{bi}, {r}, {c}] = {g}, expected {acc}"
+                );
             }
         }
     }
@@ -188,7 +243,9 @@ fn chained_products_keep_their_buffers_across_cleanup_and_replay() {
     let c = random([80, 32], &device);
     let (va, vb, vc) = (values(&a), values(&b), values(&c));
     let (a2, b2, c2) = (a.clone(), b.clone(), c.clone());
-    let mut graph = burn::tensor::capture(&device, move || matmul(matmul(a2.clone(), b2.clone()), c2.clone()));
+    let mut graph = burn::tensor::capture(&device, move || {
+        matmul(matmul(a2.clone(), b2.clone()), c2.clone())
+    });
     if cuda() {
         assert!(graph.is_hardware(), "the CUDA graph recording failed");
     }
@@ -217,7 +274,10 @@ fn chained_products_keep_their_buffers_across_cleanup_and_replay() {
                 mag += ab_mag[j] * vc[j * 32 + col].abs();
             }
             let g = out[r * 32 + col];
-            assert!((g - acc).abs() <= 6e-3 * mag + 1e-6, "replayed [{r}, {col}] = {g}, expected {acc}");
+            assert!(
+                (g - acc).abs() <= 6e-3 * mag + 1e-6,
+                "replayed [{r}, {col}] = {g}, expected {acc}"
+            );
         }
     }
     drop(others);

@@ -6,13 +6,18 @@ use rust3r_gpu::reduce::{ReduceOp, reduce, reduce_columns};
 use rust3r_gpu::{Gpu, GpuOptions, compact, gather, scan, sort};
 
 fn gpu() -> Gpu {
-    let gpu = Gpu::new(&GpuOptions { poison: true, ..Default::default() })
-        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    let gpu = Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
     eprintln!("adapter: {}", gpu.name());
     gpu
 }
 
-const LENGTHS: &[usize] = &[0, 1, 2, 255, 256, 1023, 1024, 1025, 2047, 2048, 2049, 65_537, 1_000_003];
+const LENGTHS: &[usize] = &[
+    0, 1, 2, 255, 256, 1023, 1024, 1025, 2047, 2048, 2049, 65_537, 1_000_003,
+];
 
 #[test]
 fn scan_matches_std() {
@@ -39,16 +44,31 @@ fn scans_of_transformed_inputs_match_std() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(3);
     for &n in LENGTHS {
-        let data: Vec<u32> = (0..n).map(|_| if rng.random_bool(0.4) { 0 } else { rng.random_range(1..1000) }).collect();
+        let data: Vec<u32> = (0..n)
+            .map(|_| {
+                if rng.random_bool(0.4) {
+                    0
+                } else {
+                    rng.random_range(1..1000)
+                }
+            })
+            .collect();
         let buf = gpu.upload(&data);
         let nonzero = gpu.read(&scan::exclusive_scan_nonzero(&gpu, &buf)).unwrap();
         // Random indices, repeats included, more of them than values.
         let m = n + n / 3;
-        let index: Vec<u32> = (0..m).map(|_| rng.random_range(0..n.max(1)) as u32).collect();
+        let index: Vec<u32> = (0..m)
+            .map(|_| rng.random_range(0..n.max(1)) as u32)
+            .collect();
         let gathered = if n == 0 {
             vec![]
         } else {
-            gpu.read(&scan::exclusive_scan_gathered(&gpu, &buf, &gpu.upload(&index))).unwrap()
+            gpu.read(&scan::exclusive_scan_gathered(
+                &gpu,
+                &buf,
+                &gpu.upload(&index),
+            ))
+            .unwrap()
         };
         let (mut count, mut sum) = (0u32, 0u32);
         assert_eq!(nonzero.len(), n);
@@ -70,15 +90,26 @@ fn radix_sort_matches_std_stable_sort() {
     let mut rng = StdRng::seed_from_u64(2);
     for &n in LENGTHS {
         for bits in [4u32, 8, 13, 20, 32] {
-            let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+            let mask = if bits == 32 {
+                u32::MAX
+            } else {
+                (1u32 << bits) - 1
+            };
             // Few distinct keys exercise stability.
             let keys: Vec<u32> = (0..n)
-                .map(|_| if rng.random_bool(0.5) { rng.random::<u32>() & mask } else { rng.random_range(0..4u32) & mask })
+                .map(|_| {
+                    if rng.random_bool(0.5) {
+                        rng.random::<u32>() & mask
+                    } else {
+                        rng.random_range(0..4u32) & mask
+                    }
+                })
                 .collect();
             let vals: Vec<u32> = (0..n as u32).collect();
             let (k, v) = sort::sort_pairs(&gpu, &gpu.upload(&keys), &gpu.upload(&vals), bits);
             let (k, v) = (gpu.read(&k).unwrap(), gpu.read(&v).unwrap());
-            let mut expect: Vec<(u32, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
+            let mut expect: Vec<(u32, u32)> =
+                keys.iter().copied().zip(vals.iter().copied()).collect();
             expect.sort_by_key(|p| p.0); // stable
             let got: Vec<(u32, u32)> = k.into_iter().zip(v).collect();
             assert!(got == expect, "sort mismatch n={n} bits={bits}");
@@ -93,7 +124,11 @@ fn radix_sort_past_the_column_scan_limit() {
     let mut rng = StdRng::seed_from_u64(5);
     let n = sort::COLUMN_SCAN_MAX_TILES * sort::TILE + 3;
     for bits in [13u32, 32] {
-        let mask = if bits == 32 { u32::MAX } else { (1u32 << bits) - 1 };
+        let mask = if bits == 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
         let keys: Vec<u32> = (0..n).map(|_| rng.random::<u32>() & mask).collect();
         let vals: Vec<u32> = (0..n as u32).collect();
         let (k, v) = sort::sort_pairs(&gpu, &gpu.upload(&keys), &gpu.upload(&vals), bits);
@@ -110,7 +145,9 @@ fn radix_sort_float_depth_keys() {
     // Positive f32 bit patterns sort like the floats: what the rasterizer relies on.
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(3);
-    let depths: Vec<f32> = (0..100_000).map(|_| rng.random_range(0.01f32..1000.0)).collect();
+    let depths: Vec<f32> = (0..100_000)
+        .map(|_| rng.random_range(0.01f32..1000.0))
+        .collect();
     let keys: Vec<u32> = depths.iter().map(|d| d.to_bits()).collect();
     let ids: Vec<u32> = (0..keys.len() as u32).collect();
     let (_, v) = sort::sort_pairs(&gpu, &gpu.upload(&keys), &gpu.upload(&ids), 32);
@@ -127,19 +164,42 @@ fn compaction_matches_std() {
     for &n in LENGTHS {
         for p in [0.0, 0.1, 0.9, 1.0] {
             // Non-zero values other than 1 count as set.
-            let mask: Vec<u32> = (0..n).map(|_| if rng.random_bool(p) { rng.random_range(1..u32::MAX) } else { 0 }).collect();
-            let got = gpu.read(&compact::compact_indices(&gpu, &gpu.upload(&mask)).unwrap()).unwrap();
+            let mask: Vec<u32> = (0..n)
+                .map(|_| {
+                    if rng.random_bool(p) {
+                        rng.random_range(1..u32::MAX)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let got = gpu
+                .read(&compact::compact_indices(&gpu, &gpu.upload(&mask)).unwrap())
+                .unwrap();
             let expect: Vec<u32> = (0..n as u32).filter(|&i| mask[i as usize] != 0).collect();
             assert_eq!(got, expect, "compaction n={n} p={p}");
             // With a value carried beside each index.
             let values: Vec<u32> = (0..n).map(|_| rng.random()).collect();
             let mb = gpu.upload(&mask);
             let positions = scan::exclusive_scan_nonzero(&gpu, &mb);
-            let (ids, vals) =
-                compact::scatter_indices_with_values(&gpu, &mb, &positions, &gpu.upload(&values), expect.len());
-            assert_eq!(gpu.read(&ids).unwrap(), expect, "compaction with values n={n} p={p}: indices");
+            let (ids, vals) = compact::scatter_indices_with_values(
+                &gpu,
+                &mb,
+                &positions,
+                &gpu.upload(&values),
+                expect.len(),
+            );
+            assert_eq!(
+                gpu.read(&ids).unwrap(),
+                expect,
+                "compaction with values n={n} p={p}: indices"
+            );
             let expect_vals: Vec<u32> = expect.iter().map(|&i| values[i as usize]).collect();
-            assert_eq!(gpu.read(&vals).unwrap(), expect_vals, "compaction with values n={n} p={p}: values");
+            assert_eq!(
+                gpu.read(&vals).unwrap(),
+                expect_vals,
+                "compaction with values n={n} p={p}: values"
+            );
         }
     }
 }
@@ -150,7 +210,9 @@ fn gather_and_iota() {
     let mut rng = StdRng::seed_from_u64(5);
     let src: Vec<f32> = (0..5000).map(|_| rng.random()).collect();
     let idx: Vec<u32> = (0..7777).map(|_| rng.random_range(0..5000)).collect();
-    let got = gpu.read(&gather::gather(&gpu, &gpu.upload(&src), &gpu.upload(&idx))).unwrap();
+    let got = gpu
+        .read(&gather::gather(&gpu, &gpu.upload(&src), &gpu.upload(&idx)))
+        .unwrap();
     let expect: Vec<f32> = idx.iter().map(|&i| src[i as usize]).collect();
     assert_eq!(got, expect);
     let iota = gpu.read(&gather::iota(&gpu, 3000)).unwrap();
@@ -165,12 +227,17 @@ fn reductions_are_correct_for_every_dtype() {
         let f: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
         let u: Vec<u32> = (0..n).map(|_| rng.random_range(0..1000)).collect();
         // A "bool" mask with values other than 0/1: count must see every non-zero.
-        let mask: Vec<u32> = (0..n).map(|_| if rng.random_bool(0.3) { 7 } else { 0 }).collect();
+        let mask: Vec<u32> = (0..n)
+            .map(|_| if rng.random_bool(0.3) { 7 } else { 0 })
+            .collect();
         let fb = gpu.upload(&f);
         let ub = gpu.upload(&u);
         let sum_f = reduce(&gpu, &fb, ReduceOp::Sum).unwrap() as f64;
         let exact: f64 = f.iter().map(|&x| x as f64).sum();
-        assert!((sum_f - exact).abs() <= 1e-6 * n as f64 + 1e-6, "f32 sum n={n}: {sum_f} vs {exact}");
+        assert!(
+            (sum_f - exact).abs() <= 1e-6 * n as f64 + 1e-6,
+            "f32 sum n={n}: {sum_f} vs {exact}"
+        );
         let max_f = reduce(&gpu, &fb, ReduceOp::Max).unwrap();
         let min_f = reduce(&gpu, &fb, ReduceOp::Min).unwrap();
         if n > 0 {
@@ -180,10 +247,21 @@ fn reductions_are_correct_for_every_dtype() {
             assert_eq!(max_f, f32::MIN);
             assert_eq!(min_f, f32::MAX);
         }
-        assert_eq!(reduce(&gpu, &ub, ReduceOp::Sum).unwrap(), u.iter().sum::<u32>(), "u32 sum n={n}");
-        assert_eq!(reduce(&gpu, &ub, ReduceOp::Max).unwrap(), u.iter().copied().max().unwrap_or(0));
+        assert_eq!(
+            reduce(&gpu, &ub, ReduceOp::Sum).unwrap(),
+            u.iter().sum::<u32>(),
+            "u32 sum n={n}"
+        );
+        assert_eq!(
+            reduce(&gpu, &ub, ReduceOp::Max).unwrap(),
+            u.iter().copied().max().unwrap_or(0)
+        );
         let count = reduce(&gpu, &gpu.upload(&mask), ReduceOp::CountNonZero).unwrap();
-        assert_eq!(count as usize, mask.iter().filter(|&&m| m != 0).count(), "mask count n={n}");
+        assert_eq!(
+            count as usize,
+            mask.iter().filter(|&&m| m != 0).count(),
+            "mask count n={n}"
+        );
         let fcount = reduce(&gpu, &fb, ReduceOp::CountNonZero).unwrap();
         assert_eq!(fcount as usize, f.iter().filter(|&&x| x != 0.0).count());
     }
@@ -194,10 +272,18 @@ fn column_reduction() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(7);
     let (rows, cols) = (10_001usize, 12usize);
-    let m: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-    let got = gpu.read(&reduce_columns(&gpu, &gpu.upload(&m), cols, ReduceOp::Sum)).unwrap();
+    let m: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
+    let got = gpu
+        .read(&reduce_columns(&gpu, &gpu.upload(&m), cols, ReduceOp::Sum))
+        .unwrap();
     for c in 0..cols {
         let exact: f64 = (0..rows).map(|r| m[r * cols + c] as f64).sum();
-        assert!((got[c] as f64 - exact).abs() < 1e-3, "column {c}: {} vs {exact}", got[c]);
+        assert!(
+            (got[c] as f64 - exact).abs() < 1e-3,
+            "column {c}: {} vs {exact}",
+            got[c]
+        );
     }
 }

@@ -3,13 +3,19 @@
 
 use cubecl::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rust3r_gpu::half::{f16_at, f16_nearest, f16_stochastic_bits, f16_stochastic_host, f16_to_f32, f16_value, pack_f16, unpack_f16};
 use rust3r_gpu::fp8;
+use rust3r_gpu::half::{
+    f16_at, f16_nearest, f16_stochastic_bits, f16_stochastic_host, f16_to_f32, f16_value, pack_f16,
+    unpack_f16,
+};
 use rust3r_gpu::{Gpu, GpuOptions, cubecl};
 
 fn gpu() -> Gpu {
-    Gpu::new(&GpuOptions { poison: true, ..Default::default() })
-        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)")
+    Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)")
 }
 
 #[cube(launch)]
@@ -47,7 +53,14 @@ fn every_half_bit_pattern_decodes_exactly() {
     let n = bits.len();
     let out = gpu.alloc::<f32>(n);
     let (grid, dim) = launch_1d(&gpu, n);
-    decode::launch(gpu.client(), grid, dim, gpu.upload(&bits).arg(), out.arg(), n as u32);
+    decode::launch(
+        gpu.client(),
+        grid,
+        dim,
+        gpu.upload(&bits).arg(),
+        out.arg(),
+        n as u32,
+    );
     let got = gpu.read(&out).unwrap();
     for (h, g) in bits.iter().zip(&got) {
         let want = f16_value(*h as u16);
@@ -62,7 +75,14 @@ fn every_half_bit_pattern_decodes_exactly() {
     let words = pack_f16(&vals);
     let out = gpu.alloc::<f32>(vals.len());
     let (grid, dim) = launch_1d(&gpu, vals.len());
-    decode_packed::launch(gpu.client(), grid, dim, gpu.upload(&words).arg(), out.arg(), vals.len() as u32);
+    decode_packed::launch(
+        gpu.client(),
+        grid,
+        dim,
+        gpu.upload(&words).arg(),
+        out.arg(),
+        vals.len() as u32,
+    );
     assert_eq!(gpu.read(&out).unwrap(), unpack_f16(&words, vals.len()));
     // Upload packing saturates like the stochastic encoder; infinities and NaN stay.
     let back = unpack_f16(&pack_f16(&[1e6, -7e4, f32::INFINITY, f32::NAN, 0.5]), 5);
@@ -94,8 +114,24 @@ fn neighbours(x: f32) -> (f64, f64) {
 fn stochastic_encoding_matches_the_host_mirror_and_brackets_the_value() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(7);
-    let mut xs: Vec<f32> = vec![0.0, -0.0, 1.0, -1.0, 65504.0, 65519.0, 1e6, -1e6, 6.0e-8, -3.0e-8, 6.1e-5, 6.103_515_6e-5,
-        f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30];
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        65504.0,
+        65519.0,
+        1e6,
+        -1e6,
+        6.0e-8,
+        -3.0e-8,
+        6.1e-5,
+        6.103_515_6e-5,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-30,
+    ];
     for _ in 0..20_000 {
         let e = rng.random_range(-30.0f32..17.0);
         let s = if rng.random_bool(0.5) { -1.0 } else { 1.0 };
@@ -105,7 +141,15 @@ fn stochastic_encoding_matches_the_host_mirror_and_brackets_the_value() {
     let n = xs.len();
     let out = gpu.alloc::<u32>(n);
     let (grid, dim) = launch_1d(&gpu, n);
-    encode::launch(gpu.client(), grid, dim, gpu.upload(&xs).arg(), gpu.upload(&rs).arg(), out.arg(), n as u32);
+    encode::launch(
+        gpu.client(),
+        grid,
+        dim,
+        gpu.upload(&xs).arg(),
+        gpu.upload(&rs).arg(),
+        out.arg(),
+        n as u32,
+    );
     let got = gpu.read(&out).unwrap();
     for i in 0..n {
         let host = f16_stochastic_host(xs[i], rs[i]);
@@ -121,7 +165,10 @@ fn stochastic_encoding_matches_the_host_mirror_and_brackets_the_value() {
         } else {
             let (lo, hi) = neighbours(x);
             let v = v as f64;
-            assert!(v == lo || v == hi, "x = {x:e} rounded to {v:e}, outside [{lo:e}, {hi:e}]");
+            assert!(
+                v == lo || v == hi,
+                "x = {x:e} rounded to {v:e}, outside [{lo:e}, {hi:e}]"
+            );
             assert_eq!(v.is_sign_negative(), x.is_sign_negative(), "sign of {x:e}");
         }
     }
@@ -135,11 +182,17 @@ fn stochastic_rounding_is_unbiased() {
     for &x in &[0.1f32, -0.337, 1.0e-3 + 1.0e-7, 3.3e-6, -1.0e-7, 777.7] {
         let (lo, hi) = neighbours(x);
         let trials = 200_000;
-        let mean = (0..trials).map(|_| f16_value(f16_stochastic_host(x, rng.random())) as f64).sum::<f64>() / trials as f64;
+        let mean = (0..trials)
+            .map(|_| f16_value(f16_stochastic_host(x, rng.random())) as f64)
+            .sum::<f64>()
+            / trials as f64;
         let step = hi - lo;
         // p(1-p) <= 1/4: standard error <= step / (2 sqrt(trials)); allow 5 of them.
         let tol = 5.0 * step / (2.0 * (trials as f64).sqrt());
-        assert!((mean - x as f64).abs() < tol, "x = {x:e}: mean {mean:e}, step {step:e}");
+        assert!(
+            (mean - x as f64).abs() < tol,
+            "x = {x:e}: mean {mean:e}, step {step:e}"
+        );
     }
 }
 
@@ -176,7 +229,20 @@ fn fp8_neighbours(a: f64, man_bits: u32) -> (f64, f64) {
 fn fp8_codes_match_the_host_mirror_and_bracket_the_value() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(11);
-    let mut xs: Vec<f32> = vec![0.0, -0.0, 0.5, -0.5, 0.99, -7.0, 1e-12, -3e-10, 4.656_613e-10, 1e30, f32::INFINITY, f32::NAN];
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        0.99,
+        -7.0,
+        1e-12,
+        -3e-10,
+        4.656_613e-10,
+        1e30,
+        f32::INFINITY,
+        f32::NAN,
+    ];
     for _ in 0..20_000 {
         let e = rng.random_range(-36.0f32..1.0);
         let s = if rng.random_bool(0.5) { -1.0 } else { 1.0 };
@@ -186,33 +252,76 @@ fn fp8_codes_match_the_host_mirror_and_bracket_the_value() {
     let n = xs.len();
     let (codes, decoded) = (gpu.alloc::<u32>(n), gpu.alloc::<f32>(2 * n));
     let (grid, dim) = launch_1d(&gpu, n);
-    fp8_roundtrip::launch(gpu.client(), grid, dim, gpu.upload(&xs).arg(), gpu.upload(&rs).arg(), codes.arg(), decoded.arg(), n as u32);
+    fp8_roundtrip::launch(
+        gpu.client(),
+        grid,
+        dim,
+        gpu.upload(&xs).arg(),
+        gpu.upload(&rs).arg(),
+        codes.arg(),
+        decoded.arg(),
+        n as u32,
+    );
     let (codes, decoded) = (gpu.read(&codes).unwrap(), gpu.read(&decoded).unwrap());
     for i in 0..n {
         let (x, r) = (xs[i], rs[i]);
-        let (sc, uc) = (fp8::signed_encode_host(x, r), fp8::unsigned_encode_host(x.abs(), r));
-        assert_eq!(codes[i], sc as u32 | ((uc as u32) << 8), "x = {x:e}, r = {r:#x}");
-        assert_eq!(decoded[2 * i].to_bits(), fp8::signed_decode_host(sc).to_bits(), "x = {x:e}");
-        assert_eq!(decoded[2 * i + 1], fp8::unsigned_decode_host(uc), "x = {x:e}");
-        for (man_bits, v) in [(2u32, decoded[2 * i].abs() as f64), (3, decoded[2 * i + 1] as f64)] {
+        let (sc, uc) = (
+            fp8::signed_encode_host(x, r),
+            fp8::unsigned_encode_host(x.abs(), r),
+        );
+        assert_eq!(
+            codes[i],
+            sc as u32 | ((uc as u32) << 8),
+            "x = {x:e}, r = {r:#x}"
+        );
+        assert_eq!(
+            decoded[2 * i].to_bits(),
+            fp8::signed_decode_host(sc).to_bits(),
+            "x = {x:e}"
+        );
+        assert_eq!(
+            decoded[2 * i + 1],
+            fp8::unsigned_decode_host(uc),
+            "x = {x:e}"
+        );
+        for (man_bits, v) in [
+            (2u32, decoded[2 * i].abs() as f64),
+            (3, decoded[2 * i + 1] as f64),
+        ] {
             let a = x.abs() as f64;
             if x.is_nan() || a >= fp8_max(man_bits) {
                 assert_eq!(v, fp8_max(man_bits), "x = {x:e} saturates");
             } else if man_bits == 3 && a > 0.0 && a < 2f64.powi(-31) {
-                assert_eq!(v, 2f64.powi(-31), "x = {x:e}: non-zero sqrt(v) never rounds to zero");
+                assert_eq!(
+                    v,
+                    2f64.powi(-31),
+                    "x = {x:e}: non-zero sqrt(v) never rounds to zero"
+                );
             } else {
                 let (lo, hi) = fp8_neighbours(a, man_bits);
-                assert!(v == lo || v == hi, "x = {x:e}, m{man_bits}: {v:e} outside [{lo:e}, {hi:e}]");
+                assert!(
+                    v == lo || v == hi,
+                    "x = {x:e}, m{man_bits}: {v:e} outside [{lo:e}, {hi:e}]"
+                );
             }
         }
         if x != 0.0 && !x.is_nan() && decoded[2 * i] != 0.0 {
-            assert_eq!(decoded[2 * i].is_sign_negative(), x.is_sign_negative(), "sign of {x:e}");
+            assert_eq!(
+                decoded[2 * i].is_sign_negative(),
+                x.is_sign_negative(),
+                "sign of {x:e}"
+            );
         }
     }
     // Every code decodes to a distinct, increasing magnitude.
     for man_bits in [2u32, 3] {
-        let vals: Vec<f32> = (0..(32u32 << man_bits)).map(|c| fp8::decode_mag_host(c, man_bits)).collect();
-        assert!(vals.windows(2).skip(1 << man_bits).all(|w| w[0] < w[1]), "m{man_bits} codes increase");
+        let vals: Vec<f32> = (0..(32u32 << man_bits))
+            .map(|c| fp8::decode_mag_host(c, man_bits))
+            .collect();
+        assert!(
+            vals.windows(2).skip(1 << man_bits).all(|w| w[0] < w[1]),
+            "m{man_bits} codes increase"
+        );
         assert_eq!(vals[1 << man_bits] as f64, 2f64.powi(-31));
         assert_eq!(*vals.last().unwrap() as f64, fp8_max(man_bits));
     }
@@ -220,7 +329,11 @@ fn fp8_codes_match_the_host_mirror_and_bracket_the_value() {
     for &x in &[0.3f32, -0.3, 1e-11, 3e-10, 0.9] {
         let v = fp8::signed_decode_host(fp8::signed_encode_nearest_host(x)) as f64;
         let (lo, hi) = fp8_neighbours(x.abs() as f64, 2);
-        let want = if (x.abs() as f64 - lo) < (hi - x.abs() as f64) { lo } else { hi };
+        let want = if (x.abs() as f64 - lo) < (hi - x.abs() as f64) {
+            lo
+        } else {
+            hi
+        };
         assert_eq!(v.abs(), want, "nearest of {x:e}");
     }
 }
@@ -236,13 +349,19 @@ fn fp8_stochastic_rounding_is_unbiased() {
             ms += fp8::signed_decode_host(fp8::signed_encode_host(x, r)) as f64;
             us += fp8::unsigned_decode_host(fp8::unsigned_encode_host(x.abs(), r)) as f64;
         }
-        for (man_bits, mean, want) in [(2u32, ms / trials as f64, x as f64), (3, us / trials as f64, x.abs() as f64)] {
+        for (man_bits, mean, want) in [
+            (2u32, ms / trials as f64, x as f64),
+            (3, us / trials as f64, x.abs() as f64),
+        ] {
             if man_bits == 3 && want < 2f64.powi(-31) {
                 continue; // rounds up to 2^-31 by design
             }
             let (lo, hi) = fp8_neighbours(want.abs(), man_bits);
             let tol = 5.0 * (hi - lo) / (2.0 * (trials as f64).sqrt());
-            assert!((mean - want).abs() < tol, "x = {x:e}, m{man_bits}: mean {mean:e}");
+            assert!(
+                (mean - want).abs() < tol,
+                "x = {x:e}, m{man_bits}: mean {mean:e}"
+            );
         }
     }
 }

@@ -23,7 +23,10 @@ pub fn write_atomic_with(
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let Some(file_name) = path.file_name() else {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a file path",
+        ));
     };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

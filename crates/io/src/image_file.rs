@@ -26,7 +26,10 @@ pub(crate) fn decode(path: &Path) -> Result<DynamicImage, IoError> {
     let bytes = std::fs::read(path).map_err(|e| IoError::io(path, e))?;
     if bytes.starts_with(&[0xFF, 0xD8]) {
         if let Err(problem) = jpeg_complete(&bytes) {
-            return Err(malformed(path, format!("the JPEG is truncated or corrupt: {problem}")));
+            return Err(malformed(
+                path,
+                format!("the JPEG is truncated or corrupt: {problem}"),
+            ));
         }
     }
     let reader = image::ImageReader::new(Cursor::new(&bytes))
@@ -76,26 +79,43 @@ fn jpeg_complete(bytes: &[u8]) -> Result<(), String> {
             i += 1;
         }
         if i + 1 >= bytes.len() {
-            return Err(format!("the file ends at byte {} before the end-of-image marker", bytes.len()));
+            return Err(format!(
+                "the file ends at byte {} before the end-of-image marker",
+                bytes.len()
+            ));
         }
         if bytes[i] != 0xFF {
-            return Err(format!("expected a marker at byte {i}, found 0x{:02X}", bytes[i]));
+            return Err(format!(
+                "expected a marker at byte {i}, found 0x{:02X}",
+                bytes[i]
+            ));
         }
         let marker = bytes[i + 1];
         i += 2;
         match marker {
             0xD9 => {
-                return if scans > 0 { Ok(()) } else { Err("end-of-image marker before any scan".into()) };
+                return if scans > 0 {
+                    Ok(())
+                } else {
+                    Err("end-of-image marker before any scan".into())
+                };
             }
             0x01 | 0xD0..=0xD7 => continue, // no length
             _ => {}
         }
         if i + 2 > bytes.len() {
-            return Err(format!("the file ends at byte {} inside a segment header", bytes.len()));
+            return Err(format!(
+                "the file ends at byte {} inside a segment header",
+                bytes.len()
+            ));
         }
         let len = u16::from_be_bytes([bytes[i], bytes[i + 1]]) as usize;
         if len < 2 || i + len > bytes.len() {
-            return Err(format!("a segment at byte {} runs past the end of the file ({} bytes)", i - 2, bytes.len()));
+            return Err(format!(
+                "a segment at byte {} runs past the end of the file ({} bytes)",
+                i - 2,
+                bytes.len()
+            ));
         }
         i += len;
         if marker == 0xDA {
@@ -104,13 +124,19 @@ fn jpeg_complete(bytes: &[u8]) -> Result<(), String> {
             loop {
                 match bytes[i..].iter().position(|&b| b == 0xFF) {
                     None => {
-                        return Err(format!("the file ends at byte {} inside the image data (scan {scans})", bytes.len()));
+                        return Err(format!(
+                            "the file ends at byte {} inside the image data (scan {scans})",
+                            bytes.len()
+                        ));
                     }
                     Some(k) => {
                         i += k;
                         match bytes.get(i + 1) {
                             None => {
-                                return Err(format!("the file ends at byte {} inside the image data (scan {scans})", bytes.len()));
+                                return Err(format!(
+                                    "the file ends at byte {} inside the image data (scan {scans})",
+                                    bytes.len()
+                                ));
                             }
                             Some(0x00) | Some(0xD0..=0xD7) => i += 2,
                             Some(0xFF) => i += 1,
@@ -128,9 +154,13 @@ mod tests {
     use super::*;
 
     fn jpeg(width: u32, height: u32) -> Vec<u8> {
-        let img = image::RgbImage::from_fn(width, height, |x, y| image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x ^ y) * 3) as u8]));
+        let img = image::RgbImage::from_fn(width, height, |x, y| {
+            image::Rgb([(x * 7) as u8, (y * 5) as u8, ((x ^ y) * 3) as u8])
+        });
         let mut out = Vec::new();
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90).encode_image(&img).unwrap();
+        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+            .encode_image(&img)
+            .unwrap();
         out
     }
 
@@ -140,7 +170,11 @@ mod tests {
         assert_eq!(jpeg_complete(&full), Ok(()));
         // Every prefix, including those that end right after a whole segment.
         for n in 2..full.len() {
-            assert!(jpeg_complete(&full[..n]).is_err(), "a prefix of {n} of {} bytes passed", full.len());
+            assert!(
+                jpeg_complete(&full[..n]).is_err(),
+                "a prefix of {n} of {} bytes passed",
+                full.len()
+            );
         }
         // Trailing data after the end-of-image marker (as some cameras append) is accepted.
         let mut trailing = full.clone();
@@ -164,7 +198,9 @@ mod tests {
         assert!(e.contains("cut.jpg") && e.contains("truncated"), "{e}");
         // A truncated PNG is an error too.
         let mut png = Vec::new();
-        image::RgbImage::new(32, 32).write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+        image::RgbImage::new(32, 32)
+            .write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
         let cut_png = dir.join("cut.png");
         std::fs::write(&cut_png, &png[..png.len() / 2]).unwrap();
         let e = decode(&cut_png).unwrap_err().to_string();

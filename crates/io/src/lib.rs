@@ -36,8 +36,8 @@ mod image_file;
 mod ply;
 mod plyfile;
 pub mod scene;
-mod splat_format;
 mod sog;
+mod splat_format;
 mod splats;
 mod spz;
 

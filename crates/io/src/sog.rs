@@ -104,7 +104,9 @@ fn codebook_256(values: &[f32]) -> (Vec<f32>, Vec<u8>) {
             }))
             .collect();
         let (lo, hi) = (all[0], all[all.len() - 1]);
-        let mut c: Vec<f32> = (0..256).map(|i| lo + (hi - lo) * (i as f32 + 0.5) / 256.0).collect();
+        let mut c: Vec<f32> = (0..256)
+            .map(|i| lo + (hi - lo) * (i as f32 + 0.5) / 256.0)
+            .collect();
         for _ in 0..50 {
             c.dedup();
             let mut next = Vec::with_capacity(c.len());
@@ -129,7 +131,10 @@ fn codebook_256(values: &[f32]) -> (Vec<f32>, Vec<u8>) {
         c
     };
     centroids.dedup();
-    let labels = values.iter().map(|&v| nearest_sorted(&centroids, v)).collect();
+    let labels = values
+        .iter()
+        .map(|&v| nearest_sorted(&centroids, v))
+        .collect();
     centroids.resize(256, *centroids.last().unwrap_or(&0.0));
     (centroids, labels)
 }
@@ -157,7 +162,9 @@ fn webp(rgba: &[u8], w: usize, h: usize) -> Result<Vec<u8>> {
 
 /// Decode a WebP image to RGBA; its width and the pixels.
 fn unwebp(name: &str, bytes: &[u8]) -> Result<(usize, usize, Vec<u8>)> {
-    let bad = |e: image_webp::DecodingError| crate::error::Problem::Malformed(format!("{name}: not a valid WebP image: {e}"));
+    let bad = |e: image_webp::DecodingError| {
+        crate::error::Problem::Malformed(format!("{name}: not a valid WebP image: {e}"))
+    };
     let mut d = image_webp::WebPDecoder::new(Cursor::new(bytes)).map_err(bad)?;
     let (w, h) = d.dimensions();
     let Some(size) = d.output_buffer_size() else {
@@ -168,7 +175,9 @@ fn unwebp(name: &str, bytes: &[u8]) -> Result<(usize, usize, Vec<u8>)> {
     let rgba = if d.has_alpha() {
         buf
     } else {
-        buf.chunks_exact(3).flat_map(|p| [p[0], p[1], p[2], 255]).collect()
+        buf.chunks_exact(3)
+            .flat_map(|p| [p[0], p[1], p[2], 255])
+            .collect()
     };
     Ok((w as usize, h as usize, rgba))
 }
@@ -181,13 +190,17 @@ fn sh_palette(rest: &[f32], n: usize, dim: usize) -> (Vec<f32>, Vec<u32>) {
     let k = MAX_PALETTE;
     let row = |i: usize| &rest[i * dim..(i + 1) * dim];
     // Main axis of the coefficients (power iteration on the covariance, through the data).
-    let mean: Vec<f64> = (0..dim).map(|d| (0..n).map(|i| f64::from(rest[i * dim + d])).sum::<f64>() / n as f64).collect();
+    let mean: Vec<f64> = (0..dim)
+        .map(|d| (0..n).map(|i| f64::from(rest[i * dim + d])).sum::<f64>() / n as f64)
+        .collect();
     let mut axis = vec![1.0f64; dim];
     for _ in 0..8 {
         let mut next = vec![0.0f64; dim];
         for i in 0..n {
             let r = row(i);
-            let p: f64 = (0..dim).map(|d| (f64::from(r[d]) - mean[d]) * axis[d]).sum();
+            let p: f64 = (0..dim)
+                .map(|d| (f64::from(r[d]) - mean[d]) * axis[d])
+                .sum();
             for d in 0..dim {
                 next[d] += p * (f64::from(r[d]) - mean[d]);
             }
@@ -198,7 +211,9 @@ fn sh_palette(rest: &[f32], n: usize, dim: usize) -> (Vec<f32>, Vec<u32>) {
         }
         axis = next.into_iter().map(|v| v / norm).collect();
     }
-    let proj: Vec<f64> = (0..n).map(|i| (0..dim).map(|d| f64::from(row(i)[d]) * axis[d]).sum()).collect();
+    let proj: Vec<f64> = (0..n)
+        .map(|i| (0..dim).map(|d| f64::from(row(i)[d]) * axis[d]).sum())
+        .collect();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| proj[a].total_cmp(&proj[b]));
     // Start: k contiguous groups along the axis; then Lloyd's iterations in which each Gaussian
@@ -232,7 +247,13 @@ fn sh_palette(rest: &[f32], n: usize, dim: usize) -> (Vec<f32>, Vec<u32>) {
         for i in 0..n {
             let r = row(i);
             let l = labels[i] as usize;
-            let dist = |c: usize| -> f32 { palette[c * dim..(c + 1) * dim].iter().zip(r).map(|(a, b)| (a - b) * (a - b)).sum() };
+            let dist = |c: usize| -> f32 {
+                palette[c * dim..(c + 1) * dim]
+                    .iter()
+                    .zip(r)
+                    .map(|(a, b)| (a - b) * (a - b))
+                    .sum()
+            };
             let mut best = (dist(l), l);
             for c in l.saturating_sub(WINDOW)..(l + WINDOW + 1).min(k) {
                 if counts[c] > 0 {
@@ -279,51 +300,104 @@ pub(crate) fn encode(splats: &Splats) -> Result<Vec<u8>> {
         std::array::from_fn(|a| {
             let range = maxs[a] - mins[a];
             if range > 0.0 {
-                ((log_transform(splats.means[i][a]) - mins[a]) / range * 65535.0).round().clamp(0.0, 65535.0) as u16
+                ((log_transform(splats.means[i][a]) - mins[a]) / range * 65535.0)
+                    .round()
+                    .clamp(0.0, 65535.0) as u16
             } else {
                 0
             }
         })
     };
-    files.push(("means_l.webp", webp(&image(&|i| {
-        let q = q16(i);
-        [q[0] as u8, q[1] as u8, q[2] as u8, 255]
-    }), w, h)?));
-    files.push(("means_u.webp", webp(&image(&|i| {
-        let q = q16(i);
-        [(q[0] >> 8) as u8, (q[1] >> 8) as u8, (q[2] >> 8) as u8, 255]
-    }), w, h)?));
+    files.push((
+        "means_l.webp",
+        webp(
+            &image(&|i| {
+                let q = q16(i);
+                [q[0] as u8, q[1] as u8, q[2] as u8, 255]
+            }),
+            w,
+            h,
+        )?,
+    ));
+    files.push((
+        "means_u.webp",
+        webp(
+            &image(&|i| {
+                let q = q16(i);
+                [(q[0] >> 8) as u8, (q[1] >> 8) as u8, (q[2] >> 8) as u8, 255]
+            }),
+            w,
+            h,
+        )?,
+    ));
 
     // Rotations: smallest three.
-    files.push(("quats.webp", webp(&image(&|i| {
-        let mut q = normalized_quat(splats.rotations[i]);
-        let largest = (0..4).fold(0, |b, k| if q[k].abs() > q[b].abs() { k } else { b });
-        if q[largest] < 0.0 {
-            q = q.map(|c| -c);
-        }
-        let mut px = [0u8, 0, 0, 252 + largest as u8];
-        for (slot, k) in (0..4).filter(|&k| k != largest).enumerate() {
-            px[slot] = to_u8(255.0 * (q[k] * std::f32::consts::SQRT_2 * 0.5 + 0.5));
-        }
-        px
-    }), w, h)?));
+    files.push((
+        "quats.webp",
+        webp(
+            &image(&|i| {
+                let mut q = normalized_quat(splats.rotations[i]);
+                let largest = (0..4).fold(0, |b, k| if q[k].abs() > q[b].abs() { k } else { b });
+                if q[largest] < 0.0 {
+                    q = q.map(|c| -c);
+                }
+                let mut px = [0u8, 0, 0, 252 + largest as u8];
+                for (slot, k) in (0..4).filter(|&k| k != largest).enumerate() {
+                    px[slot] = to_u8(255.0 * (q[k] * std::f32::consts::SQRT_2 * 0.5 + 0.5));
+                }
+                px
+            }),
+            w,
+            h,
+        )?,
+    ));
 
     // Scales, DC colour and opacity through codebooks.
     let log_scales: Vec<f32> = splats.log_scales.iter().flatten().copied().collect();
     let (scale_book, scale_labels) = codebook_256(&log_scales);
-    files.push(("scales.webp", webp(&image(&|i| [scale_labels[i * 3], scale_labels[i * 3 + 1], scale_labels[i * 3 + 2], 255]), w, h)?));
+    files.push((
+        "scales.webp",
+        webp(
+            &image(&|i| {
+                [
+                    scale_labels[i * 3],
+                    scale_labels[i * 3 + 1],
+                    scale_labels[i * 3 + 2],
+                    255,
+                ]
+            }),
+            w,
+            h,
+        )?,
+    ));
     let k = splats.num_coeffs();
-    let dc: Vec<f32> = (0..n).flat_map(|i| splats.sh[i * k * 3..i * k * 3 + 3].iter().copied()).collect();
+    let dc: Vec<f32> = (0..n)
+        .flat_map(|i| splats.sh[i * k * 3..i * k * 3 + 3].iter().copied())
+        .collect();
     let (dc_book, dc_labels) = codebook_256(&dc);
-    files.push(("sh0.webp", webp(&image(&|i| {
-        [dc_labels[i * 3], dc_labels[i * 3 + 1], dc_labels[i * 3 + 2], to_u8(sigmoid(splats.opacity_logits[i]) * 255.0)]
-    }), w, h)?));
+    files.push((
+        "sh0.webp",
+        webp(
+            &image(&|i| {
+                [
+                    dc_labels[i * 3],
+                    dc_labels[i * 3 + 1],
+                    dc_labels[i * 3 + 2],
+                    to_u8(sigmoid(splats.opacity_logits[i]) * 255.0),
+                ]
+            }),
+            w,
+            h,
+        )?,
+    ));
 
     // Higher-order SH through a palette.
     let sh_n = if k > 1 {
         let coeffs = k - 1;
         let dim = coeffs * 3;
-        let rest: Vec<f32> = (0..n).flat_map(|i| splats.sh[i * k * 3 + 3..(i + 1) * k * 3].iter().copied()).collect();
+        let rest: Vec<f32> = (0..n)
+            .flat_map(|i| splats.sh[i * k * 3 + 3..(i + 1) * k * 3].iter().copied())
+            .collect();
         let (palette, labels) = sh_palette(&rest, n, dim);
         let entries = palette.len() / dim;
         let (book, idx) = codebook_256(&palette);
@@ -337,7 +411,14 @@ pub(crate) fn encode(splats: &Splats) -> Result<Vec<u8>> {
             }
         }
         files.push(("shN_centroids.webp", webp(&px, pw, ph)?));
-        files.push(("shN_labels.webp", webp(&image(&|i| [labels[i] as u8, (labels[i] >> 8) as u8, 0, 255]), w, h)?));
+        files.push((
+            "shN_labels.webp",
+            webp(
+                &image(&|i| [labels[i] as u8, (labels[i] >> 8) as u8, 0, 255]),
+                w,
+                h,
+            )?,
+        ));
         Some(ShN {
             count: entries,
             bands: splats.sh_degree,
@@ -351,16 +432,32 @@ pub(crate) fn encode(splats: &Splats) -> Result<Vec<u8>> {
     let meta = Meta {
         version: 2,
         count: n,
-        means: Means { mins, maxs, files: vec!["means_l.webp".into(), "means_u.webp".into()] },
-        scales: Codebooked { codebook: scale_book, files: vec!["scales.webp".into()] },
-        quats: Files { files: vec!["quats.webp".into()] },
-        sh0: Codebooked { codebook: dc_book, files: vec!["sh0.webp".into()] },
+        means: Means {
+            mins,
+            maxs,
+            files: vec!["means_l.webp".into(), "means_u.webp".into()],
+        },
+        scales: Codebooked {
+            codebook: scale_book,
+            files: vec!["scales.webp".into()],
+        },
+        quats: Files {
+            files: vec!["quats.webp".into()],
+        },
+        sh0: Codebooked {
+            codebook: dc_book,
+            files: vec!["sh0.webp".into()],
+        },
         sh_n,
     };
-    let meta = serde_json::to_vec(&meta).map_err(|e| crate::error::Problem::Malformed(format!("meta.json: {e}")))?;
-    let zip_err = |e: zip::result::ZipError| crate::error::Problem::Malformed(format!("cannot write the ZIP bundle: {e}"));
+    let meta = serde_json::to_vec(&meta)
+        .map_err(|e| crate::error::Problem::Malformed(format!("meta.json: {e}")))?;
+    let zip_err = |e: zip::result::ZipError| {
+        crate::error::Problem::Malformed(format!("cannot write the ZIP bundle: {e}"))
+    };
     let mut zw = zip::ZipWriter::new(Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, bytes) in std::iter::once(("meta.json", meta)).chain(files) {
         zw.start_file(name, opts).map_err(zip_err)?;
         zw.write_all(&bytes).map_err(|e| zip_err(e.into()))?;
@@ -377,8 +474,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
     let mut member = |name: &str| -> Result<Vec<u8>> {
         let mut f = match zip.by_name(name) {
             Ok(f) => f,
-            Err(zip::result::ZipError::FileNotFound) => return malformed!("the bundle has no {name}"),
-            Err(zip::result::ZipError::UnsupportedArchive(m)) => return unsupported!("{name}: {m}"),
+            Err(zip::result::ZipError::FileNotFound) => {
+                return malformed!("the bundle has no {name}");
+            }
+            Err(zip::result::ZipError::UnsupportedArchive(m)) => {
+                return unsupported!("{name}: {m}");
+            }
             Err(e) => return malformed!("{name}: {e}"),
         };
         if f.size() > 1 << 31 {
@@ -410,7 +511,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
             return malformed!("meta.json: {what} names no file {index}");
         };
         let (w, h, px) = unwebp(name, &member(name)?)?;
-        Ok((w * h, px)).and_then(|(pixels, px)| if pixels < n && what != "shN centroids" { malformed!("{name}: {pixels} pixels for {n} splats") } else { Ok((w, px)) })
+        Ok((w * h, px)).and_then(|(pixels, px)| {
+            if pixels < n && what != "shN centroids" {
+                malformed!("{name}: {pixels} pixels for {n} splats")
+            } else {
+                Ok((w, px))
+            }
+        })
     };
     let (_, lo) = load("means", &meta.means.files, 0)?;
     let (_, hi) = load("means", &meta.means.files, 1)?;
@@ -432,8 +539,13 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
             let coeffs = [0, 3, 8, 15][s.bands as usize];
             let (cw, centroids) = load("shN centroids", &s.files, 0)?;
             let (_, labels) = load("shN labels", &s.files, 1)?;
-            if cw != PALETTE_ROW * coeffs || centroids.len() / 4 < s.count.div_ceil(PALETTE_ROW) * cw {
-                return malformed!("shN centroids: image does not hold {} entries of {coeffs} coefficients", s.count);
+            if cw != PALETTE_ROW * coeffs
+                || centroids.len() / 4 < s.count.div_ceil(PALETTE_ROW) * cw
+            {
+                return malformed!(
+                    "shN centroids: image does not hold {} entries of {coeffs} coefficients",
+                    s.count
+                );
             }
             (s.bands, Some((s, coeffs, cw, centroids, labels)))
         }
@@ -466,11 +578,15 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Splats> {
         for c in 0..3 {
             out.sh.push(book(&meta.sh0.codebook, sh0[p + c], "sh0")?);
         }
-        out.opacity_logits.push(logit_clamped(f32::from(sh0[p + 3]) / 255.0));
+        out.opacity_logits
+            .push(logit_clamped(f32::from(sh0[p + 3]) / 255.0));
         if let Some((s, coeffs, cw, centroids, labels)) = &palette {
             let label = usize::from(labels[p]) | usize::from(labels[p + 1]) << 8;
             if label >= s.count {
-                return malformed!("shN labels: splat {i} has palette entry {label} of {}", s.count);
+                return malformed!(
+                    "shN labels: splat {i} has palette entry {label} of {}",
+                    s.count
+                );
             }
             for j in 0..*coeffs {
                 let at = ((label / PALETTE_ROW) * cw + (label % PALETTE_ROW) * coeffs + j) * 4;
@@ -490,7 +606,9 @@ mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((*seed >> 40) as f32) / (1u64 << 24) as f32
     }
 
@@ -531,20 +649,29 @@ mod tests {
                     let tol = (m.abs() + 1.0) * 5.0 / 65535.0;
                     worst[0] = worst[0].max((back.means[i][a] - m).abs() / tol);
                     // 256 levels over 6 units of log scale: under half a level of 6/255.
-                    worst[1] = worst[1].max((back.log_scales[i][a] - s.log_scales[i][a]).abs() / (6.0 / 255.0));
+                    worst[1] = worst[1]
+                        .max((back.log_scales[i][a] - s.log_scales[i][a]).abs() / (6.0 / 255.0));
                 }
                 worst[2] = worst[2].max(quat_gap(back.rotations[i], s.rotations[i]) / 1e-4);
-                let (p, q) = (sigmoid(back.opacity_logits[i]), sigmoid(s.opacity_logits[i]));
+                let (p, q) = (
+                    sigmoid(back.opacity_logits[i]),
+                    sigmoid(s.opacity_logits[i]),
+                );
                 worst[3] = worst[3].max((p - q).abs() / (0.5 / 255.0 + 1e-6));
                 let k = s.num_coeffs();
                 for c in 0..3 {
-                    worst[4] = worst[4].max((back.sh[i * k * 3 + c] - s.sh[i * k * 3 + c]).abs() / (2.0 / 255.0));
+                    worst[4] = worst[4]
+                        .max((back.sh[i * k * 3 + c] - s.sh[i * k * 3 + c]).abs() / (2.0 / 255.0));
                 }
                 for c in 3..k * 3 {
-                    worst[5] = worst[5].max((back.sh[i * k * 3 + c] - s.sh[i * k * 3 + c]).abs() / (2.0 / 255.0));
+                    worst[5] = worst[5]
+                        .max((back.sh[i * k * 3 + c] - s.sh[i * k * 3 + c]).abs() / (2.0 / 255.0));
                 }
             }
-            assert!(worst.iter().all(|w| *w <= 1.0), "n {n}, degree {degree}: worst / tolerance {worst:?}");
+            assert!(
+                worst.iter().all(|w| *w <= 1.0),
+                "n {n}, degree {degree}: worst / tolerance {worst:?}"
+            );
         }
     }
 
@@ -596,7 +723,9 @@ mod tests {
 
     #[test]
     fn codebook_is_nearest() {
-        let v: Vec<f32> = (0..5000).map(|i| ((i * 7919) % 1000) as f32 / 10.0).collect();
+        let v: Vec<f32> = (0..5000)
+            .map(|i| ((i * 7919) % 1000) as f32 / 10.0)
+            .collect();
         let (book, labels) = codebook_256(&v);
         assert_eq!(book.len(), 256);
         for (x, l) in v.iter().zip(&labels) {

@@ -202,21 +202,50 @@ fn redkitchen_colour_is_registered_to_depth() {
         let (w, h) = (640usize, 480usize);
         // Inverse depth (its edges are the occluding contours), and where it is valid with its
         // neighbours.
-        let inv: Vec<f64> = depth.pixels().map(|p| if p.0[0] > 0.0 { 1.0 / p.0[0] as f64 } else { 0.0 }).collect();
+        let inv: Vec<f64> = depth
+            .pixels()
+            .map(|p| {
+                if p.0[0] > 0.0 {
+                    1.0 / p.0[0] as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect();
         let mask: Vec<bool> = (0..w * h)
             .map(|k| {
                 let (x, y) = (k % w, k / w);
-                x > 1 && y > 1 && x < w - 2 && y < h - 2 && [k - 1, k + 1, k - w, k + w, k].iter().all(|&j| inv[j] > 0.0)
+                x > 1
+                    && y > 1
+                    && x < w - 2
+                    && y < h - 2
+                    && [k - 1, k + 1, k - w, k + w, k]
+                        .iter()
+                        .all(|&j| inv[j] > 0.0)
             })
             .collect();
-        let grey = |img: &RgbImage| -> Vec<f64> { img.pixels().map(|p| p.0.iter().map(|&c| c as f64).sum::<f64>() / 3.0).collect() };
+        let grey = |img: &RgbImage| -> Vec<f64> {
+            img.pixels()
+                .map(|p| p.0.iter().map(|&c| c as f64).sum::<f64>() / 3.0)
+                .collect()
+        };
         registered += gradient_agreement(&grey(&f.rgb), &inv, &mask, w, h);
         raw += gradient_agreement(&grey(&file), &inv, &mask, w, h);
     }
-    assert!(registered > 1.2 * raw, "edge agreement registered {registered} vs file {raw}");
+    assert!(
+        registered > 1.2 * raw,
+        "edge agreement registered {registered} vs file {raw}"
+    );
     // A calibration override keeps the files' pixels.
     let k = Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 640, 480);
-    let plain = open_with(&dir, &OpenOptions { calibration: Some(k), ..OpenOptions::default() }).unwrap();
+    let plain = open_with(
+        &dir,
+        &OpenOptions {
+            calibration: Some(k),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
     assert!(!plain.colour_resampled());
     let f = plain.frame(7).unwrap();
     assert_eq!(f.rgb, image::open(&f.rgb_path).unwrap().to_rgb8());
@@ -785,7 +814,10 @@ fn detection_and_kinds() {
     assert_eq!(detect(&video).unwrap(), DatasetKind::Video);
     let e = open_err(&video, None);
     assert!(e.contains("clip.MP4") && e.contains("ffprobe"), "{e}");
-    assert!(!tmp.path().join("clip.MP4.frames").exists(), "no frame cache for a failed video");
+    assert!(
+        !tmp.path().join("clip.MP4.frames").exists(),
+        "no frame cache for a failed video"
+    );
     let single = tmp.path().join("one.png");
     write_rgb(&single, 0);
     assert!(err_text(detect(&single)).contains("single image"));
@@ -1055,10 +1087,18 @@ fn video_frames_decode_through_ffmpeg() {
     assert_eq!(ds.len(), 12);
     for i in [0usize, 5, 11] {
         let f = ds.frame(i).unwrap();
-        assert!((f.timestamp - i as f64 / 10.0).abs() < 1e-9, "timestamp {} of frame {i}", f.timestamp);
+        assert!(
+            (f.timestamp - i as f64 / 10.0).abs() < 1e-9,
+            "timestamp {} of frame {i}",
+            f.timestamp
+        );
         let img = image::open(&f.rgb_path).unwrap().to_rgb8();
         assert_eq!(img.dimensions(), (64, 48));
-        assert_eq!(img.get_pixel(10, 10).0, [i as u8 * 20, 255 - i as u8 * 20, 7 * i as u8], "frame {i} colour");
+        assert_eq!(
+            img.get_pixel(10, 10).0,
+            [i as u8 * 20, 255 - i as u8 * 20, 7 * i as u8],
+            "frame {i} colour"
+        );
     }
     // Stride, and the cache is reused (same files) on the second open.
     let first = ds.frame(0).unwrap().rgb_path;
@@ -1090,7 +1130,10 @@ fn truncated_frames_are_errors_naming_the_file() {
     let ds = open(tmp.path(), None, 1).unwrap();
     assert!(ds.frame(0).is_ok());
     let e = err_text(ds.frame(1));
-    assert!(e.contains("frame-000001.color.jpg") && e.contains("truncated"), "{e}");
+    assert!(
+        e.contains("frame-000001.color.jpg") && e.contains("truncated"),
+        "{e}"
+    );
     let e = err_text(ds.frame(2));
     assert!(e.contains("frame-000002.depth.png"), "{e}");
 }

@@ -1452,11 +1452,18 @@ fn truncated_images_are_errors_naming_the_file() {
         let tmp = scene_with_truncated_image(&src, image, keep);
         let s = open(tmp.path());
         let name = Path::new(image).file_name().unwrap().to_str().unwrap();
-        let k = s.views.iter().position(|v| v.image_path.ends_with(image)).unwrap_or_else(|| panic!("no view of {image}"));
+        let k = s
+            .views
+            .iter()
+            .position(|v| v.image_path.ends_with(image))
+            .unwrap_or_else(|| panic!("no view of {image}"));
         let e = s.load_image(k).unwrap_err().to_string();
         assert!(e.contains(name), "{image}: {e}");
         let other = (k + 1) % s.views.len();
-        assert!(s.load_image(other).is_ok(), "{image}: the other views must still load");
+        assert!(
+            s.load_image(other).is_ok(),
+            "{image}: the other views must still load"
+        );
     }
 }
 
@@ -1466,7 +1473,10 @@ fn truncated_images_are_errors_naming_the_file() {
 fn colmap_project_without_images_opens_its_undistorted_dense_model() {
     let s = open(&data().join("statuette"));
     assert_eq!(s.views.len(), 23);
-    assert_eq!(s.views[0].image_path, statuette_dense().join("images/DSC_5283.jpg"));
+    assert_eq!(
+        s.views[0].image_path,
+        statuette_dense().join("images/DSC_5283.jpg")
+    );
     assert!(!s.is_undistorted(0), "the dense model is already pinhole");
     let dense = open(&statuette_dense());
     assert_views_equal(&s.views, &dense.views, true, 0.0);

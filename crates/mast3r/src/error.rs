@@ -3,7 +3,6 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-
 /// An error from reading, validating or writing a checkpoint.
 ///
 /// `File` wraps the file readers' errors ([`rust3r_torch_checkpoint::Error`]: I/O, zip, pickle,

@@ -8,10 +8,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 use common::*;
-use rust3r_torch_checkpoint::Error as FileError;
 use rust3r_mast3r::{
     Checkpoint, Error, LoadOptions, MODEL_STRING_METADATA_KEY, PickleErrorKind, write_safetensors,
 };
+use rust3r_torch_checkpoint::Error as FileError;
 
 /// Loads `path`, failing the test on a panic; returns the error text (or None on success).
 fn load_err(path: &Path) -> Option<(String, Error)> {

@@ -165,7 +165,11 @@ fn heads_one_at_a_time_match_the_stacked_heads() {
         ] {
             assert_eq!(x.len(), y.len());
             let scale = y.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let diff = x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0.0f32, |m, d| if d > m || d.is_nan() { d } else { m });
+            let diff = x
+                .iter()
+                .zip(y)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, |m, d| if d > m || d.is_nan() { d } else { m });
             assert!(
                 diff <= 1e-5 * scale,
                 "view {} {name}: stacked vs one at a time differ by {diff} (scale {scale})",

@@ -51,7 +51,10 @@ fn rel(a: &[f32], b: &[f32], what: &str) -> f32 {
 fn same_encoding(a: &Encoded, b: &Encoded, what: &str) {
     assert_eq!(a.grid, b.grid, "{what}: grid");
     let r = rel(&host(&a.feat), &host(&b.feat), what);
-    assert!(r <= 1e-6, "{what}: encodings differ by {r:e} of the largest value");
+    assert!(
+        r <= 1e-6,
+        "{what}: encodings differ by {r:e} of the largest value"
+    );
 }
 
 fn same_predictions(a: &[Prediction; 2], b: &[Prediction; 2], what: &str) {
@@ -80,16 +83,28 @@ fn replays_match_the_network_across_inputs_sizes_and_pairs() {
     let e0 = rp.encode(image(&model, 1, 224, 224)).unwrap();
     let e1 = rp.encode(image(&model, 2, 224, 224)).unwrap();
     let e2 = rp.encode(image(&model, 3, 224, 224)).unwrap();
-    same_encoding(&e1, &direct(image(&model, 2, 224, 224)), "replayed encoding");
+    same_encoding(
+        &e1,
+        &direct(image(&model, 2, 224, 224)),
+        "replayed encoding",
+    );
     same_encoding(&e2, &direct(image(&model, 3, 224, 224)), "second replay");
     // Encodings handed out are copies: later replays did not overwrite them.
-    same_encoding(&e0, &direct(image(&model, 1, 224, 224)), "recorded encoding");
+    same_encoding(
+        &e0,
+        &direct(image(&model, 1, 224, 224)),
+        "recorded encoding",
+    );
 
     // A second input size gets its own recording; the first keeps working.
     let small = rp.encode(image(&model, 4, 160, 224)).unwrap();
     same_encoding(&small, &direct(image(&model, 4, 160, 224)), "other size");
     let again = rp.encode(image(&model, 5, 224, 224)).unwrap();
-    same_encoding(&again, &direct(image(&model, 5, 224, 224)), "first size again");
+    same_encoding(
+        &again,
+        &direct(image(&model, 5, 224, 224)),
+        "first size again",
+    );
 
     // Decoding: pairs in both orders and mono, against the network on the same encodings.
     let want = model.decode(&e1, &e0);
@@ -109,7 +124,10 @@ fn replays_match_the_network_across_inputs_sizes_and_pairs() {
 fn the_slam_front_end_gives_the_same_pointmaps_replayed_or_not() {
     use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
     use rust3r_slam::PointmapFrontEnd;
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/redkitchen");
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/data/redkitchen"
+    );
     let data = rust3r_io::datasets::open(std::path::Path::new(dir), None, 5).unwrap();
     let device = model().device().clone();
     let load = || Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
@@ -118,11 +136,18 @@ fn the_slam_front_end_gives_the_same_pointmaps_replayed_or_not() {
     direct.set_replay(false);
     for i in 0..3 {
         let frame = data.frame(i).unwrap();
-        let (a, b) = (replayed.pointmap(&frame).unwrap(), direct.pointmap(&frame).unwrap());
-        let flat = |p: &rust3r_slam::Pointmap| p.points.iter().flatten().copied().collect::<Vec<f32>>();
+        let (a, b) = (
+            replayed.pointmap(&frame).unwrap(),
+            direct.pointmap(&frame).unwrap(),
+        );
+        let flat =
+            |p: &rust3r_slam::Pointmap| p.points.iter().flatten().copied().collect::<Vec<f32>>();
         let r = rel(&flat(&a), &flat(&b), "points");
         assert!(r <= 1e-6, "frame {i}: points differ by {r:e}");
-        assert!(rel(&a.conf, &b.conf, "conf") <= 1e-6, "frame {i}: confidences differ");
+        assert!(
+            rel(&a.conf, &b.conf, "conf") <= 1e-6,
+            "frame {i}: confidences differ"
+        );
     }
     // Pair decoding through the replayed decoder, against the direct one.
     let (pr, pd) = (replayed.pairs().unwrap(), direct.pairs().unwrap());

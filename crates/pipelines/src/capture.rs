@@ -18,7 +18,10 @@ use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{self, Dataset, DatasetKind, Intrinsics};
 use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
 use rust3r_slam::output::{self, pose_to_sim3};
-use rust3r_slam::{Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult, TrackingState, eval_ate, run_slam_source};
+use rust3r_slam::{
+    Align, FrameSource, PointmapFrontEnd, Progress, RgbdFrontEnd, SlamConfig, SlamResult,
+    TrackingState, eval_ate, run_slam_source,
+};
 use rust3r_splat::train::init::{InitSplats, SH_C0};
 
 use crate::error::{Context, PipelineError, invalid, io_err};
@@ -75,7 +78,13 @@ impl RunOptions {
                 init_count: 200_000,
                 ..TrainOptions::default()
             },
-            refine: Refinement { depth_weight: 0.2, exposure: true, pose: true, pose_start: 7000 / 4, ..Refinement::default() },
+            refine: Refinement {
+                depth_weight: 0.2,
+                exposure: true,
+                pose: true,
+                pose_start: 7000 / 4,
+                ..Refinement::default()
+            },
             min_view_distance: 0.05,
             min_view_angle: 5.0,
             max_view_gap: 10,
@@ -139,30 +148,56 @@ pub enum FrontEnd<'a> {
 
 /// Runs capture to splat with the RGB-D front end (module docs); every output goes to
 /// `opts.train.out`.
-pub fn run_capture(opts: &RunOptions, gpu: &Gpu, on_event: &mut dyn FnMut(RunEvent<'_>)) -> Result<RunSummary, PipelineError> {
+pub fn run_capture(
+    opts: &RunOptions,
+    gpu: &Gpu,
+    on_event: &mut dyn FnMut(RunEvent<'_>),
+) -> Result<RunSummary, PipelineError> {
     run_capture_with(opts, gpu, FrontEnd::Rgbd, on_event)
 }
 
 /// Runs capture to splat with `front` (module docs); every output goes to `opts.train.out`.
-pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_event: &mut dyn FnMut(RunEvent<'_>)) -> Result<RunSummary, PipelineError> {
+pub fn run_capture_with(
+    opts: &RunOptions,
+    gpu: &Gpu,
+    front: FrontEnd<'_>,
+    on_event: &mut dyn FnMut(RunEvent<'_>),
+) -> Result<RunSummary, PipelineError> {
     let start = Instant::now();
     let out = opts.train.out.clone();
     std::fs::create_dir_all(&out).map_err(io_err(&out))?;
-    let open = || datasets::open_with(&opts.input, &datasets::OpenOptions { kind: opts.kind, stride: opts.stride, calibration: opts.calibration });
+    let open = || {
+        datasets::open_with(
+            &opts.input,
+            &datasets::OpenOptions {
+                kind: opts.kind,
+                stride: opts.stride,
+                calibration: opts.calibration,
+            },
+        )
+    };
     let dataset = open()?;
     if dataset.is_empty() {
         return Err(invalid(format!("{}: no frames", opts.input.display())));
     }
     let cfg = &opts.slam;
-    let total = opts.max_frames.map_or(dataset.len(), |m| m.min(dataset.len()));
+    let total = opts
+        .max_frames
+        .map_or(dataset.len(), |m| m.min(dataset.len()));
     let slam_dir = out.join("slam");
     let depth_k = match &front {
         FrontEnd::Rgbd => Some(dataset.depth_intrinsics().ok_or_else(|| {
-            invalid(format!("{}: the rgbd mode needs depth images, and this data set has none", opts.input.display()))
+            invalid(format!(
+                "{}: the rgbd mode needs depth images, and this data set has none",
+                opts.input.display()
+            ))
         })?),
         FrontEnd::Network(_) => None,
     };
-    on_event(RunEvent::Phase { phase: Phase::Slam, total: total as u64 });
+    on_event(RunEvent::Phase {
+        phase: Phase::Slam,
+        total: total as u64,
+    });
     // The poses of the tracked frames as SLAM reports them: what is left when it stops.
     let mut so_far = SoFar::default();
     let mut record = |p: &Progress| {
@@ -171,17 +206,40 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
     };
     let t_slam = Instant::now();
     let result = match (front, depth_k) {
-        (FrontEnd::Network(front), _) => run_slam_source(FrameSource::Inline { dataset: dataset.as_ref(), front }, cfg, opts.max_frames, None, &mut record),
+        (FrontEnd::Network(front), _) => run_slam_source(
+            FrameSource::Inline {
+                dataset: dataset.as_ref(),
+                front,
+            },
+            cfg,
+            opts.max_frames,
+            None,
+            &mut record,
+        ),
         (FrontEnd::Rgbd, dk) => {
             let dk = dk.ok_or_else(|| invalid("the rgbd mode needs depth images"))?;
-            let front = RgbdFrontEnd::new(dk, cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+            let front = RgbdFrontEnd::new(
+                dk,
+                cfg.rgbd.downsample,
+                cfg.rgbd.min_depth,
+                cfg.rgbd.max_depth,
+            );
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let n_loaders = (cores / 4).clamp(1, 4);
             let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
             for _ in 0..n_loaders {
                 loaders.push((open()?, Box::new(front.clone())));
             }
-            run_slam_source(FrameSource::Prefetch { loaders, ahead: 4 * n_loaders }, cfg, opts.max_frames, None, &mut record)
+            run_slam_source(
+                FrameSource::Prefetch {
+                    loaders,
+                    ahead: 4 * n_loaders,
+                },
+                cfg,
+                opts.max_frames,
+                None,
+                &mut record,
+            )
         }
     };
     drop(record);
@@ -191,35 +249,83 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
     };
     let slam_seconds = t_slam.elapsed().as_secs_f64();
     // The colour camera, and the camera of the pointmaps (depth supervision from the network).
-    let first = result.frames.first().ok_or_else(|| invalid(format!("{}: no frames", opts.input.display())))?;
-    let image_size = image::image_dimensions(&first.rgb_path).context_with(|| format!("frame 0: cannot read the size of {}", first.rgb_path.display()))?;
+    let first = result
+        .frames
+        .first()
+        .ok_or_else(|| invalid(format!("{}: no frames", opts.input.display())))?;
+    let image_size = image::image_dimensions(&first.rgb_path).context_with(|| {
+        format!(
+            "frame 0: cannot read the size of {}",
+            first.rgb_path.display()
+        )
+    })?;
     let (colour_k, pointmap_k) = match (dataset.intrinsics(), depth_k) {
         (Some(k), Some(_)) => (k, None),
         (Some(k), None) => (k, Some(pointmap_camera(&result, image_size)?.1)),
-        (None, Some(_)) => return Err(invalid(format!("{}: the data set has no colour calibration", opts.input.display()))),
+        (None, Some(_)) => {
+            return Err(invalid(format!(
+                "{}: the data set has no colour calibration",
+                opts.input.display()
+            )));
+        }
         (None, None) => {
             let (k, pk, fitted) = pointmap_camera(&result, image_size)?;
-            let how = if fitted { "estimated from the pointmaps" } else { "assumed (60 degree field of view: the pointmaps fit no focal length)" };
-            let text = format!("camera {how}: fx {:.1}, fy {:.1}, cx {:.1}, cy {:.1} for {}x{} frames", k.fx, k.fy, k.cx, k.cy, k.width, k.height);
-            on_event(RunEvent::Train(if fitted { TrainEvent::Info(text) } else { TrainEvent::Warning(text) }));
+            let how = if fitted {
+                "estimated from the pointmaps"
+            } else {
+                "assumed (60 degree field of view: the pointmaps fit no focal length)"
+            };
+            let text = format!(
+                "camera {how}: fx {:.1}, fy {:.1}, cx {:.1}, cy {:.1} for {}x{} frames",
+                k.fx, k.fy, k.cx, k.cy, k.width, k.height
+            );
+            on_event(RunEvent::Train(if fitted {
+                TrainEvent::Info(text)
+            } else {
+                TrainEvent::Warning(text)
+            }));
             (k, Some(pk))
         }
     };
     // SLAM's own outputs (poses before refinement) first: they survive a failure later on.
-    let slam_files = output::write_outputs_with(&result, dataset.as_ref(), &slam_dir, cfg.rgbd.export_conf as f32, Some(colour_k))?;
-    let ate_slam = slam_files.groundtruth.as_ref().and_then(|gt| eval_ate(&slam_files.trajectory, gt, Align::Se3).ok()).map(|r| r.rmse);
+    let slam_files = output::write_outputs_with(
+        &result,
+        dataset.as_ref(),
+        &slam_dir,
+        cfg.rgbd.export_conf as f32,
+        Some(colour_k),
+    )?;
+    let ate_slam = slam_files
+        .groundtruth
+        .as_ref()
+        .and_then(|gt| eval_ate(&slam_files.trajectory, gt, Align::Se3).ok())
+        .map(|r| r.rmse);
     let lost = result.frames.iter().filter(|f| !f.tracked).count();
     check_lost_tail(&result, opts.max_lost_frames, &slam_files.trajectory)?;
     if result.frames.iter().all(|f| !f.tracked) {
-        return Err(invalid(format!("{}: tracking failed on every frame (SLAM outputs in {})", opts.input.display(), slam_dir.display())));
+        return Err(invalid(format!(
+            "{}: tracking failed on every frame (SLAM outputs in {})",
+            opts.input.display(),
+            slam_dir.display()
+        )));
     }
 
     // Views.
-    on_event(RunEvent::Phase { phase: Phase::Prepare, total: 0 });
-    let frame_poses: Vec<[[f64; 4]; 4]> = result.frame_poses().iter().map(|(_, t)| w2c_of(t)).collect();
+    on_event(RunEvent::Phase {
+        phase: Phase::Prepare,
+        total: 0,
+    });
+    let frame_poses: Vec<[[f64; 4]; 4]> = result
+        .frame_poses()
+        .iter()
+        .map(|(_, t)| w2c_of(t))
+        .collect();
     let (train_frames, eval_frames) = select_views(&result, &frame_poses, opts);
     if train_frames.is_empty() {
-        return Err(invalid(format!("{}: no tracked frame to train on", opts.input.display())));
+        return Err(invalid(format!(
+            "{}: no tracked frame to train on",
+            opts.input.display()
+        )));
     }
     let (cw, ch) = match (colour_k.width, colour_k.height) {
         (0, _) | (_, 0) => image_size,
@@ -229,7 +335,13 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
     // The images to train on: the files, or where the data set resamples its colour (7-Scenes'
     // colour registered to depth), the delivered images that SLAM's export wrote.
     let resampled = dataset.colour_resampled();
-    let image_of = |f: &rust3r_slam::system::FrameRecord| if resampled { output::delivered_image_path(&slam_dir, &f.rgb_path) } else { f.rgb_path.clone() };
+    let image_of = |f: &rust3r_slam::system::FrameRecord| {
+        if resampled {
+            output::delivered_image_path(&slam_dir, &f.rgb_path)
+        } else {
+            f.rgb_path.clone()
+        }
+    };
     // Scene views in frame order: training and held-out frames.
     let mut scene_frames: Vec<usize> = train_frames.iter().chain(&eval_frames).copied().collect();
     scene_frames.sort_unstable();
@@ -246,10 +358,24 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
             world_to_camera: frame_poses[f],
         })
         .collect();
-    let scene_opts = SceneOptions { downscale: opts.train.downscale, background: opts.train.background, kind: None };
-    let scene = scene_from_images(&opts.input, &slam_files.transforms, &images, None, &scene_opts)?;
-    let train: Vec<usize> = (0..scene_frames.len()).filter(|&k| train_frames.binary_search(&scene_frames[k]).is_ok()).collect();
-    let eval: Vec<usize> = (0..scene_frames.len()).filter(|&k| eval_frames.binary_search(&scene_frames[k]).is_ok()).collect();
+    let scene_opts = SceneOptions {
+        downscale: opts.train.downscale,
+        background: opts.train.background,
+        kind: None,
+    };
+    let scene = scene_from_images(
+        &opts.input,
+        &slam_files.transforms,
+        &images,
+        None,
+        &scene_opts,
+    )?;
+    let train: Vec<usize> = (0..scene_frames.len())
+        .filter(|&k| train_frames.binary_search(&scene_frames[k]).is_ok())
+        .collect();
+    let eval: Vec<usize> = (0..scene_frames.len())
+        .filter(|&k| eval_frames.binary_search(&scene_frames[k]).is_ok())
+        .collect();
     let mut depth = vec![None; scene.len()];
     if opts.refine.depth_weight > 0.0 {
         for &k in &train {
@@ -257,14 +383,31 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
             let v = &scene.views[k];
             match (depth_k.as_ref(), pointmap_k.as_ref()) {
                 (Some(dk), _) => {
-                    let frame = dataset.frame(f.index).context_with(|| format!("frame {} ({})", f.index, f.rgb_path.display()))?;
-                    let d = frame.depth.ok_or_else(|| invalid(format!("frame {} ({}): no depth image", f.index, f.rgb_path.display())))?;
+                    let frame = dataset
+                        .frame(f.index)
+                        .context_with(|| format!("frame {} ({})", f.index, f.rgb_path.display()))?;
+                    let d = frame.depth.ok_or_else(|| {
+                        invalid(format!(
+                            "frame {} ({}): no depth image",
+                            f.index,
+                            f.rgb_path.display()
+                        ))
+                    })?;
                     depth[k] = Some(depth_to_view(&d, dk, v));
                 }
                 (None, Some(pk)) => {
                     // The network's depth: a keyframe's fused pointmap, where it is confident.
-                    if let Some(kf) = result.keyframes.frames.iter().find(|kf| kf.frame_index == f.index) {
-                        depth[k] = Some(depth_to_view(&pointmap_depth(kf, cfg.rgbd.export_conf as f32), pk, v));
+                    if let Some(kf) = result
+                        .keyframes
+                        .frames
+                        .iter()
+                        .find(|kf| kf.frame_index == f.index)
+                    {
+                        depth[k] = Some(depth_to_view(
+                            &pointmap_depth(kf, cfg.rgbd.export_conf as f32),
+                            pk,
+                            v,
+                        ));
                     }
                 }
                 (None, None) => {}
@@ -272,37 +415,83 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
         }
     }
     // The pointmaps' own camera: SLAM's (RGB-D, calibrated mono) or the estimated one.
-    let focal = result.camera.map(|c| c.fx.min(c.fy)).or(pointmap_k.as_ref().map(|k| k.fx.min(k.fy))).unwrap_or(colour_k.fx.min(colour_k.fy));
-    let init = init_from_slam(&result, cfg.rgbd.export_conf as f32, opts.train.init_count, opts.train.sh_degree, focal);
+    let focal = result
+        .camera
+        .map(|c| c.fx.min(c.fy))
+        .or(pointmap_k.as_ref().map(|k| k.fx.min(k.fy)))
+        .unwrap_or(colour_k.fx.min(colour_k.fy));
+    let init = init_from_slam(
+        &result,
+        cfg.rgbd.export_conf as f32,
+        opts.train.init_count,
+        opts.train.sh_degree,
+        focal,
+    );
     if init.is_empty() {
-        return Err(invalid(format!("{}: SLAM produced no points to start from", opts.input.display())));
+        return Err(invalid(format!(
+            "{}: SLAM produced no points to start from",
+            opts.input.display()
+        )));
     }
-    let label = format!("{} ({} of {} frames)", opts.input.display(), scene.len(), result.frames.len());
-    let setup = SceneSetup { train, eval, init: Some(init), depth, scale: None };
+    let label = format!(
+        "{} ({} of {} frames)",
+        opts.input.display(),
+        scene.len(),
+        result.frames.len()
+    );
+    let setup = SceneSetup {
+        train,
+        eval,
+        init: Some(init),
+        depth,
+        scale: None,
+    };
 
     // Training.
     let mut forward = |e: TrainEvent<'_>| on_event(RunEvent::Train(e));
-    let mut session = TrainSession::from_scene(&label, scene, setup, opts.train.clone(), opts.refine, gpu, &mut forward)?;
+    let mut session = TrainSession::from_scene(
+        &label,
+        scene,
+        setup,
+        opts.train.clone(),
+        opts.refine,
+        gpu,
+        &mut forward,
+    )?;
     let n_train = session.train_views().len();
     let n_eval = session.eval_views().len();
-    on_event(RunEvent::Phase { phase: Phase::Train, total: opts.train.steps });
+    on_event(RunEvent::Phase {
+        phase: Phase::Train,
+        total: opts.train.steps,
+    });
     let mut forward = |e: TrainEvent<'_>| on_event(RunEvent::Train(e));
     let summary = session.run(&mut forward)?;
 
     // Outputs with the refined poses.
-    on_event(RunEvent::Phase { phase: Phase::Outputs, total: 0 });
+    on_event(RunEvent::Phase {
+        phase: Phase::Outputs,
+        total: 0,
+    });
     let refined_views = session.poses();
     let scene = session.scene().clone();
     // Every frame: the correction of the nearest scene view (by frame index) carried over.
     let refined: Vec<[[f64; 4]; 4]> = (0..result.frames.len())
         .map(|f| {
             let k = nearest(&scene_frames, f);
-            pose::transfer(&scene.views[k].world_to_camera, &refined_views[k], &frame_poses[f])
+            pose::transfer(
+                &scene.views[k].world_to_camera,
+                &refined_views[k],
+                &frame_poses[f],
+            )
         })
         .collect();
     let mut files = vec![summary.splats.clone(), out.join("eval.json")];
-    let traj: Vec<(f64, rust3r_geometry::Sim3)> =
-        result.frames.iter().zip(&refined).map(|(f, p)| (f.timestamp, pose_to_sim3(&pose::rigid_inverse(p)))).collect();
+    let traj: Vec<(f64, rust3r_geometry::Sim3)> = result
+        .frames
+        .iter()
+        .zip(&refined)
+        .map(|(f, p)| (f.timestamp, pose_to_sim3(&pose::rigid_inverse(p))))
+        .collect();
     let trajectory = out.join("trajectory.txt");
     output::write_tum_poses(&trajectory, &traj)?;
     files.push(trajectory.clone());
@@ -310,7 +499,13 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
         .keyframes
         .frames
         .iter()
-        .filter_map(|k| result.frames.iter().position(|f| f.index == k.frame_index).map(|f| (k.timestamp, traj[f].1)))
+        .filter_map(|k| {
+            result
+                .frames
+                .iter()
+                .position(|f| f.index == k.frame_index)
+                .map(|f| (k.timestamp, traj[f].1))
+        })
         .collect();
     let keyframes = out.join("keyframes.txt");
     output::write_tum_poses(&keyframes, &kf)?;
@@ -324,7 +519,10 @@ pub fn run_capture_with(opts: &RunOptions, gpu: &Gpu, front: FrontEnd<'_>, on_ev
         .zip(&refined)
         .filter(|(f, _)| f.tracked)
         .map(|(f, p)| SceneView {
-            name: image_of(f).file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            name: image_of(f)
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             image_path: image_of(f),
             width: cw,
             height: ch,
@@ -384,7 +582,9 @@ impl SoFar {
     /// where it stopped and where the trajectory is.
     fn stopped(&self, dir: &Path, total: usize, e: rust3r_slam::SlamError) -> PipelineError {
         let path = dir.join("trajectory.txt");
-        let saved = std::fs::create_dir_all(dir).map_err(|e| e.to_string()).and_then(|_| output::write_tum_poses(&path, &self.tracked).map_err(|e| e.to_string()));
+        let saved = std::fs::create_dir_all(dir)
+            .map_err(|e| e.to_string())
+            .and_then(|_| output::write_tum_poses(&path, &self.tracked).map_err(|e| e.to_string()));
         let context = match saved {
             Ok(()) => format!(
                 "SLAM stopped after {} of {total} frames; the trajectory of the {} frames tracked so far is in {}",
@@ -392,16 +592,31 @@ impl SoFar {
                 self.tracked.len(),
                 path.display()
             ),
-            Err(w) => format!("SLAM stopped after {} of {total} frames (the trajectory so far could not be written: {w})", self.processed),
+            Err(w) => format!(
+                "SLAM stopped after {} of {total} frames (the trajectory so far could not be written: {w})",
+                self.processed
+            ),
         };
-        PipelineError::Context { context, source: Box::new(e) }
+        PipelineError::Context {
+            context,
+            source: Box::new(e),
+        }
     }
 }
 
 /// Tracking lost for good: an error naming the first frame of a lost run that reaches the end
 /// of the input and is at least `max_lost` frames long (0: never).
-fn check_lost_tail(result: &SlamResult, max_lost: usize, trajectory: &Path) -> Result<(), PipelineError> {
-    let tail = result.frames.iter().rev().take_while(|f| !f.tracked).count();
+fn check_lost_tail(
+    result: &SlamResult,
+    max_lost: usize,
+    trajectory: &Path,
+) -> Result<(), PipelineError> {
+    let tail = result
+        .frames
+        .iter()
+        .rev()
+        .take_while(|f| !f.tracked)
+        .count();
     if max_lost == 0 || tail < max_lost {
         return Ok(());
     }
@@ -419,7 +634,13 @@ fn check_lost_tail(result: &SlamResult, max_lost: usize, trajectory: &Path) -> R
 /// splat); otherwise an error naming the first frame that does not.
 fn check_frame_sizes(result: &SlamResult, (w, h): (u32, u32)) -> Result<(), PipelineError> {
     for f in result.frames.iter().filter(|f| f.tracked) {
-        let (fw, fh) = image::image_dimensions(&f.rgb_path).context_with(|| format!("frame {}: cannot read the size of {}", f.index, f.rgb_path.display()))?;
+        let (fw, fh) = image::image_dimensions(&f.rgb_path).context_with(|| {
+            format!(
+                "frame {}: cannot read the size of {}",
+                f.index,
+                f.rgb_path.display()
+            )
+        })?;
         if (fw, fh) != (w, h) {
             return Err(invalid(format!(
                 "frame {} ({}) is {fw}x{fh}, but the capture's frames are {w}x{h}: frames of changing size cannot train one splat",
@@ -437,9 +658,16 @@ fn check_frame_sizes(result: &SlamResult, (w, h): (u32, u32)) -> Result<(), Pipe
 /// fit of `u − c = f · x / z` over every keyframe's points, principal point at the image centre;
 /// when no positive focal length fits, a 60 degree horizontal field of view (the `bool` is
 /// false then).
-pub fn pointmap_camera(result: &SlamResult, image: (u32, u32)) -> Result<(Intrinsics, Intrinsics, bool), PipelineError> {
+pub fn pointmap_camera(
+    result: &SlamResult,
+    image: (u32, u32),
+) -> Result<(Intrinsics, Intrinsics, bool), PipelineError> {
     let mut fitted = true;
-    let kf = result.keyframes.frames.first().ok_or_else(|| invalid("SLAM made no keyframe"))?;
+    let kf = result
+        .keyframes
+        .frames
+        .first()
+        .ok_or_else(|| invalid("SLAM made no keyframe"))?;
     let (w, h) = (kf.pointmap.width, kf.pointmap.height);
     let (pcx, pcy) = ((w as f64 - 1.0) / 2.0, (h as f64 - 1.0) / 2.0);
     let pk = match result.camera {
@@ -474,9 +702,15 @@ pub fn pointmap_camera(result: &SlamResult, image: (u32, u32)) -> Result<(Intrin
     let long = w.max(h) as u32;
     let rc = rust3r_geometry::mast3r_resize::mast3r_resize_crop(image.0, image.1, long);
     if rc.output != (w as u32, h as u32) {
-        return Err(invalid(format!("{}x{} pointmaps do not come from {}x{} frames by MASt3R's resize", w, h, image.0, image.1)));
+        return Err(invalid(format!(
+            "{}x{} pointmaps do not come from {}x{} frames by MASt3R's resize",
+            w, h, image.0, image.1
+        )));
     }
-    let (sx, sy) = (image.0 as f64 / rc.resized.0 as f64, image.1 as f64 / rc.resized.1 as f64);
+    let (sx, sy) = (
+        image.0 as f64 / rc.resized.0 as f64,
+        image.1 as f64 / rc.resized.1 as f64,
+    );
     let colour = Intrinsics::pinhole(
         pk.fx * sx,
         pk.fy * sy,
@@ -497,7 +731,13 @@ fn pointmap_depth(kf: &rust3r_slam::keyframes::Keyframe, min_conf: f32) -> datas
     datasets::DepthImage::from_fn(pm.width as u32, pm.height as u32, |x, y| {
         let i = y as usize * pm.width + x as usize;
         let z = pm.points[i][2] * scale;
-        image::Luma([if pm.conf[i] > 0.0 && pm.conf[i] / n >= min_conf && z > 0.0 && z.is_finite() { z } else { 0.0 }])
+        image::Luma([
+            if pm.conf[i] > 0.0 && pm.conf[i] / n >= min_conf && z > 0.0 && z.is_finite() {
+                z
+            } else {
+                0.0
+            },
+        ])
     })
 }
 
@@ -522,10 +762,24 @@ fn nearest(sorted: &[usize], x: usize) -> usize {
 /// are held out (`N = eval_every`, none when 0); of the other tracked frames, keyframes train,
 /// and any frame at least `min_view_distance` or `min_view_angle` away from every view picked
 /// so far, or `max_view_gap` frames after the last one.
-pub fn select_views(result: &SlamResult, w2c: &[[[f64; 4]; 4]], opts: &RunOptions) -> (Vec<usize>, Vec<usize>) {
+pub fn select_views(
+    result: &SlamResult,
+    w2c: &[[[f64; 4]; 4]],
+    opts: &RunOptions,
+) -> (Vec<usize>, Vec<usize>) {
     let e = opts.train.eval_every;
     let held = |f: usize| e > 0 && f % e == e / 2;
-    let is_kf: Vec<bool> = result.frames.iter().map(|f| result.keyframes.frames.iter().any(|k| k.frame_index == f.index)).collect();
+    let is_kf: Vec<bool> = result
+        .frames
+        .iter()
+        .map(|f| {
+            result
+                .keyframes
+                .frames
+                .iter()
+                .any(|k| k.frame_index == f.index)
+        })
+        .collect();
     let mut train: Vec<usize> = Vec::new();
     let mut eval = Vec::new();
     let min_angle = opts.min_view_angle.to_radians();
@@ -573,25 +827,55 @@ pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView
         hi[i] = hi[i].max(z);
         count[i] += 1;
     }
-    (0..w * h).map(|i| if count[i] > 0 && hi[i] <= 1.05 * lo[i] { (sum[i] / count[i] as f64) as f32 } else { 0.0 }).collect()
+    (0..w * h)
+        .map(|i| {
+            if count[i] > 0 && hi[i] <= 1.05 * lo[i] {
+                (sum[i] / count[i] as f64) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 /// Initial Gaussians from the keyframes' fused pointmaps (points whose mean confidence is at
 /// least `min_conf`): colour from the pointmap's image colour, an isotropic scale of the point's
 /// pixel footprint (depth over `focal`, the pointmap camera's focal length), opacity 0.1; at most
 /// `max_points`, evenly strided.
-pub fn init_from_slam(result: &SlamResult, min_conf: f32, max_points: usize, sh_degree: u32, focal: f64) -> InitSplats {
+pub fn init_from_slam(
+    result: &SlamResult,
+    min_conf: f32,
+    max_points: usize,
+    sh_degree: u32,
+    focal: f64,
+) -> InitSplats {
     let f = focal.max(1e-6);
-    let pts: Vec<([f32; 3], [u8; 3], f32)> =
-        output::fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour, (p.depth.abs() as f64 / f).max(1e-6) as f32)).collect();
+    let pts: Vec<([f32; 3], [u8; 3], f32)> = output::fused_points(result, min_conf)
+        .into_iter()
+        .map(|p| {
+            (
+                p.world,
+                p.colour,
+                (p.depth.abs() as f64 / f).max(1e-6) as f32,
+            )
+        })
+        .collect();
     let stride = pts.len().div_ceil(max_points.max(1)).max(1);
     let k = ((sh_degree + 1) * (sh_degree + 1)) as usize * 3;
-    let mut init = InitSplats { means: Vec::new(), log_scales: Vec::new(), quats: Vec::new(), opacity_logits: Vec::new(), sh: Vec::new(), sh_degree };
+    let mut init = InitSplats {
+        means: Vec::new(),
+        log_scales: Vec::new(),
+        quats: Vec::new(),
+        opacity_logits: Vec::new(),
+        sh: Vec::new(),
+        sh_degree,
+    };
     let opacity_logit = (0.1f32 / 0.9).ln();
     for (p, c, s) in pts.into_iter().step_by(stride) {
         init.means.extend_from_slice(&p);
         // Kept points stand for `stride` pixels: their footprint grows by sqrt(stride).
-        init.log_scales.extend_from_slice(&[(s * (stride as f32).sqrt()).ln(); 3]);
+        init.log_scales
+            .extend_from_slice(&[(s * (stride as f32).sqrt()).ln(); 3]);
         init.quats.extend_from_slice(&[1.0, 0.0, 0.0, 0.0]);
         init.opacity_logits.push(opacity_logit);
         let start = init.sh.len();
@@ -617,7 +901,13 @@ fn write_colmap(dir: &Path, views: &[SceneView]) -> Result<(), PipelineError> {
             std::fs::copy(&v.image_path, &dst).map_err(io_err(&dst))?;
         }
     }
-    let named: Vec<SceneView> = views.iter().map(|v| SceneView { image_path: images.join(&v.name), ..v.clone() }).collect();
+    let named: Vec<SceneView> = views
+        .iter()
+        .map(|v| SceneView {
+            image_path: images.join(&v.name),
+            ..v.clone()
+        })
+        .collect();
     let model = dir.join("sparse").join("0");
     std::fs::create_dir_all(&model).map_err(io_err(&model))?;
     rust3r_io::scene::write_colmap_text(&model, &named, None)?;

@@ -10,10 +10,16 @@ pub enum PipelineError {
     Invalid(String),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// What was being done when a lower-level error happened.
     #[error("{context}")]
-    Context { context: String, source: Box<dyn std::error::Error + Send + Sync> },
+    Context {
+        context: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     Data(#[from] rust3r_io::IoError),
     #[error(transparent)]
@@ -31,7 +37,10 @@ pub trait Context<T> {
 
 impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for Result<T, E> {
     fn context_with(self, f: impl FnOnce() -> String) -> Result<T, PipelineError> {
-        self.map_err(|e| PipelineError::Context { context: f(), source: Box::new(e) })
+        self.map_err(|e| PipelineError::Context {
+            context: f(),
+            source: Box::new(e),
+        })
     }
 }
 
@@ -40,5 +49,8 @@ pub(crate) fn invalid(msg: impl Into<String>) -> PipelineError {
 }
 
 pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> PipelineError + '_ {
-    move |source| PipelineError::Io { path: path.to_path_buf(), source }
+    move |source| PipelineError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }

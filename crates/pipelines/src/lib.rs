@@ -13,6 +13,11 @@ pub mod error;
 pub mod pose;
 pub mod train;
 
-pub use capture::{FrontEnd, Phase, RunEvent, RunOptions, RunSummary, run_capture, run_capture_with};
+pub use capture::{
+    FrontEnd, Phase, RunEvent, RunOptions, RunSummary, run_capture, run_capture_with,
+};
 pub use error::PipelineError;
-pub use train::{EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession, TrainSummary};
+pub use train::{
+    EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession,
+    TrainSummary,
+};

@@ -15,7 +15,11 @@ pub struct Adam<const N: usize> {
 
 impl<const N: usize> Default for Adam<N> {
     fn default() -> Self {
-        Self { m: [0.0; N], v: [0.0; N], t: 0 }
+        Self {
+            m: [0.0; N],
+            v: [0.0; N],
+            t: 0,
+        }
     }
 }
 
@@ -56,14 +60,26 @@ pub fn tangent_gradient(w2c: &M4, g: &[[f32; 4]; 3]) -> [f64; 6] {
 }
 
 fn cross(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
-    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    [
+        a[1] * b[2] - a[2] * b[1],
+        a[2] * b[0] - a[0] * b[2],
+        a[0] * b[1] - a[1] * b[0],
+    ]
 }
 
 /// Rodrigues' rotation of `φ`.
 pub fn so3_exp(phi: [f64; 3]) -> [[f64; 3]; 3] {
     let th = (phi[0] * phi[0] + phi[1] * phi[1] + phi[2] * phi[2]).sqrt();
-    let k = [[0.0, -phi[2], phi[1]], [phi[2], 0.0, -phi[0]], [-phi[1], phi[0], 0.0]];
-    let (a, b) = if th < 1e-8 { (1.0, 0.5) } else { (th.sin() / th, (1.0 - th.cos()) / (th * th)) };
+    let k = [
+        [0.0, -phi[2], phi[1]],
+        [phi[2], 0.0, -phi[0]],
+        [-phi[1], phi[0], 0.0],
+    ];
+    let (a, b) = if th < 1e-8 {
+        (1.0, 0.5)
+    } else {
+        (th.sin() / th, (1.0 - th.cos()) / (th * th))
+    };
     let mut r = [[0.0; 3]; 3];
     for i in 0..3 {
         for j in 0..3 {
@@ -118,6 +134,9 @@ pub fn pose_error(a: &M4, b: &M4) -> (f64, f64) {
     let angle = ((tr - 1.0) / 2.0).clamp(-1.0, 1.0).acos();
     let ca = rigid_inverse(a);
     let cb = rigid_inverse(b);
-    let dist = (0..3).map(|k| (ca[k][3] - cb[k][3]).powi(2)).sum::<f64>().sqrt();
+    let dist = (0..3)
+        .map(|k| (ca[k][3] - cb[k][3]).powi(2))
+        .sum::<f64>()
+        .sqrt();
     (angle, dist)
 }

@@ -16,7 +16,8 @@ use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::extras::EXPOSURE_IDENTITY;
 use rust3r_splat::train::init::InitSplats;
 use rust3r_splat::train::{
-    AdcConfig, DepthTarget, StepExtras, StepInfo, StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig,
+    AdcConfig, DepthTarget, StepExtras, StepInfo, StepTarget, Strategy, TrainConfig, Trainer,
+    images::PackedImage, init, mcmc::McmcConfig,
 };
 use rust3r_splat::{Camera, ShPrecision};
 use serde::{Deserialize, Serialize};
@@ -208,12 +209,28 @@ pub enum TrainEvent<'a> {
     /// Something the user should know about that does not stop the run.
     Warning(String),
     /// The step loop starts.
-    Started { scene: &'a Scene, train: &'a [usize], step: u64, steps: u64 },
+    Started {
+        scene: &'a Scene,
+        train: &'a [usize],
+        step: u64,
+        steps: u64,
+    },
     /// After every step; `stats` every 100th step and at the last. `trainer` is for live views
     /// (e.g. a handle copy of its parameter buffers).
-    Step { step: u64, info: &'a StepInfo, stats: Option<StepStats>, trainer: &'a Trainer },
+    Step {
+        step: u64,
+        info: &'a StepInfo,
+        stats: Option<StepStats>,
+        trainer: &'a Trainer,
+    },
     /// After an evaluation of the held-out views (`eval.json` is written).
-    Eval { record: &'a EvalRecord, trainer: &'a Trainer, scene: &'a Scene, cache: &'a ImageCache, eval: &'a [usize] },
+    Eval {
+        record: &'a EvalRecord,
+        trainer: &'a Trainer,
+        scene: &'a Scene,
+        cache: &'a ImageCache,
+        eval: &'a [usize],
+    },
     /// Stopped through [`TrainOptions::stop`]: the checkpoint and splats.ply are written.
     Interrupted { step: u64, checkpoint: &'a Path },
 }
@@ -248,7 +265,15 @@ pub type Events<'e> = dyn FnMut(TrainEvent<'_>) + 'e;
 /// The camera of view `i` of a scene.
 pub fn camera_of(scene: &Scene, i: usize) -> Camera {
     let v = &scene.views[i];
-    Camera { fx: v.fx, fy: v.fy, cx: v.cx, cy: v.cy, width: v.width, height: v.height, world_to_camera: v.world_to_camera }
+    Camera {
+        fx: v.fx,
+        fy: v.fy,
+        cx: v.cx,
+        cy: v.cy,
+        width: v.width,
+        height: v.height,
+        world_to_camera: v.world_to_camera,
+    }
 }
 
 /// 3DGS scene scale: 1.1 x the largest distance of a camera centre from their centroid.
@@ -262,7 +287,10 @@ pub fn scene_scale(scene: &Scene, views: &[usize]) -> f64 {
         .collect();
     let n = centres.len().max(1) as f64;
     let mean = [0, 1, 2].map(|k| centres.iter().map(|c| c[k]).sum::<f64>() / n);
-    let d = centres.iter().map(|c| (0..3).map(|k| (c[k] - mean[k]).powi(2)).sum::<f64>().sqrt()).fold(0.0, f64::max);
+    let d = centres
+        .iter()
+        .map(|c| (0..3).map(|k| (c[k] - mean[k]).powi(2)).sum::<f64>().sqrt())
+        .fold(0.0, f64::max);
     (1.1 * d).max(1e-6)
 }
 
@@ -279,16 +307,30 @@ impl DeviceTarget {
         let (w, h) = (img.width, img.height);
         Self {
             rgb: PackedImage::upload(gpu, &img.rgb, w, h),
-            alpha: img.alpha.as_ref().map(|a| PackedImage::upload_plane(gpu, a, w, h)),
-            mask: img.mask.as_ref().map(|m| PackedImage::upload_plane(gpu, m, w, h)),
+            alpha: img
+                .alpha
+                .as_ref()
+                .map(|a| PackedImage::upload_plane(gpu, a, w, h)),
+            mask: img
+                .mask
+                .as_ref()
+                .map(|m| PackedImage::upload_plane(gpu, m, w, h)),
         }
     }
 
     /// Device bytes of a view's packed planes.
     fn bytes(img: &ViewImage) -> u64 {
         let npix = img.width as u64 * img.height as u64;
-        let planes = [Some(3), img.alpha.as_ref().map(|_| 1), img.mask.as_ref().map(|_| 1)];
-        planes.into_iter().flatten().map(|c| (npix * c).div_ceil(4) * 4).sum()
+        let planes = [
+            Some(3),
+            img.alpha.as_ref().map(|_| 1),
+            img.mask.as_ref().map(|_| 1),
+        ];
+        planes
+            .into_iter()
+            .flatten()
+            .map(|c| (npix * c).div_ceil(4) * 4)
+            .sum()
     }
 
     fn to_f32(&self, gpu: &Gpu) -> StepBuffers {
@@ -309,7 +351,11 @@ struct StepBuffers {
 
 impl StepBuffers {
     fn target(&self) -> StepTarget<'_> {
-        StepTarget { rgb: &self.rgb, alpha: self.alpha.as_ref(), mask: self.mask.as_ref() }
+        StepTarget {
+            rgb: &self.rgb,
+            alpha: self.alpha.as_ref(),
+            mask: self.mask.as_ref(),
+        }
     }
 }
 
@@ -359,10 +405,23 @@ pub struct TrainSession {
 impl TrainSession {
     /// Opens the scene at `dataset` (COLMAP, transforms.json, NeRF-synthetic), holds out every
     /// `eval_every`th view, builds or resumes the trainer and loads the images.
-    pub fn open(dataset: &Path, opts: TrainOptions, gpu: &Gpu, on_event: &mut Events<'_>) -> Result<Self, PipelineError> {
+    pub fn open(
+        dataset: &Path,
+        opts: TrainOptions,
+        gpu: &Gpu,
+        on_event: &mut Events<'_>,
+    ) -> Result<Self, PipelineError> {
         check_options(&opts)?;
-        std::fs::create_dir_all(&opts.out).context_with(|| format!("cannot create output folder {}", opts.out.display()))?;
-        let mut scene = open_scene(dataset, &SceneOptions { downscale: opts.downscale, background: opts.background, kind: None })?;
+        std::fs::create_dir_all(&opts.out)
+            .context_with(|| format!("cannot create output folder {}", opts.out.display()))?;
+        let mut scene = open_scene(
+            dataset,
+            &SceneOptions {
+                downscale: opts.downscale,
+                background: opts.background,
+                kind: None,
+            },
+        )?;
         let missing = scene.remove_missing_images();
         if !missing.is_empty() {
             on_event(TrainEvent::Warning(format!(
@@ -373,15 +432,36 @@ impl TrainSession {
             )));
         }
         if scene.is_empty() {
-            return Err(invalid(format!("{}: no views with images", dataset.display())));
+            return Err(invalid(format!(
+                "{}: no views with images",
+                dataset.display()
+            )));
         }
         let (train, eval) = scene.split(opts.eval_every);
         if train.is_empty() {
-            return Err(invalid(format!("{}: no training views left after holding out every {}th", dataset.display(), opts.eval_every)));
+            return Err(invalid(format!(
+                "{}: no training views left after holding out every {}th",
+                dataset.display(),
+                opts.eval_every
+            )));
         }
         let n = scene.len();
-        let setup = SceneSetup { train, eval, init: None, depth: vec![None; n], scale: None };
-        Self::build(dataset.display().to_string(), scene, setup, opts, Refinement::default(), gpu, on_event)
+        let setup = SceneSetup {
+            train,
+            eval,
+            init: None,
+            depth: vec![None; n],
+            scale: None,
+        };
+        Self::build(
+            dataset.display().to_string(),
+            scene,
+            setup,
+            opts,
+            Refinement::default(),
+            gpu,
+            on_event,
+        )
     }
 
     /// A session on a scene built by the caller (e.g. from a SLAM run), with its own split,
@@ -396,12 +476,22 @@ impl TrainSession {
         on_event: &mut Events<'_>,
     ) -> Result<Self, PipelineError> {
         check_options(&opts)?;
-        std::fs::create_dir_all(&opts.out).context_with(|| format!("cannot create output folder {}", opts.out.display()))?;
+        std::fs::create_dir_all(&opts.out)
+            .context_with(|| format!("cannot create output folder {}", opts.out.display()))?;
         if setup.train.is_empty() {
             return Err(invalid(format!("{label}: no training views")));
         }
-        if setup.depth.len() != scene.len() || setup.train.iter().chain(&setup.eval).any(|&i| i >= scene.len()) {
-            return Err(invalid(format!("{label}: the view split or depth maps do not match the scene's {} views", scene.len())));
+        if setup.depth.len() != scene.len()
+            || setup
+                .train
+                .iter()
+                .chain(&setup.eval)
+                .any(|&i| i >= scene.len())
+        {
+            return Err(invalid(format!(
+                "{label}: the view split or depth maps do not match the scene's {} views",
+                scene.len()
+            )));
         }
         Self::build(label.to_string(), scene, setup, opts, refine, gpu, on_event)
     }
@@ -415,7 +505,13 @@ impl TrainSession {
         gpu: &Gpu,
         on_event: &mut Events<'_>,
     ) -> Result<Self, PipelineError> {
-        let SceneSetup { train: train_idx, eval: eval_idx, init: init_override, depth, scale } = setup;
+        let SceneSetup {
+            train: train_idx,
+            eval: eval_idx,
+            init: init_override,
+            depth,
+            scale,
+        } = setup;
         let scale = scale.unwrap_or_else(|| scene_scale(&scene, &train_idx));
         let kind = scene.kind;
         if let Some(w) = &opts.lpips {
@@ -424,7 +520,8 @@ impl TrainSession {
             }
             for &i in &eval_idx {
                 let v = &scene.views[i];
-                w.tap_sizes(v.height as usize, v.width as usize).context_with(|| format!("LPIPS on held-out view {}", v.name))?;
+                w.tap_sizes(v.height as usize, v.width as usize)
+                    .context_with(|| format!("LPIPS on held-out view {}", v.name))?;
             }
         }
         on_event(TrainEvent::Info(format!(
@@ -438,15 +535,29 @@ impl TrainSession {
             scale
         )));
         let lpips = opts.lpips.clone().map(|w| {
-            on_event(TrainEvent::Info(format!("LPIPS v0.1 ({}) on the held-out views", w.net)));
+            on_event(TrainEvent::Info(format!(
+                "LPIPS v0.1 ({}) on the held-out views",
+                w.net
+            )));
             Lpips::new(w, &Device::from(gpu.device().clone()))
         });
         let mcmc = opts.strategy == StrategyKind::Mcmc;
         let strategy = if mcmc {
-            Strategy::Mcmc(McmcConfig { cap_max: opts.max_splats.unwrap_or(1_000_000), ..Default::default() })
+            Strategy::Mcmc(McmcConfig {
+                cap_max: opts.max_splats.unwrap_or(1_000_000),
+                ..Default::default()
+            })
         } else {
             let adc = AdcConfig::default();
-            if opts.absgrad { Strategy::Adc(AdcConfig { absgrad: true, grad2d_threshold: 8e-4, ..adc }) } else { Strategy::Adc(adc) }
+            if opts.absgrad {
+                Strategy::Adc(AdcConfig {
+                    absgrad: true,
+                    grad2d_threshold: 8e-4,
+                    ..adc
+                })
+            } else {
+                Strategy::Adc(adc)
+            }
         };
         let sh_precision = opts.sh_precision.unwrap_or_default();
         let cfg = TrainConfig {
@@ -461,7 +572,12 @@ impl TrainSession {
             seed: opts.seed,
             deterministic: opts.deterministic,
             alpha_loss_weight: opts.alpha_loss.unwrap_or(0.0),
-            adam: AdamConfig { moments: opts.adam_moments.unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)), ..Default::default() },
+            adam: AdamConfig {
+                moments: opts
+                    .adam_moments
+                    .unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)),
+                ..Default::default()
+            },
             sh_precision,
             ..Default::default()
         };
@@ -477,14 +593,37 @@ impl TrainSession {
                 let init = match init_override {
                     Some(init) => init,
                     None if use_points => {
-                        let p = scene.points.as_ref().ok_or_else(|| invalid(format!("{label}: --init points, but the scene has no points")))?;
-                        on_event(TrainEvent::Info(format!("initialising from {} SfM points", p.xyz.len())));
+                        let p = scene.points.as_ref().ok_or_else(|| {
+                            invalid(format!(
+                                "{label}: --init points, but the scene has no points"
+                            ))
+                        })?;
+                        on_event(TrainEvent::Info(format!(
+                            "initialising from {} SfM points",
+                            p.xyz.len()
+                        )));
                         init::from_points(&p.xyz, &p.rgb, opacity, scale_factor, opts.sh_degree)?
                     }
                     None => {
-                        let extent = opts.init_extent.unwrap_or(if kind == SceneKind::NerfSynthetic { 1.5 } else { scale });
-                        on_event(TrainEvent::Info(format!("initialising {} random Gaussians in [-{extent:.2}, {extent:.2}]^3", opts.init_count)));
-                        init::random_box(opts.init_count, extent, opacity, scale_factor, opts.seed, opts.sh_degree)
+                        let extent =
+                            opts.init_extent
+                                .unwrap_or(if kind == SceneKind::NerfSynthetic {
+                                    1.5
+                                } else {
+                                    scale
+                                });
+                        on_event(TrainEvent::Info(format!(
+                            "initialising {} random Gaussians in [-{extent:.2}, {extent:.2}]^3",
+                            opts.init_count
+                        )));
+                        init::random_box(
+                            opts.init_count,
+                            extent,
+                            opacity,
+                            scale_factor,
+                            opts.seed,
+                            opts.sh_degree,
+                        )
                     }
                 };
                 Trainer::new(gpu, cfg, &init)?
@@ -494,13 +633,20 @@ impl TrainSession {
         // Images: decode in parallel into RAM, pack onto the device when they fit. Alpha is kept
         // only for the alpha loss; masks are always used.
         let alpha_weight = trainer.cfg.alpha_loss_weight;
-        let masked = train_idx.iter().filter(|&&i| scene.mask_path(i).is_some()).count();
+        let masked = train_idx
+            .iter()
+            .filter(|&&i| scene.mask_path(i).is_some())
+            .count();
         if scene.num_masks() > 0 {
-            on_event(TrainEvent::Info(format!("masks: {masked} of {} training views have one (masked-out pixels are ignored by the loss)", train_idx.len())));
+            on_event(TrainEvent::Info(format!(
+                "masks: {masked} of {} training views have one (masked-out pixels are ignored by the loss)",
+                train_idx.len()
+            )));
         }
         let poses: Vec<[[f64; 4]; 4]> = scene.views.iter().map(|v| v.world_to_camera).collect();
         let scene = Arc::new(scene);
-        let cache = ImageCache::new(scene.clone(), opts.image_cache_bytes).keep_alpha(alpha_weight > 0.0);
+        let cache =
+            ImageCache::new(scene.clone(), opts.image_cache_bytes).keep_alpha(alpha_weight > 0.0);
         let t0 = Instant::now();
         let mut all: Vec<usize> = train_idx.clone();
         all.extend(&eval_idx);
@@ -524,7 +670,11 @@ impl TrainSession {
                 used += bytes;
             }
         }
-        on_event(TrainEvent::Info(format!("images decoded in {:.1} s ({} MiB on the device)", t0.elapsed().as_secs_f64(), used >> 20)));
+        on_event(TrainEvent::Info(format!(
+            "images decoded in {:.1} s ({} MiB on the device)",
+            t0.elapsed().as_secs_f64(),
+            used >> 20
+        )));
         if alpha_weight > 0.0 {
             on_event(TrainEvent::Info(format!(
                 "alpha loss (weight {alpha_weight}): {with_alpha} of {} training views have an alpha channel",
@@ -544,9 +694,19 @@ impl TrainSession {
                 let v = &scene.views[i];
                 let Some(d) = &depth[i] else { continue };
                 if d.len() != v.width as usize * v.height as usize {
-                    return Err(invalid(format!("{label}: the depth map of view {} has {} values for a {}x{} image", v.name, d.len(), v.width, v.height)));
+                    return Err(invalid(format!(
+                        "{label}: the depth map of view {} has {} values for a {}x{} image",
+                        v.name,
+                        d.len(),
+                        v.width,
+                        v.height
+                    )));
                 }
-                let valid: Vec<f32> = d.iter().copied().filter(|&z| z > 0.0 && z.is_finite()).collect();
+                let valid: Vec<f32> = d
+                    .iter()
+                    .copied()
+                    .filter(|&z| z > 0.0 && z.is_finite())
+                    .collect();
                 if valid.is_empty() {
                     continue;
                 }
@@ -555,7 +715,11 @@ impl TrainSession {
                 depth_dev[i] = Some((gpu.upload(d), k as f32));
                 with_depth += 1;
             }
-            on_event(TrainEvent::Info(format!("depth supervision (weight {}): {with_depth} of {} training views have depth", refine.depth_weight, train_idx.len())));
+            on_event(TrainEvent::Info(format!(
+                "depth supervision (weight {}): {with_depth} of {} training views have depth",
+                refine.depth_weight,
+                train_idx.len()
+            )));
         }
         let refine = RefineState {
             cfg: refine,
@@ -569,13 +733,30 @@ impl TrainSession {
 
         let eval_path = opts.out.join("eval.json");
         let records: Vec<EvalRecord> = match std::fs::read(&eval_path) {
-            Ok(bytes) if opts.resume.is_some() => serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
-                .ok()
-                .map(|v| v.into_iter().filter_map(|r| serde_json::from_value::<EvalRecord>(r).ok()).collect())
-                .unwrap_or_default(),
+            Ok(bytes) if opts.resume.is_some() => {
+                serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
+                    .ok()
+                    .map(|v| {
+                        v.into_iter()
+                            .filter_map(|r| serde_json::from_value::<EvalRecord>(r).ok())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }
             _ => Vec::new(),
         };
-        Ok(Self { opts, gpu: gpu.clone(), scene, train: train_idx, eval: eval_idx, trainer, targets, lpips, records, refine })
+        Ok(Self {
+            opts,
+            gpu: gpu.clone(),
+            scene,
+            train: train_idx,
+            eval: eval_idx,
+            trainer,
+            targets,
+            lpips,
+            records,
+            refine,
+        })
     }
 
     pub fn trainer(&self) -> &Trainer {
@@ -597,17 +778,25 @@ impl TrainSession {
     /// Current world-to-camera of every view: refined for training views, the nearest
     /// training view's correction applied for the others (see [`pose::transfer`]).
     pub fn poses(&self) -> Vec<[[f64; 4]; 4]> {
-        (0..self.scene.len()).map(|i| self.camera(i).world_to_camera).collect()
+        (0..self.scene.len())
+            .map(|i| self.camera(i).world_to_camera)
+            .collect()
     }
 
     /// Current exposure transform of every view (the nearest training view's for the others).
     pub fn exposures(&self) -> Vec<[f32; 12]> {
-        (0..self.scene.len()).map(|i| self.refine.exposure[self.nearest_train(i)]).collect()
+        (0..self.scene.len())
+            .map(|i| self.refine.exposure[self.nearest_train(i)])
+            .collect()
     }
 
     /// The training view nearest to view `i` in the scene's order (itself when it trains).
     fn nearest_train(&self, i: usize) -> usize {
-        *self.train.iter().min_by_key(|&&t| t.abs_diff(i)).unwrap_or(&i)
+        *self
+            .train
+            .iter()
+            .min_by_key(|&&t| t.abs_diff(i))
+            .unwrap_or(&i)
     }
 
     /// The camera view `i` is rendered with.
@@ -615,13 +804,20 @@ impl TrainSession {
         let mut cam = camera_of(&self.scene, i);
         if self.refine.cfg.pose {
             let t = self.nearest_train(i);
-            cam.world_to_camera = pose::transfer(&self.scene.views[t].world_to_camera, &self.refine.poses[t], &self.scene.views[i].world_to_camera);
+            cam.world_to_camera = pose::transfer(
+                &self.scene.views[t].world_to_camera,
+                &self.refine.poses[t],
+                &self.scene.views[i].world_to_camera,
+            );
         }
         cam
     }
 
     fn exposure_of(&self, i: usize) -> Option<[f32; 12]> {
-        self.refine.cfg.exposure.then(|| self.refine.exposure[self.nearest_train(i)])
+        self.refine
+            .cfg
+            .exposure
+            .then(|| self.refine.exposure[self.nearest_train(i)])
     }
 
     /// Runs the step loop to `opts.steps` (see the module docs).
@@ -636,13 +832,26 @@ impl TrainSession {
         let mut seg = Instant::now();
         let mut order: Vec<usize> = Vec::new();
         let mut peak = gpu.memory_reserved();
-        on_event(TrainEvent::Started { scene: &self.scene, train: &self.train, step: self.trainer.step, steps });
+        on_event(TrainEvent::Started {
+            scene: &self.scene,
+            train: &self.train,
+            step: self.trainer.step,
+            steps,
+        });
         let mut last_eval = self.records.last().cloned();
         while self.trainer.step < steps {
-            if self.opts.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            if self
+                .opts
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::SeqCst))
+            {
                 self.trainer.save_checkpoint(&ck_path)?;
                 write_splats(&self.trainer, &[out.join("splats.ply")])?;
-                on_event(TrainEvent::Interrupted { step: self.trainer.step, checkpoint: &ck_path });
+                on_event(TrainEvent::Interrupted {
+                    step: self.trainer.step,
+                    checkpoint: &ck_path,
+                });
                 return Ok(TrainSummary {
                     steps_run: self.trainer.step - start_step,
                     train_seconds: train_s + seg.elapsed().as_secs_f64(),
@@ -675,7 +884,12 @@ impl TrainSession {
             } else {
                 None
             };
-            on_event(TrainEvent::Step { step: s, info: &info, stats, trainer: &self.trainer });
+            on_event(TrainEvent::Step {
+                step: s,
+                info: &info,
+                stats,
+                trainer: &self.trainer,
+            });
             let last = s == steps;
             if self.opts.save_at.contains(&s) {
                 let mut paths = vec![out.join(format!("splats_{s}.ply"))];
@@ -687,14 +901,18 @@ impl TrainSession {
                 }
                 write_splats(&self.trainer, &paths)?;
             }
-            if self.opts.checkpoint_every > 0 && s.is_multiple_of(self.opts.checkpoint_every) && !last {
+            if self.opts.checkpoint_every > 0
+                && s.is_multiple_of(self.opts.checkpoint_every)
+                && !last
+            {
                 self.trainer.save_checkpoint(&ck_path)?;
             }
             if (self.opts.eval_at.contains(&s) || last) && !self.eval.is_empty() {
                 gpu.sync()?;
                 train_s += seg.elapsed().as_secs_f64();
                 let render_dir = out.join("renders");
-                let (psnr, ssim, lpips_mean) = self.evaluate(last.then_some(render_dir.as_path()))?;
+                let (psnr, ssim, lpips_mean) =
+                    self.evaluate(last.then_some(render_dir.as_path()))?;
                 peak = peak.max(gpu.memory_reserved());
                 let rec = EvalRecord {
                     step: s,
@@ -708,10 +926,19 @@ impl TrainSession {
                     peak_gpu_bytes: peak,
                 };
                 self.records.push(rec.clone());
-                let json = serde_json::to_vec_pretty(&self.records).context_with(|| "eval.json".to_string())?;
-                rust3r_io::atomic::write_atomic_with(&eval_path, |w| std::io::Write::write_all(w, &json))
-                    .context_with(|| format!("cannot write {}", eval_path.display()))?;
-                on_event(TrainEvent::Eval { record: &rec, trainer: &self.trainer, scene: &self.scene, cache: &self.targets.cache, eval: &self.eval });
+                let json = serde_json::to_vec_pretty(&self.records)
+                    .context_with(|| "eval.json".to_string())?;
+                rust3r_io::atomic::write_atomic_with(&eval_path, |w| {
+                    std::io::Write::write_all(w, &json)
+                })
+                .context_with(|| format!("cannot write {}", eval_path.display()))?;
+                on_event(TrainEvent::Eval {
+                    record: &rec,
+                    trainer: &self.trainer,
+                    scene: &self.scene,
+                    cache: &self.targets.cache,
+                    eval: &self.eval,
+                });
                 last_eval = Some(rec);
                 seg = Instant::now();
             }
@@ -746,8 +973,16 @@ impl TrainSession {
         let r = &self.refine;
         let pose_on = r.cfg.pose && s >= r.cfg.pose_start;
         let exposure_on = r.cfg.exposure && s >= r.cfg.exposure_start;
-        let depth = r.depth[i].as_ref().map(|(d, k)| DepthTarget { depth: d, weight: r.cfg.depth_weight * k, min_alpha: 0.5 });
-        let extras = StepExtras { depth, exposure: exposure_on.then_some(r.exposure[i]), pose_grad: pose_on };
+        let depth = r.depth[i].as_ref().map(|(d, k)| DepthTarget {
+            depth: d,
+            weight: r.cfg.depth_weight * k,
+            min_alpha: 0.5,
+        });
+        let extras = StepExtras {
+            depth,
+            exposure: exposure_on.then_some(r.exposure[i]),
+            pose_grad: pose_on,
+        };
         let mut cam = camera_of(&self.scene, i);
         cam.world_to_camera = r.poses[i];
         let (info, grads) = self.trainer.step_extras(&cam, &target.target(), &extras)?;
@@ -765,7 +1000,8 @@ impl TrainSession {
             let e = &mut r.exposure[i];
             let mut grad = [0.0f64; 12];
             for k in 0..12 {
-                grad[k] = g[k] as f64 + 2.0 * r.cfg.exposure_reg as f64 * (e[k] - EXPOSURE_IDENTITY[k]) as f64;
+                grad[k] = g[k] as f64
+                    + 2.0 * r.cfg.exposure_reg as f64 * (e[k] - EXPOSURE_IDENTITY[k]) as f64;
             }
             let step = r.exposure_adam[i].step(&grad, &[r.cfg.exposure_lr as f64; 12]);
             for k in 0..12 {
@@ -786,15 +1022,30 @@ impl TrainSession {
             let gt = self.targets.cache.get(i)?;
             let cam = self.camera(i);
             let exposure = self.exposure_of(i);
-            let (p, s, pred) = self.trainer.evaluate_view_exposed(&cam, &gt.rgb, exposure.as_ref())?;
+            let (p, s, pred) =
+                self.trainer
+                    .evaluate_view_exposed(&cam, &gt.rgb, exposure.as_ref())?;
             psnr += p;
             ssim += s;
             if let Some(net) = &self.lpips {
                 let (w, h) = (cam.width as usize, cam.height as usize);
                 let gt_f: Vec<f32> = gt.rgb.iter().map(|&v| v as f32 / 255.0).collect();
                 lp += net
-                    .distance(Image { rgb: &pred, width: w, height: h }, Image { rgb: &gt_f, width: w, height: h })
-                    .context_with(|| format!("LPIPS of held-out view {}", self.scene.views[i].name))?;
+                    .distance(
+                        Image {
+                            rgb: &pred,
+                            width: w,
+                            height: h,
+                        },
+                        Image {
+                            rgb: &gt_f,
+                            width: w,
+                            height: h,
+                        },
+                    )
+                    .context_with(|| {
+                        format!("LPIPS of held-out view {}", self.scene.views[i].name)
+                    })?;
             }
             if let Some(dir) = renders {
                 let name = Path::new(&self.scene.views[i].name).with_extension("png");
@@ -808,21 +1059,34 @@ impl TrainSession {
 }
 
 /// Writes render | ground truth side by side as a PNG (atomically).
-pub fn write_side_by_side(path: &Path, pred: &[f32], gt: &[u8], width: u32, height: u32) -> Result<(), PipelineError> {
+pub fn write_side_by_side(
+    path: &Path,
+    pred: &[f32],
+    gt: &[u8],
+    width: u32,
+    height: u32,
+) -> Result<(), PipelineError> {
     let (w, h) = (width as usize, height as usize);
     let mut side = vec![0u8; w * 2 * h * 3];
     for y in 0..h {
         for x in 0..w {
             for c in 0..3 {
-                side[(y * 2 * w + x) * 3 + c] = (pred[(y * w + x) * 3 + c].clamp(0.0, 1.0) * 255.0 + 0.5) as u8;
+                side[(y * 2 * w + x) * 3 + c] =
+                    (pred[(y * w + x) * 3 + c].clamp(0.0, 1.0) * 255.0 + 0.5) as u8;
                 side[(y * 2 * w + w + x) * 3 + c] = gt[(y * w + x) * 3 + c];
             }
         }
     }
-    let img = image::RgbImage::from_raw((2 * w) as u32, h as u32, side).ok_or_else(|| invalid("render buffer size"))?;
+    let img = image::RgbImage::from_raw((2 * w) as u32, h as u32, side)
+        .ok_or_else(|| invalid("render buffer size"))?;
     let mut bytes = Vec::new();
-    img.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).context_with(|| format!("cannot encode {}", path.display()))?;
-    rust3r_io::atomic::write_atomic_with(path, |w| std::io::Write::write_all(w, &bytes)).context_with(|| format!("cannot write {}", path.display()))
+    img.write_to(
+        &mut std::io::Cursor::new(&mut bytes),
+        image::ImageFormat::Png,
+    )
+    .context_with(|| format!("cannot encode {}", path.display()))?;
+    rust3r_io::atomic::write_atomic_with(path, |w| std::io::Write::write_all(w, &bytes))
+        .context_with(|| format!("cannot write {}", path.display()))
 }
 
 fn check_options(opts: &TrainOptions) -> Result<(), PipelineError> {
@@ -835,26 +1099,44 @@ fn check_options(opts: &TrainOptions) -> Result<(), PipelineError> {
     if let Some(w) = opts.alpha_loss
         && !(w.is_finite() && w >= 0.0)
     {
-        return Err(invalid(format!("--alpha-loss {w} is not a finite weight >= 0")));
+        return Err(invalid(format!(
+            "--alpha-loss {w} is not a finite weight >= 0"
+        )));
     }
     Ok(())
 }
 
 /// Loads a checkpoint and converts its SH / moment storage where the options ask for another.
-fn resume(gpu: &Gpu, ck: &Path, opts: &TrainOptions, on_event: &mut Events<'_>) -> Result<Trainer, PipelineError> {
+fn resume(
+    gpu: &Gpu,
+    ck: &Path,
+    opts: &TrainOptions,
+    on_event: &mut Events<'_>,
+) -> Result<Trainer, PipelineError> {
     let mut t = Trainer::load_checkpoint(gpu, ck)?;
-    on_event(TrainEvent::Info(format!("resumed {} at step {} with {} Gaussians", ck.display(), t.step, t.num_splats())));
+    on_event(TrainEvent::Info(format!(
+        "resumed {} at step {} with {} Gaussians",
+        ck.display(),
+        t.step,
+        t.num_splats()
+    )));
     if let Some(w) = opts.alpha_loss {
         t.cfg.alpha_loss_weight = w;
     }
     // 8-bit SH moments need half SH: convert the SH first when moving to them, the moments
     // first when moving away. f32 SH asked of a checkpoint with 8-bit SH moments: bf16
     // moments, as for a new run.
-    let moments = opts.adam_moments.or_else(|| opts.sh_precision.map(|sh| t.cfg.adam.moments.for_sh(sh))).filter(|&p| p != t.cfg.adam.moments);
+    let moments = opts
+        .adam_moments
+        .or_else(|| opts.sh_precision.map(|sh| t.cfg.adam.moments.for_sh(sh)))
+        .filter(|&p| p != t.cfg.adam.moments);
     let sh_first = moments == Some(MomentPrecision::Sh8);
     let convert_sh = |t: &mut Trainer, on_event: &mut Events<'_>| -> Result<(), PipelineError> {
         if let Some(p) = opts.sh_precision.filter(|&p| p != t.cfg.sh_precision) {
-            on_event(TrainEvent::Info(format!("converting the checkpoint's {} SH coefficients to {p}", t.cfg.sh_precision)));
+            on_event(TrainEvent::Info(format!(
+                "converting the checkpoint's {} SH coefficients to {p}",
+                t.cfg.sh_precision
+            )));
             t.set_sh_precision(p)?;
         }
         Ok(())
@@ -863,7 +1145,10 @@ fn resume(gpu: &Gpu, ck: &Path, opts: &TrainOptions, on_event: &mut Events<'_>) 
         convert_sh(&mut t, on_event)?;
     }
     if let Some(p) = moments {
-        on_event(TrainEvent::Info(format!("converting the checkpoint's {} Adam moments to {p}", t.cfg.adam.moments)));
+        on_event(TrainEvent::Info(format!(
+            "converting the checkpoint's {} Adam moments to {p}",
+            t.cfg.adam.moments
+        )));
         t.set_moment_precision(p)?;
     }
     if !sh_first {
@@ -876,7 +1161,8 @@ fn resume(gpu: &Gpu, ck: &Path, opts: &TrainOptions, on_event: &mut Events<'_>) 
 pub fn write_splats(trainer: &Trainer, paths: &[PathBuf]) -> Result<(), PipelineError> {
     let host = trainer.to_host()?;
     for path in paths {
-        rust3r_io::save_splats(path, &host).context_with(|| format!("cannot write {}", path.display()))?;
+        rust3r_io::save_splats(path, &host)
+            .context_with(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }

@@ -21,7 +21,10 @@ fn run(gpu: &Gpu, out: &Path, refine: Refinement) -> RunSummary {
     opts.train.eval_every = 10;
     opts.train.sh_degree = 1;
     opts.train.init_count = 8000;
-    opts.refine = Refinement { pose_start: 100, ..refine };
+    opts.refine = Refinement {
+        pose_start: 100,
+        ..refine
+    };
     let mut events = 0usize;
     let s = run_capture(&opts, gpu, &mut |_| events += 1).unwrap();
     assert!(events > 400, "progress reported");
@@ -34,19 +37,39 @@ fn run_writes_every_output_and_the_extras_beat_plain_training() {
     let dir = tempfile::tempdir().unwrap();
     let full_dir = dir.path().join("full");
     let t0 = std::time::Instant::now();
-    let full = run(&gpu, &full_dir, RunOptions::new(&kitchen(), &full_dir).refine);
+    let full = run(
+        &gpu,
+        &full_dir,
+        RunOptions::new(&kitchen(), &full_dir).refine,
+    );
     let full_s = t0.elapsed().as_secs_f64();
     let plain_dir = dir.path().join("plain");
     let plain = run(&gpu, &plain_dir, Refinement::default());
 
     // Every output.
-    for f in ["splats.ply", "trajectory.txt", "keyframes.txt", "pointcloud.ply", "transforms.json", "eval.json", "groundtruth.txt", "colmap/sparse/0/images.txt", "colmap/sparse/0/cameras.txt"] {
+    for f in [
+        "splats.ply",
+        "trajectory.txt",
+        "keyframes.txt",
+        "pointcloud.ply",
+        "transforms.json",
+        "eval.json",
+        "groundtruth.txt",
+        "colmap/sparse/0/images.txt",
+        "colmap/sparse/0/cameras.txt",
+    ] {
         assert!(full_dir.join(f).is_file(), "{f} missing");
     }
-    let renders: Vec<_> = std::fs::read_dir(full_dir.join("renders")).unwrap().collect();
+    let renders: Vec<_> = std::fs::read_dir(full_dir.join("renders"))
+        .unwrap()
+        .collect();
     assert_eq!(renders.len(), 3, "held-out frames 5, 15 and 25 rendered");
     let traj = std::fs::read_to_string(full_dir.join("trajectory.txt")).unwrap();
-    assert_eq!(traj.lines().filter(|l| !l.starts_with('#')).count(), 30, "a pose for every frame");
+    assert_eq!(
+        traj.lines().filter(|l| !l.starts_with('#')).count(),
+        30,
+        "a pose for every frame"
+    );
     let splats = rust3r_io::load_splats(&full_dir.join("splats.ply")).unwrap();
     assert_eq!(splats.len(), full.num_splats);
     // The exports train: transforms.json and the COLMAP model open as scenes with 30 views.
@@ -55,7 +78,10 @@ fn run_writes_every_output_and_the_extras_beat_plain_training() {
         assert_eq!(s.len(), 30, "{}", scene.display());
     }
 
-    let (pf, pp) = (full.last_eval.as_ref().unwrap().psnr, plain.last_eval.as_ref().unwrap().psnr);
+    let (pf, pp) = (
+        full.last_eval.as_ref().unwrap().psnr,
+        plain.last_eval.as_ref().unwrap().psnr,
+    );
     println!(
         "held-out PSNR {pf:.3} dB with depth / exposure / pose refinement, {pp:.3} dB without; ATE {:?} -> {:?} m; {} train / {} held-out views; {full_s:.0} s",
         full.ate_slam, full.ate_refined, full.train_views, full.eval_views
@@ -66,5 +92,8 @@ fn run_writes_every_output_and_the_extras_beat_plain_training() {
     assert!(pf > 24.5, "{pf}");
     assert!(pf > pp + 1.5, "{pf} vs {pp}");
     let (a, b) = (full.ate_slam.unwrap(), full.ate_refined.unwrap());
-    assert!(b < a - 0.0008, "ATE {a} -> {b}: pose refinement brings the trajectory closer to the ground truth");
+    assert!(
+        b < a - 0.0008,
+        "ATE {a} -> {b}: pose refinement brings the trajectory closer to the ground truth"
+    );
 }

@@ -23,30 +23,62 @@ fn cpu_time() -> f64 {
 fn main() {
     let reps: usize = std::env::args().nth(1).map_or(50, |a| a.parse().unwrap());
     let cfg = SlamConfig::rgbd();
-    let root = std::env::var("REDKITCHEN").unwrap_or_else(|_| "/work/shared/data/redkitchen".into());
+    let root =
+        std::env::var("REDKITCHEN").unwrap_or_else(|_| "/work/shared/data/redkitchen".into());
     let ds = datasets::open(Path::new(&root), None, 1).unwrap();
-    let mut fe = RgbdFrontEnd::new(ds.depth_intrinsics().unwrap(), cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    let mut fe = RgbdFrontEnd::new(
+        ds.depth_intrinsics().unwrap(),
+        cfg.rgbd.downsample,
+        cfg.rgbd.min_depth,
+        cfg.rgbd.max_depth,
+    );
     let cam = fe.camera();
     let start = Instant::now();
     let f0 = ds.frame(0).unwrap();
     let f1 = ds.frame(10).unwrap();
-    println!("decode 2 frames: {:.2} ms", start.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "decode 2 frames: {:.2} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
     let start = Instant::now();
     for _ in 0..20 {
         let _ = ds.frame(0).unwrap();
     }
-    println!("decode: {:.2} ms per frame", start.elapsed().as_secs_f64() * 1e3 / 20.0);
+    println!(
+        "decode: {:.2} ms per frame",
+        start.elapsed().as_secs_f64() * 1e3 / 20.0
+    );
     let start = Instant::now();
     for _ in 0..20 {
         let _ = fe.pointmap(&f0).unwrap();
     }
-    println!("pointmap: {:.2} ms per frame", start.elapsed().as_secs_f64() * 1e3 / 20.0);
+    println!(
+        "pointmap: {:.2} ms per frame",
+        start.elapsed().as_secs_f64() * 1e3 / 20.0
+    );
     let kf = fe.pointmap(&f0).unwrap();
     let fr = fe.pointmap(&f1).unwrap();
-    let tracker = Tracker { cfg: cfg.tracking.clone(), matching: cfg.matching.clone(), levels: cfg.rgbd.pyramid_levels, optimize_scale: false };
+    let tracker = Tracker {
+        cfg: cfg.tracking.clone(),
+        matching: cfg.matching.clone(),
+        levels: cfg.rgbd.pyramid_levels,
+        optimize_scale: false,
+    };
     let start = Instant::now();
-    let r = tracker.track(&fr, &fr.conf, &kf, &kf.conf, cam, &rust3r_geometry::Sim3::identity());
-    println!("track: {:.2} ms, {} iterations, match {:.3}", start.elapsed().as_secs_f64() * 1e3, r.iterations, r.match_frac);
+    let r = tracker.track(
+        &fr,
+        &fr.conf,
+        &kf,
+        &kf.conf,
+        cam,
+        &rust3r_geometry::Sim3::identity(),
+    );
+    println!(
+        "track: {:.2} ms, {} iterations, match {:.3}",
+        start.elapsed().as_secs_f64() * 1e3,
+        r.iterations,
+        r.match_frac
+    );
     let p = ResidualParams::tracking(&cfg.tracking);
     for level in 0..3 {
         let start = Instant::now();
@@ -57,7 +89,14 @@ fn main() {
         let cpu0 = cpu_time();
         let mut count = 0;
         for _ in 0..reps {
-            let eq = rust3r_slam::projective::tracking_normal_eq(&fv, &kv, &r.t_kf_frame, &p, cfg.matching.dist_thresh, false);
+            let eq = rust3r_slam::projective::tracking_normal_eq(
+                &fv,
+                &kv,
+                &r.t_kf_frame,
+                &p,
+                cfg.matching.dist_thresh,
+                false,
+            );
             count = eq.count;
         }
         let wall = start.elapsed().as_secs_f64() / reps as f64;

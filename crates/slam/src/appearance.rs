@@ -125,8 +125,20 @@ impl AsRef<Descriptor> for Descriptor {
 
 /// The up to `k` entries of `descs` most similar to `query`, best first, among the indices for
 /// which `allowed` holds and whose similarity is at least `min_similarity`.
-pub fn most_similar<D: AsRef<Descriptor>>(query: &Descriptor, descs: &[D], k: usize, min_similarity: f64, allowed: impl Fn(usize) -> bool) -> Vec<(usize, f64)> {
-    let mut s: Vec<(usize, f64)> = descs.iter().enumerate().filter(|(j, _)| allowed(*j)).map(|(j, d)| (j, query.similarity(d.as_ref()))).filter(|(_, s)| *s >= min_similarity).collect();
+pub fn most_similar<D: AsRef<Descriptor>>(
+    query: &Descriptor,
+    descs: &[D],
+    k: usize,
+    min_similarity: f64,
+    allowed: impl Fn(usize) -> bool,
+) -> Vec<(usize, f64)> {
+    let mut s: Vec<(usize, f64)> = descs
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| allowed(*j))
+        .map(|(j, d)| (j, query.similarity(d.as_ref())))
+        .filter(|(_, s)| *s >= min_similarity)
+        .collect();
     s.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     s.truncate(k);
     s

@@ -465,7 +465,9 @@ pub fn relative_translation_errors(
     max_diff: f64,
 ) -> Result<Vec<(f64, f64)>, SlamError> {
     if delta == 0 {
-        return Err(SlamError::InvalidArgument("the RPE frame gap must be at least 1".into()));
+        return Err(SlamError::InvalidArgument(
+            "the RPE frame gap must be at least 1".into(),
+        ));
     }
     let pairs = associate_trajectories(&reference.timestamps, &estimate.timestamps, max_diff, 0.0);
     if pairs.is_empty() {
@@ -484,7 +486,10 @@ pub fn relative_translation_errors(
         .map(|(&(r0, e0), &(r1, e1))| {
             let q = reference.poses[r0].inverse().compose(&reference.poses[r1]);
             let p = estimate.poses[e0].inverse().compose(&estimate.poses[e1]);
-            (reference.timestamps[r0], q.inverse().compose(&p).translation.norm())
+            (
+                reference.timestamps[r0],
+                q.inverse().compose(&p).translation.norm(),
+            )
         })
         .collect())
 }

@@ -72,16 +72,35 @@ pub fn match_fraction(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingCon
         let t_src_meas = src.t_wc.inverse().compose(&meas.t_wc);
         crate::projective::match_count(&src.view, &meas.view, &t_src_meas, cfg)
     } else {
-        directed(src, meas, cfg).valid.iter().filter(|v| **v).count()
+        directed(src, meas, cfg)
+            .valid
+            .iter()
+            .filter(|v| **v)
+            .count()
     };
     n as f64 / meas.view.len().max(1) as f64
 }
 
 /// `J^T W J`, `J^T W r` and the cost of the directed edge `s -> m` (points of `s` seen from
 /// `m`), with the Jacobian with respect to `s`'s world pose.
-fn edge_terms(kfs: &[KeyframeView], s: usize, m: usize, p: &ResidualParams, matching: &MatchingConfig, optimize_scale: bool) -> (Matrix7, Vector7, f64) {
+fn edge_terms(
+    kfs: &[KeyframeView],
+    s: usize,
+    m: usize,
+    p: &ResidualParams,
+    matching: &MatchingConfig,
+    optimize_scale: bool,
+) -> (Matrix7, Vector7, f64) {
     if projective(&kfs[s], &kfs[m], matching) {
-        let eq = crate::projective::edge_normal_eq(&kfs[s].view, &kfs[s].t_wc, &kfs[m].view, &kfs[m].t_wc, p, matching.dist_thresh, optimize_scale);
+        let eq = crate::projective::edge_normal_eq(
+            &kfs[s].view,
+            &kfs[s].t_wc,
+            &kfs[m].view,
+            &kfs[m].t_wc,
+            p,
+            matching.dist_thresh,
+            optimize_scale,
+        );
         return (eq.h, eq.g, eq.cost);
     }
     let matches = directed(&kfs[s], &kfs[m], matching);
@@ -103,7 +122,9 @@ fn edge_terms(kfs: &[KeyframeView], s: usize, m: usize, p: &ResidualParams, matc
         let x = sv.points[pi];
         let x = nalgebra::Vector3::new(x[0] as f64, x[1] as f64, x[2] as f64);
         let y = t_ms.act(&x);
-        let Some(info) = point_info(mv, q, &y, p) else { continue };
+        let Some(info) = point_info(mv, q, &y, p) else {
+            continue;
+        };
         let pw = kfs[s].t_wc.act(&x);
         let d = residuals::world_point_jacobian(&t_m_inv, &pw);
         h += d.transpose() * (info.m * d);
@@ -131,7 +152,12 @@ pub fn optimize(
     let p = ResidualParams::local_opt(cfg, huber);
     let dof = if optimize_scale { 7 } else { 6 };
     let nfree = n - first_free;
-    let mut report = OptReport { iterations: 0, initial_cost: 0.0, final_cost: 0.0, last_step: 0.0 };
+    let mut report = OptReport {
+        iterations: 0,
+        initial_cost: 0.0,
+        final_cost: 0.0,
+        last_step: 0.0,
+    };
     for it in 0..cfg.max_iters.max(1) {
         // Block Hessian (upper blocks, i <= j) and gradient per keyframe.
         let mut blocks: BTreeMap<(usize, usize), Matrix7> = BTreeMap::new();
@@ -187,8 +213,12 @@ pub fn optimize(
                 rhs[((k - first_free) * dof + r, 0)] = grad[k][r];
             }
         }
-        let Ok(h) = SparseColMat::<usize, f64>::try_new_from_triplets(dim, dim, &triplets) else { break };
-        let Ok(llt) = h.sp_cholesky(Side::Lower) else { break };
+        let Ok(h) = SparseColMat::<usize, f64>::try_new_from_triplets(dim, dim, &triplets) else {
+            break;
+        };
+        let Ok(llt) = h.sp_cholesky(Side::Lower) else {
+            break;
+        };
         let x = llt.solve(&rhs);
         let mut step = 0.0;
         for k in first_free..n {
@@ -200,7 +230,10 @@ pub fn optimize(
             kfs[k].t_wc = kfs[k].t_wc.retr(&d);
         }
         report.last_step = step.sqrt();
-        tracing::trace!("back-end iteration {it}: cost {cost:.1}, step {:.3e}", report.last_step);
+        tracing::trace!(
+            "back-end iteration {it}: cost {cost:.1}, step {:.3e}",
+            report.last_step
+        );
         if report.last_step < cfg.delta_norm {
             break;
         }
@@ -216,6 +249,9 @@ pub fn keyframe_views(
     p: &ResidualParams,
 ) -> Vec<KeyframeView> {
     kfs.iter()
-        .map(|(t, pm, conf)| KeyframeView { t_wc: *t, view: LevelView::new(pm, conf, cam, level, p, p.sigma_plane > 0.0) })
+        .map(|(t, pm, conf)| KeyframeView {
+            t_wc: *t,
+            view: LevelView::new(pm, conf, cam, level, p, p.sigma_plane > 0.0),
+        })
         .collect()
 }

@@ -322,8 +322,19 @@ impl Default for SlamConfig {
                 checkerboard: false,
                 coarse_iters: 0,
             },
-            retrieval: RetrievalConfig { k: 3, min_thresh: 5e-3, max_distance: 1.0, max_angle_deg: 45.0, appearance: false, min_similarity: 0.5, exclude_recent: 5 },
-            reloc: RelocConfig { min_match_frac: 0.3, strict: true },
+            retrieval: RetrievalConfig {
+                k: 3,
+                min_thresh: 5e-3,
+                max_distance: 1.0,
+                max_angle_deg: 45.0,
+                appearance: false,
+                min_similarity: 0.5,
+                exclude_recent: 5,
+            },
+            reloc: RelocConfig {
+                min_match_frac: 0.3,
+                strict: true,
+            },
             rgbd: RgbdConfig {
                 downsample: 2,
                 pyramid_levels: 3,
@@ -344,7 +355,10 @@ impl SlamConfig {
     /// a network front end is up to scale. Tracking runs at the pointmap resolution only
     /// (`rgbd.pyramid_levels` 1), as MASt3R-SLAM does; everything else is [`SlamConfig::default`].
     pub fn calib() -> Self {
-        let mut c = Self { use_calib: true, ..Self::default() };
+        let mut c = Self {
+            use_calib: true,
+            ..Self::default()
+        };
         c.rgbd.pyramid_levels = 1;
         c
     }
@@ -375,7 +389,10 @@ impl SlamConfig {
     ///   time), and the back end on the full pointmap resolution (`rgbd.backend_level` 0;
     ///   level 1 is 4x cheaper and gives 2.0-2.1 cm).
     pub fn rgbd() -> Self {
-        let mut c = Self { use_calib: true, ..Self::default() };
+        let mut c = Self {
+            use_calib: true,
+            ..Self::default()
+        };
         c.matching.projective = true;
         c.tracking.sigma_depth = 0.01;
         c.tracking.sigma_plane = 0.002;
@@ -410,8 +427,10 @@ impl SlamConfig {
 
     /// Reads overrides from a YAML file (base.yaml layout) on top of `self`.
     pub fn apply_yaml_file(&mut self, path: &Path) -> Result<(), SlamError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| SlamError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| SlamError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.apply_yaml(&text, path)
     }
 
@@ -420,7 +439,11 @@ impl SlamConfig {
         let mut section: Option<String> = None;
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
-            let err = |message: String| SlamError::Parse { path: path.to_path_buf(), line: line_no, message };
+            let err = |message: String| SlamError::Parse {
+                path: path.to_path_buf(),
+                line: line_no,
+                message,
+            };
             let content = match raw.find('#') {
                 Some(p) => &raw[..p],
                 None => raw,
@@ -430,7 +453,10 @@ impl SlamConfig {
             }
             let indented = content.starts_with(' ') || content.starts_with('\t');
             let Some((key, value)) = content.trim().split_once(':') else {
-                return Err(err(format!("expected 'key: value', found '{}'", content.trim())));
+                return Err(err(format!(
+                    "expected 'key: value', found '{}'",
+                    content.trim()
+                )));
             };
             let key = key.trim();
             let value = value.trim();
@@ -454,7 +480,8 @@ impl SlamConfig {
     /// Sets one key (`section` None for top-level keys).
     pub fn set(&mut self, section: Option<&str>, key: &str, value: &str) -> Result<(), String> {
         fn f(v: &str) -> Result<f64, String> {
-            v.parse::<f64>().map_err(|_| format!("'{v}' is not a number"))
+            v.parse::<f64>()
+                .map_err(|_| format!("'{v}' is not a number"))
         }
         fn u(v: &str) -> Result<usize, String> {
             let x = f(v)?;
@@ -470,7 +497,12 @@ impl SlamConfig {
                 _ => Err(format!("'{v}' is not a boolean")),
             }
         }
-        let unknown = || format!("unknown key '{}{key}'", section.map(|s| format!("{s}.")).unwrap_or_default());
+        let unknown = || {
+            format!(
+                "unknown key '{}{key}'",
+                section.map(|s| format!("{s}.")).unwrap_or_default()
+            )
+        };
         match section {
             None => match key {
                 "use_calib" => self.use_calib = b(value)?,
@@ -527,7 +559,11 @@ impl SlamConfig {
                         t.filtering_score = match value {
                             "median" => FilteringScore::Median,
                             "mean" => FilteringScore::Mean,
-                            _ => return Err(format!("unknown filtering score '{value}' (median or mean)")),
+                            _ => {
+                                return Err(format!(
+                                    "unknown filtering score '{value}' (median or mean)"
+                                ));
+                            }
                         }
                     }
                     _ => return Err(unknown()),

@@ -52,21 +52,46 @@ fn score_of(c: &[f32], kind: FilteringScore) -> f32 {
 fn to_spherical(p: [f32; 3]) -> [f32; 3] {
     let r = (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt();
     let phi = p[1].atan2(p[0]);
-    let theta = if r > 0.0 { (p[2] / r).clamp(-1.0, 1.0).acos() } else { 0.0 };
+    let theta = if r > 0.0 {
+        (p[2] / r).clamp(-1.0, 1.0).acos()
+    } else {
+        0.0
+    };
     [r, phi, theta]
 }
 
 fn from_spherical(s: [f32; 3]) -> [f32; 3] {
     let [r, phi, theta] = s;
-    [r * theta.sin() * phi.cos(), r * theta.sin() * phi.sin(), r * theta.cos()]
+    [
+        r * theta.sin() * phi.cos(),
+        r * theta.sin() * phi.sin(),
+        r * theta.cos(),
+    ]
 }
 
 impl Keyframe {
     /// A keyframe made from a frame's pointmap (its first observation).
-    pub fn new(frame_index: usize, timestamp: f64, t_wc: Sim3, pointmap: Pointmap, rgb_path: PathBuf, score: FilteringScore) -> Self {
+    pub fn new(
+        frame_index: usize,
+        timestamp: f64,
+        t_wc: Sim3,
+        pointmap: Pointmap,
+        rgb_path: PathBuf,
+        score: FilteringScore,
+    ) -> Self {
         let s = score_of(&pointmap.conf, score);
         let descriptor = Arc::new(Descriptor::of(&pointmap));
-        Self { frame_index, timestamp, t_wc, pointmap: Arc::new(pointmap), n: 1, n_updates: 1, score: s, rgb_path, descriptor }
+        Self {
+            frame_index,
+            timestamp,
+            t_wc,
+            pointmap: Arc::new(pointmap),
+            n: 1,
+            n_updates: 1,
+            score: s,
+            rgb_path,
+            descriptor,
+        }
     }
 
     /// Average confidence per pixel (`C / N`, MASt3R-SLAM `get_average_conf`).
@@ -79,10 +104,24 @@ impl Keyframe {
     /// confidences (0 where a pixel was not observed), following MASt3R-SLAM
     /// `Frame.update_pointmap`. Pixels without an observation keep their point in every mode
     /// (MASt3R predicts every pixel; a depth camera does not).
-    pub fn fuse(&mut self, points: &[[f32; 3]], conf: &[f32], mode: FusionMode, score: FilteringScore) {
+    pub fn fuse(
+        &mut self,
+        points: &[[f32; 3]],
+        conf: &[f32],
+        mode: FusionMode,
+        score: FilteringScore,
+    ) {
         let pm = Arc::make_mut(&mut self.pointmap);
-        assert_eq!(points.len(), pm.points.len(), "observation size differs from the keyframe's");
-        assert_eq!(conf.len(), pm.conf.len(), "observation size differs from the keyframe's");
+        assert_eq!(
+            points.len(),
+            pm.points.len(),
+            "observation size differs from the keyframe's"
+        );
+        assert_eq!(
+            conf.len(),
+            pm.conf.len(),
+            "observation size differs from the keyframe's"
+        );
         let replace = |pm: &mut Pointmap, keep_conf: bool| {
             for i in 0..points.len() {
                 if conf[i] > 0.0 {
@@ -124,17 +163,24 @@ impl Keyframe {
             FusionMode::Weighted => {
                 // Element-wise, so parallel is the same as sequential.
                 use rayon::prelude::*;
-                pm.points.par_iter_mut().zip(pm.conf.par_iter_mut()).zip(points.par_iter().zip(conf.par_iter())).with_min_len(4096).for_each(
-                    |((a, c0), (b, &c1))| {
+                pm.points
+                    .par_iter_mut()
+                    .zip(pm.conf.par_iter_mut())
+                    .zip(points.par_iter().zip(conf.par_iter()))
+                    .with_min_len(4096)
+                    .for_each(|((a, c0), (b, &c1))| {
                         if c1 <= 0.0 {
                             return;
                         }
                         let s = *c0 + c1;
                         let c = *c0;
-                        *a = [(c * a[0] + c1 * b[0]) / s, (c * a[1] + c1 * b[1]) / s, (c * a[2] + c1 * b[2]) / s];
+                        *a = [
+                            (c * a[0] + c1 * b[0]) / s,
+                            (c * a[1] + c1 * b[1]) / s,
+                            (c * a[2] + c1 * b[2]) / s,
+                        ];
                         *c0 = s;
-                    },
-                );
+                    });
                 self.n += 1;
             }
             FusionMode::WeightedSpherical => {
@@ -145,7 +191,11 @@ impl Keyframe {
                     }
                     let s = c0 + c1;
                     let (a, b) = (to_spherical(pm.points[i]), to_spherical(points[i]));
-                    let m = [(c0 * a[0] + c1 * b[0]) / s, (c0 * a[1] + c1 * b[1]) / s, (c0 * a[2] + c1 * b[2]) / s];
+                    let m = [
+                        (c0 * a[0] + c1 * b[0]) / s,
+                        (c0 * a[1] + c1 * b[1]) / s,
+                        (c0 * a[2] + c1 * b[2]) / s,
+                    ];
                     pm.points[i] = from_spherical(m);
                     pm.conf[i] = s;
                 }

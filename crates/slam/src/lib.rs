@@ -27,13 +27,13 @@ pub mod ate;
 pub mod backend;
 pub mod config;
 mod error;
-pub mod keyframes;
 pub mod kernels;
+pub mod keyframes;
 pub mod matching;
 pub mod output;
 pub mod pair;
-pub mod photometric;
 pub mod par;
+pub mod photometric;
 pub mod pointmap;
 pub mod projective;
 pub mod residuals;
@@ -50,7 +50,10 @@ pub use config::{FusionMode, SlamConfig};
 pub use error::SlamError;
 pub use pair::{PairFrontEnd, PairPrediction};
 pub use pointmap::{Pointmap, PointmapFrontEnd, RgbdFrontEnd};
-pub use system::{FrameSource, Progress, SlamResult, Timings, TrackingState, run_slam, run_slam_source, run_slam_with};
+pub use system::{
+    FrameSource, Progress, SlamResult, Timings, TrackingState, run_slam, run_slam_source,
+    run_slam_with,
+};
 pub use trajectory::{
     Trajectory, TrajectoryFormat, detect_format, format_tum, parse_euroc, parse_tum, read_euroc,
     read_trajectory, read_trajectory_with_format, read_tum, write_tum,

@@ -43,7 +43,11 @@ pub fn ray_image(
     let n = width * height;
     let mut rays = vec![[0.0f32; 3]; n];
     for (i, r) in rays.iter_mut().enumerate() {
-        let p = if valid(i) { Some(points[i]) } else { fallback(i) };
+        let p = if valid(i) {
+            Some(points[i])
+        } else {
+            fallback(i)
+        };
         if let Some(p) = p {
             let norm = (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt();
             if norm > 0.0 {
@@ -88,7 +92,11 @@ pub fn ray_image(
             d[6..9].copy_from_slice(&gy);
         }
     }
-    RayImage { width, height, data }
+    RayImage {
+        width,
+        height,
+        data,
+    }
 }
 
 /// Bilinear sample of the 9 channels at `(u, v)` (caller keeps `1 <= u <= w-2`, same for v).
@@ -102,11 +110,18 @@ fn sample(img: &RayImage, u: f64, v: f64) -> [f64; RAY_CHANNELS] {
     let w12 = (1.0 - du) * dv;
     let w21 = du * (1.0 - dv);
     let w22 = (1.0 - du) * (1.0 - dv);
-    let at = |vv: usize, uu: usize| &img.data[(vv * img.width + uu) * RAY_CHANNELS..][..RAY_CHANNELS];
-    let (r11, r12, r21, r22) = (at(v0 + 1, u0 + 1), at(v0 + 1, u0), at(v0, u0 + 1), at(v0, u0));
+    let at =
+        |vv: usize, uu: usize| &img.data[(vv * img.width + uu) * RAY_CHANNELS..][..RAY_CHANNELS];
+    let (r11, r12, r21, r22) = (
+        at(v0 + 1, u0 + 1),
+        at(v0 + 1, u0),
+        at(v0, u0 + 1),
+        at(v0, u0),
+    );
     let mut out = [0.0; RAY_CHANNELS];
     for c in 0..RAY_CHANNELS {
-        out[c] = w11 * r11[c] as f64 + w12 * r12[c] as f64 + w21 * r21[c] as f64 + w22 * r22[c] as f64;
+        out[c] =
+            w11 * r11[c] as f64 + w12 * r12[c] as f64 + w21 * r21[c] as f64 + w22 * r22[c] as f64;
     }
     out
 }
@@ -123,10 +138,16 @@ fn sample_ray(img: &RayImage, u: f64, v: f64) -> [f64; 3] {
     let w21 = du * (1.0 - dv);
     let w22 = (1.0 - du) * (1.0 - dv);
     let at = |vv: usize, uu: usize| &img.data[(vv * img.width + uu) * RAY_CHANNELS..][..3];
-    let (r11, r12, r21, r22) = (at(v0 + 1, u0 + 1), at(v0 + 1, u0), at(v0, u0 + 1), at(v0, u0));
+    let (r11, r12, r21, r22) = (
+        at(v0 + 1, u0 + 1),
+        at(v0 + 1, u0),
+        at(v0, u0 + 1),
+        at(v0, u0),
+    );
     let mut out = [0.0; 3];
     for c in 0..3 {
-        out[c] = w11 * r11[c] as f64 + w12 * r12[c] as f64 + w21 * r21[c] as f64 + w22 * r22[c] as f64;
+        out[c] =
+            w11 * r11[c] as f64 + w12 * r12[c] as f64 + w21 * r21[c] as f64 + w22 * r22[c] as f64;
     }
     out
 }
@@ -137,7 +158,14 @@ pub const ITER_PROJ_MIN_STEP: f64 = 1e-4;
 
 /// Iterative projection of one unit vector `x` starting at `p`: returns the pixel and whether
 /// the final ray error is below `cost_thresh`.
-pub fn iter_proj_point(img: &RayImage, x: &Vector3<f64>, p: [f64; 2], max_iter: usize, lambda_init: f64, cost_thresh: f64) -> ([f64; 2], bool) {
+pub fn iter_proj_point(
+    img: &RayImage,
+    x: &Vector3<f64>,
+    p: [f64; 2],
+    max_iter: usize,
+    lambda_init: f64,
+    cost_thresh: f64,
+) -> ([f64; 2], bool) {
     let (wmax, hmax) = (img.width as f64 - 2.0, img.height as f64 - 2.0);
     let mut u = p[0].clamp(1.0, wmax);
     let mut v = p[1].clamp(1.0, hmax);
@@ -182,12 +210,24 @@ pub fn iter_proj_point(img: &RayImage, x: &Vector3<f64>, p: [f64; 2], max_iter: 
 
 /// Iterative projection of many unit vectors (`points_norm`, one per query) onto `img`, each
 /// starting at `p_init`. Returns sub-pixel positions and convergence flags.
-pub fn iter_proj(img: &RayImage, points_norm: &[[f32; 3]], p_init: &[[f32; 2]], cfg: &MatchingConfig) -> (Vec<[f32; 2]>, Vec<bool>) {
+pub fn iter_proj(
+    img: &RayImage,
+    points_norm: &[[f32; 3]],
+    p_init: &[[f32; 2]],
+    cfg: &MatchingConfig,
+) -> (Vec<[f32; 2]>, Vec<bool>) {
     let mut pos = Vec::with_capacity(points_norm.len());
     let mut conv = Vec::with_capacity(points_norm.len());
     for (x, p) in points_norm.iter().zip(p_init) {
         let x = Vector3::new(x[0] as f64, x[1] as f64, x[2] as f64);
-        let (q, c) = iter_proj_point(img, &x, [p[0] as f64, p[1] as f64], cfg.max_iter, cfg.lambda_init, cfg.convergence_thresh);
+        let (q, c) = iter_proj_point(
+            img,
+            &x,
+            [p[0] as f64, p[1] as f64],
+            cfg.max_iter,
+            cfg.lambda_init,
+            cfg.convergence_thresh,
+        );
         pos.push([q[0] as f32, q[1] as f32]);
         conv.push(c);
     }
@@ -231,25 +271,41 @@ pub fn match_iterative_proj(
         .par_iter()
         .zip(p_init.par_iter())
         .map(|(query, init)| {
-            let Some(q) = query else { return (0, *init, false) };
+            let Some(q) = query else {
+                return (0, *init, false);
+            };
             let x = Vector3::new(q[0] as f64, q[1] as f64, q[2] as f64);
             let norm = x.norm();
             if !(norm > 0.0) {
                 return (0, *init, false);
             }
-            let (p, conv) = iter_proj_point(rays, &(x / norm), [init[0] as f64, init[1] as f64], cfg.max_iter, cfg.lambda_init, cfg.convergence_thresh);
+            let (p, conv) = iter_proj_point(
+                rays,
+                &(x / norm),
+                [init[0] as f64, init[1] as f64],
+                cfg.max_iter,
+                cfg.lambda_init,
+                cfg.convergence_thresh,
+            );
             let pos = [p[0] as f32, p[1] as f32];
             let j = round_pixel(pos, rays.width, rays.height);
             let mut valid = false;
             if conv && ref_valid[j] {
                 let r = ref_points[j];
-                let d = ((r[0] as f64 - x.x).powi(2) + (r[1] as f64 - x.y).powi(2) + (r[2] as f64 - x.z).powi(2)).sqrt();
+                let d = ((r[0] as f64 - x.x).powi(2)
+                    + (r[1] as f64 - x.y).powi(2)
+                    + (r[2] as f64 - x.z).powi(2))
+                .sqrt();
                 valid = d < cfg.dist_thresh;
             }
             (j as u32, pos, valid)
         })
         .collect();
-    Matches { idx: per.iter().map(|m| m.0).collect(), pos: per.iter().map(|m| m.1).collect(), valid: per.iter().map(|m| m.2).collect() }
+    Matches {
+        idx: per.iter().map(|m| m.0).collect(),
+        pos: per.iter().map(|m| m.1).collect(),
+        valid: per.iter().map(|m| m.2).collect(),
+    }
 }
 
 /// Descriptor refinement (MASt3R-SLAM `refine_matches`): for each query, search a window of

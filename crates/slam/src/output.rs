@@ -13,14 +13,20 @@ use crate::SlamError;
 use crate::system::SlamResult;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> SlamError + '_ {
-    move |source| SlamError::Io { path: path.to_path_buf(), source }
+    move |source| SlamError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// TUM line of a pose: `timestamp tx ty tz qx qy qz qw` (scale dropped).
 fn tum_line(t: f64, p: &Sim3) -> String {
     let q = p.rotation.quaternion();
     let x = &p.translation;
-    format!("{t:.6} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9}\n", x.x, x.y, x.z, q.i, q.j, q.k, q.w)
+    format!(
+        "{t:.6} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9}\n",
+        x.x, x.y, x.z, q.i, q.j, q.k, q.w
+    )
 }
 
 /// Writes `(timestamp, T_WC)` poses in TUM format.
@@ -48,7 +54,9 @@ pub fn pose_to_sim3(m: &Pose) -> Sim3 {
 
 /// Writes the data set's ground truth in TUM format; `false` when it has none.
 pub fn write_ground_truth(path: &Path, dataset: &dyn Dataset) -> Result<bool, SlamError> {
-    let Some(gt) = dataset.ground_truth() else { return Ok(false) };
+    let Some(gt) = dataset.ground_truth() else {
+        return Ok(false);
+    };
     let poses: Vec<(f64, Sim3)> = gt.iter().map(|(t, m)| (*t, pose_to_sim3(m))).collect();
     write_tum_poses(path, &poses)?;
     Ok(true)
@@ -78,9 +86,15 @@ pub fn fused_points(result: &SlamResult, min_conf: f32) -> Vec<FusedPoint> {
                 continue;
             }
             let p = pm.points[i];
-            let w = kf.t_wc.act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
+            let w = kf
+                .t_wc
+                .act(&Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64));
             let depth = (p[2] as f64 * kf.t_wc.scale) as f32;
-            out.push(FusedPoint { world: [w.x as f32, w.y as f32, w.z as f32], colour: pm.colors[i], depth });
+            out.push(FusedPoint {
+                world: [w.x as f32, w.y as f32, w.z as f32],
+                colour: pm.colors[i],
+                depth,
+            });
         }
     }
     out
@@ -89,7 +103,10 @@ pub fn fused_points(result: &SlamResult, min_conf: f32) -> Vec<FusedPoint> {
 /// Points of the keyframes (world frame) whose average confidence is at least `min_conf`,
 /// with colours ([`fused_points`] without the depths).
 pub fn collect_points(result: &SlamResult, min_conf: f32) -> Vec<([f32; 3], [u8; 3])> {
-    fused_points(result, min_conf).into_iter().map(|p| (p.world, p.colour)).collect()
+    fused_points(result, min_conf)
+        .into_iter()
+        .map(|p| (p.world, p.colour))
+        .collect()
 }
 
 /// Writes a binary little-endian PLY with `x y z` (float) and `red green blue` (uchar).
@@ -142,12 +159,19 @@ pub fn opencv_to_opengl_c2w(t: &Sim3) -> Matrix4<f64> {
 
 /// Writes a nerfstudio `transforms.json`: one frame per `(image, T_WC)` with its intrinsics,
 /// `transform_matrix` the OpenGL camera-to-world, and `ply_file_path` naming the point cloud.
-pub fn write_transforms_json(path: &Path, cam: &ExportCamera, frames: &[(PathBuf, Sim3)], ply_file: &str) -> Result<(), SlamError> {
+pub fn write_transforms_json(
+    path: &Path,
+    cam: &ExportCamera,
+    frames: &[(PathBuf, Sim3)],
+    ply_file: &str,
+) -> Result<(), SlamError> {
     let frames_json: Vec<serde_json::Value> = frames
         .iter()
         .map(|(img, t)| {
             let m = opencv_to_opengl_c2w(t);
-            let rows: Vec<Vec<f64>> = (0..4).map(|r| (0..4).map(|c| m[(r, c)]).collect()).collect();
+            let rows: Vec<Vec<f64>> = (0..4)
+                .map(|r| (0..4).map(|c| m[(r, c)]).collect())
+                .collect();
             let abs = std::path::absolute(img).unwrap_or_else(|_| img.clone());
             serde_json::json!({
                 "file_path": abs.to_string_lossy(),
@@ -189,13 +213,21 @@ pub struct OutputFiles {
 /// Where [`write_outputs`] puts the delivered image of the frame read from `source` when the
 /// data set resamples its colour ([`Dataset::colour_resampled`]).
 pub fn delivered_image_path(out_dir: &Path, source: &Path) -> PathBuf {
-    let stem = source.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "frame".into());
+    let stem = source
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "frame".into());
     out_dir.join("images").join(format!("{stem}.jpg"))
 }
 
 /// Writes frame `index` of `dataset` as delivered (e.g. colour registered to depth) to
 /// `out_dir/images/<stem of source>.jpg` (quality 95, atomically); returns its path.
-fn write_delivered_image(dataset: &dyn Dataset, index: usize, source: &Path, out_dir: &Path) -> Result<PathBuf, SlamError> {
+fn write_delivered_image(
+    dataset: &dyn Dataset,
+    index: usize,
+    source: &Path,
+    out_dir: &Path,
+) -> Result<PathBuf, SlamError> {
     let images = out_dir.join("images");
     std::fs::create_dir_all(&images).map_err(io_err(&images))?;
     let path = delivered_image_path(out_dir, source);
@@ -212,18 +244,35 @@ fn write_delivered_image(dataset: &dyn Dataset, index: usize, source: &Path, out
 /// Writes every output of a run into `out_dir` (created if needed). When the data set delivers
 /// resampled colour ([`Dataset::colour_resampled`]), `transforms.json` refers to copies of the
 /// delivered images in `out_dir/images/`, whose calibration it carries.
-pub fn write_outputs(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32) -> Result<OutputFiles, SlamError> {
+pub fn write_outputs(
+    result: &SlamResult,
+    dataset: &dyn Dataset,
+    out_dir: &Path,
+    export_conf: f32,
+) -> Result<OutputFiles, SlamError> {
     write_outputs_with(result, dataset, out_dir, export_conf, None)
 }
 
 /// [`write_outputs`], with `camera` the export's calibration when the data set has none (an
 /// uncalibrated video: a camera estimated from the pointmaps).
-pub fn write_outputs_with(result: &SlamResult, dataset: &dyn Dataset, out_dir: &Path, export_conf: f32, camera: Option<rust3r_io::datasets::Intrinsics>) -> Result<OutputFiles, SlamError> {
+pub fn write_outputs_with(
+    result: &SlamResult,
+    dataset: &dyn Dataset,
+    out_dir: &Path,
+    export_conf: f32,
+    camera: Option<rust3r_io::datasets::Intrinsics>,
+) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
     // Frames lost between a tracking failure and relocalisation have no pose (rather than a
     // wrong one): they are left out of the trajectory.
-    let tracked: Vec<(f64, Sim3)> = result.frames.iter().zip(result.frame_poses()).filter(|(f, _)| f.tracked).map(|(_, p)| p).collect();
+    let tracked: Vec<(f64, Sim3)> = result
+        .frames
+        .iter()
+        .zip(result.frame_poses())
+        .filter(|(f, _)| f.tracked)
+        .map(|(_, p)| p)
+        .collect();
     write_tum_poses(&trajectory, &tracked)?;
     let keyframes = out_dir.join("keyframes.txt");
     write_tum_poses(&keyframes, &result.keyframe_poses())?;
@@ -231,18 +280,35 @@ pub fn write_outputs_with(result: &SlamResult, dataset: &dyn Dataset, out_dir: &
     let points = collect_points(result, export_conf);
     write_ply(&pointcloud, &points)?;
     let gt_path = out_dir.join("groundtruth.txt");
-    let groundtruth = if write_ground_truth(&gt_path, dataset)? { Some(gt_path) } else { None };
+    let groundtruth = if write_ground_truth(&gt_path, dataset)? {
+        Some(gt_path)
+    } else {
+        None
+    };
     let k = dataset
         .intrinsics()
         .or_else(|| dataset.depth_intrinsics())
         .or(camera)
-        .ok_or_else(|| SlamError::InvalidInput(format!("data set '{}' has no calibration to export", dataset.name())))?;
+        .ok_or_else(|| {
+            SlamError::InvalidInput(format!(
+                "data set '{}' has no calibration to export",
+                dataset.name()
+            ))
+        })?;
     let first = result.frames.first().map(|f| f.rgb_path.clone());
     let (w, h) = match (k.width, k.height, &first) {
-        (0, _, Some(p)) | (_, 0, Some(p)) => image::image_dimensions(p).map_err(|e| SlamError::InvalidInput(format!("{}: {e}", p.display())))?,
+        (0, _, Some(p)) | (_, 0, Some(p)) => image::image_dimensions(p)
+            .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", p.display())))?,
         (w, h, _) => (w, h),
     };
-    let cam = ExportCamera { fx: k.fx, fy: k.fy, cx: k.cx, cy: k.cy, width: w, height: h };
+    let cam = ExportCamera {
+        fx: k.fx,
+        fy: k.fy,
+        cx: k.cx,
+        cy: k.cy,
+        width: w,
+        height: h,
+    };
     let poses = result.frame_poses();
     let mut frames: Vec<(PathBuf, Sim3)> = result
         .frames
@@ -261,5 +327,12 @@ pub fn write_outputs_with(result: &SlamResult, dataset: &dyn Dataset, out_dir: &
     }
     let transforms = out_dir.join("transforms.json");
     write_transforms_json(&transforms, &cam, &frames, "pointcloud.ply")?;
-    Ok(OutputFiles { trajectory, keyframes, pointcloud, groundtruth, transforms, num_points: points.len() })
+    Ok(OutputFiles {
+        trajectory,
+        keyframes,
+        pointcloud,
+        groundtruth,
+        transforms,
+        num_points: points.len(),
+    })
 }

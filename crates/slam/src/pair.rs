@@ -46,7 +46,9 @@ use crate::config::MatchingConfig;
 use crate::matching::{match_iterative_proj, ray_image, refine_matches};
 use crate::pointmap::Pointmap;
 use crate::residuals;
-use crate::tracker::{LevelView, NormalEq, ResidualParams, TrackResult, Tracker, accumulate, point_info_weighted};
+use crate::tracker::{
+    LevelView, NormalEq, ResidualParams, TrackResult, Tracker, accumulate, point_info_weighted,
+};
 
 /// The network's prediction for the pair (current frame, current keyframe), both views of the
 /// same size, row-major `[height][width]`, channels last. Points are as the network predicts
@@ -90,23 +92,52 @@ impl PairPrediction {
             ("frame points", f.points.len(), n),
             ("frame confidences", f.conf.len(), n),
             ("frame colours", f.colors.len(), n),
-            ("frame descriptors", self.frame_desc.len(), n * self.desc_dim),
-            ("frame descriptor confidences", self.frame_desc_conf.len(), n),
+            (
+                "frame descriptors",
+                self.frame_desc.len(),
+                n * self.desc_dim,
+            ),
+            (
+                "frame descriptor confidences",
+                self.frame_desc_conf.len(),
+                n,
+            ),
             ("keyframe points", self.keyframe_points.len(), n),
             ("keyframe confidences", self.keyframe_conf.len(), n),
-            ("keyframe descriptors", self.keyframe_desc.len(), n * self.desc_dim),
-            ("keyframe descriptor confidences", self.keyframe_desc_conf.len(), n),
+            (
+                "keyframe descriptors",
+                self.keyframe_desc.len(),
+                n * self.desc_dim,
+            ),
+            (
+                "keyframe descriptor confidences",
+                self.keyframe_desc_conf.len(),
+                n,
+            ),
         ];
         for (what, got, want) in sizes {
             if got != want {
-                return Err(SlamError::InvalidInput(format!("pair prediction of {}x{} pixels: {got} {what}, expected {want}", f.width, f.height)));
+                return Err(SlamError::InvalidInput(format!(
+                    "pair prediction of {}x{} pixels: {got} {what}, expected {want}",
+                    f.width, f.height
+                )));
             }
         }
         if n == 0 || self.desc_dim == 0 {
-            return Err(SlamError::InvalidInput(format!("empty pair prediction ({}x{} pixels, {} descriptor channels)", f.width, f.height, self.desc_dim)));
+            return Err(SlamError::InvalidInput(format!(
+                "empty pair prediction ({}x{} pixels, {} descriptor channels)",
+                f.width, f.height, self.desc_dim
+            )));
         }
-        if f.points.iter().chain(&self.keyframe_points).flatten().any(|v| !v.is_finite()) {
-            return Err(SlamError::InvalidInput("the pair prediction has non-finite points".into()));
+        if f.points
+            .iter()
+            .chain(&self.keyframe_points)
+            .flatten()
+            .any(|v| !v.is_finite())
+        {
+            return Err(SlamError::InvalidInput(
+                "the pair prediction has non-finite points".into(),
+            ));
         }
         Ok(())
     }
@@ -147,7 +178,11 @@ pub struct PairMatches {
 /// the ray image of `Xff` starting from `idx_init` (the previous frame's matches against the
 /// same keyframe; identity when `None` or of another size), occlusion check, then the
 /// descriptor refinement when `cfg.radius > 0`.
-pub fn match_pair(pred: &PairPrediction, cfg: &MatchingConfig, idx_init: Option<&[u32]>) -> PairMatches {
+pub fn match_pair(
+    pred: &PairPrediction,
+    cfg: &MatchingConfig,
+    idx_init: Option<&[u32]>,
+) -> PairMatches {
     let f = &pred.frame;
     let (w, n) = (f.width, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
@@ -155,16 +190,36 @@ pub fn match_pair(pred: &PairPrediction, cfg: &MatchingConfig, idx_init: Option<
     let all = vec![true; n];
     let queries: Vec<Option<[f32; 3]>> = pred.keyframe_points.iter().map(|p| Some(*p)).collect();
     let p_init: Vec<[f32; 2]> = match idx_init {
-        Some(idx) if idx.len() == n => idx.iter().map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32]).collect(),
+        Some(idx) if idx.len() == n => idx
+            .iter()
+            .map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32])
+            .collect(),
         _ => (0..n).map(|i| [(i % w) as f32, (i / w) as f32]).collect(),
     };
     let m = match_iterative_proj(&rays, &f.points, &all, &queries, &p_init, cfg);
     if cfg.radius == 0 {
-        return PairMatches { idx: m.idx, valid: m.valid, refined: 0 };
+        return PairMatches {
+            idx: m.idx,
+            valid: m.valid,
+            refined: 0,
+        };
     }
-    let idx = refine_matches(&pred.frame_desc, f.width, f.height, pred.desc_dim, &pred.keyframe_desc, &m.idx, cfg.radius, cfg.dilation_max);
+    let idx = refine_matches(
+        &pred.frame_desc,
+        f.width,
+        f.height,
+        pred.desc_dim,
+        &pred.keyframe_desc,
+        &m.idx,
+        cfg.radius,
+        cfg.dilation_max,
+    );
     let refined = idx.iter().zip(&m.idx).filter(|(a, b)| a != b).count();
-    PairMatches { idx, valid: m.valid, refined }
+    PairMatches {
+        idx,
+        valid: m.valid,
+        refined,
+    }
 }
 
 /// Outcome of [`Tracker::track_pair`].
@@ -181,7 +236,15 @@ pub struct PairTrack {
 /// Normal equations of the pair residuals at pose `t` (`T_CkCf`): keyframe pixel `q` against
 /// frame pixel `idx[q]` where `used[q]`, information scaled by `qk[q]`. Summed in parallel in
 /// fixed chunks ([`crate::par`]), so bit-identical whatever the thread count.
-pub fn pair_normal_eq(fv: &LevelView, kv: &LevelView, idx: &[u32], used: &[bool], qk: &[f32], t: &Sim3, p: &ResidualParams) -> NormalEq {
+pub fn pair_normal_eq(
+    fv: &LevelView,
+    kv: &LevelView,
+    idx: &[u32],
+    used: &[bool],
+    qk: &[f32],
+    t: &Sim3,
+    p: &ResidualParams,
+) -> NormalEq {
     let eq = crate::par::chunked_reduce(
         kv.len(),
         crate::par::CHUNK,
@@ -208,7 +271,15 @@ impl Tracker {
     /// with average confidences `kf_conf`), starting from `t_init` (`T_CkCf`), as
     /// MASt3R-SLAM's `FrameTracker.track` (module docs). `idx_init` warm-starts the matching.
     /// Runs at the pointmap resolution, on the CPU.
-    pub fn track_pair(&self, pred: &PairPrediction, kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3, idx_init: Option<&[u32]>) -> Result<PairTrack, SlamError> {
+    pub fn track_pair(
+        &self,
+        pred: &PairPrediction,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t_init: &Sim3,
+        idx_init: Option<&[u32]>,
+    ) -> Result<PairTrack, SlamError> {
         pred.check()?;
         let f = &pred.frame;
         if (kf.width, kf.height) != (f.width, f.height) || kf_conf.len() != kf.len() {
@@ -224,7 +295,10 @@ impl Tracker {
         if let Some(c) = cam
             && (c.width as usize, c.height as usize) != (f.width, f.height)
         {
-            return Err(SlamError::InvalidInput(format!("the pair prediction is {}x{} but the camera is {}x{}", f.width, f.height, c.width, c.height)));
+            return Err(SlamError::InvalidInput(format!(
+                "the pair prediction is {}x{} but the camera is {}x{}",
+                f.width, f.height, c.width, c.height
+            )));
         }
         let p = ResidualParams::tracking(&self.cfg);
         let matches = match_pair(pred, &self.matching, idx_init);
@@ -233,10 +307,23 @@ impl Tracker {
         let kv = LevelView::build(kf, kf_conf, cam, 0, &p, p.sigma_plane > 0.0, false);
         let n = kv.len();
         let q_conf = self.cfg.q_conf;
-        let qk: Vec<f32> = (0..n).map(|q| (pred.frame_desc_conf[matches.idx[q] as usize] * pred.keyframe_desc_conf[q]).sqrt()).collect();
-        let used: Vec<bool> = (0..n).map(|q| matches.valid[q] && fv.valid[matches.idx[q] as usize] && kv.valid[q] && qk[q] as f64 > q_conf).collect();
+        let qk: Vec<f32> = (0..n)
+            .map(|q| {
+                (pred.frame_desc_conf[matches.idx[q] as usize] * pred.keyframe_desc_conf[q]).sqrt()
+            })
+            .collect();
+        let used: Vec<bool> = (0..n)
+            .map(|q| {
+                matches.valid[q]
+                    && fv.valid[matches.idx[q] as usize]
+                    && kv.valid[q]
+                    && qk[q] as f64 > q_conf
+            })
+            .collect();
         let n_used = used.iter().filter(|u| **u).count();
-        let n_kf = (0..n).filter(|&q| matches.valid[q] && qk[q] as f64 > q_conf).count();
+        let n_kf = (0..n)
+            .filter(|&q| matches.valid[q] && qk[q] as f64 > q_conf)
+            .count();
         let mut seen = vec![false; fv.len()];
         let mut n_unique = 0usize;
         for q in (0..n).filter(|&q| matches.valid[q]) {
@@ -249,7 +336,13 @@ impl Tracker {
         let lost = match_frac < self.cfg.min_match_frac;
         let mut t = *t_init;
         let (mut iterations, mut cost) = (0, 0.0);
-        let last_eq = if lost { None } else { self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p)) };
+        let last_eq = if lost {
+            None
+        } else {
+            self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| {
+                pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p)
+            })
+        };
         let observation = (!lost).then(|| {
             let tq = crate::projective::Affine::from_sim3(&t);
             let mut obs = vec![[0.0f32; 3]; n];
@@ -283,6 +376,10 @@ impl Tracker {
         if result.weak {
             result.new_keyframe = false;
         }
-        Ok(PairTrack { result, matches, used: n_used })
+        Ok(PairTrack {
+            result,
+            matches,
+            used: n_used,
+        })
     }
 }

@@ -41,24 +41,32 @@ where
     C: FnMut(A, A) -> A,
 {
     let chunk = chunk.max(1);
-    (0..n.div_ceil(chunk)).map(|c| map(c * chunk..((c + 1) * chunk).min(n))).reduce(combine)
+    (0..n.div_ceil(chunk))
+        .map(|c| map(c * chunk..((c + 1) * chunk).min(n)))
+        .reduce(combine)
 }
 
 /// Fills a row-major image `out` of `width` columns in parallel: `f(u, v, i)` for every pixel
 /// `i = v * width + u` (whole rows per task, no division per pixel; element-wise, so no
 /// ordering question).
-pub fn fill_rows<T: Send, F: Fn(usize, usize, usize) -> T + Sync + Send>(out: &mut [T], width: usize, f: F) {
+pub fn fill_rows<T: Send, F: Fn(usize, usize, usize) -> T + Sync + Send>(
+    out: &mut [T],
+    width: usize,
+    f: F,
+) {
     if width == 0 {
         return;
     }
     let rows = CHUNK.div_ceil(width).max(1);
-    out.par_chunks_mut(rows * width).enumerate().for_each(|(c, part)| {
-        let v0 = c * rows;
-        for (r, row) in part.chunks_mut(width).enumerate() {
-            let v = v0 + r;
-            for (u, o) in row.iter_mut().enumerate() {
-                *o = f(u, v, v * width + u);
+    out.par_chunks_mut(rows * width)
+        .enumerate()
+        .for_each(|(c, part)| {
+            let v0 = c * rows;
+            for (r, row) in part.chunks_mut(width).enumerate() {
+                let v = v0 + r;
+                for (u, o) in row.iter_mut().enumerate() {
+                    *o = f(u, v, v * width + u);
+                }
             }
-        }
-    });
+        });
 }

@@ -77,7 +77,14 @@ impl IntensityImage {
                 }
             }
         }
-        Self { width, height, data, gx, gy, offset }
+        Self {
+            width,
+            height,
+            data,
+            gx,
+            gy,
+            offset,
+        }
     }
 
     /// Bilinear intensity and gradient at level-camera position `(u, v)`; `None` outside the
@@ -85,10 +92,14 @@ impl IntensityImage {
     #[inline]
     pub fn sample(&self, u: f64, v: f64) -> Option<(f64, f64, f64)> {
         let (x, y) = (u - self.offset, v - self.offset);
-        if !(x >= 0.0 && y >= 0.0 && x <= (self.width - 1) as f64 && y <= (self.height - 1) as f64) {
+        if !(x >= 0.0 && y >= 0.0 && x <= (self.width - 1) as f64 && y <= (self.height - 1) as f64)
+        {
             return None;
         }
-        let (x0, y0) = ((x as usize).min(self.width.saturating_sub(2)), (y as usize).min(self.height.saturating_sub(2)));
+        let (x0, y0) = (
+            (x as usize).min(self.width.saturating_sub(2)),
+            (y as usize).min(self.height.saturating_sub(2)),
+        );
         let (fx, fy) = (x - x0 as f64, y - y0 as f64);
         let i = y0 * self.width + x0;
         let w = self.width;
@@ -105,7 +116,11 @@ impl IntensityPyramid {
     /// Pyramid of `levels` levels from the pointmap's colours.
     pub fn from_pointmap(pm: &Pointmap, levels: usize) -> Self {
         let (w, h) = (pm.width, pm.height);
-        let gray: Vec<f32> = pm.colors.iter().map(|c| (0.299 * c[0] as f32 + 0.587 * c[1] as f32 + 0.114 * c[2] as f32) / 255.0).collect();
+        let gray: Vec<f32> = pm
+            .colors
+            .iter()
+            .map(|c| (0.299 * c[0] as f32 + 0.587 * c[1] as f32 + 0.114 * c[2] as f32) / 255.0)
+            .collect();
         // 3x3 binomial smoothing (clamped borders), separable.
         let base = binomial_pass(&binomial_pass(&gray, w, h, 1, 0), w, h, 0, 1);
         let mut out = vec![IntensityImage::new(w, h, base, 0.0)];
@@ -117,11 +132,20 @@ impl IntensityPyramid {
             for v in 0..nh {
                 for u in 0..nw {
                     let at = |x: usize, y: usize| prev.data[y.min(ph - 1) * pw + x.min(pw - 1)];
-                    data[v * nw + u] = 0.25 * (at(2 * u, 2 * v) + at(2 * u + 1, 2 * v) + at(2 * u, 2 * v + 1) + at(2 * u + 1, 2 * v + 1));
+                    data[v * nw + u] = 0.25
+                        * (at(2 * u, 2 * v)
+                            + at(2 * u + 1, 2 * v)
+                            + at(2 * u, 2 * v + 1)
+                            + at(2 * u + 1, 2 * v + 1));
                 }
             }
             let step = (1usize << l) as f64;
-            out.push(IntensityImage::new(nw, nh, data, (step - 1.0) / (2.0 * step)));
+            out.push(IntensityImage::new(
+                nw,
+                nh,
+                data,
+                (step - 1.0) / (2.0 * step),
+            ));
         }
         Self { levels: out }
     }
@@ -134,7 +158,8 @@ fn binomial_pass(src: &[f32], w: usize, h: usize, du: usize, dv: usize) -> Vec<f
         for u in 0..w {
             let (u0, v0) = (u.saturating_sub(du), v.saturating_sub(dv));
             let (u1, v1) = ((u + du).min(w - 1), (v + dv).min(h - 1));
-            out[v * w + u] = 0.25 * src[v0 * w + u0] + 0.5 * src[v * w + u] + 0.25 * src[v1 * w + u1];
+            out[v * w + u] =
+                0.25 * src[v0 * w + u0] + 0.5 * src[v * w + u] + 0.25 * src[v1 * w + u1];
         }
     }
     out
@@ -154,7 +179,14 @@ pub struct PhotoParams {
 /// Gain and bias `(a, b)` with `I_k ~ a I_f + b` over the frame pixels that project into the
 /// keyframe at pose `t` (`T_CkCf`) onto the same surface: matched means and standard
 /// deviations. `(1, 0)` when fewer than 100 pixels match or either image is flat there.
-pub fn brightness(frame: &LevelView, fi: &IntensityImage, kf: &LevelView, ki: &IntensityImage, t: &Sim3, p: &PhotoParams) -> (f64, f64) {
+pub fn brightness(
+    frame: &LevelView,
+    fi: &IntensityImage,
+    kf: &LevelView,
+    ki: &IntensityImage,
+    t: &Sim3,
+    p: &PhotoParams,
+) -> (f64, f64) {
     let s = par::chunked_reduce(
         frame.len(),
         CHUNK,
@@ -216,7 +248,9 @@ fn for_each_pair(
             continue;
         }
         let (u, v) = ((i % frame.width) as f64, (i / frame.width) as f64);
-        let Some((ifr, _, _)) = fi.sample(u, v) else { continue };
+        let Some((ifr, _, _)) = fi.sample(u, v) else {
+            continue;
+        };
         let x = frame.points[i];
         let y = a.act([x[0] as f64, x[1] as f64, x[2] as f64]);
         if !(y[2] > 1e-6) {
@@ -224,7 +258,9 @@ fn for_each_pair(
         }
         let uk = kcam.fx * y[0] / y[2] + kcam.cx;
         let vk = kcam.fy * y[1] / y[2] + kcam.cy;
-        let Some((ik, gx, gy)) = ki.sample(uk, vk) else { continue };
+        let Some((ik, gx, gy)) = ki.sample(uk, vk) else {
+            continue;
+        };
         // The same surface: the keyframe's depth at the nearest pixel agrees with y.
         let (nu, nv) = ((uk + 0.5) as usize, (vk + 0.5) as usize);
         if nu >= kf.width || nv >= kf.height {
@@ -242,7 +278,15 @@ fn for_each_pair(
 /// points moved into the keyframe), with the frame's intensities mapped by the brightness
 /// `(gain, bias)` first. Deterministic (fixed-chunk reduction).
 #[allow(clippy::too_many_arguments)]
-pub fn photometric_normal_eq(frame: &LevelView, fi: &IntensityImage, kf: &LevelView, ki: &IntensityImage, t: &Sim3, p: &PhotoParams, gain_bias: (f64, f64)) -> NormalEq {
+pub fn photometric_normal_eq(
+    frame: &LevelView,
+    fi: &IntensityImage,
+    kf: &LevelView,
+    ki: &IntensityImage,
+    t: &Sim3,
+    p: &PhotoParams,
+    gain_bias: (f64, f64),
+) -> NormalEq {
     let (ga, gb) = gain_bias;
     let sqrt_info = 1.0 / p.sigma;
     let min_g2 = (MIN_GRADIENT as f64) * (MIN_GRADIENT as f64);
@@ -258,10 +302,18 @@ pub fn photometric_normal_eq(frame: &LevelView, fi: &IntensityImage, kf: &LevelV
                 let r = ga * ifr + gb - ik;
                 let iz = 1.0 / y[2];
                 // d I_k(pi(y)) / dy
-                let dh = nalgebra::RowVector3::new(g[0] * cam.fx * iz, g[1] * cam.fy * iz, -(g[0] * cam.fx * y[0] + g[1] * cam.fy * y[1]) * iz * iz);
+                let dh = nalgebra::RowVector3::new(
+                    g[0] * cam.fx * iz,
+                    g[1] * cam.fy * iz,
+                    -(g[0] * cam.fx * y[0] + g[1] * cam.fy * y[1]) * iz * iz,
+                );
                 let wr = sqrt_info * r;
                 let w = sqrt_info * sqrt_info * huber_weight(wr, p.huber);
-                let info = PointInfo { m: dh.transpose() * dh * w, v: dh.transpose() * (w * r), cost: 0.5 * w * r * r };
+                let info = PointInfo {
+                    m: dh.transpose() * dh * w,
+                    v: dh.transpose() * (w * r),
+                    cost: 0.5 * w * r * r,
+                };
                 let yv = nalgebra::Vector3::new(y[0], y[1], y[2]);
                 accumulate(&mut eq, &info, &point_jacobian(&yv));
             });
@@ -284,9 +336,22 @@ pub struct LevelTerm<'a> {
 
 impl<'a> LevelTerm<'a> {
     /// Level `level` of the pyramids `frame` and `kf`, with the brightness fitted at pose `t`.
-    pub fn at_level(frame: &'a IntensityPyramid, kf: &'a IntensityPyramid, params: &'a PhotoParams, level: usize, fv: &LevelView, kv: &LevelView, t: &Sim3) -> Self {
+    pub fn at_level(
+        frame: &'a IntensityPyramid,
+        kf: &'a IntensityPyramid,
+        params: &'a PhotoParams,
+        level: usize,
+        fv: &LevelView,
+        kv: &LevelView,
+        t: &Sim3,
+    ) -> Self {
         let (fi, ki) = (&frame.levels[level], &kf.levels[level]);
-        Self { frame: fi, kf: ki, params, gain_bias: brightness(fv, fi, kv, ki, t, params) }
+        Self {
+            frame: fi,
+            kf: ki,
+            params,
+            gain_bias: brightness(fv, fi, kv, ki, t, params),
+        }
     }
 
     /// [`photometric_normal_eq`] at pose `t`.

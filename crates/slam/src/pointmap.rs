@@ -92,14 +92,34 @@ impl Pointmap {
     /// `max_rel_jump` relative to the centre (a depth discontinuity).
     pub fn normals(&self, max_rel_jump: f32) -> Vec<Option<[f32; 3]>> {
         let (w, h) = (self.width, self.height);
-        (0..w * h).map(|i| normal_at(&self.points, |j| self.conf[j] > 0.0, w, h, i % w, i / w, max_rel_jump)).collect()
+        (0..w * h)
+            .map(|i| {
+                normal_at(
+                    &self.points,
+                    |j| self.conf[j] > 0.0,
+                    w,
+                    h,
+                    i % w,
+                    i / w,
+                    max_rel_jump,
+                )
+            })
+            .collect()
     }
 }
 
 /// Unit normal of pixel `(u, v)` of a `w x h` point grid from central differences (see
 /// [`Pointmap::normals`]); `has(j)` tells whether pixel `j` has a point.
 #[inline]
-pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: usize, u: usize, v: usize, max_rel_jump: f32) -> Option<[f32; 3]> {
+pub fn normal_at(
+    points: &[[f32; 3]],
+    has: impl Fn(usize) -> bool,
+    w: usize,
+    h: usize,
+    u: usize,
+    v: usize,
+    max_rel_jump: f32,
+) -> Option<[f32; 3]> {
     let i = v * w + u;
     if w < 3 || h < 3 || u == 0 || v == 0 || u == w - 1 || v == h - 1 {
         return None;
@@ -109,7 +129,10 @@ pub fn normal_at(points: &[[f32; 3]], has: impl Fn(usize) -> bool, w: usize, h: 
         return None;
     }
     let z = points[i][2];
-    if idx.iter().any(|&j| (points[j][2] - z).abs() > max_rel_jump * z) {
+    if idx
+        .iter()
+        .any(|&j| (points[j][2] - z).abs() > max_rel_jump * z)
+    {
         return None;
     }
     let p = |j: usize| Vector3::new(points[j][0], points[j][1], points[j][2]);
@@ -178,7 +201,12 @@ pub struct RgbdFrontEnd {
 
 impl RgbdFrontEnd {
     /// Front end for depth images with calibration `depth_intrinsics`.
-    pub fn new(depth_intrinsics: Intrinsics, downsample: usize, min_depth: f64, max_depth: f64) -> Self {
+    pub fn new(
+        depth_intrinsics: Intrinsics,
+        downsample: usize,
+        min_depth: f64,
+        max_depth: f64,
+    ) -> Self {
         let s = downsample.max(1);
         let k = &depth_intrinsics;
         // Block (i, j) covers full-resolution pixels s*i .. s*i+s-1, centred at s*i + (s-1)/2.
@@ -191,7 +219,13 @@ impl RgbdFrontEnd {
             (k.width as usize / s) as u32,
             (k.height as usize / s) as u32,
         );
-        Self { depth_camera: depth_intrinsics, camera, downsample: s, min_depth: min_depth as f32, max_depth: max_depth as f32 }
+        Self {
+            depth_camera: depth_intrinsics,
+            camera,
+            downsample: s,
+            min_depth: min_depth as f32,
+            max_depth: max_depth as f32,
+        }
     }
 }
 
@@ -233,9 +267,19 @@ impl PointmapFrontEnd for RgbdFrontEnd {
         // precomputed).
         let (cw, ch) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
         let rgb = frame.rgb.as_raw();
-        let col: Vec<usize> = (0..w).map(|u| ((((u * s) as f64 + (s as f64 - 1.0) / 2.0) * rw / dw as f64) as usize).min(cw - 1)).collect();
-        let row: Vec<usize> = (0..h).map(|v| ((((v * s) as f64 + (s as f64 - 1.0) / 2.0) * rh / dh as f64) as usize).min(ch - 1)).collect();
-        let rays_x: Vec<f32> = (0..w).map(|u| ((u as f64 - cam.cx) / cam.fx) as f32).collect();
+        let col: Vec<usize> = (0..w)
+            .map(|u| {
+                ((((u * s) as f64 + (s as f64 - 1.0) / 2.0) * rw / dw as f64) as usize).min(cw - 1)
+            })
+            .collect();
+        let row: Vec<usize> = (0..h)
+            .map(|v| {
+                ((((v * s) as f64 + (s as f64 - 1.0) / 2.0) * rh / dh as f64) as usize).min(ch - 1)
+            })
+            .collect();
+        let rays_x: Vec<f32> = (0..w)
+            .map(|u| ((u as f64 - cam.cx) / cam.fx) as f32)
+            .collect();
         let (lo_d, hi_d) = (self.min_depth, self.max_depth);
         for v in 0..h {
             let ray_y = ((v as f64 - cam.cy) / cam.fy) as f32;

@@ -42,7 +42,10 @@ impl Affine {
                 *v = r[(i, j)];
             }
         }
-        Self { m, t: [t.translation.x, t.translation.y, t.translation.z] }
+        Self {
+            m,
+            t: [t.translation.x, t.translation.y, t.translation.z],
+        }
     }
 
     /// `s R p + t`.
@@ -66,7 +69,12 @@ fn f64x3(p: [f32; 3]) -> [f64; 3] {
 /// view with intrinsics `cam`) projects to, with the sub-pixel position; `None` behind the
 /// camera or outside the image.
 #[inline(always)]
-pub fn project_pixel(cam: &PinholeCamera, width: usize, height: usize, y: [f64; 3]) -> Option<(usize, [f64; 2])> {
+pub fn project_pixel(
+    cam: &PinholeCamera,
+    width: usize,
+    height: usize,
+    y: [f64; 3],
+) -> Option<(usize, [f64; 2])> {
     if !(y[2] > 0.0) {
         return None;
     }
@@ -84,7 +92,13 @@ pub fn project_pixel(cam: &PinholeCamera, width: usize, height: usize, y: [f64; 
 /// Match of a measurement point `xq` (in the measurement camera) in `src`: the pixel it
 /// projects to with `t_src_meas`, if that pixel has a valid point within `sqrt(dist2)`.
 #[inline(always)]
-fn match_point(src: &LevelView, cam: &PinholeCamera, t_src_meas: &Affine, xq: [f64; 3], dist2: f64) -> Option<usize> {
+fn match_point(
+    src: &LevelView,
+    cam: &PinholeCamera,
+    t_src_meas: &Affine,
+    xq: [f64; 3],
+    dist2: f64,
+) -> Option<usize> {
     let y = t_src_meas.act(xq);
     let (j, _) = project_pixel(cam, src.width, src.height, y)?;
     if !src.valid[j] {
@@ -98,8 +112,15 @@ fn match_point(src: &LevelView, cam: &PinholeCamera, t_src_meas: &Affine, xq: [f
 /// Projective association (drop-in for [`crate::tracker::associate`] on calibrated views):
 /// each valid pixel `q` of `meas` is moved into `src` by `t_src_meas`, projected, rounded and
 /// checked for occlusion. `pos` holds the sub-pixel projections.
-pub fn associate(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, cfg: &MatchingConfig) -> Matches {
-    let cam = src.cam.expect("projective association needs a calibrated source view");
+pub fn associate(
+    src: &LevelView,
+    meas: &LevelView,
+    t_src_meas: &Sim3,
+    cfg: &MatchingConfig,
+) -> Matches {
+    let cam = src
+        .cam
+        .expect("projective association needs a calibrated source view");
     let t = Affine::from_sim3(t_src_meas);
     let dist2 = cfg.dist_thresh * cfg.dist_thresh;
     let n = meas.len();
@@ -124,14 +145,26 @@ pub fn associate(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, cfg: &Mat
 }
 
 /// Number of valid matches of `meas`'s pixels in `src` (see [`associate`]).
-pub fn match_count(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, cfg: &MatchingConfig) -> usize {
-    let cam = src.cam.expect("projective association needs a calibrated source view");
+pub fn match_count(
+    src: &LevelView,
+    meas: &LevelView,
+    t_src_meas: &Sim3,
+    cfg: &MatchingConfig,
+) -> usize {
+    let cam = src
+        .cam
+        .expect("projective association needs a calibrated source view");
     let t = Affine::from_sim3(t_src_meas);
     let dist2 = cfg.dist_thresh * cfg.dist_thresh;
     par::chunked_reduce(
         meas.len(),
         CHUNK,
-        |r| r.filter(|&q| meas.valid[q] && match_point(src, &cam, &t, f64x3(meas.points[q]), dist2).is_some()).count(),
+        |r| {
+            r.filter(|&q| {
+                meas.valid[q] && match_point(src, &cam, &t, f64x3(meas.points[q]), dist2).is_some()
+            })
+            .count()
+        },
         |a, b| a + b,
     )
     .unwrap_or(0)
@@ -153,7 +186,12 @@ pub struct Acc {
 
 impl Default for Acc {
     fn default() -> Self {
-        Self { h: [0.0; 28], g: [0.0; 7], cost: 0.0, count: 0 }
+        Self {
+            h: [0.0; 28],
+            g: [0.0; 7],
+            cost: 0.0,
+            count: 0,
+        }
     }
 }
 
@@ -230,7 +268,13 @@ impl Model {
     fn new(meas: &LevelView, p: &ResidualParams) -> Self {
         let cam = meas.cam.expect("calibrated measurement view");
         let b = p.pixel_border;
-        Self { cam, wmax: cam.width as f64 - 1.0 - b, hmax: cam.height as f64 - 1.0 - b, p: *p, checker: p.checkerboard }
+        Self {
+            cam,
+            wmax: cam.width as f64 - 1.0 - b,
+            hmax: cam.height as f64 - 1.0 - b,
+            p: *p,
+            checker: p.checkerboard,
+        }
     }
 }
 
@@ -271,7 +315,25 @@ thread_local! {
 impl Batch {
     fn zeroed() -> Box<Self> {
         let z = [0.0; CHUNK];
-        Box::new(Self { n: 0, u: z, v: z, xx: z, xy: z, xz: z, yx: z, yy: z, yz: z, nx: z, ny: z, nz: z, px: z, py: z, pz: z, s: z, rz: z })
+        Box::new(Self {
+            n: 0,
+            u: z,
+            v: z,
+            xx: z,
+            xy: z,
+            xz: z,
+            yx: z,
+            yy: z,
+            yz: z,
+            nx: z,
+            ny: z,
+            nz: z,
+            px: z,
+            py: z,
+            pz: z,
+            s: z,
+            rz: z,
+        })
     }
 
     #[inline(always)]
@@ -298,7 +360,13 @@ impl Batch {
 /// Four f64 lanes: AVX registers ([`Avx`]) or plain arrays ([`Portable`]). Only add, sub,
 /// mul, div, compare, bit-select and abs are used, which are exact IEEE operations in both,
 /// so both give the same bits.
-trait F4: Copy + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> + std::ops::Mul<Output = Self> + std::ops::Div<Output = Self> {
+trait F4:
+    Copy
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+{
     fn splat(x: f64) -> Self;
     fn load(a: &[f64; CHUNK], k: usize) -> Self;
     fn to_array(self) -> [f64; LANES];
@@ -350,27 +418,41 @@ impl F4 for Portable {
     }
     #[inline(always)]
     fn lt(self, o: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] < o.0[l] { u64::MAX } else { 0 })))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(if self.0[l] < o.0[l] { u64::MAX } else { 0 })
+        }))
     }
     #[inline(always)]
     fn le(self, o: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] <= o.0[l] { u64::MAX } else { 0 })))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(if self.0[l] <= o.0[l] { u64::MAX } else { 0 })
+        }))
     }
     #[inline(always)]
     fn ne(self, o: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits(if self.0[l] != o.0[l] { u64::MAX } else { 0 })))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(if self.0[l] != o.0[l] { u64::MAX } else { 0 })
+        }))
     }
     #[inline(always)]
     fn and(self, o: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits(self.0[l].to_bits() & o.0[l].to_bits())))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(self.0[l].to_bits() & o.0[l].to_bits())
+        }))
     }
     #[inline(always)]
     fn or(self, o: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits(self.0[l].to_bits() | o.0[l].to_bits())))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(self.0[l].to_bits() | o.0[l].to_bits())
+        }))
     }
     #[inline(always)]
     fn select(m: Self, a: Self, b: Self) -> Self {
-        Portable(std::array::from_fn(|l| f64::from_bits((m.0[l].to_bits() & a.0[l].to_bits()) | (!m.0[l].to_bits() & b.0[l].to_bits()))))
+        Portable(std::array::from_fn(|l| {
+            f64::from_bits(
+                (m.0[l].to_bits() & a.0[l].to_bits()) | (!m.0[l].to_bits() & b.0[l].to_bits()),
+            )
+        }))
     }
     #[inline(always)]
     fn abs(self) -> Self {
@@ -498,7 +580,11 @@ fn lane_log_depth<V: F4>(bt: &mut Batch, end: usize, n_real: usize) {
     for k in 0..n_real {
         if !(bt.s[k].abs() < 0.1) {
             // (A pair behind the camera is rejected by the kernel; keep its value finite.)
-            bt.rz[k] = if bt.xz[k] > 0.0 && bt.yz[k] > 0.0 { (bt.xz[k] / bt.yz[k]).ln() } else { 0.0 };
+            bt.rz[k] = if bt.xz[k] > 0.0 && bt.yz[k] > 0.0 {
+                (bt.xz[k] / bt.yz[k]).ln()
+            } else {
+                0.0
+            };
         }
     }
 }
@@ -513,12 +599,30 @@ fn lane_kernel<V: F4, const D: usize>(bt: &Batch, end: usize, m: &Model) -> Lane
     let p = &m.p;
     let zero = V::splat(0.0);
     let one = V::splat(1.0);
-    let (fx, fy, cx, cy) = (V::splat(m.cam.fx), V::splat(m.cam.fy), V::splat(m.cam.cx), V::splat(m.cam.cy));
-    let (eps, border, k_h) = (V::splat(p.depth_eps), V::splat(p.pixel_border), V::splat(p.huber));
+    let (fx, fy, cx, cy) = (
+        V::splat(m.cam.fx),
+        V::splat(m.cam.fy),
+        V::splat(m.cam.cx),
+        V::splat(m.cam.cy),
+    );
+    let (eps, border, k_h) = (
+        V::splat(p.depth_eps),
+        V::splat(p.pixel_border),
+        V::splat(p.huber),
+    );
     let (wmax, hmax) = (V::splat(m.wmax), V::splat(m.hmax));
-    let (s_pix, s_depth, s_plane) = (V::splat(p.sigma_pixel), V::splat(p.sigma_depth), V::splat(p.sigma_plane));
+    let (s_pix, s_depth, s_plane) = (
+        V::splat(p.sigma_pixel),
+        V::splat(p.sigma_depth),
+        V::splat(p.sigma_plane),
+    );
     let (half, quarter) = (V::splat(0.5), V::splat(0.25));
-    let mut out = Lanes { h: [zero; 28], g: [zero; 7], cost: zero, count: zero };
+    let mut out = Lanes {
+        h: [zero; 28],
+        g: [zero; 7],
+        cost: zero,
+        count: zero,
+    };
     let mut k = 0;
     while k < end {
         let (xx, xy, xz) = (V::load(&bt.xx, k), V::load(&bt.xy, k), V::load(&bt.xz, k));
@@ -527,11 +631,18 @@ fn lane_kernel<V: F4, const D: usize>(bt: &Batch, end: usize, m: &Model) -> Lane
         let iz = one / V::select(depth_ok, yz, one);
         let pu = fx * yx * iz + cx;
         let pv = fy * yy * iz + cy;
-        let ok = depth_ok.and(border.le(pu)).and(pu.le(wmax)).and(border.le(pv)).and(pv.le(hmax));
+        let ok = depth_ok
+            .and(border.le(pu))
+            .and(pu.le(wmax))
+            .and(border.le(pv))
+            .and(pv.le(hmax));
         let (zs_log, zs_plane) = if p.depth_noise {
             // max(x, c) for finite x: select(x < c, c, x).
             let zz = xz * xz;
-            (V::select(xz.lt(half), half, xz), V::select(zz.lt(quarter), quarter, zz))
+            (
+                V::select(xz.lt(half), half, xz),
+                V::select(zz.lt(quarter), quarter, zz),
+            )
         } else {
             (one, one)
         };
@@ -591,7 +702,15 @@ fn lane_kernel<V: F4, const D: usize>(bt: &Batch, end: usize, m: &Model) -> Lane
                 out.h[upper(r, cc)] = out.h[upper(r, cc)] + gb[cc];
             }
         }
-        let gv = [v0, v1, v2, py * v2 - pz * v1, pz * v0 - px * v2, px * v1 - py * v0, px * v0 + py * v1 + pz * v2];
+        let gv = [
+            v0,
+            v1,
+            v2,
+            py * v2 - pz * v1,
+            pz * v0 - px * v2,
+            px * v1 - py * v0,
+            px * v0 + py * v1 + pz * v2,
+        ];
         for r in 0..D {
             out.g[r] = out.g[r] + gv[r];
         }
@@ -607,7 +726,18 @@ fn lane_kernel<V: F4, const D: usize>(bt: &Batch, end: usize, m: &Model) -> Lane
 /// point `P = ps * y + pc`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+fn terms_generic<V: F4, const D: usize>(
+    bt: &mut Batch,
+    src: &LevelView,
+    meas: &LevelView,
+    model: &Model,
+    t_ms: &Affine,
+    t_sm: &Affine,
+    dist2: f64,
+    ps: f64,
+    pc: [f64; 3],
+    range: std::ops::Range<usize>,
+) -> Acc {
     debug_assert!(range.len() <= CHUNK);
     let cam_s = src.cam.expect("calibrated source view");
     let with_normals = model.p.sigma_plane > 0.0 && !meas.normals.is_empty();
@@ -625,9 +755,15 @@ fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &
             continue;
         }
         let xq = f64x3(meas.points[q]);
-        let Some(j) = match_point(src, &cam_s, t_sm, xq, dist2) else { continue };
+        let Some(j) = match_point(src, &cam_s, t_sm, xq, dist2) else {
+            continue;
+        };
         let y = t_ms.act(f64x3(src.points[j]));
-        let n = if with_normals { meas.normals[q].map_or([0.0; 3], f64x3) } else { [0.0; 3] };
+        let n = if with_normals {
+            meas.normals[q].map_or([0.0; 3], f64x3)
+        } else {
+            [0.0; 3]
+        };
         let pj = [ps * y[0] + pc[0], ps * y[1] + pc[1], ps * y[2] + pc[2]];
         bt.push(uu as f64, vv as f64, xq, n, y, pj);
     }
@@ -639,7 +775,11 @@ fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &
         let x = x.to_array();
         ((x[0] + x[1]) + x[2]) + x[3]
     };
-    let mut acc = Acc { count: sum(lanes.count) as usize, cost: sum(lanes.cost), ..Acc::default() };
+    let mut acc = Acc {
+        count: sum(lanes.count) as usize,
+        cost: sum(lanes.cost),
+        ..Acc::default()
+    };
     for (o, x) in acc.h.iter_mut().zip(lanes.h) {
         *o = sum(x);
     }
@@ -652,14 +792,26 @@ fn terms_generic<V: F4, const D: usize>(bt: &mut Batch, src: &LevelView, meas: &
 /// Testing aid: sum with the portable lanes even where AVX2 is available (both give the same
 /// bits; the tests check that).
 #[doc(hidden)]
-pub static FORCE_PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub static FORCE_PORTABLE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 /// [`terms_generic`] compiled for AVX2 (4 f64 lanes per instruction). No FMA: the same
 /// operations as the portable build, so both give the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-fn terms_avx2<const D: usize>(bt: &mut Batch, src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+fn terms_avx2<const D: usize>(
+    bt: &mut Batch,
+    src: &LevelView,
+    meas: &LevelView,
+    model: &Model,
+    t_ms: &Affine,
+    t_sm: &Affine,
+    dist2: f64,
+    ps: f64,
+    pc: [f64; 3],
+    range: std::ops::Range<usize>,
+) -> Acc {
     terms_generic::<avx::Avx, D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range)
 }
 
@@ -669,14 +821,28 @@ fn terms_avx2<const D: usize>(bt: &mut Batch, src: &LevelView, meas: &LevelView,
 /// `P = ps * y + pc`. Matching is scalar; the sums run in [`LANES`] lanes combined in a fixed
 /// order (AVX2 when the CPU has it; the same bits either way).
 #[allow(clippy::too_many_arguments)]
-fn terms<const D: usize>(src: &LevelView, meas: &LevelView, model: &Model, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], range: std::ops::Range<usize>) -> Acc {
+fn terms<const D: usize>(
+    src: &LevelView,
+    meas: &LevelView,
+    model: &Model,
+    t_ms: &Affine,
+    t_sm: &Affine,
+    dist2: f64,
+    ps: f64,
+    pc: [f64; 3],
+    range: std::ops::Range<usize>,
+) -> Acc {
     BATCH.with_borrow_mut(|bt| {
         bt.n = 0;
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && !FORCE_PORTABLE.load(std::sync::atomic::Ordering::Relaxed) {
+            if std::is_x86_feature_detected!("avx2")
+                && !FORCE_PORTABLE.load(std::sync::atomic::Ordering::Relaxed)
+            {
                 // SAFETY: the CPU supports AVX2 (checked above).
-                return unsafe { terms_avx2::<D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range) };
+                return unsafe {
+                    terms_avx2::<D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range)
+                };
             }
         }
         terms_generic::<Portable, D>(bt, src, meas, model, t_ms, t_sm, dist2, ps, pc, range)
@@ -688,12 +854,26 @@ fn reduce(n: usize, f: impl Fn(std::ops::Range<usize>) -> Acc + Sync + Send) -> 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sum_terms(src: &LevelView, meas: &LevelView, p: &ResidualParams, t_ms: &Affine, t_sm: &Affine, dist2: f64, ps: f64, pc: [f64; 3], optimize_scale: bool) -> Acc {
+fn sum_terms(
+    src: &LevelView,
+    meas: &LevelView,
+    p: &ResidualParams,
+    t_ms: &Affine,
+    t_sm: &Affine,
+    dist2: f64,
+    ps: f64,
+    pc: [f64; 3],
+    optimize_scale: bool,
+) -> Acc {
     let model = Model::new(meas, p);
     if optimize_scale {
-        reduce(meas.len(), |r| terms::<7>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r))
+        reduce(meas.len(), |r| {
+            terms::<7>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r)
+        })
     } else {
-        reduce(meas.len(), |r| terms::<6>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r))
+        reduce(meas.len(), |r| {
+            terms::<6>(src, meas, &model, t_ms, t_sm, dist2, ps, pc, r)
+        })
     }
 }
 
@@ -701,10 +881,28 @@ fn sum_terms(src: &LevelView, meas: &LevelView, p: &ResidualParams, t_ms: &Affin
 /// association at that pose, in one pass: [`crate::tracker::associate`] followed by
 /// [`crate::tracker::build_normal_eq`] for calibrated views. `optimize_scale` false leaves the
 /// scale row and column zero.
-pub fn tracking_normal_eq(src: &LevelView, meas: &LevelView, t_meas_src: &Sim3, p: &ResidualParams, dist_thresh: f64, optimize_scale: bool) -> NormalEq {
+pub fn tracking_normal_eq(
+    src: &LevelView,
+    meas: &LevelView,
+    t_meas_src: &Sim3,
+    p: &ResidualParams,
+    dist_thresh: f64,
+    optimize_scale: bool,
+) -> NormalEq {
     let t_ms = Affine::from_sim3(t_meas_src);
     let t_sm = Affine::from_sim3(&t_meas_src.inverse());
-    sum_terms(src, meas, p, &t_ms, &t_sm, dist_thresh * dist_thresh, 1.0, [0.0; 3], optimize_scale).to_normal_eq()
+    sum_terms(
+        src,
+        meas,
+        p,
+        &t_ms,
+        &t_sm,
+        dist_thresh * dist_thresh,
+        1.0,
+        [0.0; 3],
+        optimize_scale,
+    )
+    .to_normal_eq()
 }
 
 /// Normal equations of one directed back-end edge: points of `src` (camera-to-world
@@ -716,7 +914,15 @@ pub fn tracking_normal_eq(src: &LevelView, meas: &LevelView, t_meas_src: &Sim3, 
 /// Since `[P]x R_m = R_m [R_m^T P]x`, the Jacobian rows are `D G' e` with
 /// `D = diag(A^T, A^T, 1/s_m)` and `G' = [I; [P']x; P'^T]`, `P' = R_m^T P = s_m y + R_m^T t_m`:
 /// the pixels are summed as in tracking (with `P'`) and `D` is applied once to the sums.
-pub fn edge_normal_eq(src: &LevelView, t_wc_src: &Sim3, meas: &LevelView, t_wc_meas: &Sim3, p: &ResidualParams, dist_thresh: f64, optimize_scale: bool) -> NormalEq {
+pub fn edge_normal_eq(
+    src: &LevelView,
+    t_wc_src: &Sim3,
+    meas: &LevelView,
+    t_wc_meas: &Sim3,
+    p: &ResidualParams,
+    dist_thresh: f64,
+    optimize_scale: bool,
+) -> NormalEq {
     let t_m_inv = t_wc_meas.inverse();
     let t_ms_s = t_m_inv.compose(t_wc_src);
     let t_ms = Affine::from_sim3(&t_ms_s);
@@ -724,7 +930,17 @@ pub fn edge_normal_eq(src: &LevelView, t_wc_src: &Sim3, meas: &LevelView, t_wc_m
     let rm = t_wc_meas.rotation_matrix();
     let sm = t_wc_meas.scale;
     let c = rm.transpose() * t_wc_meas.translation;
-    let acc = sum_terms(src, meas, p, &t_ms, &t_sm, dist_thresh * dist_thresh, sm, [c.x, c.y, c.z], optimize_scale);
+    let acc = sum_terms(
+        src,
+        meas,
+        p,
+        &t_ms,
+        &t_sm,
+        dist_thresh * dist_thresh,
+        sm,
+        [c.x, c.y, c.z],
+        optimize_scale,
+    );
     let mut eq = acc.to_normal_eq();
     // D = diag(A^T, A^T, 1/s_m), A^T = R_m / s_m.
     let mut d = rust3r_geometry::Matrix7::zeros();

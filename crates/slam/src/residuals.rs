@@ -29,7 +29,11 @@ pub fn point_jacobian(y: &Vector3<f64>) -> Jac3 {
 /// Pixel + log-depth measurement of a point in a calibrated camera: `[u, v, ln z]`.
 #[inline]
 pub fn calib_measurement(cam: &PinholeCamera, p: &Vector3<f64>) -> Vector3<f64> {
-    Vector3::new(cam.fx * p.x / p.z + cam.cx, cam.fy * p.y / p.z + cam.cy, p.z.ln())
+    Vector3::new(
+        cam.fx * p.x / p.z + cam.cx,
+        cam.fy * p.y / p.z + cam.cy,
+        p.z.ln(),
+    )
 }
 
 /// Whether a point projects into the image enlarged by `-border` pixels (MASt3R-SLAM's
@@ -40,14 +44,21 @@ pub fn projection_valid(cam: &PinholeCamera, y: &Vector3<f64>, border: f64, z_ep
         return false;
     }
     let m = calib_measurement(cam, y);
-    m.x >= border && m.x <= cam.width as f64 - 1.0 - border && m.y >= border && m.y <= cam.height as f64 - 1.0 - border
+    m.x >= border
+        && m.x <= cam.width as f64 - 1.0 - border
+        && m.y >= border
+        && m.y <= cam.height as f64 - 1.0 - border
 }
 
 /// Calibrated residual `meas - [u, v, ln z](T X)` and its Jacobian (3x7) for `y = T X`.
 ///
 /// `meas` is `[u_q, v_q, ln z_q]` of the keyframe pixel.
 #[inline]
-pub fn calib_residual(cam: &PinholeCamera, meas: &Vector3<f64>, y: &Vector3<f64>) -> (Vector3<f64>, Jac3) {
+pub fn calib_residual(
+    cam: &PinholeCamera,
+    meas: &Vector3<f64>,
+    y: &Vector3<f64>,
+) -> (Vector3<f64>, Jac3) {
     let (r, dh) = calib_residual_dy(cam, meas, y);
     (r, -(dh * point_jacobian(y)))
 }
@@ -61,7 +72,11 @@ pub fn calib_residual_dy(
     y: &Vector3<f64>,
 ) -> (Vector3<f64>, nalgebra::Matrix3<f64>) {
     let iz = 1.0 / y.z;
-    let pred = Vector3::new(cam.fx * y.x * iz + cam.cx, cam.fy * y.y * iz + cam.cy, y.z.ln());
+    let pred = Vector3::new(
+        cam.fx * y.x * iz + cam.cx,
+        cam.fy * y.y * iz + cam.cy,
+        y.z.ln(),
+    );
     let r = meas - pred;
     // dh/dY
     let dh = nalgebra::Matrix3::new(
@@ -96,7 +111,10 @@ pub fn ray_dist(p: &Vector3<f64>) -> nalgebra::Vector4<f64> {
 /// Uncalibrated residual `rd(X_q) - rd(y)` (MASt3R-SLAM `point_to_ray_dist`) and its
 /// Jacobian (4x7) for `y = T X`.
 #[inline]
-pub fn ray_dist_residual(meas: &nalgebra::Vector4<f64>, y: &Vector3<f64>) -> (nalgebra::Vector4<f64>, Jac4) {
+pub fn ray_dist_residual(
+    meas: &nalgebra::Vector4<f64>,
+    y: &Vector3<f64>,
+) -> (nalgebra::Vector4<f64>, Jac4) {
     let (r, dh) = ray_dist_residual_dy(meas, y);
     (r, -(dh * point_jacobian(y)))
 }

@@ -121,13 +121,24 @@ impl SlamResult {
     pub fn frame_poses(&self) -> Vec<(f64, Sim3)> {
         self.frames
             .iter()
-            .map(|f| (f.timestamp, self.keyframes.frames[f.keyframe].t_wc.compose(&f.t_kf_frame)))
+            .map(|f| {
+                (
+                    f.timestamp,
+                    self.keyframes.frames[f.keyframe]
+                        .t_wc
+                        .compose(&f.t_kf_frame),
+                )
+            })
             .collect()
     }
 
     /// Keyframe poses as `(timestamp, T_WC)`.
     pub fn keyframe_poses(&self) -> Vec<(f64, Sim3)> {
-        self.keyframes.frames.iter().map(|k| (k.timestamp, k.t_wc)).collect()
+        self.keyframes
+            .frames
+            .iter()
+            .map(|k| (k.timestamp, k.t_wc))
+            .collect()
     }
 }
 
@@ -199,9 +210,25 @@ impl Backend {
     fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
         let (snapshot, descriptors, mut edges) = {
             let s = shared.lock().expect("back-end lock");
-            let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> =
-                s.store.frames.iter().map(|kf| (kf.t_wc, kf.pointmap.clone(), kf.n_updates, kf.average_conf())).collect();
-            let descriptors: Vec<Arc<crate::appearance::Descriptor>> = s.store.frames.iter().map(|kf| kf.descriptor.clone()).collect();
+            let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> = s
+                .store
+                .frames
+                .iter()
+                .map(|kf| {
+                    (
+                        kf.t_wc,
+                        kf.pointmap.clone(),
+                        kf.n_updates,
+                        kf.average_conf(),
+                    )
+                })
+                .collect();
+            let descriptors: Vec<Arc<crate::appearance::Descriptor>> = s
+                .store
+                .frames
+                .iter()
+                .map(|kf| kf.descriptor.clone())
+                .collect();
             (snap, descriptors, s.edges.clone())
         };
         if batch.iter().any(|(k, _)| *k >= snapshot.len()) || snapshot.is_empty() {
@@ -209,16 +236,29 @@ impl Backend {
         }
         let p = self.params();
         let level = self.cfg.rgbd.backend_level;
-        let views_at = |cache: &mut HashMap<(usize, usize), (u32, LevelView)>, level: usize| -> Vec<KeyframeView> {
+        let views_at = |cache: &mut HashMap<(usize, usize), (u32, LevelView)>,
+                        level: usize|
+         -> Vec<KeyframeView> {
             let mut views = Vec::with_capacity(snapshot.len());
             for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
                 let fresh = matches!(cache.get(&(i, level)), Some((stamp, _)) if stamp == nu);
                 if !fresh {
                     let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
-                    let v = LevelView::build(pm, conf, self.cam, level, &p, p.sigma_plane > 0.0, with_rays);
+                    let v = LevelView::build(
+                        pm,
+                        conf,
+                        self.cam,
+                        level,
+                        &p,
+                        p.sigma_plane > 0.0,
+                        with_rays,
+                    );
                     cache.insert((i, level), (*nu, v));
                 }
-                views.push(KeyframeView { t_wc: *t, view: cache[&(i, level)].1.clone() });
+                views.push(KeyframeView {
+                    t_wc: *t,
+                    view: cache[&(i, level)].1.clone(),
+                });
             }
             views
         };
@@ -226,7 +266,10 @@ impl Backend {
         // Edges: previous keyframe, relocalisation partners, loop candidates.
         let mut new_edges: Vec<Edge> = Vec::new();
         let add = |a: usize, b: usize, list: &mut Vec<Edge>| {
-            let e = Edge { i: a.min(b), j: a.max(b) };
+            let e = Edge {
+                i: a.min(b),
+                j: a.max(b),
+            };
             if a != b && !edges.contains(&e) && !list.contains(&e) {
                 list.push(e);
             }
@@ -252,7 +295,8 @@ impl Backend {
             for &j in &near {
                 add(j, k, &mut new_edges);
             }
-            if let Some((j, t_jk)) = self.appearance_loop(&snapshot, &descriptors, &views, k, &near) {
+            if let Some((j, t_jk)) = self.appearance_loop(&snapshot, &descriptors, &views, k, &near)
+            {
                 tracing::info!("loop closure by appearance: keyframe {k} with keyframe {j}");
                 corrected |= spread_correction(&mut views, j, k, &t_jk);
                 add(j, k, &mut new_edges);
@@ -268,14 +312,32 @@ impl Backend {
             let mut cv = views_at(&mut self.cache, level + 1);
             let mut lc = local.clone();
             lc.max_iters = coarse;
-            if optimize(&mut cv, &edges, first_free, &lc, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale).is_some() {
+            if optimize(
+                &mut cv,
+                &edges,
+                first_free,
+                &lc,
+                &self.cfg.matching,
+                self.cfg.tracking.huber,
+                self.optimize_scale,
+            )
+            .is_some()
+            {
                 for (v, c) in views.iter_mut().zip(&cv) {
                     v.t_wc = c.t_wc;
                 }
             }
             local.max_iters -= coarse;
         }
-        let report = optimize(&mut views, &edges, first_free, &local, &self.cfg.matching, self.cfg.tracking.huber, self.optimize_scale);
+        let report = optimize(
+            &mut views,
+            &edges,
+            first_free,
+            &local,
+            &self.cfg.matching,
+            self.cfg.tracking.huber,
+            self.optimize_scale,
+        );
         if let Some(r) = &report {
             tracing::debug!(
                 "back end: keyframe {k}, {} edges, {} iterations, cost {:.1} -> {:.1}",
@@ -313,20 +375,42 @@ impl Backend {
     /// `skip`, the candidates found by pose) against which `k` tracks with a match fraction of
     /// at least `reloc.min_match_frac` and a well-constrained pose, starting from the identity
     /// (similar views) and from the current estimate. Returns `j` and the verified `T_CjCk`.
-    fn appearance_loop(&self, snapshot: &[(Sim3, Arc<Pointmap>, u32, Vec<f32>)], descriptors: &[Arc<crate::appearance::Descriptor>], views: &[KeyframeView], k: usize, skip: &[usize]) -> Option<(usize, Sim3)> {
+    fn appearance_loop(
+        &self,
+        snapshot: &[(Sim3, Arc<Pointmap>, u32, Vec<f32>)],
+        descriptors: &[Arc<crate::appearance::Descriptor>],
+        views: &[KeyframeView],
+        k: usize,
+        skip: &[usize],
+    ) -> Option<(usize, Sim3)> {
         let r = &self.cfg.retrieval;
         if !r.appearance || self.cam.is_none() || k >= descriptors.len() || k >= snapshot.len() {
             return None;
         }
-        let cands = crate::appearance::most_similar(&descriptors[k], &descriptors[..k], r.k, r.min_similarity, |j| j + r.exclude_recent < k && !skip.contains(&j));
-        let tracker = Tracker { cfg: self.cfg.tracking.clone(), matching: self.cfg.matching.clone(), levels: self.cfg.rgbd.pyramid_levels, optimize_scale: self.optimize_scale };
+        let cands = crate::appearance::most_similar(
+            &descriptors[k],
+            &descriptors[..k],
+            r.k,
+            r.min_similarity,
+            |j| j + r.exclude_recent < k && !skip.contains(&j),
+        );
+        let tracker = Tracker {
+            cfg: self.cfg.tracking.clone(),
+            matching: self.cfg.matching.clone(),
+            levels: self.cfg.rgbd.pyramid_levels,
+            optimize_scale: self.optimize_scale,
+        };
         let (_, pm_k, _, conf_k) = &snapshot[k];
         for (j, sim) in cands {
             let (_, pm_j, _, conf_j) = &snapshot[j];
             let current = views[j].t_wc.inverse().compose(&views[k].t_wc);
             for t_init in [Sim3::identity(), current] {
                 let res = tracker.track(pm_k, conf_k, pm_j, conf_j, self.cam, &t_init);
-                tracing::debug!("appearance candidate {j} for keyframe {k}: similarity {sim:.3}, match {:.3}, constraint {:.2e}", res.match_frac, res.constraint);
+                tracing::debug!(
+                    "appearance candidate {j} for keyframe {k}: similarity {sim:.3}, match {:.3}, constraint {:.2e}",
+                    res.match_frac,
+                    res.constraint
+                );
                 if !res.lost && !res.weak && res.match_frac >= self.cfg.reloc.min_match_frac {
                     return Some((j, res.t_kf_frame));
                 }
@@ -393,7 +477,10 @@ fn spread_correction(views: &mut [KeyframeView], j: usize, k: usize, t_jk: &Sim3
 
 enum BackendRunner {
     Inline(Backend),
-    Thread { tx: Sender<Msg>, handle: Option<JoinHandle<()>> },
+    Thread {
+        tx: Sender<Msg>,
+        handle: Option<JoinHandle<()>>,
+    },
 }
 
 impl BackendRunner {
@@ -415,7 +502,8 @@ impl BackendRunner {
             let _ = tx.send(Msg::Final);
             let _ = tx.send(Msg::Stop);
             if let Some(h) = handle.take() {
-                h.join().map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
+                h.join()
+                    .map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
             }
         }
         Ok(())
@@ -428,7 +516,8 @@ impl BackendRunner {
         if let Self::Thread { tx, handle } = self {
             let _ = tx.send(Msg::Stop);
             if let Some(h) = handle.take() {
-                h.join().map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
+                h.join()
+                    .map_err(|_| SlamError::Backend("the back-end thread panicked".into()))?;
             }
         }
         Ok(())
@@ -502,7 +591,13 @@ pub fn run_slam_with(
     gpu: Option<&rust3r_gpu::Gpu>,
     progress: impl FnMut(&Progress),
 ) -> Result<SlamResult, SlamError> {
-    run_slam_source(FrameSource::Inline { dataset, front }, cfg, max_frames, gpu, progress)
+    run_slam_source(
+        FrameSource::Inline { dataset, front },
+        cfg,
+        max_frames,
+        gpu,
+        progress,
+    )
 }
 
 /// Where the frames' pointmaps come from.
@@ -560,7 +655,12 @@ struct Loaded {
     load_s: f64,
 }
 
-fn load(dataset: &dyn Dataset, front: &mut dyn PointmapFrontEnd, i: usize, pairs: bool) -> Result<Loaded, SlamError> {
+fn load(
+    dataset: &dyn Dataset,
+    front: &mut dyn PointmapFrontEnd,
+    i: usize,
+    pairs: bool,
+) -> Result<Loaded, SlamError> {
     let start = std::time::Instant::now();
     let frame = dataset.frame(i)?;
     let pm = match front.pairs().filter(|_| pairs) {
@@ -570,7 +670,12 @@ fn load(dataset: &dyn Dataset, front: &mut dyn PointmapFrontEnd, i: usize, pairs
         }
         None => Some(front.pointmap(&frame)?),
     };
-    Ok(Loaded { timestamp: frame.timestamp, rgb_path: frame.rgb_path, pm, load_s: start.elapsed().as_secs_f64() })
+    Ok(Loaded {
+        timestamp: frame.timestamp,
+        rgb_path: frame.rgb_path,
+        pm,
+        load_s: start.elapsed().as_secs_f64(),
+    })
 }
 
 enum Source<'a> {
@@ -585,7 +690,9 @@ impl Source<'_> {
             Self::Inline(d, f, pairs) => load(*d, &mut **f, i, *pairs),
             Self::Channels(rx) => {
                 let n = rx.len();
-                rx[i % n].recv().map_err(|_| SlamError::Backend("a frame loader thread stopped".into()))?
+                rx[i % n]
+                    .recv()
+                    .map_err(|_| SlamError::Backend("a frame loader thread stopped".into()))?
             }
         }
     }
@@ -604,7 +711,9 @@ impl Source<'_> {
         match (pm, self.pairs()) {
             (Some(pm), _) => Ok(pm),
             (None, Some(p)) => p.mono(i),
-            (None, None) => Err(SlamError::Backend(format!("frame {i} was neither decoded nor encoded"))),
+            (None, None) => Err(SlamError::Backend(format!(
+                "frame {i} was neither decoded nor encoded"
+            ))),
         }
     }
 }
@@ -619,32 +728,58 @@ pub fn run_slam_source(
     mut progress: impl FnMut(&Progress),
 ) -> Result<SlamResult, SlamError> {
     let (len, name, camera, metric) = match &source {
-        FrameSource::Inline { dataset, front } => (dataset.len(), dataset.name().to_string(), front.camera(), front.is_metric()),
+        FrameSource::Inline { dataset, front } => (
+            dataset.len(),
+            dataset.name().to_string(),
+            front.camera(),
+            front.is_metric(),
+        ),
         FrameSource::Prefetch { loaders, .. } => {
-            let (d, f) = loaders.first().ok_or_else(|| SlamError::InvalidInput("no frame loaders given".into()))?;
+            let (d, f) = loaders
+                .first()
+                .ok_or_else(|| SlamError::InvalidInput("no frame loaders given".into()))?;
             (d.len(), d.name().to_string(), f.camera(), f.is_metric())
         }
     };
     let total = max_frames.map_or(len, |m| m.min(len));
     if total == 0 {
-        return Err(SlamError::InvalidInput(format!("data set '{name}' has no frames")));
+        return Err(SlamError::InvalidInput(format!(
+            "data set '{name}' has no frames"
+        )));
     }
     let cam = if cfg.use_calib { camera } else { None };
     let optimize_scale = !metric || cfg.rgbd.optimize_scale;
     let tracker = Tracker {
         cfg: cfg.tracking.clone(),
         matching: cfg.matching.clone(),
-        levels: if cam.is_some() { cfg.rgbd.pyramid_levels } else { 1 },
+        levels: if cam.is_some() {
+            cfg.rgbd.pyramid_levels
+        } else {
+            1
+        },
         optimize_scale,
     };
-    let shared = Arc::new(Mutex::new(Shared { store: KeyframeStore::default(), edges: Vec::new(), runs: 0, backend_s: 0.0 }));
-    let backend = Backend { cfg: cfg.clone(), cam, optimize_scale, cache: HashMap::new() };
+    let shared = Arc::new(Mutex::new(Shared {
+        store: KeyframeStore::default(),
+        edges: Vec::new(),
+        runs: 0,
+        backend_s: 0.0,
+    }));
+    let backend = Backend {
+        cfg: cfg.clone(),
+        cam,
+        optimize_scale,
+        cache: HashMap::new(),
+    };
     let mut runner = if cfg.single_thread {
         BackendRunner::Inline(backend)
     } else {
         let (tx, rx) = channel();
         let handle = spawn_backend(backend, shared.clone(), rx);
-        BackendRunner::Thread { tx, handle: Some(handle) }
+        BackendRunner::Thread {
+            tx,
+            handle: Some(handle),
+        }
     };
     let gpu = if cam.is_some() { gpu } else { None };
     let mut timings = Timings::default();
@@ -687,21 +822,50 @@ pub fn run_slam_source(
                 Source::Channels(rxs)
             }
         };
-        let r = run_frames(src, cfg, total, cam, camera, &tracker, gpu, &shared, &mut runner, &mut timings, &mut progress);
+        let r = run_frames(
+            src,
+            cfg,
+            total,
+            cam,
+            camera,
+            &tracker,
+            gpu,
+            &shared,
+            &mut runner,
+            &mut timings,
+            &mut progress,
+        );
         let wait = std::time::Instant::now();
-        let finish = if r.is_ok() { runner.finish(&shared) } else { runner.finish_quietly() };
+        let finish = if r.is_ok() {
+            runner.finish(&shared)
+        } else {
+            runner.finish_quietly()
+        };
         timings.backend_wait_s = wait.elapsed().as_secs_f64();
         (r, finish)
     });
     let (result, finish) = result;
     let (frames, peak, pair_frames, refined_matches) = result?;
     finish?;
-    let s = Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
-    let s = s.into_inner().map_err(|_| SlamError::Backend("the back end panicked".into()))?;
+    let s =
+        Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
+    let s = s
+        .into_inner()
+        .map_err(|_| SlamError::Backend("the back end panicked".into()))?;
     let keyframe_bytes = peak.max(s.store.memory_bytes());
     timings.backend_s = s.backend_s;
     timings.load_s += *load_s.lock().expect("timing lock");
-    Ok(SlamResult { frames, keyframes: s.store, edges: s.edges, camera: cam, backend_runs: s.runs, keyframe_bytes, timings, pair_frames, refined_matches })
+    Ok(SlamResult {
+        frames,
+        keyframes: s.store,
+        edges: s.edges,
+        camera: cam,
+        backend_runs: s.runs,
+        keyframe_bytes,
+        timings,
+        pair_frames,
+        refined_matches,
+    })
 }
 
 /// Runs `f`, adding its wall-clock seconds to `acc`.
@@ -713,7 +877,8 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
 }
 
 fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamError> {
-    s.lock().map_err(|_| SlamError::Backend("the back end panicked".into()))
+    s.lock()
+        .map_err(|_| SlamError::Backend("the back end panicked".into()))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -744,8 +909,16 @@ fn run_frames(
     for i in 0..total {
         let t0 = std::time::Instant::now();
         let inline = matches!(source, Source::Inline(..));
-        let Loaded { timestamp, rgb_path, pm, load_s } = source.next(i)?;
-        let frame = FrameMeta { timestamp, rgb_path };
+        let Loaded {
+            timestamp,
+            rgb_path,
+            pm,
+            load_s,
+        } = source.next(i)?;
+        let frame = FrameMeta {
+            timestamp,
+            rgb_path,
+        };
         let waited = t0.elapsed().as_secs_f64();
         if inline {
             timings.load_s += load_s;
@@ -758,13 +931,32 @@ fn run_frames(
         let mut decode_s = 0.0;
         // Inline back-end time is counted as back end, not mapping.
         let backend_inline = matches!(runner, BackendRunner::Inline(_));
-        let backend_before = if backend_inline { lock(shared)?.backend_s } else { 0.0 };
+        let backend_before = if backend_inline {
+            lock(shared)?.backend_s
+        } else {
+            0.0
+        };
         match state {
             TrackingState::Init => {
                 let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
-                let kf = Keyframe::new(i, frame.timestamp, Sim3::identity(), pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                let kf = Keyframe::new(
+                    i,
+                    frame.timestamp,
+                    Sim3::identity(),
+                    pm,
+                    frame.rgb_path.clone(),
+                    cfg.tracking.filtering_score,
+                );
                 let k = lock(shared)?.store.push(kf);
-                records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
+                records.push(FrameRecord {
+                    index: i,
+                    timestamp: frame.timestamp,
+                    keyframe: k,
+                    t_kf_frame: Sim3::identity(),
+                    tracked: true,
+                    weak: false,
+                    rgb_path: frame.rgb_path.clone(),
+                });
                 runner.notify(shared, k, Vec::new());
                 state = TrackingState::Tracking;
             }
@@ -774,28 +966,54 @@ fn run_frames(
                     let s = lock(shared)?;
                     let k = s.store.len() - 1;
                     let kf = &s.store.frames[k];
-                    let world = |r: &FrameRecord| s.store.frames[r.keyframe].t_wc.compose(&r.t_kf_frame);
+                    let world =
+                        |r: &FrameRecord| s.store.frames[r.keyframe].t_wc.compose(&r.t_kf_frame);
                     // The frame before the last one, when both were tracked (motion model).
-                    let prev = records.len().checked_sub(2).map(|j| &records[j]).filter(|p| p.tracked && last.tracked && !p.weak && !last.weak);
-                    (k, kf.frame_index, kf.pointmap.clone(), kf.average_conf(), kf.t_wc, world(&last), prev.map(world))
+                    let prev = records
+                        .len()
+                        .checked_sub(2)
+                        .map(|j| &records[j])
+                        .filter(|p| p.tracked && last.tracked && !p.weak && !last.weak);
+                    (
+                        k,
+                        kf.frame_index,
+                        kf.pointmap.clone(),
+                        kf.average_conf(),
+                        kf.t_wc,
+                        world(&last),
+                        prev.map(world),
+                    )
                 };
                 // Start from the previous frame's pose, moved on by the previous frame's motion
                 // (constant velocity) when the motion prior is on.
                 let predicted = match t_wc_prev {
-                    Some(prev) if cfg.tracking.motion_prior => t_wc_last.compose(&prev.inverse().compose(&t_wc_last)),
+                    Some(prev) if cfg.tracking.motion_prior => {
+                        t_wc_last.compose(&prev.inverse().compose(&t_wc_last))
+                    }
                     _ => t_wc_last,
                 };
-                let t_init = if last.keyframe == k && predicted == t_wc_last { last.t_kf_frame } else { t_wck.inverse().compose(&predicted) };
+                let t_init = if last.keyframe == k && predicted == t_wc_last {
+                    last.t_kf_frame
+                } else {
+                    t_wck.inverse().compose(&predicted)
+                };
                 let (res, pm) = match source.pairs() {
                     Some(pairs) => {
                         // MASt3R-SLAM: decode (frame, keyframe), match once, refine with the
                         // descriptors, weigh by Q (crate::pair). The frame's pointmap is Xff.
                         let pred = timed(&mut decode_s, || pairs.pair(i, kf_index))?;
                         let t_track = std::time::Instant::now();
-                        let warm = pair_warm.as_ref().filter(|w| w.0 == k).map(|w| w.1.as_slice());
+                        let warm = pair_warm
+                            .as_ref()
+                            .filter(|w| w.0 == k)
+                            .map(|w| w.1.as_slice());
                         let pt = tracker.track_pair(&pred, &kf_pm, &kf_conf, cam, &t_init, warm)?;
                         tracked_s += t_track.elapsed().as_secs_f64();
-                        tracing::debug!("frame {i}: pair with keyframe {k}: {} matches used, {} moved by the descriptors", pt.used, pt.matches.refined);
+                        tracing::debug!(
+                            "frame {i}: pair with keyframe {k}: {} matches used, {} moved by the descriptors",
+                            pt.used,
+                            pt.matches.refined
+                        );
                         pair_frames += 1;
                         refined_matches += pt.matches.refined;
                         pair_warm = Some((k, pt.matches.idx));
@@ -811,7 +1029,9 @@ fn run_frames(
                         let conf = pm.conf.clone();
                         let t_track = std::time::Instant::now();
                         let res = match (gpu, cam) {
-                            (Some(g), Some(c)) => crate::kernels::track_gpu(g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init)?,
+                            (Some(g), Some(c)) => crate::kernels::track_gpu(
+                                g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init,
+                            )?,
                             _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
                         };
                         tracked_s += t_track.elapsed().as_secs_f64();
@@ -827,60 +1047,141 @@ fn run_frames(
                 // `weak` is only set on frames that are not lost.
                 weak_run = if res.weak { weak_run + 1 } else { 0 };
                 if res.weak {
-                    tracing::debug!("frame {i}: poorly constrained (constraint {:.2e}), {weak_run} in a row", res.constraint);
+                    tracing::debug!(
+                        "frame {i}: poorly constrained (constraint {:.2e}), {weak_run} in a row",
+                        res.constraint
+                    );
                 }
                 let lost_weak = weak_run > cfg.tracking.max_weak_frames;
                 if res.weak && !lost_weak {
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, weak: true, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord {
+                        index: i,
+                        timestamp: frame.timestamp,
+                        keyframe: k,
+                        t_kf_frame: res.t_kf_frame,
+                        tracked: true,
+                        weak: true,
+                        rgb_path: frame.rgb_path.clone(),
+                    });
                 } else if res.lost || lost_weak {
                     if lost_weak {
-                        tracing::warn!("frame {i}: {weak_run} poorly constrained frames in a row: tracking lost");
+                        tracing::warn!(
+                            "frame {i}: {weak_run} poorly constrained frames in a row: tracking lost"
+                        );
                         weak_run = 0;
                     }
-                    tracing::warn!("frame {i}: tracking lost (match fraction {:.3})", res.match_frac);
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: t_init, tracked: false, weak: false, rgb_path: frame.rgb_path.clone() });
+                    tracing::warn!(
+                        "frame {i}: tracking lost (match fraction {:.3})",
+                        res.match_frac
+                    );
+                    records.push(FrameRecord {
+                        index: i,
+                        timestamp: frame.timestamp,
+                        keyframe: k,
+                        t_kf_frame: t_init,
+                        tracked: false,
+                        weak: false,
+                        rgb_path: frame.rgb_path.clone(),
+                    });
                     state = TrackingState::Relocalising;
                 } else {
                     let mut s = lock(shared)?;
                     if let Some((pts, c)) = &res.observation {
-                        s.store.frames[k].fuse(pts, c, cfg.tracking.filtering_mode, cfg.tracking.filtering_score);
+                        s.store.frames[k].fuse(
+                            pts,
+                            c,
+                            cfg.tracking.filtering_mode,
+                            cfg.tracking.filtering_score,
+                        );
                     }
                     if res.new_keyframe {
                         let t_wc = s.store.frames[k].t_wc.compose(&res.t_kf_frame);
-                        let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                        let kf = Keyframe::new(
+                            i,
+                            frame.timestamp,
+                            t_wc,
+                            pm,
+                            frame.rgb_path.clone(),
+                            cfg.tracking.filtering_score,
+                        );
                         let nk = s.store.push(kf);
                         drop(s);
-                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
+                        records.push(FrameRecord {
+                            index: i,
+                            timestamp: frame.timestamp,
+                            keyframe: nk,
+                            t_kf_frame: Sim3::identity(),
+                            tracked: true,
+                            weak: false,
+                            rgb_path: frame.rgb_path.clone(),
+                        });
                         runner.notify(shared, nk, Vec::new());
                     } else {
                         drop(s);
-                        records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: k, t_kf_frame: res.t_kf_frame, tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
+                        records.push(FrameRecord {
+                            index: i,
+                            timestamp: frame.timestamp,
+                            keyframe: k,
+                            t_kf_frame: res.t_kf_frame,
+                            tracked: true,
+                            weak: false,
+                            rgb_path: frame.rgb_path.clone(),
+                        });
                     }
                 }
             }
             TrackingState::Relocalising => {
                 let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
                 let conf = pm.conf.clone();
-                let last_good = records.iter().rev().find(|r| r.tracked).expect("frame 0 is tracked").clone();
+                let last_good = records
+                    .iter()
+                    .rev()
+                    .find(|r| r.tracked)
+                    .expect("frame 0 is tracked")
+                    .clone();
                 let (cands, t_wc_last) = {
                     let s = lock(shared)?;
-                    let t_last = s.store.frames[last_good.keyframe].t_wc.compose(&last_good.t_kf_frame);
+                    let t_last = s.store.frames[last_good.keyframe]
+                        .t_wc
+                        .compose(&last_good.t_kf_frame);
                     let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
                         .store
                         .frames
                         .iter()
                         .enumerate()
-                        .map(|(j, kf)| ((kf.t_wc.translation - t_last.translation).norm(), j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()))
+                        .map(|(j, kf)| {
+                            (
+                                (kf.t_wc.translation - t_last.translation).norm(),
+                                j,
+                                kf.t_wc,
+                                kf.pointmap.clone(),
+                                kf.average_conf(),
+                            )
+                        })
                         .collect();
                     c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                     c.truncate(cfg.retrieval.k.max(1));
                     // Candidates by pose (`false`), tried from the last pose, then by appearance
                     // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
-                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c.into_iter().map(|(_, j, t, p, conf)| (false, j, t, p, conf)).collect();
+                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c
+                        .into_iter()
+                        .map(|(_, j, t, p, conf)| (false, j, t, p, conf))
+                        .collect();
                     if cfg.retrieval.appearance && cam.is_some() {
                         let desc = crate::appearance::Descriptor::of(&pm);
-                        let descs: Vec<&crate::appearance::Descriptor> = s.store.frames.iter().map(|kf| kf.descriptor.as_ref()).collect();
-                        for (j, _) in crate::appearance::most_similar(&desc, &descs, cfg.retrieval.k.max(1), cfg.retrieval.min_similarity, |_| true) {
+                        let descs: Vec<&crate::appearance::Descriptor> = s
+                            .store
+                            .frames
+                            .iter()
+                            .map(|kf| kf.descriptor.as_ref())
+                            .collect();
+                        for (j, _) in crate::appearance::most_similar(
+                            &desc,
+                            &descs,
+                            cfg.retrieval.k.max(1),
+                            cfg.retrieval.min_similarity,
+                            |_| true,
+                        ) {
                             let kf = &s.store.frames[j];
                             c.push((true, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
                         }
@@ -892,7 +1193,11 @@ fn run_frames(
                 let mut by_appearance = false;
                 for (appearance, j, t_wcj, kpm, kconf) in &cands {
                     let appearance = *appearance;
-                    let t_init = if appearance { Sim3::identity() } else { t_wcj.inverse().compose(&t_wc_last) };
+                    let t_init = if appearance {
+                        Sim3::identity()
+                    } else {
+                        t_wcj.inverse().compose(&t_wc_last)
+                    };
                     let t_track = std::time::Instant::now();
                     let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
                     tracked_s += t_track.elapsed().as_secs_f64();
@@ -909,15 +1214,38 @@ fn run_frames(
                 let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict || by_appearance);
                 if success {
                     let t_wc = ok[0].1;
-                    let kf = Keyframe::new(i, frame.timestamp, t_wc, pm, frame.rgb_path.clone(), cfg.tracking.filtering_score);
+                    let kf = Keyframe::new(
+                        i,
+                        frame.timestamp,
+                        t_wc,
+                        pm,
+                        frame.rgb_path.clone(),
+                        cfg.tracking.filtering_score,
+                    );
                     let nk = lock(shared)?.store.push(kf);
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: nk, t_kf_frame: Sim3::identity(), tracked: true, weak: false, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord {
+                        index: i,
+                        timestamp: frame.timestamp,
+                        keyframe: nk,
+                        t_kf_frame: Sim3::identity(),
+                        tracked: true,
+                        weak: false,
+                        rgb_path: frame.rgb_path.clone(),
+                    });
                     tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
                     runner.notify(shared, nk, ok.iter().map(|o| o.0).collect());
                     state = TrackingState::Tracking;
                 } else {
                     let kf_last = last_good.keyframe;
-                    records.push(FrameRecord { index: i, timestamp: frame.timestamp, keyframe: kf_last, t_kf_frame: last_good.t_kf_frame, tracked: false, weak: false, rgb_path: frame.rgb_path.clone() });
+                    records.push(FrameRecord {
+                        index: i,
+                        timestamp: frame.timestamp,
+                        keyframe: kf_last,
+                        t_kf_frame: last_good.t_kf_frame,
+                        tracked: false,
+                        weak: false,
+                        rgb_path: frame.rgb_path.clone(),
+                    });
                 }
             }
         }
@@ -930,17 +1258,33 @@ fn run_frames(
             }
             peak_bytes = peak_bytes.max(s.store.memory_bytes());
             let pose = s.store.frames[rec.keyframe].t_wc.compose(&rec.t_kf_frame);
-            let new_keyframe = (s.store.len() > reported.0)
-                .then(|| (s.store.len() - 1, s.store.frames[s.store.len() - 1].pointmap.clone()));
+            let new_keyframe = (s.store.len() > reported.0).then(|| {
+                (
+                    s.store.len() - 1,
+                    s.store.frames[s.store.len() - 1].pointmap.clone(),
+                )
+            });
             let graph = (s.store.len() > reported.0 || s.runs > reported.1).then(|| {
-                (s.store.frames.iter().map(|k| k.t_wc).collect(), s.edges.iter().map(|e| (e.i, e.j)).collect())
+                (
+                    s.store.frames.iter().map(|k| k.t_wc).collect(),
+                    s.edges.iter().map(|e| (e.i, e.j)).collect(),
+                )
             });
             reported = (s.store.len(), s.runs);
-            (s.store.len(), if backend_inline { s.backend_s } else { 0.0 }, pose, new_keyframe, graph)
+            (
+                s.store.len(),
+                if backend_inline { s.backend_s } else { 0.0 },
+                pose,
+                new_keyframe,
+                graph,
+            )
         };
         timings.track_s += tracked_s;
         timings.load_s += decode_s;
-        timings.map_s += t_frame.elapsed().as_secs_f64() - tracked_s - decode_s - (backend_after - backend_before);
+        timings.map_s += t_frame.elapsed().as_secs_f64()
+            - tracked_s
+            - decode_s
+            - (backend_after - backend_before);
         progress(&Progress {
             frame: i + 1,
             total,

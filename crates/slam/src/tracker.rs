@@ -33,8 +33,8 @@ use rust3r_geometry::{Matrix3x7, Matrix7, PinholeCamera, Sim3, Vector7};
 
 use crate::config::{MatchingConfig, TrackingConfig};
 use crate::matching::{Matches, RayImage, match_iterative_proj, ray_image};
-use crate::pointmap::{Pointmap, level_camera};
 use crate::photometric::{IntensityPyramid, LevelTerm, PhotoParams};
+use crate::pointmap::{Pointmap, level_camera};
 use crate::residuals::{self, huber_weight};
 
 /// Largest relative depth difference between a frame point moved into the keyframe and the
@@ -43,7 +43,14 @@ pub const PHOTO_MAX_REL_DEPTH: f64 = 0.05;
 
 /// Median depth of the valid points of a pointmap (1 when none).
 pub fn median_depth(pm: &Pointmap, conf: &[f32]) -> f64 {
-    let mut z: Vec<f32> = pm.points.iter().zip(conf).filter(|(p, c)| **c > 0.0 && p[2] > 0.0).map(|(p, _)| p[2]).step_by(7).collect();
+    let mut z: Vec<f32> = pm
+        .points
+        .iter()
+        .zip(conf)
+        .filter(|(p, c)| **c > 0.0 && p[2] > 0.0)
+        .map(|(p, _)| p[2])
+        .step_by(7)
+        .collect();
     if z.is_empty() {
         return 1.0;
     }
@@ -139,21 +146,55 @@ pub const NORMAL_MAX_REL_JUMP: f32 = 0.05;
 impl LevelView {
     /// Builds the level-`level` view (every `2^level`-th pixel) of a pointmap with average
     /// confidences `avg_conf`, with its ray image (for iterative projection).
-    pub fn new(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool) -> Self {
+    pub fn new(
+        pm: &Pointmap,
+        avg_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        level: usize,
+        p: &ResidualParams,
+        with_normals: bool,
+    ) -> Self {
         Self::build(pm, avg_conf, cam, level, p, with_normals, true)
     }
 
     /// [`LevelView::new`]; `with_rays` false leaves the ray image empty (projective
     /// association of calibrated views does not need it).
-    pub fn build(pm: &Pointmap, avg_conf: &[f32], cam: Option<PinholeCamera>, level: usize, p: &ResidualParams, with_normals: bool, with_rays: bool) -> Self {
+    pub fn build(
+        pm: &Pointmap,
+        avg_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        level: usize,
+        p: &ResidualParams,
+        with_normals: bool,
+        with_rays: bool,
+    ) -> Self {
         let step = 1usize << level;
         if let (Some(c), false) = (cam, with_rays) {
-            return Self::build_calibrated(pm, avg_conf, level_camera(&c, step), step, p, with_normals);
+            return Self::build_calibrated(
+                pm,
+                avg_conf,
+                level_camera(&c, step),
+                step,
+                p,
+                with_normals,
+            );
         }
         let mut sub = if step == 1 {
-            Pointmap { width: pm.width, height: pm.height, points: pm.points.clone(), conf: avg_conf.to_vec(), colors: Vec::new() }
+            Pointmap {
+                width: pm.width,
+                height: pm.height,
+                points: pm.points.clone(),
+                conf: avg_conf.to_vec(),
+                colors: Vec::new(),
+            }
         } else {
-            let full = Pointmap { width: pm.width, height: pm.height, points: pm.points.clone(), conf: avg_conf.to_vec(), colors: vec![[0; 3]; pm.len()] };
+            let full = Pointmap {
+                width: pm.width,
+                height: pm.height,
+                points: pm.points.clone(),
+                conf: avg_conf.to_vec(),
+                colors: vec![[0; 3]; pm.len()],
+            };
             full.subsample(step)
         };
         let cam = cam.map(|c| level_camera(&c, step));
@@ -161,19 +202,34 @@ impl LevelView {
             sub.constrain_to_rays(c);
         }
         let valid: Vec<bool> = (0..sub.len())
-            .map(|i| sub.conf[i] as f64 > p.c_conf && (cam.is_none() || sub.points[i][2] as f64 > p.depth_eps))
+            .map(|i| {
+                sub.conf[i] as f64 > p.c_conf
+                    && (cam.is_none() || sub.points[i][2] as f64 > p.depth_eps)
+            })
             .collect();
         // Pixels without a point still have a ray when the camera is calibrated.
         let w = sub.width;
         let rays = if !with_rays {
-            RayImage { width: sub.width, height: sub.height, data: Vec::new() }
+            RayImage {
+                width: sub.width,
+                height: sub.height,
+                data: Vec::new(),
+            }
         } else {
             ray_image(
-            sub.width,
-            sub.height,
-            &sub.points,
-            |i| cam.map(|c| [((i % w) as f64 - c.cx) as f32 / c.fx as f32, ((i / w) as f64 - c.cy) as f32 / c.fy as f32, 1.0]),
-            |i| valid[i],
+                sub.width,
+                sub.height,
+                &sub.points,
+                |i| {
+                    cam.map(|c| {
+                        [
+                            ((i % w) as f64 - c.cx) as f32 / c.fx as f32,
+                            ((i / w) as f64 - c.cy) as f32 / c.fy as f32,
+                            1.0,
+                        ]
+                    })
+                },
+                |i| valid[i],
             )
         };
         let normals = if with_normals && cam.is_some() {
@@ -185,12 +241,27 @@ impl LevelView {
         } else {
             Vec::new()
         };
-        Self { cam, width: sub.width, height: sub.height, points: sub.points, valid, rays, normals }
+        Self {
+            cam,
+            width: sub.width,
+            height: sub.height,
+            points: sub.points,
+            valid,
+            rays,
+            normals,
+        }
     }
 
     /// [`LevelView::build`] for a calibrated camera without a ray image: the same values,
     /// computed per pixel in parallel straight from the full-resolution pointmap.
-    fn build_calibrated(pm: &Pointmap, avg_conf: &[f32], c: PinholeCamera, step: usize, p: &ResidualParams, with_normals: bool) -> Self {
+    fn build_calibrated(
+        pm: &Pointmap,
+        avg_conf: &[f32],
+        c: PinholeCamera,
+        step: usize,
+        p: &ResidualParams,
+        with_normals: bool,
+    ) -> Self {
         let (w, h) = (pm.width.div_ceil(step), pm.height.div_ceil(step));
         // Ray directions per column and row (the same expressions as `constrain_to_rays`).
         let rx: Vec<f32> = (0..w).map(|u| ((u as f64 - c.cx) / c.fx) as f32).collect();
@@ -201,16 +272,33 @@ impl LevelView {
             [rx[u] * z, ry[v] * z, z]
         });
         let mut valid = vec![false; w * h];
-        crate::par::fill_rows(&mut valid, w, |u, v, i| avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf && points[i][2] as f64 > p.depth_eps);
+        crate::par::fill_rows(&mut valid, w, |u, v, i| {
+            avg_conf[v * step * pm.width + u * step] as f64 > p.c_conf
+                && points[i][2] as f64 > p.depth_eps
+        });
         let normals = if with_normals {
             let mut n = vec![None; w * h];
-            crate::par::fill_rows(&mut n, w, |u, v, _| crate::pointmap::normal_at(&points, |j| valid[j], w, h, u, v, NORMAL_MAX_REL_JUMP));
+            crate::par::fill_rows(&mut n, w, |u, v, _| {
+                crate::pointmap::normal_at(&points, |j| valid[j], w, h, u, v, NORMAL_MAX_REL_JUMP)
+            });
             n
         } else {
             Vec::new()
         };
-        let rays = RayImage { width: w, height: h, data: Vec::new() };
-        Self { cam: Some(c), width: w, height: h, points, valid, rays, normals }
+        let rays = RayImage {
+            width: w,
+            height: h,
+            data: Vec::new(),
+        };
+        Self {
+            cam: Some(c),
+            width: w,
+            height: h,
+            points,
+            valid,
+            rays,
+            normals,
+        }
     }
 
     /// Number of pixels.
@@ -233,7 +321,13 @@ impl LevelView {
 
 /// Matches the measurement view's pixels to the source view: each valid pixel `q` of `meas`
 /// is moved into the source camera by `t_src_meas` and located on the source's ray image.
-pub fn associate(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, p_init: Option<&[[f32; 2]]>, cfg: &MatchingConfig) -> Matches {
+pub fn associate(
+    src: &LevelView,
+    meas: &LevelView,
+    t_src_meas: &Sim3,
+    p_init: Option<&[[f32; 2]]>,
+    cfg: &MatchingConfig,
+) -> Matches {
     let n = meas.len();
     let queries: Vec<Option<[f32; 3]>> = (0..n)
         .map(|q| {
@@ -250,8 +344,13 @@ pub fn associate(src: &LevelView, meas: &LevelView, t_src_meas: &Sim3, p_init: O
         _ => {
             // Identity start: pixel q of the measurement view at the same place in the source
             // (scaled when the sizes differ).
-            let (sx, sy) = (src.width as f32 / meas.width as f32, src.height as f32 / meas.height as f32);
-            identity = (0..n).map(|q| [(q % meas.width) as f32 * sx, (q / meas.width) as f32 * sy]).collect();
+            let (sx, sy) = (
+                src.width as f32 / meas.width as f32,
+                src.height as f32 / meas.height as f32,
+            );
+            identity = (0..n)
+                .map(|q| [(q % meas.width) as f32 * sx, (q / meas.width) as f32 * sy])
+                .collect();
             &identity
         }
     };
@@ -277,7 +376,12 @@ pub struct NormalEq {
 
 impl Default for NormalEq {
     fn default() -> Self {
-        Self { h: Matrix7::zeros(), g: Vector7::zeros(), cost: 0.0, count: 0 }
+        Self {
+            h: Matrix7::zeros(),
+            g: Vector7::zeros(),
+            cost: 0.0,
+            count: 0,
+        }
     }
 }
 
@@ -311,7 +415,9 @@ pub fn constraint_ratio(h: &Matrix7, depth: f64) -> f64 {
         return 0.0;
     }
     let ev = h6.symmetric_eigenvalues();
-    let (lo, hi) = ev.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &e| (lo.min(e), hi.max(e)));
+    let (lo, hi) = ev.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &e| {
+        (lo.min(e), hi.max(e))
+    });
     if hi > 0.0 { (lo / hi).max(0.0) } else { 0.0 }
 }
 
@@ -329,14 +435,25 @@ pub struct PointInfo {
 
 /// Linearises the residuals between keyframe pixel `q` of `meas` and the source point moved
 /// into `meas`'s camera, `y`. `None` when the projection or the measurement is invalid.
-pub fn point_info(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &ResidualParams) -> Option<PointInfo> {
+pub fn point_info(
+    meas: &LevelView,
+    q: usize,
+    y: &Vector3<f64>,
+    p: &ResidualParams,
+) -> Option<PointInfo> {
     point_info_weighted(meas, q, y, p, 1.0)
 }
 
 /// [`point_info`] with every residual's information scaled by `weight` (MASt3R-SLAM's match
 /// quality `Q`: square-root information `sqrt(Q) / sigma`, Huber on the residual whitened that
 /// way).
-pub fn point_info_weighted(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &ResidualParams, weight: f64) -> Option<PointInfo> {
+pub fn point_info_weighted(
+    meas: &LevelView,
+    q: usize,
+    y: &Vector3<f64>,
+    p: &ResidualParams,
+    weight: f64,
+) -> Option<PointInfo> {
     let mut m = Matrix3::zeros();
     let mut v = Vector3::zeros();
     let mut cost = 0.0;
@@ -351,18 +468,36 @@ pub fn point_info_weighted(meas: &LevelView, q: usize, y: &Vector3<f64>, p: &Res
     };
     let xq = meas.point(q);
     if let Some(cam) = &meas.cam {
-        if !residuals::projection_valid(cam, y, p.pixel_border, p.depth_eps) || !(xq.z > p.depth_eps) {
+        if !residuals::projection_valid(cam, y, p.pixel_border, p.depth_eps)
+            || !(xq.z > p.depth_eps)
+        {
             return None;
         }
         let u = (q % meas.width) as f64;
         let vv = (q / meas.width) as f64;
         let meas_v = Vector3::new(u, vv, xq.z.ln());
         let (r, dh) = residuals::calib_residual_dy(cam, &meas_v, y);
-        add(r.x, &dh.fixed_view::<1, 3>(0, 0).into_owned(), p.sigma_pixel);
-        add(r.y, &dh.fixed_view::<1, 3>(1, 0).into_owned(), p.sigma_pixel);
+        add(
+            r.x,
+            &dh.fixed_view::<1, 3>(0, 0).into_owned(),
+            p.sigma_pixel,
+        );
+        add(
+            r.y,
+            &dh.fixed_view::<1, 3>(1, 0).into_owned(),
+            p.sigma_pixel,
+        );
         // Depth noise of a structured-light sensor grows with z^2 (z in log-depth).
-        let (zs_log, zs_plane) = if p.depth_noise { (xq.z.max(0.5), (xq.z * xq.z).max(0.25)) } else { (1.0, 1.0) };
-        add(r.z, &dh.fixed_view::<1, 3>(2, 0).into_owned(), p.sigma_depth * zs_log);
+        let (zs_log, zs_plane) = if p.depth_noise {
+            (xq.z.max(0.5), (xq.z * xq.z).max(0.25))
+        } else {
+            (1.0, 1.0)
+        };
+        add(
+            r.z,
+            &dh.fixed_view::<1, 3>(2, 0).into_owned(),
+            p.sigma_depth * zs_log,
+        );
         if p.sigma_plane > 0.0 {
             if let Some(Some(n)) = meas.normals.get(q) {
                 let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
@@ -397,7 +532,13 @@ pub fn accumulate(eq: &mut NormalEq, info: &PointInfo, d: &Matrix3x7) {
 }
 
 /// Normal equations of the relative pose `t_meas_src` (`Y = T X_src`) over all matches.
-pub fn build_normal_eq(src: &LevelView, meas: &LevelView, matches: &Matches, t_meas_src: &Sim3, p: &ResidualParams) -> NormalEq {
+pub fn build_normal_eq(
+    src: &LevelView,
+    meas: &LevelView,
+    matches: &Matches,
+    t_meas_src: &Sim3,
+    p: &ResidualParams,
+) -> NormalEq {
     let mut eq = NormalEq::default();
     for q in 0..meas.len() {
         if !matches.valid[q] {
@@ -431,7 +572,13 @@ pub fn solve_pose(eq: &NormalEq, optimize_scale: bool) -> Option<Vector7> {
 }
 
 /// MASt3R-SLAM `check_convergence`.
-pub fn converged(rel_error: f64, delta_norm: f64, old_cost: f64, new_cost: f64, delta: &Vector7) -> bool {
+pub fn converged(
+    rel_error: f64,
+    delta_norm: f64,
+    old_cost: f64,
+    new_cost: f64,
+    delta: &Vector7,
+) -> bool {
     let rel = ((old_cost - new_cost) / old_cost).abs();
     rel < rel_error || delta.norm() < delta_norm
 }
@@ -480,7 +627,15 @@ impl Tracker {
     /// Tracks `frame` (average confidences `frame_conf`) against the keyframe pointmap `kf`
     /// (average confidences `kf_conf`), starting from `t_init` (`T_CkCf`). `cam` is the
     /// pointmaps' calibration when known.
-    pub fn track(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+    pub fn track(
+        &self,
+        frame: &Pointmap,
+        frame_conf: &[f32],
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t_init: &Sim3,
+    ) -> TrackResult {
         if cam.is_some() && self.matching.projective {
             return self.track_projective(frame, frame_conf, kf, kf_conf, cam, t_init);
         }
@@ -505,7 +660,12 @@ impl Tracker {
                 last = Some((fv, kv));
             }
         }
-        let (fv, kv) = last.unwrap_or_else(|| (LevelView::new(frame, frame_conf, cam, 0, &p, false), LevelView::new(kf, kf_conf, cam, 0, &p, false)));
+        let (fv, kv) = last.unwrap_or_else(|| {
+            (
+                LevelView::new(frame, frame_conf, cam, 0, &p, false),
+                LevelView::new(kf, kf_conf, cam, 0, &p, false),
+            )
+        });
         let mut res = self.finish(&fv, &kv, frame_conf, &t);
         res.iterations = iterations;
         res.cost = cost;
@@ -515,7 +675,15 @@ impl Tracker {
     /// [`Tracker::track`] for calibrated views with projective association
     /// ([`crate::projective`]): association and normal equations in one parallel pass per
     /// Gauss-Newton iteration, no ray images.
-    fn track_projective(&self, frame: &Pointmap, frame_conf: &[f32], kf: &Pointmap, kf_conf: &[f32], cam: Option<PinholeCamera>, t_init: &Sim3) -> TrackResult {
+    fn track_projective(
+        &self,
+        frame: &Pointmap,
+        frame_conf: &[f32],
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t_init: &Sim3,
+    ) -> TrackResult {
         let p = ResidualParams::tracking(&self.cfg);
         let mut t = *t_init;
         let mut iterations = 0;
@@ -529,9 +697,18 @@ impl Tracker {
         for level in (finest..levels).rev() {
             let fv = LevelView::build(frame, frame_conf, cam, level, &p, false, false);
             let kv = LevelView::build(kf, kf_conf, cam, level, &p, with_normals, false);
-            let term = photo.as_ref().map(|(fp, kp, pp)| LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
+            let term = photo
+                .as_ref()
+                .map(|(fp, kp, pp)| LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
             let eq = self.iterate_level(level, &mut t, &mut iterations, &mut cost, |t| {
-                let eq = crate::projective::tracking_normal_eq(&fv, &kv, t, &p, self.matching.dist_thresh, self.optimize_scale);
+                let eq = crate::projective::tracking_normal_eq(
+                    &fv,
+                    &kv,
+                    t,
+                    &p,
+                    self.matching.dist_thresh,
+                    self.optimize_scale,
+                );
                 match &term {
                     Some(term) => eq.merge(&term.normal_eq(&fv, &kv, t)),
                     None => eq,
@@ -546,7 +723,10 @@ impl Tracker {
         }
         let (fv, kv) = match last {
             Some(v) => v,
-            None => (LevelView::build(frame, frame_conf, cam, 0, &p, false, false), LevelView::build(kf, kf_conf, cam, 0, &p, false, false)),
+            None => (
+                LevelView::build(frame, frame_conf, cam, 0, &p, false, false),
+                LevelView::build(kf, kf_conf, cam, 0, &p, false, false),
+            ),
         };
         let m = crate::projective::associate(&fv, &kv, &t.inverse(), &self.matching);
         let mut res = self.finish_with(&fv, &kv, frame_conf, &t, &m);
@@ -557,15 +737,36 @@ impl Tracker {
     }
 
     /// The photometric term's pyramids and settings, when `tracking.sigma_photo` is positive.
-    pub(crate) fn photometric(&self, frame: &Pointmap, kf: &Pointmap, levels: usize) -> Option<(IntensityPyramid, IntensityPyramid, PhotoParams)> {
-        (self.cfg.sigma_photo > 0.0 && !frame.colors.is_empty() && !kf.colors.is_empty()).then(|| {
-            let pp = PhotoParams { sigma: self.cfg.sigma_photo, huber: self.cfg.huber, max_rel_depth: PHOTO_MAX_REL_DEPTH };
-            (IntensityPyramid::from_pointmap(frame, levels), IntensityPyramid::from_pointmap(kf, levels), pp)
-        })
+    pub(crate) fn photometric(
+        &self,
+        frame: &Pointmap,
+        kf: &Pointmap,
+        levels: usize,
+    ) -> Option<(IntensityPyramid, IntensityPyramid, PhotoParams)> {
+        (self.cfg.sigma_photo > 0.0 && !frame.colors.is_empty() && !kf.colors.is_empty()).then(
+            || {
+                let pp = PhotoParams {
+                    sigma: self.cfg.sigma_photo,
+                    huber: self.cfg.huber,
+                    max_rel_depth: PHOTO_MAX_REL_DEPTH,
+                };
+                (
+                    IntensityPyramid::from_pointmap(frame, levels),
+                    IntensityPyramid::from_pointmap(kf, levels),
+                    pp,
+                )
+            },
+        )
     }
 
     /// Failure detection from the last solve's normal equations: `constraint` and `weak`.
-    pub(crate) fn judge(&self, res: &mut TrackResult, eq: Option<&NormalEq>, kf: &Pointmap, kf_conf: &[f32]) {
+    pub(crate) fn judge(
+        &self,
+        res: &mut TrackResult,
+        eq: Option<&NormalEq>,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+    ) {
         let Some(eq) = eq else {
             // No solve ran (too few residuals): nothing pins the pose.
             res.constraint = 0.0;
@@ -580,7 +781,14 @@ impl Tracker {
     /// Gauss-Newton at one pyramid level: `normal_eq(t)` is the system at pose `t`; stops at
     /// `max_iters`, with fewer than 6 residuals, on a singular system or at convergence.
     /// Returns the last system solved (`None` when none was).
-    pub(crate) fn iterate_level(&self, level: usize, t: &mut Sim3, iterations: &mut usize, cost: &mut f64, mut normal_eq: impl FnMut(&Sim3) -> NormalEq) -> Option<NormalEq> {
+    pub(crate) fn iterate_level(
+        &self,
+        level: usize,
+        t: &mut Sim3,
+        iterations: &mut usize,
+        cost: &mut f64,
+        mut normal_eq: impl FnMut(&Sim3) -> NormalEq,
+    ) -> Option<NormalEq> {
         let mut old_cost = f64::INFINITY;
         let mut solved = None;
         for _ in 0..self.cfg.max_iters {
@@ -590,11 +798,24 @@ impl Tracker {
             if eq.count < 6 {
                 break;
             }
-            let Some(delta) = solve_pose(&eq, self.optimize_scale) else { break };
+            let Some(delta) = solve_pose(&eq, self.optimize_scale) else {
+                break;
+            };
             solved = Some(eq);
-            tracing::trace!("level {level}: {} matches, cost {:.3}, |delta| {:.2e}", eq.count, eq.cost, delta.norm());
+            tracing::trace!(
+                "level {level}: {} matches, cost {:.3}, |delta| {:.2e}",
+                eq.count,
+                eq.cost,
+                delta.norm()
+            );
             *t = t.retr(&delta);
-            let done = converged(self.cfg.rel_error, self.cfg.delta_norm, old_cost, eq.cost, &delta);
+            let done = converged(
+                self.cfg.rel_error,
+                self.cfg.delta_norm,
+                old_cost,
+                eq.cost,
+                &delta,
+            );
             old_cost = eq.cost;
             if done {
                 break;
@@ -605,14 +826,27 @@ impl Tracker {
 
     /// Final association at the optimised pose `t`: match statistics, the keyframe decision
     /// and the fusion observation.
-    pub fn finish(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3) -> TrackResult {
+    pub fn finish(
+        &self,
+        fv: &LevelView,
+        kv: &LevelView,
+        frame_conf: &[f32],
+        t: &Sim3,
+    ) -> TrackResult {
         // Final association at the optimised pose, for the statistics and fusion.
         let m = associate(fv, kv, &t.inverse(), None, &self.matching);
         self.finish_with(fv, kv, frame_conf, t, &m)
     }
 
     /// [`Tracker::finish`] with the final matches `m` (keyframe pixels in the frame) given.
-    pub fn finish_with(&self, fv: &LevelView, kv: &LevelView, frame_conf: &[f32], t: &Sim3, m: &Matches) -> TrackResult {
+    pub fn finish_with(
+        &self,
+        fv: &LevelView,
+        kv: &LevelView,
+        frame_conf: &[f32],
+        t: &Sim3,
+        m: &Matches,
+    ) -> TrackResult {
         let n = kv.len() as f64;
         // Per keyframe pixel, in parallel: the matched frame pixel (u32::MAX: none) and the
         // observation for fusion (confidence 0: none).
@@ -642,7 +876,11 @@ impl Tracker {
                     }
                 }
             }
-            (pi as u32, [y.x as f32, y.y as f32, y.z as f32], frame_conf[pi])
+            (
+                pi as u32,
+                [y.x as f32, y.y as f32, y.z as f32],
+                frame_conf[pi],
+            )
         });
         let mut n_valid = 0usize;
         let mut seen = vec![false; fv.len()];
@@ -666,7 +904,11 @@ impl Tracker {
             keyframe_frac,
             new_keyframe: !lost && keyframe_frac < self.cfg.match_frac_thresh,
             lost,
-            observation: if lost { None } else { Some((obs_points, obs_conf)) },
+            observation: if lost {
+                None
+            } else {
+                Some((obs_points, obs_conf))
+            },
             iterations: 0,
             cost: 0.0,
             constraint: 1.0,

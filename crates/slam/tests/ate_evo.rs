@@ -439,9 +439,18 @@ fn relative_errors_match_evo_rpe() {
     let v: Vec<f64> = e.iter().map(|x| x.1).collect();
     assert_eq!(v.len(), 775);
     let rmse = (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt();
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, |a, b| if b.is_nan() || b > a { b } else { a });
+    let max = v.iter().copied().fold(
+        f64::NEG_INFINITY,
+        |a, b| if b.is_nan() || b > a { b } else { a },
+    );
     let mean = v.iter().sum::<f64>() / v.len() as f64;
-    for (got, want, what) in [(rmse, 0.014040694883947975, "rmse"), (max, 0.04802324920295407, "max"), (mean, 0.012023436849269415, "mean"), (v[0], 0.004676313940816796, "first"), (v[774], 0.0015664153514319391, "last")] {
+    for (got, want, what) in [
+        (rmse, 0.014040694883947975, "rmse"),
+        (max, 0.04802324920295407, "max"),
+        (mean, 0.012023436849269415, "mean"),
+        (v[0], 0.004676313940816796, "first"),
+        (v[774], 0.0015664153514319391, "last"),
+    ] {
         assert!((got - want).abs() < 1e-9, "RPE {what}: {got} vs evo {want}");
     }
     assert!(rust3r_slam::relative_translation_errors(&est, &gt, 0, 0.01).is_err());

@@ -15,7 +15,13 @@ fn gauss_newton_recovers_perturbed_keyframe_poses() {
     // Noise-free synthetic depth: no depth-dependent down-weighting.
     cfg.local_opt.depth_noise = false;
     let truth: Vec<Sim3> = (0..5)
-        .map(|k| common::se3([0.2, 1.0, 0.1], 3.0 * k as f64, [0.06 * k as f64, -0.01 * k as f64, 0.03 * k as f64]))
+        .map(|k| {
+            common::se3(
+                [0.2, 1.0, 0.1],
+                3.0 * k as f64,
+                [0.06 * k as f64, -0.01 * k as f64, 0.03 * k as f64],
+            )
+        })
         .collect();
     let p = ResidualParams::local_opt(&cfg.local_opt, cfg.tracking.huber);
     let mut kfs: Vec<KeyframeView> = truth
@@ -24,21 +30,50 @@ fn gauss_newton_recovers_perturbed_keyframe_poses() {
         .map(|(k, t)| {
             let pm = common::render(&scene, &cam, t, 10.0);
             // Perturb every pose but the first.
-            let d = Vector7::from_column_slice(&[0.02, -0.015, 0.01, 0.01, -0.012, 0.008, 0.0]) * (k as f64).min(1.0) * (1.0 + 0.3 * k as f64);
-            KeyframeView { t_wc: t.retr(&d), view: LevelView::new(&pm, &pm.conf, Some(cam), 0, &p, true) }
+            let d = Vector7::from_column_slice(&[0.02, -0.015, 0.01, 0.01, -0.012, 0.008, 0.0])
+                * (k as f64).min(1.0)
+                * (1.0 + 0.3 * k as f64);
+            KeyframeView {
+                t_wc: t.retr(&d),
+                view: LevelView::new(&pm, &pm.conf, Some(cam), 0, &p, true),
+            }
         })
         .collect();
-    let edges = vec![Edge { i: 0, j: 1 }, Edge { i: 1, j: 2 }, Edge { i: 2, j: 3 }, Edge { i: 3, j: 4 }, Edge { i: 0, j: 2 }, Edge { i: 1, j: 4 }];
-    let before: Vec<(f64, f64)> = kfs.iter().zip(&truth).map(|(k, t)| common::pose_error(&k.t_wc, t)).collect();
+    let edges = vec![
+        Edge { i: 0, j: 1 },
+        Edge { i: 1, j: 2 },
+        Edge { i: 2, j: 3 },
+        Edge { i: 3, j: 4 },
+        Edge { i: 0, j: 2 },
+        Edge { i: 1, j: 4 },
+    ];
+    let before: Vec<(f64, f64)> = kfs
+        .iter()
+        .zip(&truth)
+        .map(|(k, t)| common::pose_error(&k.t_wc, t))
+        .collect();
     let mut local = cfg.local_opt.clone();
     local.max_iters = 20;
-    let report = optimize(&mut kfs, &edges, 1, &local, &cfg.matching, cfg.tracking.huber, false).expect("poses are free");
+    let report = optimize(
+        &mut kfs,
+        &edges,
+        1,
+        &local,
+        &cfg.matching,
+        cfg.tracking.huber,
+        false,
+    )
+    .expect("poses are free");
     assert!(report.final_cost < report.initial_cost);
     assert_eq!(kfs[0].t_wc, truth[0], "the first pose is fixed");
     for (k, (kf, t)) in kfs.iter().zip(&truth).enumerate().skip(1) {
         let (ang, trans) = common::pose_error(&kf.t_wc, t);
         assert!(before[k].1 > 0.01, "keyframe {k} was not perturbed");
-        assert!(ang < 0.05 && trans < 1e-3, "keyframe {k}: error {ang} deg, {trans} m (before {:?})", before[k]);
+        assert!(
+            ang < 0.05 && trans < 1e-3,
+            "keyframe {k}: error {ang} deg, {trans} m (before {:?})",
+            before[k]
+        );
     }
 }
 
@@ -48,6 +83,20 @@ fn nothing_to_optimise_when_every_pose_is_pinned() {
     let cfg = SlamConfig::rgbd();
     let p = ResidualParams::local_opt(&cfg.local_opt, cfg.tracking.huber);
     let pm = common::render(&common::room(), &cam, &Sim3::identity(), 10.0);
-    let mut kfs = vec![KeyframeView { t_wc: Sim3::identity(), view: LevelView::new(&pm, &pm.conf, Some(cam), 0, &p, true) }];
-    assert!(optimize(&mut kfs, &[], 1, &cfg.local_opt, &cfg.matching, 1.345, false).is_none());
+    let mut kfs = vec![KeyframeView {
+        t_wc: Sim3::identity(),
+        view: LevelView::new(&pm, &pm.conf, Some(cam), 0, &p, true),
+    }];
+    assert!(
+        optimize(
+            &mut kfs,
+            &[],
+            1,
+            &cfg.local_opt,
+            &cfg.matching,
+            1.345,
+            false
+        )
+        .is_none()
+    );
 }

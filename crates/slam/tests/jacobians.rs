@@ -2,7 +2,9 @@
 
 use nalgebra::{DMatrix, Vector3, Vector4};
 use rust3r_geometry::{PinholeCamera, Sim3, Vector7};
-use rust3r_slam::residuals::{calib_residual, plane_residual, ray_dist, ray_dist_residual, world_point_jacobian};
+use rust3r_slam::residuals::{
+    calib_residual, plane_residual, ray_dist, ray_dist_residual, world_point_jacobian,
+};
 
 const H: f64 = 1e-6;
 
@@ -14,7 +16,11 @@ fn poses() -> Vec<Sim3> {
             Vector3::new(0.1, -0.2, 0.3),
             1.3,
         ),
-        Sim3::new(nalgebra::UnitQuaternion::from_euler_angles(-0.5, 0.05, 0.9), Vector3::new(-0.4, 0.1, 0.05), 0.8),
+        Sim3::new(
+            nalgebra::UnitQuaternion::from_euler_angles(-0.5, 0.05, 0.9),
+            Vector3::new(-0.4, 0.1, 0.05),
+            0.8,
+        ),
     ]
 }
 
@@ -37,7 +43,10 @@ fn numeric(t: &Sim3, rows: usize, f: impl Fn(&Sim3) -> Vec<f64>) -> DMatrix<f64>
 fn assert_close(analytic: &DMatrix<f64>, numeric: &DMatrix<f64>, what: &str) {
     let scale = numeric.abs().max().max(1.0);
     let err = (analytic - numeric).abs().max();
-    assert!(err < 1e-5 * scale, "{what}: analytic\n{analytic}\nnumeric\n{numeric}\nmax error {err}");
+    assert!(
+        err < 1e-5 * scale,
+        "{what}: analytic\n{analytic}\nnumeric\n{numeric}\nmax error {err}"
+    );
 }
 
 #[test]
@@ -48,8 +57,18 @@ fn calibrated_residual_jacobian_matches_finite_differences() {
     for t in poses() {
         let y = t.act(&x);
         let (_, ja) = calib_residual(&cam, &meas, &y);
-        let jn = numeric(&t, 3, |tt| calib_residual(&cam, &meas, &tt.act(&x)).0.iter().copied().collect());
-        assert_close(&DMatrix::from_iterator(3, 7, ja.iter().copied()), &jn, "pixel + log-depth");
+        let jn = numeric(&t, 3, |tt| {
+            calib_residual(&cam, &meas, &tt.act(&x))
+                .0
+                .iter()
+                .copied()
+                .collect()
+        });
+        assert_close(
+            &DMatrix::from_iterator(3, 7, ja.iter().copied()),
+            &jn,
+            "pixel + log-depth",
+        );
     }
 }
 
@@ -61,7 +80,11 @@ fn plane_residual_jacobian_matches_finite_differences() {
     for t in poses() {
         let (_, ja) = plane_residual(&n, &xq, &t.act(&x));
         let jn = numeric(&t, 1, |tt| vec![plane_residual(&n, &xq, &tt.act(&x)).0]);
-        assert_close(&DMatrix::from_iterator(1, 7, ja.iter().copied()), &jn, "point-to-plane");
+        assert_close(
+            &DMatrix::from_iterator(1, 7, ja.iter().copied()),
+            &jn,
+            "point-to-plane",
+        );
     }
 }
 
@@ -71,8 +94,18 @@ fn ray_distance_residual_jacobian_matches_finite_differences() {
     let meas: Vector4<f64> = ray_dist(&Vector3::new(0.25, -0.1, 2.2));
     for t in poses() {
         let (_, ja) = ray_dist_residual(&meas, &t.act(&x));
-        let jn = numeric(&t, 4, |tt| ray_dist_residual(&meas, &tt.act(&x)).0.iter().copied().collect());
-        assert_close(&DMatrix::from_iterator(4, 7, ja.iter().copied()), &jn, "ray + distance");
+        let jn = numeric(&t, 4, |tt| {
+            ray_dist_residual(&meas, &tt.act(&x))
+                .0
+                .iter()
+                .copied()
+                .collect()
+        });
+        assert_close(
+            &DMatrix::from_iterator(4, 7, ja.iter().copied()),
+            &jn,
+            "ray + distance",
+        );
     }
 }
 
@@ -82,7 +115,9 @@ fn world_pose_jacobians_match_finite_differences() {
     let x = Vector3::new(0.3, -0.2, 2.0);
     let ps = poses();
     for (ti, tj) in [(ps[1], ps[2]), (ps[2], ps[0]), (ps[0], ps[1])] {
-        let f = |a: &Sim3, b: &Sim3| -> Vec<f64> { b.inverse().compose(a).act(&x).iter().copied().collect() };
+        let f = |a: &Sim3, b: &Sim3| -> Vec<f64> {
+            b.inverse().compose(a).act(&x).iter().copied().collect()
+        };
         let d = world_point_jacobian(&tj.inverse(), &ti.act(&x));
         let ji = numeric(&ti, 3, |tt| f(tt, &tj));
         let jj = numeric(&tj, 3, |tt| f(&ti, tt));

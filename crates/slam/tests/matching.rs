@@ -46,14 +46,19 @@ fn iterative_projection_recovers_subpixel_positions_from_the_identity_start() {
         let v = 4.0 + (k as f64 * 3.77) % (h as f64 - 8.0);
         let r = ray(u, v);
         queries.push([r.x as f32, r.y as f32, r.z as f32]);
-        init.push([(u + ((k % 7) as f64 - 3.0)).round() as f32, (v + ((k % 5) as f64 - 2.0)).round() as f32]);
+        init.push([
+            (u + ((k % 7) as f64 - 3.0)).round() as f32,
+            (v + ((k % 5) as f64 - 2.0)).round() as f32,
+        ]);
         truth.push([u, v]);
     }
     let (pos, conv) = iter_proj(&img, &queries, &init, &cfg);
     let mut worst = 0.0f64;
     for i in 0..queries.len() {
         assert!(conv[i], "query {i} did not converge");
-        let e = ((pos[i][0] as f64 - truth[i][0]).powi(2) + (pos[i][1] as f64 - truth[i][1]).powi(2)).sqrt();
+        let e = ((pos[i][0] as f64 - truth[i][0]).powi(2)
+            + (pos[i][1] as f64 - truth[i][1]).powi(2))
+        .sqrt();
         worst = worst.max(e);
     }
     assert!(worst < 0.1, "largest error {worst} px");
@@ -65,17 +70,34 @@ fn points_outside_the_field_of_view_do_not_converge() {
     let (pts, ray) = distorted_rays(w, h);
     let img = ray_image(w, h, &pts, |_| None, |_| true);
     let cfg = SlamConfig::default().matching;
-    let outside = [(-15.0, 20.0), (80.0, 20.0), (30.0, -12.0), (30.0, 70.0), (-20.0, -20.0)];
-    let queries: Vec<[f32; 3]> = outside.iter().map(|&(u, v)| {
-        let r = ray(u, v);
-        [r.x as f32, r.y as f32, r.z as f32]
-    }).collect();
+    let outside = [
+        (-15.0, 20.0),
+        (80.0, 20.0),
+        (30.0, -12.0),
+        (30.0, 70.0),
+        (-20.0, -20.0),
+    ];
+    let queries: Vec<[f32; 3]> = outside
+        .iter()
+        .map(|&(u, v)| {
+            let r = ray(u, v);
+            [r.x as f32, r.y as f32, r.z as f32]
+        })
+        .collect();
     let init = vec![[32.0f32, 24.0]; queries.len()];
     let (_, conv) = iter_proj(&img, &queries, &init, &cfg);
-    assert!(conv.iter().all(|c| !c), "a point outside the image converged: {conv:?}");
+    assert!(
+        conv.iter().all(|c| !c),
+        "a point outside the image converged: {conv:?}"
+    );
     // Inside control: the same call converges for a point in view.
     let r = ray(20.3, 30.6);
-    let (_, conv) = iter_proj(&img, &[[r.x as f32, r.y as f32, r.z as f32]], &[[32.0, 24.0]], &cfg);
+    let (_, conv) = iter_proj(
+        &img,
+        &[[r.x as f32, r.y as f32, r.z as f32]],
+        &[[32.0, 24.0]],
+        &cfg,
+    );
     assert!(conv[0]);
 }
 
@@ -92,20 +114,33 @@ fn matching_between_views_and_occlusion_check() {
     let fr = common::render(&scene, &cam, &t_wf, 10.0);
     let cfg = SlamConfig::default().matching;
     // Frame rays from the pointmap (all pixels valid in the closed room).
-    let rays = ray_image(fr.width, fr.height, &fr.points, |_| None, |i| fr.conf[i] > 0.0);
+    let rays = ray_image(
+        fr.width,
+        fr.height,
+        &fr.points,
+        |_| None,
+        |i| fr.conf[i] > 0.0,
+    );
     let t_fk = t_wf.inverse().compose(&t_wk);
-    let queries: Vec<Option<[f32; 3]>> = (0..kf.len()).map(|q| {
-        let y = t_fk.act(&kf.point(q));
-        Some([y.x as f32, y.y as f32, y.z as f32])
-    }).collect();
-    let init: Vec<[f32; 2]> = (0..kf.len()).map(|q| [(q % kf.width) as f32, (q / kf.width) as f32]).collect();
+    let queries: Vec<Option<[f32; 3]>> = (0..kf.len())
+        .map(|q| {
+            let y = t_fk.act(&kf.point(q));
+            Some([y.x as f32, y.y as f32, y.z as f32])
+        })
+        .collect();
+    let init: Vec<[f32; 2]> = (0..kf.len())
+        .map(|q| [(q % kf.width) as f32, (q / kf.width) as f32])
+        .collect();
     let valid_ref: Vec<bool> = fr.conf.iter().map(|c| *c > 0.0).collect();
     let m = match_iterative_proj(&rays, &fr.points, &valid_ref, &queries, &init, &cfg);
     let (mut inside, mut good, mut occluded_rejected, mut occluded) = (0, 0, 0, 0);
     for q in 0..kf.len() {
         let y = t_fk.act(&kf.point(q));
         let uv = cam.project(&y);
-        let in_view = uv.x > 1.5 && uv.y > 1.5 && uv.x < cam.width as f64 - 2.5 && uv.y < cam.height as f64 - 2.5;
+        let in_view = uv.x > 1.5
+            && uv.y > 1.5
+            && uv.x < cam.width as f64 - 2.5
+            && uv.y < cam.height as f64 - 2.5;
         if !in_view {
             continue;
         }
@@ -126,8 +161,15 @@ fn matching_between_views_and_occlusion_check() {
         }
     }
     assert!(inside > 4000, "only {inside} points in view");
-    assert!(good as f64 > 0.97 * (inside - occluded) as f64, "{good} of {} visible points matched to the right pixel", inside - occluded);
-    assert!(occluded > 20, "the test scene should have occlusions ({occluded})");
+    assert!(
+        good as f64 > 0.97 * (inside - occluded) as f64,
+        "{good} of {} visible points matched to the right pixel",
+        inside - occluded
+    );
+    assert!(
+        occluded > 20,
+        "the test scene should have occlusions ({occluded})"
+    );
     assert_eq!(occluded_rejected, occluded, "occluded points accepted");
 }
 

@@ -6,18 +6,27 @@ mod common;
 use nalgebra::Vector3;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_geometry::{PinholeCamera, Sim3};
+use rust3r_slam::Pointmap;
 use rust3r_slam::config::SlamConfig;
 use rust3r_slam::matching::refine_matches;
 use rust3r_slam::pair::{PairPrediction, match_pair};
 use rust3r_slam::tracker::Tracker;
-use rust3r_slam::Pointmap;
 
 /// The window search written plainly: for each dilation `d` from `dmax` down to 1, every pixel
 /// at offsets `-r d, ..., r d` (multiples of `d`) in both directions around the current centre,
 /// columns outer, the first strictly larger dot product winning; the best score carries over
 /// between dilations and starts at the smallest positive normal float (upstream's
 /// `numeric_limits<float>::min()`); the centre moves to the best pixel after each dilation.
-fn reference_refine(desc: &[f32], w: usize, h: usize, dim: usize, query: &[f32], start: usize, r: usize, dmax: usize) -> usize {
+fn reference_refine(
+    desc: &[f32],
+    w: usize,
+    h: usize,
+    dim: usize,
+    query: &[f32],
+    start: usize,
+    r: usize,
+    dmax: usize,
+) -> usize {
     let (mut cu, mut cv) = ((start % w) as i64, (start / w) as i64);
     let mut best = f32::MIN_POSITIVE;
     let mut arg = (cu, cv);
@@ -59,8 +68,20 @@ fn refinement_equals_a_plain_window_search() {
     for v in 0..h {
         for u in 0..w {
             let (a, b) = (u as f32 / w as f32, v as f32 / h as f32);
-            let mix = [(1.0 - a) * (1.0 - b), a * (1.0 - b), (1.0 - a) * b, a * b, 0.3 * (7.0 * a).sin(), 0.3 * (5.0 * b).cos()];
-            let mut d: Vec<f32> = (0..dim).map(|c| (0..6).map(|k| mix[k] * base[k][c]).sum::<f32>() + 0.05 * rng.random_range(-1.0f32..1.0)).collect();
+            let mix = [
+                (1.0 - a) * (1.0 - b),
+                a * (1.0 - b),
+                (1.0 - a) * b,
+                a * b,
+                0.3 * (7.0 * a).sin(),
+                0.3 * (5.0 * b).cos(),
+            ];
+            let mut d: Vec<f32> = (0..dim)
+                .map(|c| {
+                    (0..6).map(|k| mix[k] * base[k][c]).sum::<f32>()
+                        + 0.05 * rng.random_range(-1.0f32..1.0)
+                })
+                .collect();
             let n = d.iter().map(|x| x * x).sum::<f32>().sqrt();
             d.iter_mut().for_each(|x| *x /= n);
             desc[(v * w + u) * dim..][..dim].copy_from_slice(&d);
@@ -76,7 +97,10 @@ fn refinement_equals_a_plain_window_search() {
             unit(&mut rng, dim)
         } else {
             let p = rng.random_range(0..w * h);
-            desc[p * dim..][..dim].iter().map(|x| x + 0.02 * rng.random_range(-1.0f32..1.0)).collect()
+            desc[p * dim..][..dim]
+                .iter()
+                .map(|x| x + 0.02 * rng.random_range(-1.0f32..1.0))
+                .collect()
         };
         query.extend(q);
         idx.push(rng.random_range(0..(w * h) as u32));
@@ -85,21 +109,39 @@ fn refinement_equals_a_plain_window_search() {
     for (radius, dmax) in [(3, 5), (2, 3), (1, 1), (3, 1), (0, 5)] {
         let got = refine_matches(&desc, w, h, dim, &query, &idx, radius, dmax);
         for k in 0..n {
-            let want = reference_refine(&desc, w, h, dim, &query[k * dim..][..dim], idx[k] as usize, radius, dmax);
-            assert_eq!(got[k] as usize, want, "query {k}, radius {radius}, dilation {dmax}");
+            let want = reference_refine(
+                &desc,
+                w,
+                h,
+                dim,
+                &query[k * dim..][..dim],
+                idx[k] as usize,
+                radius,
+                dmax,
+            );
+            assert_eq!(
+                got[k] as usize, want,
+                "query {k}, radius {radius}, dilation {dmax}"
+            );
             moved += (got[k] != idx[k]) as usize;
         }
         if radius == 0 {
             assert_eq!(got, idx, "radius 0 keeps every match");
         }
     }
-    assert!(moved > n, "the refinement should move most queries ({moved})");
+    assert!(
+        moved > n,
+        "the refinement should move most queries ({moved})"
+    );
 
     // Every score zero or negative: the match stays where it is (upstream's initial score).
     let flat = vec![1.0f32, 0.0].repeat(w * h);
     let away = vec![-1.0f32, 0.0].repeat(3);
     let start = [0u32, 17, (w * h - 1) as u32];
-    assert_eq!(refine_matches(&flat, w, h, 2, &away, &start, 3, 5), start.to_vec());
+    assert_eq!(
+        refine_matches(&flat, w, h, 2, &away, &start, 3, 5),
+        start.to_vec()
+    );
 }
 
 /// A synthetic pair: the keyframe seen from `t_wk`, the frame from `t_wf`, the frame's points
@@ -116,7 +158,14 @@ struct Synthetic {
     t_kf_frame: Sim3,
 }
 
-fn synthetic(cam: &PinholeCamera, t_wk: &Sim3, t_wf: &Sim3, s: f64, shift: (i64, i64), q_value: f32) -> Synthetic {
+fn synthetic(
+    cam: &PinholeCamera,
+    t_wk: &Sim3,
+    t_wf: &Sim3,
+    s: f64,
+    shift: (i64, i64),
+    q_value: f32,
+) -> Synthetic {
     let scene = common::room();
     let kf = common::render(&scene, cam, t_wk, 10.0);
     let fr = common::render(&scene, cam, t_wf, 10.0);
@@ -126,7 +175,15 @@ fn synthetic(cam: &PinholeCamera, t_wk: &Sim3, t_wf: &Sim3, s: f64, shift: (i64,
     // Smooth descriptors, as a network's: `[cos(w_k . p), sin(w_k . p)] / sqrt(K)` for random
     // frequencies `w_k`, so the score between pixels `a` and `b` is `mean_k cos(w_k . (a - b))`,
     // 1 at `a = b` only and falling off over a few pixels.
-    let freqs: Vec<(f32, f32, f32)> = (0..dim / 2).map(|_| (rng.random_range(-0.3f32..0.3), rng.random_range(-0.3f32..0.3), rng.random_range(0.0f32..6.3))).collect();
+    let freqs: Vec<(f32, f32, f32)> = (0..dim / 2)
+        .map(|_| {
+            (
+                rng.random_range(-0.3f32..0.3),
+                rng.random_range(-0.3f32..0.3),
+                rng.random_range(0.0f32..6.3),
+            )
+        })
+        .collect();
     let norm = (dim as f32 / 2.0).sqrt();
     let frame_desc: Vec<f32> = (0..w * h)
         .flat_map(|i| {
@@ -145,7 +202,10 @@ fn synthetic(cam: &PinholeCamera, t_wk: &Sim3, t_wf: &Sim3, s: f64, shift: (i64,
         let pk = kf.points[q];
         let y = t_fk.act(&Vector3::new(pk[0] as f64, pk[1] as f64, pk[2] as f64));
         keyframe_points.push([(s * y.x) as f32, (s * y.y) as f32, (s * y.z) as f32]);
-        let (u, v) = ((cam.fx * y.x / y.z + cam.cx).round() as i64, (cam.fy * y.y / y.z + cam.cy).round() as i64);
+        let (u, v) = (
+            (cam.fx * y.x / y.z + cam.cx).round() as i64,
+            (cam.fy * y.y / y.z + cam.cy).round() as i64,
+        );
         let inside = |u: i64, v: i64| y.z > 0.0 && u >= 0 && v >= 0 && u < w as i64 && v < h as i64;
         let visible = inside(u, v) && {
             let p = fr.points[v as usize * w + u as usize];
@@ -153,7 +213,11 @@ fn synthetic(cam: &PinholeCamera, t_wk: &Sim3, t_wf: &Sim3, s: f64, shift: (i64,
         };
         truth.push(visible.then_some(v as usize * w + u as usize));
         let (su, sv) = (u + shift.0, v + shift.1);
-        let d = if visible && inside(su, sv) { frame_desc[(sv as usize * w + su as usize) * dim..][..dim].to_vec() } else { unit(&mut rng, dim) };
+        let d = if visible && inside(su, sv) {
+            frame_desc[(sv as usize * w + su as usize) * dim..][..dim].to_vec()
+        } else {
+            unit(&mut rng, dim)
+        };
         keyframe_desc.extend(d);
     }
     let mut frame = fr.clone();
@@ -175,7 +239,12 @@ fn synthetic(cam: &PinholeCamera, t_wk: &Sim3, t_wf: &Sim3, s: f64, shift: (i64,
     // Y = T_CkCf X_f with X_f = s P_f: T_kf with scale 1 / s.
     let t_kf = t_wk.inverse().compose(t_wf);
     let t_kf_frame = Sim3::new(t_kf.rotation, t_kf.translation, 1.0 / s);
-    Synthetic { pred, kf, truth, t_kf_frame }
+    Synthetic {
+        pred,
+        kf,
+        truth,
+        t_kf_frame,
+    }
 }
 
 #[test]
@@ -198,8 +267,14 @@ fn pair_matching_finds_the_true_pixels_and_refines_with_the_descriptors() {
             exact += (m.idx[q] as i64 == tv * 96 + tu) as usize;
         }
         let visible = syn.truth.iter().filter(|t| t.is_some()).count();
-        assert!(checked > visible * 8 / 10, "shift {shift:?}: {checked} valid of {visible} visible");
-        assert!(exact as f64 > 0.99 * checked as f64, "shift {shift:?}: {exact} of {checked} matches on the descriptor's pixel");
+        assert!(
+            checked > visible * 8 / 10,
+            "shift {shift:?}: {checked} valid of {visible} visible"
+        );
+        assert!(
+            exact as f64 > 0.99 * checked as f64,
+            "shift {shift:?}: {exact} of {checked} matches on the descriptor's pixel"
+        );
         if shift != (0, 0) {
             // The descriptors moved nearly every match by the shift.
             assert!(m.refined > checked * 9 / 10, "{} refined", m.refined);
@@ -209,16 +284,30 @@ fn pair_matching_finds_the_true_pixels_and_refines_with_the_descriptors() {
         plain.radius = 0;
         let m0 = match_pair(&syn.pred, &plain, None);
         assert_eq!(m0.refined, 0);
-        assert_eq!(m0.valid, m.valid, "validity is decided before the refinement");
+        assert_eq!(
+            m0.valid, m.valid,
+            "validity is decided before the refinement"
+        );
         // A warm start from the answer converges to the same matches.
         let warm = match_pair(&syn.pred, &cfg, Some(&m.idx));
-        let same = warm.idx.iter().zip(&m.idx).zip(&m.valid).filter(|((a, b), v)| **v && a == b).count();
+        let same = warm
+            .idx
+            .iter()
+            .zip(&m.idx)
+            .zip(&m.valid)
+            .filter(|((a, b), v)| **v && a == b)
+            .count();
         assert!(same as f64 > 0.99 * m.valid.iter().filter(|v| **v).count() as f64);
     }
 }
 
 fn tracker(cfg: &SlamConfig) -> Tracker {
-    Tracker { cfg: cfg.tracking.clone(), matching: cfg.matching.clone(), levels: 1, optimize_scale: true }
+    Tracker {
+        cfg: cfg.tracking.clone(),
+        matching: cfg.matching.clone(),
+        levels: 1,
+        optimize_scale: true,
+    }
 }
 
 /// Matches are whole pixels (in both views), so even exact pointmaps give a pose within the
@@ -230,21 +319,54 @@ fn pair_tracking_recovers_a_similarity_uncalibrated_and_calibrated() {
     let t_wk = common::se3([0.0, 1.0, 0.0], 2.0, [0.1, 0.0, -0.1]);
     let motion = common::se3([0.3, 1.0, -0.2], 3.0, [0.05, 0.03, -0.04]);
     let t_wf = t_wk.compose(&motion);
-    for (name, cfg, camera) in [("uncalibrated", SlamConfig::default(), None), ("calibrated", SlamConfig::calib(), Some(cam))] {
+    for (name, cfg, camera) in [
+        ("uncalibrated", SlamConfig::default(), None),
+        ("calibrated", SlamConfig::calib(), Some(cam)),
+    ] {
         let syn = synthetic(&cam, &t_wk, &t_wf, 1.4, (0, 0), 2.0);
         let kf_conf = vec![1.0f32; syn.kf.len()];
-        let pt = tracker(&cfg).track_pair(&syn.pred, &syn.kf, &kf_conf, camera, &Sim3::identity(), None).unwrap();
+        let pt = tracker(&cfg)
+            .track_pair(
+                &syn.pred,
+                &syn.kf,
+                &kf_conf,
+                camera,
+                &Sim3::identity(),
+                None,
+            )
+            .unwrap();
         let r = &pt.result;
         let (ang, trans) = common::pose_error(&r.t_kf_frame, &syn.t_kf_frame);
-        assert!(ang < 0.08 && trans < 3e-3, "{name}: error {ang} deg, {trans}");
-        assert!((r.t_kf_frame.scale - syn.t_kf_frame.scale).abs() < 1e-3, "{name}: scale {} instead of {}", r.t_kf_frame.scale, syn.t_kf_frame.scale);
-        assert!(!r.lost && r.match_frac > 0.5 && r.iterations > 1, "{name}: match fraction {}, {} iterations", r.match_frac, r.iterations);
+        assert!(
+            ang < 0.08 && trans < 3e-3,
+            "{name}: error {ang} deg, {trans}"
+        );
+        assert!(
+            (r.t_kf_frame.scale - syn.t_kf_frame.scale).abs() < 1e-3,
+            "{name}: scale {} instead of {}",
+            r.t_kf_frame.scale,
+            syn.t_kf_frame.scale
+        );
+        assert!(
+            !r.lost && r.match_frac > 0.5 && r.iterations > 1,
+            "{name}: match fraction {}, {} iterations",
+            r.match_frac,
+            r.iterations
+        );
         assert_eq!(pt.used as f64 / syn.kf.len() as f64, r.match_frac);
         // Fusion: every keyframe pixel observed, Xkf moved into the keyframe with Ckf.
         let (obs, conf) = r.observation.as_ref().expect("tracked");
         assert!(conf.iter().all(|&c| c == 3.0));
-        let close = obs.iter().zip(&syn.kf.points).filter(|(o, k)| (0..3).all(|c| (o[c] - k[c]).abs() < 5e-3)).count();
-        assert!(close > obs.len() * 95 / 100, "{name}: {close} of {} fused points on the keyframe's", obs.len());
+        let close = obs
+            .iter()
+            .zip(&syn.kf.points)
+            .filter(|(o, k)| (0..3).all(|c| (o[c] - k[c]).abs() < 5e-3))
+            .count();
+        assert!(
+            close > obs.len() * 95 / 100,
+            "{name}: {close} of {} fused points on the keyframe's",
+            obs.len()
+        );
     }
 }
 
@@ -256,7 +378,11 @@ fn descriptor_confidence_gates_and_weights_the_matches() {
     let t_wf = common::se3([0.2, 1.0, 0.1], 2.0, [0.04, -0.02, 0.03]);
     let cfg = SlamConfig::default();
     let kf_conf = vec![1.0f32; w * h];
-    let track = |pred: &PairPrediction, kf: &Pointmap| tracker(&cfg).track_pair(pred, kf, &kf_conf, None, &Sim3::identity(), None).unwrap();
+    let track = |pred: &PairPrediction, kf: &Pointmap| {
+        tracker(&cfg)
+            .track_pair(pred, kf, &kf_conf, None, &Sim3::identity(), None)
+            .unwrap()
+    };
     let good = synthetic(&cam, &t_wk, &t_wf, 1.0, (0, 0), 2.0);
     let all = track(&good.pred, &good.kf);
     assert!(!all.result.lost);
@@ -265,7 +391,10 @@ fn descriptor_confidence_gates_and_weights_the_matches() {
     let low = synthetic(&cam, &t_wk, &t_wf, 1.0, (0, 0), 1.2);
     let lost = track(&low.pred, &low.kf);
     assert!(lost.result.lost && lost.result.observation.is_none());
-    assert_eq!((lost.used, lost.result.iterations, lost.result.match_frac), (0, 0, 0.0));
+    assert_eq!(
+        (lost.used, lost.result.iterations, lost.result.match_frac),
+        (0, 0, 0.0)
+    );
     assert_eq!(lost.result.t_kf_frame, Sim3::identity());
     // The keyframe's left half below the threshold: exactly the right half's matches remain.
     let mut half = good.pred.clone();
@@ -276,21 +405,45 @@ fn descriptor_confidence_gates_and_weights_the_matches() {
     }
     let h = track(&half, &good.kf);
     let m = match_pair(&good.pred, &cfg.matching, None);
-    let right = (0..m.valid.len()).filter(|&q| m.valid[q] && q % w >= w / 2).count();
+    let right = (0..m.valid.len())
+        .filter(|&q| m.valid[q] && q % w >= w / 2)
+        .count();
     assert_eq!(h.used, right);
     // Keyframe rule: matches with Qk below the threshold no longer count.
-    assert!(h.result.keyframe_frac < all.result.keyframe_frac * 0.7, "{} vs {}", h.result.keyframe_frac, all.result.keyframe_frac);
+    assert!(
+        h.result.keyframe_frac < all.result.keyframe_frac * 0.7,
+        "{} vs {}",
+        h.result.keyframe_frac,
+        all.result.keyframe_frac
+    );
     // Q weighs the residuals: scaling every Q by 4 (all above the threshold) keeps the same
     // matches and, up to where Huber cuts in, the same solution; the cost grows with Q.
     let mut q4 = good.pred.clone();
-    q4.frame_desc_conf.iter_mut().chain(q4.keyframe_desc_conf.iter_mut()).for_each(|q| *q *= 4.0);
+    q4.frame_desc_conf
+        .iter_mut()
+        .chain(q4.keyframe_desc_conf.iter_mut())
+        .for_each(|q| *q *= 4.0);
     let w4 = track(&q4, &good.kf);
     let (ang, trans) = common::pose_error(&w4.result.t_kf_frame, &all.result.t_kf_frame);
     assert!(ang < 0.03 && trans < 1e-3, "{ang} deg, {trans}");
     assert_eq!(w4.used, all.used);
-    assert!(w4.result.cost > 2.0 * all.result.cost, "cost {} with Q x 4, {} without", w4.result.cost, all.result.cost);
+    assert!(
+        w4.result.cost > 2.0 * all.result.cost,
+        "cost {} with Q x 4, {} without",
+        w4.result.cost,
+        all.result.cost
+    );
     // A keyframe of another size is an error, not a panic.
     let small = common::render(&common::room(), &common::camera(48, 36), &t_wk, 10.0);
-    let err = tracker(&cfg).track_pair(&good.pred, &small, &vec![1.0; small.len()], None, &Sim3::identity(), None).unwrap_err();
+    let err = tracker(&cfg)
+        .track_pair(
+            &good.pred,
+            &small,
+            &vec![1.0; small.len()],
+            None,
+            &Sim3::identity(),
+            None,
+        )
+        .unwrap_err();
     assert!(err.to_string().contains("48x36"), "{err}");
 }

@@ -3,19 +3,28 @@
 use std::path::PathBuf;
 
 use rust3r_io::datasets;
-use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, output, run_slam};
 use rust3r_slam::trajectory::Trajectory;
+use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, output, run_slam};
 
 fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/redkitchen")
 }
 
-fn run(frames: usize, single_thread: bool, tweak: impl Fn(&mut SlamConfig)) -> rust3r_slam::SlamResult {
+fn run(
+    frames: usize,
+    single_thread: bool,
+    tweak: impl Fn(&mut SlamConfig),
+) -> rust3r_slam::SlamResult {
     let ds = datasets::open(&data(), None, 1).expect("redkitchen data set");
     let mut cfg = SlamConfig::rgbd();
     cfg.single_thread = single_thread;
     tweak(&mut cfg);
-    let mut front = RgbdFrontEnd::new(ds.depth_intrinsics().unwrap(), cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
+    let mut front = RgbdFrontEnd::new(
+        ds.depth_intrinsics().unwrap(),
+        cfg.rgbd.downsample,
+        cfg.rgbd.min_depth,
+        cfg.rgbd.max_depth,
+    );
     run_slam(ds.as_ref(), &mut front, &cfg, Some(frames), |_| {}).expect("slam runs")
 }
 
@@ -31,13 +40,20 @@ fn trajectories(result: &rust3r_slam::SlamResult) -> (Trajectory, Trajectory) {
         }
         t
     };
-    let gt_t = to_traj(gt.iter().map(|(t, m)| (*t, output::pose_to_sim3(m))).collect());
+    let gt_t = to_traj(
+        gt.iter()
+            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
+            .collect(),
+    );
     (to_traj(result.frame_poses()), gt_t)
 }
 
 fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
     let (est, gt_t) = trajectories(result);
-    let opts = rust3r_slam::AteOptions { align, ..Default::default() };
+    let opts = rust3r_slam::AteOptions {
+        align,
+        ..Default::default()
+    };
     ate_from_trajectories(&est, &gt_t, &opts).expect("ate").rmse
 }
 
@@ -48,7 +64,10 @@ fn first_60_frames_track_within_3cm() {
     assert!(r.frames.iter().all(|f| f.tracked), "a frame was lost");
     let se3 = ate(&r, Align::Se3);
     let sim3 = ate(&r, Align::Sim3);
-    eprintln!("redkitchen 60 frames: ATE se3 {se3:.4} m, sim3 {sim3:.4} m, {} keyframes", r.keyframes.len());
+    eprintln!(
+        "redkitchen 60 frames: ATE se3 {se3:.4} m, sim3 {sim3:.4} m, {} keyframes",
+        r.keyframes.len()
+    );
     assert!(se3 < 0.03, "ATE (SE(3)-aligned) {se3} m");
     assert!(sim3 < 0.03, "ATE (Sim(3)-aligned) {sim3} m");
 }
@@ -65,7 +84,12 @@ fn single_thread_runs_are_bit_identical() {
     let b = run(24, true, tweak);
     let pa: Vec<[f64; 8]> = a.frame_poses().iter().map(|(_, p)| p.data()).collect();
     let pb: Vec<[f64; 8]> = b.frame_poses().iter().map(|(_, p)| p.data()).collect();
-    assert!(a.keyframes.len() >= 3 && a.backend_runs >= 3 && !a.edges.is_empty(), "the back end must have run: {} keyframes, {} runs", a.keyframes.len(), a.backend_runs);
+    assert!(
+        a.keyframes.len() >= 3 && a.backend_runs >= 3 && !a.edges.is_empty(),
+        "the back end must have run: {} keyframes, {} runs",
+        a.keyframes.len(),
+        a.backend_runs
+    );
     assert_eq!(pa, pb, "poses differ between two single-thread runs");
     for (ka, kb) in a.keyframes.frames.iter().zip(&b.keyframes.frames) {
         assert_eq!(ka.pointmap.points, kb.pointmap.points);
@@ -80,20 +104,45 @@ fn prefetching_loader_threads_give_the_same_result_as_inline_loading() {
     let inline = run(frames, true, |_| {});
     let mut cfg = SlamConfig::rgbd();
     cfg.single_thread = true;
-    let loaders: Vec<(Box<dyn rust3r_io::datasets::Dataset>, Box<dyn rust3r_slam::PointmapFrontEnd>)> = (0..2)
+    let loaders: Vec<(
+        Box<dyn rust3r_io::datasets::Dataset>,
+        Box<dyn rust3r_slam::PointmapFrontEnd>,
+    )> = (0..2)
         .map(|_| {
             let ds = datasets::open(&data(), None, 1).unwrap();
-            let front = RgbdFrontEnd::new(ds.depth_intrinsics().unwrap(), cfg.rgbd.downsample, cfg.rgbd.min_depth, cfg.rgbd.max_depth);
-            (ds, Box::new(front) as Box<dyn rust3r_slam::PointmapFrontEnd>)
+            let front = RgbdFrontEnd::new(
+                ds.depth_intrinsics().unwrap(),
+                cfg.rgbd.downsample,
+                cfg.rgbd.min_depth,
+                cfg.rgbd.max_depth,
+            );
+            (
+                ds,
+                Box::new(front) as Box<dyn rust3r_slam::PointmapFrontEnd>,
+            )
         })
         .collect();
     let mut seen = Vec::new();
-    let pre = rust3r_slam::run_slam_source(rust3r_slam::FrameSource::Prefetch { loaders, ahead: 3 }, &cfg, Some(frames), None, |p| seen.push(p.frame)).unwrap();
+    let pre = rust3r_slam::run_slam_source(
+        rust3r_slam::FrameSource::Prefetch { loaders, ahead: 3 },
+        &cfg,
+        Some(frames),
+        None,
+        |p| seen.push(p.frame),
+    )
+    .unwrap();
     assert_eq!(seen, (1..=frames).collect::<Vec<_>>());
     let pa: Vec<[f64; 8]> = inline.frame_poses().iter().map(|(_, p)| p.data()).collect();
     let pb: Vec<[f64; 8]> = pre.frame_poses().iter().map(|(_, p)| p.data()).collect();
     assert_eq!(pa, pb);
-    assert_eq!(inline.frames.iter().map(|f| f.timestamp).collect::<Vec<_>>(), pre.frames.iter().map(|f| f.timestamp).collect::<Vec<_>>());
+    assert_eq!(
+        inline
+            .frames
+            .iter()
+            .map(|f| f.timestamp)
+            .collect::<Vec<_>>(),
+        pre.frames.iter().map(|f| f.timestamp).collect::<Vec<_>>()
+    );
     assert!(pre.timings.load_s > 0.0 && pre.timings.track_s > 0.0);
 }
 
@@ -112,9 +161,18 @@ fn all_500_frames_with_the_fast_part_stay_within_bounds() {
     let se3_300 = ate(&first, Align::Se3);
     let (est, gt_t) = trajectories(&r);
     let rpe = rust3r_slam::relative_translation_errors(&est, &gt_t, 10, 0.01).unwrap();
-    let worst = rpe.iter().map(|e| e.1).fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
-    eprintln!("redkitchen 500 frames: ATE se3 {se3:.4} m (0-299: {se3_300:.4} m), worst RPE/10 {worst:.4} m, {} keyframes", r.keyframes.len());
+    let worst = rpe
+        .iter()
+        .map(|e| e.1)
+        .fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
+    eprintln!(
+        "redkitchen 500 frames: ATE se3 {se3:.4} m (0-299: {se3_300:.4} m), worst RPE/10 {worst:.4} m, {} keyframes",
+        r.keyframes.len()
+    );
     assert!(se3 < 0.046, "ATE (SE(3)) over 500 frames {se3} m");
     assert!(se3_300 < 0.024, "ATE (SE(3)) over frames 0-299 {se3_300} m");
-    assert!(worst < 0.068, "worst relative error per 10 frames {worst} m");
+    assert!(
+        worst < 0.068,
+        "worst relative error per 10 frames {worst} m"
+    );
 }

@@ -13,7 +13,12 @@ use rust3r_slam::tracker::{Tracker, constraint_ratio};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamConfig, SlamError, run_slam};
 
 fn tracker(cfg: &SlamConfig) -> Tracker {
-    Tracker { cfg: cfg.tracking.clone(), matching: cfg.matching.clone(), levels: cfg.rgbd.pyramid_levels, optimize_scale: false }
+    Tracker {
+        cfg: cfg.tracking.clone(),
+        matching: cfg.matching.clone(),
+        levels: cfg.rgbd.pyramid_levels,
+        optimize_scale: false,
+    }
 }
 
 /// Camera facing the back wall (z = 3) from 0.8 m, looking straight at it: only the plane is
@@ -41,25 +46,54 @@ fn photometric_term_pins_a_camera_sliding_along_a_wall() {
     let hyb = tracker(&cfg).track(&fr, &fr.conf, &kf, &kf.conf, Some(cam), &Sim3::identity());
     let (geo_deg, geo_m) = pose_error(&geo.t_kf_frame, &truth);
     let (hyb_deg, hyb_m) = pose_error(&hyb.t_kf_frame, &truth);
-    eprintln!("plane: depth only {geo_m:.4} m / {geo_deg:.3} deg (constraint {:.2e}); hybrid {hyb_m:.4} m / {hyb_deg:.3} deg (constraint {:.2e})", geo.constraint, hyb.constraint);
-    assert!(geo_m > 0.01, "depth alone should not recover the slide along the plane: {geo_m} m");
-    assert!(hyb_m < 0.003 && hyb_deg < 0.2, "hybrid tracking error {hyb_m} m, {hyb_deg} deg");
+    eprintln!(
+        "plane: depth only {geo_m:.4} m / {geo_deg:.3} deg (constraint {:.2e}); hybrid {hyb_m:.4} m / {hyb_deg:.3} deg (constraint {:.2e})",
+        geo.constraint, hyb.constraint
+    );
+    assert!(
+        geo_m > 0.01,
+        "depth alone should not recover the slide along the plane: {geo_m} m"
+    );
+    assert!(
+        hyb_m < 0.003 && hyb_deg < 0.2,
+        "hybrid tracking error {hyb_m} m, {hyb_deg} deg"
+    );
     // The detector sees the difference from the normal equations alone.
-    assert!(geo.constraint < 1e-4, "depth-only constraint ratio {}", geo.constraint);
-    assert!(hyb.constraint > 1e-4, "hybrid constraint ratio {}", hyb.constraint);
+    assert!(
+        geo.constraint < 1e-4,
+        "depth-only constraint ratio {}",
+        geo.constraint
+    );
+    assert!(
+        hyb.constraint > 1e-4,
+        "hybrid constraint ratio {}",
+        hyb.constraint
+    );
     // With the default threshold the depth-only solve is flagged, the hybrid one is not.
     let min = SlamConfig::rgbd().tracking.min_constraint;
-    assert!(geo.weak && !hyb.weak, "flags: depth only {}, hybrid {} (threshold {min})", geo.weak, hyb.weak);
+    assert!(
+        geo.weak && !hyb.weak,
+        "flags: depth only {}, hybrid {} (threshold {min})",
+        geo.weak,
+        hyb.weak
+    );
 }
 
 #[test]
 fn constraint_ratio_is_zero_for_an_empty_or_rank_deficient_system() {
-    assert_eq!(constraint_ratio(&rust3r_geometry::Matrix7::zeros(), 1.0), 0.0);
+    assert_eq!(
+        constraint_ratio(&rust3r_geometry::Matrix7::zeros(), 1.0),
+        0.0
+    );
     let mut h = rust3r_geometry::Matrix7::identity();
     h[(1, 1)] = 0.0;
     assert_eq!(constraint_ratio(&h, 1.0), 0.0);
     h[(1, 1)] = f64::NAN;
-    assert_eq!(constraint_ratio(&h, 1.0), 0.0, "a non-finite system counts as unconstrained");
+    assert_eq!(
+        constraint_ratio(&h, 1.0),
+        0.0,
+        "a non-finite system counts as unconstrained"
+    );
     let h = rust3r_geometry::Matrix7::identity();
     assert!((constraint_ratio(&h, 1.0) - 1.0).abs() < 1e-12);
     // Translation columns are scaled by the depth: at 2 m they weigh 4x.
@@ -104,7 +138,9 @@ impl Dataset for Synthetic {
     }
     fn intrinsics(&self) -> Option<Intrinsics> {
         let c = &self.cam;
-        Some(Intrinsics::pinhole(c.fx, c.fy, c.cx, c.cy, c.width, c.height))
+        Some(Intrinsics::pinhole(
+            c.fx, c.fy, c.cx, c.cy, c.width, c.height,
+        ))
     }
     fn depth_intrinsics(&self) -> Option<Intrinsics> {
         self.intrinsics()
@@ -120,7 +156,13 @@ impl Dataset for Synthetic {
         })
     }
     fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
-        Some(self.poses.iter().enumerate().map(|(i, p)| (i as f64 / 30.0, pose_matrix(p))).collect())
+        Some(
+            self.poses
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i as f64 / 30.0, pose_matrix(p)))
+                .collect(),
+        )
     }
 }
 
@@ -152,12 +194,20 @@ fn trajectory() -> Vec<Sim3> {
     let mut out = Vec::new();
     // Slow: 1 cm per frame to the right.
     for i in 0..15 {
-        out.push(start.compose(&se3([0.0, 1.0, 0.0], 0.2 * i as f64, [0.01 * i as f64, 0.0, 0.0])));
+        out.push(start.compose(&se3(
+            [0.0, 1.0, 0.0],
+            0.2 * i as f64,
+            [0.01 * i as f64, 0.0, 0.0],
+        )));
     }
     // Fast: towards the wall corner, panning left, 6 cm and 3 degrees per frame.
     let a = *out.last().expect("slow part");
     for i in 1..=10 {
-        out.push(a.compose(&se3([0.0, 1.0, 0.0], -3.0 * i as f64, [-0.05 * i as f64, 0.02 * i as f64, 0.03 * i as f64])));
+        out.push(a.compose(&se3(
+            [0.0, 1.0, 0.0],
+            -3.0 * i as f64,
+            [-0.05 * i as f64, 0.02 * i as f64, 0.03 * i as f64],
+        )));
     }
     // Interpolate to the wall view, then slide along the wall.
     let b = *out.last().expect("fast part");
@@ -186,7 +236,11 @@ fn run(cfg: &SlamConfig, poses: &[Sim3]) -> (rust3r_slam::SlamResult, Vec<f64>) 
 }
 
 /// [`run`] with frame `i`'s depth scaled by `scale(i)`: a depth bias that makes tracking drift.
-fn run_scaled(cfg: &SlamConfig, poses: &[Sim3], scale: impl Fn(usize) -> f32) -> (rust3r_slam::SlamResult, Vec<f64>) {
+fn run_scaled(
+    cfg: &SlamConfig,
+    poses: &[Sim3],
+    scale: impl Fn(usize) -> f32,
+) -> (rust3r_slam::SlamResult, Vec<f64>) {
     let cam = camera(160, 120);
     let scene = room();
     let frames: Vec<Pointmap> = poses
@@ -195,17 +249,26 @@ fn run_scaled(cfg: &SlamConfig, poses: &[Sim3], scale: impl Fn(usize) -> f32) ->
         .map(|(i, p)| {
             let mut pm = render_textured(&scene, &cam, p, 6.0, 1.0);
             let s = scale(i);
-            pm.points.iter_mut().for_each(|x| x.iter_mut().for_each(|v| *v *= s));
+            pm.points
+                .iter_mut()
+                .for_each(|x| x.iter_mut().for_each(|v| *v *= s));
             pm
         })
         .collect();
-    let ds = Synthetic { poses: poses.to_vec(), cam };
+    let ds = Synthetic {
+        poses: poses.to_vec(),
+        cam,
+    };
     let mut front = Rendered { frames, cam };
     let r = run_slam(&ds, &mut front, cfg, None, |_| {}).expect("slam runs");
     // Errors against the truth, in the first frame's coordinates (the SLAM's origin).
     let est = r.frame_poses();
     let origin = poses[0];
-    let err: Vec<f64> = est.iter().zip(poses).map(|((_, e), g)| (origin.compose(e).translation - g.translation).norm()).collect();
+    let err: Vec<f64> = est
+        .iter()
+        .zip(poses)
+        .map(|((_, e), g)| (origin.compose(e).translation - g.translation).norm())
+        .collect();
     (r, err)
 }
 
@@ -215,9 +278,16 @@ fn fast_motion_and_a_lone_wall_stay_on_track() {
     let mut cfg = SlamConfig::rgbd();
     cfg.single_thread = true;
     let (r, err) = run(&cfg, &poses);
-    let max = err.iter().copied().fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
+    let max = err
+        .iter()
+        .copied()
+        .fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
     let rmse = (err.iter().map(|e| e * e).sum::<f64>() / err.len() as f64).sqrt();
-    eprintln!("synthetic, hybrid + motion prior: rmse {rmse:.4} m, max {max:.4} m, {} keyframes, {} weak", r.keyframes.len(), r.frames.iter().filter(|f| f.weak).count());
+    eprintln!(
+        "synthetic, hybrid + motion prior: rmse {rmse:.4} m, max {max:.4} m, {} keyframes, {} weak",
+        r.keyframes.len(),
+        r.frames.iter().filter(|f| f.weak).count()
+    );
     assert!(r.frames.iter().all(|f| f.tracked), "a frame was lost");
     assert!(max < 0.02 && rmse < 0.01, "rmse {rmse} m, max {max} m");
 
@@ -226,9 +296,15 @@ fn fast_motion_and_a_lone_wall_stay_on_track() {
     base.tracking.sigma_photo = 0.0;
     base.tracking.motion_prior = false;
     let (_, err0) = run(&base, &poses);
-    let max0 = err0.iter().copied().fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
+    let max0 = err0
+        .iter()
+        .copied()
+        .fold(0.0f64, |a, b| if b.is_nan() || b > a { b } else { a });
     eprintln!("synthetic, depth only: max {max0:.4} m");
-    assert!(max0 > 2.0 * max, "depth-only tracking should drift more: {max0} vs {max}");
+    assert!(
+        max0 > 2.0 * max,
+        "depth-only tracking should drift more: {max0} vs {max}"
+    );
 }
 
 #[test]
@@ -255,7 +331,9 @@ fn a_loop_after_injected_drift_is_found_by_appearance() {
     // Ramped in and out, so no frame sees a jump in the bias; the keyframes the camera returns
     // to (frames 0-25), the wall and the frames that return are unbiased.
     let ramp = |x: f64| x.clamp(0.0, 1.0);
-    let biased = |i: usize| (1.0 + 0.05 * (ramp((i as f64 - 25.0) / 8.0) - ramp((i as f64 - 45.0) / 10.0))) as f32;
+    let biased = |i: usize| {
+        (1.0 + 0.05 * (ramp((i as f64 - 25.0) / 8.0) - ramp((i as f64 - 45.0) / 10.0))) as f32
+    };
     let mut cfg = SlamConfig::rgbd();
     cfg.single_thread = true;
     // Pose-proximity loops off, so only appearance can close the loop.
@@ -265,17 +343,51 @@ fn a_loop_after_injected_drift_is_found_by_appearance() {
     let (r0, e0) = run_scaled(&without, &poses, biased);
     let (r1, e1) = run_scaled(&cfg, &poses, biased);
     let last = poses.len() - 1;
-    let loops = |r: &rust3r_slam::SlamResult| r.edges.iter().filter(|e| e.j > e.i + 1).map(|e| (e.i, e.j)).collect::<Vec<_>>();
-    eprintln!("injected drift: end error without loop closure {:.3} m ({:?}), with {:.3} m ({:?})", e0[last], loops(&r0), e1[last], loops(&r1));
+    let loops = |r: &rust3r_slam::SlamResult| {
+        r.edges
+            .iter()
+            .filter(|e| e.j > e.i + 1)
+            .map(|e| (e.i, e.j))
+            .collect::<Vec<_>>()
+    };
+    eprintln!(
+        "injected drift: end error without loop closure {:.3} m ({:?}), with {:.3} m ({:?})",
+        e0[last],
+        loops(&r0),
+        e1[last],
+        loops(&r1)
+    );
     assert!(loops(&r0).is_empty());
     let rmse = |e: &[f64]| (e.iter().map(|x| x * x).sum::<f64>() / e.len() as f64).sqrt();
-    eprintln!("injected drift: rmse without {:.4} m, with {:.4} m", rmse(&e0), rmse(&e1));
-    assert!(e0[last] > 0.03, "the injected bias should make the estimate drift: {} m", e0[last]);
-    assert!(loops(&r1).iter().any(|&(i, _)| i <= 2), "no loop edge back to the first keyframes: {:?}", loops(&r1));
+    eprintln!(
+        "injected drift: rmse without {:.4} m, with {:.4} m",
+        rmse(&e0),
+        rmse(&e1)
+    );
+    assert!(
+        e0[last] > 0.03,
+        "the injected bias should make the estimate drift: {} m",
+        e0[last]
+    );
+    assert!(
+        loops(&r1).iter().any(|&(i, _)| i <= 2),
+        "no loop edge back to the first keyframes: {:?}",
+        loops(&r1)
+    );
     // Measured: 3.1 cm at the end without the loop and 3.1 cm with it: the loop is found and
     // verified, but the back end's correction does not yet pull the bias's error out (the
     // keyframes it closes on carry part of that error after the global optimisation). The test
     // holds the detection and that closing the loop does no harm.
-    assert!(e1[last] < e0[last] + 0.005, "loop closure left {} m (without: {} m)", e1[last], e0[last]);
-    assert!(rmse(&e1) < rmse(&e0) + 0.005 && rmse(&e1) < 0.07, "rmse with the loop {} m, without {} m", rmse(&e1), rmse(&e0));
+    assert!(
+        e1[last] < e0[last] + 0.005,
+        "loop closure left {} m (without: {} m)",
+        e1[last],
+        e0[last]
+    );
+    assert!(
+        rmse(&e1) < rmse(&e0) + 0.005 && rmse(&e1) < 0.07,
+        "rmse with the loop {} m, without {} m",
+        rmse(&e1),
+        rmse(&e0)
+    );
 }

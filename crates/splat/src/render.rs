@@ -3,9 +3,9 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::{
-    Gpu, GpuBuffer, compact::scatter_indices_with_values, gather::gather, gather::iota, reduce::ReduceOp, reduce::reduce_columns,
-    scan::exclusive_scan_gathered, scan::exclusive_scan_nonzero, sort::bits_for,
-    sort::sort_pairs,
+    Gpu, GpuBuffer, compact::scatter_indices_with_values, gather::gather, gather::iota,
+    reduce::ReduceOp, reduce::reduce_columns, scan::exclusive_scan_gathered,
+    scan::exclusive_scan_nonzero, sort::bits_for, sort::sort_pairs,
 };
 
 use crate::kernels::{project, rasterize, tiles};
@@ -90,7 +90,12 @@ pub enum ShCoeffs {
 
 impl ShCoeffs {
     /// Upload `[n][k][rgb]` host values (rounded to the nearest half where stored as half).
-    pub fn upload(gpu: &Gpu, sh: &[f32], k: usize, precision: ShPrecision) -> Result<Self, SplatError> {
+    pub fn upload(
+        gpu: &Gpu,
+        sh: &[f32],
+        k: usize,
+        precision: ShPrecision,
+    ) -> Result<Self, SplatError> {
         match precision {
             ShPrecision::F32 => {
                 gpu.check_fits("SH coefficients", (sh.len() * 4) as u64)?;
@@ -171,7 +176,12 @@ impl ShCoeffs {
     }
 
     /// The same coefficients in another storage (through the host).
-    pub fn converted(&self, gpu: &Gpu, k: usize, precision: ShPrecision) -> Result<Self, SplatError> {
+    pub fn converted(
+        &self,
+        gpu: &Gpu,
+        k: usize,
+        precision: ShPrecision,
+    ) -> Result<Self, SplatError> {
         if precision == self.precision() {
             return Ok(self.clone());
         }
@@ -208,7 +218,16 @@ impl GpuSplats {
         sh: &[f32],
         sh_degree: u32,
     ) -> Result<Self, SplatError> {
-        Self::from_slices_as(gpu, means, log_scales, quats, opacity_logits, sh, sh_degree, ShPrecision::F32)
+        Self::from_slices_as(
+            gpu,
+            means,
+            log_scales,
+            quats,
+            opacity_logits,
+            sh,
+            sh_degree,
+            ShPrecision::F32,
+        )
     }
 
     /// [`GpuSplats::from_slices`] with the SH coefficients stored in `precision`.
@@ -254,7 +273,11 @@ impl GpuSplats {
     }
 
     /// The same Gaussians with their SH coefficients stored in `precision`.
-    pub fn with_sh_precision(mut self, gpu: &Gpu, precision: ShPrecision) -> Result<Self, SplatError> {
+    pub fn with_sh_precision(
+        mut self,
+        gpu: &Gpu,
+        precision: ShPrecision,
+    ) -> Result<Self, SplatError> {
         self.sh = self.sh.converted(gpu, self.num_coeffs(), precision)?;
         Ok(self)
     }
@@ -318,9 +341,14 @@ impl GpuSplats {
         let rows = max_rows
             .unwrap_or_else(|| rows_per_chunk(gpu, sh_degree))
             .max(1);
-        if means.len() != n * 3 || log_scales.len() != n * 3 || quats.len() != n * 4 || sh.len() != n * per {
+        if means.len() != n * 3
+            || log_scales.len() != n * 3
+            || quats.len() != n * 4
+            || sh.len() != n * per
+        {
             // One call over everything reports the inconsistency.
-            return Self::from_slices(gpu, means, log_scales, quats, opacity_logits, sh, sh_degree).map(|c| vec![c]);
+            return Self::from_slices(gpu, means, log_scales, quats, opacity_logits, sh, sh_degree)
+                .map(|c| vec![c]);
         }
         let mut chunks = Vec::with_capacity(n.div_ceil(rows).max(1));
         for start in (0..n.max(1)).step_by(rows) {
@@ -540,18 +568,33 @@ impl RenderState {
     /// Each tile's `[first, one past last)` position in the tile-sorted intersection list,
     /// row-major over 16x16 tiles (a synchronising read; not for hot loops).
     pub fn tile_ranges(&self, gpu: &Gpu) -> Result<Vec<[u32; 2]>, SplatError> {
-        Ok(gpu.read(&self.ranges)?.chunks(2).map(|r| [r[0], r[1]]).collect())
+        Ok(gpu
+            .read(&self.ranges)?
+            .chunks(2)
+            .map(|r| [r[0], r[1]])
+            .collect())
     }
 
     /// Reads the tile ranges back (a synchronising read; not for hot loops).
     pub fn tile_stats(&self, gpu: &Gpu) -> Result<TileStats, SplatError> {
-        let mut len: Vec<usize> =
-            self.tile_ranges(gpu)?.iter().map(|r| r[1].saturating_sub(r[0]) as usize).collect();
-        let mut walked: Vec<usize> = gpu.read(&self.tile_last)?.iter().map(|&v| v as usize).collect();
+        let mut len: Vec<usize> = self
+            .tile_ranges(gpu)?
+            .iter()
+            .map(|r| r[1].saturating_sub(r[0]) as usize)
+            .collect();
+        let mut walked: Vec<usize> = gpu
+            .read(&self.tile_last)?
+            .iter()
+            .map(|&v| v as usize)
+            .collect();
         len.sort_unstable();
         walked.sort_unstable();
         // Quantile `q` of a sorted list.
-        let pct = |v: &[usize], q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+        let pct = |v: &[usize], q: f64| {
+            v.get(((v.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0)
+        };
         Ok(TileStats {
             tiles: len.len(),
             empty: len.iter().filter(|&&l| l == 0).count(),
@@ -749,11 +792,19 @@ pub fn render_chunks(
     } else {
         let (sorted_tiles, sorted_gids) = sort_pairs(gpu, &isect_tiles, &isect_gids, tile_bits);
         // Bound by the backward pass, read only in the row mode: a shared placeholder.
-        (sorted_tiles, sorted_gids, gpu.placeholder::<u32>(slot::ISECT_ORIG))
+        (
+            sorted_tiles,
+            sorted_gids,
+            gpu.placeholder::<u32>(slot::ISECT_ORIG),
+        )
     };
     rust3r_gpu::profile::mark(gpu, "fwd 3b tile sort");
     // `tile_ranges` writes every entry; without intersections every tile is empty.
-    let ranges = if num_isects > 0 { gpu.alloc::<u32>(num_tiles * 2) } else { gpu.zeros::<u32>(num_tiles * 2) };
+    let ranges = if num_isects > 0 {
+        gpu.alloc::<u32>(num_tiles * 2)
+    } else {
+        gpu.zeros::<u32>(num_tiles * 2)
+    };
     if num_isects > 0 {
         rust3r_gpu::launch!(tiles::tile_ranges(
             client,
@@ -800,8 +851,15 @@ pub fn render_chunks(
     let chunk = opts.checkpoint_every.clamp(1, k) * 256;
     // A tile of `len` intersections takes (len - 1) / chunk checkpoints, in slots that never
     // overlap and stay below intersections / chunk (`rasterize_forward`).
-    let slots = if opts.forward_only { 0 } else { (num_isects / chunk as usize).max(1) };
-    gpu.check_fits("forward checkpoints", (slots * rasterize::CHECKPOINT * 4) as u64)?;
+    let slots = if opts.forward_only {
+        0
+    } else {
+        (num_isects / chunk as usize).max(1)
+    };
+    gpu.check_fits(
+        "forward checkpoints",
+        (slots * rasterize::CHECKPOINT * 4) as u64,
+    )?;
     let checkpoints = gpu.alloc::<f32>((slots * rasterize::CHECKPOINT).max(1));
     for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
         rust3r_gpu::launch!(rasterize::rasterize_forward(
@@ -1031,7 +1089,8 @@ pub fn render_backward_chunks(
     let (_, n) = chunks_layout(chunks)?;
     if state.forward_only {
         return Err(SplatError::InvalidSplats(
-            "backward pass over a frame rendered with RenderOptions::forward_only (no checkpoints)".into(),
+            "backward pass over a frame rendered with RenderOptions::forward_only (no checkpoints)"
+                .into(),
         ));
     }
     if n != state.tiles_touched.len() {
@@ -1069,7 +1128,11 @@ pub fn render_backward_chunks(
     // The atomic bindings in the row mode (typed `u32`).
     let unused = gpu.placeholder::<u32>(slot::ATOMIC_UNUSED);
     let absgrad = state.absgrad;
-    let v_abs = if absgrad { gpu.zeros::<f32>(n * 2) } else { gpu.placeholder::<f32>(slot::V_ABS) };
+    let v_abs = if absgrad {
+        gpu.zeros::<f32>(n * 2)
+    } else {
+        gpu.placeholder::<f32>(slot::V_ABS)
+    };
     let isect_abs = if absgrad && !atomic {
         gpu.zeros::<f32>(out.num_intersections * 2)
     } else {
@@ -1081,7 +1144,11 @@ pub fn render_backward_chunks(
     static BACKWARD_BOUNDS: std::sync::Once = std::sync::Once::new();
     BACKWARD_BOUNDS.call_once(|| rust3r_gpu::cuda_min_blocks_per_sm("rasterize_backward", 4));
     let plane = plane_backward(gpu, state.backward_kernel);
-    let batch = if plane.is_some() { PLANE_BATCH } else { backward_batch(gpu) };
+    let batch = if plane.is_some() {
+        PLANE_BATCH
+    } else {
+        backward_batch(gpu)
+    };
     // One cube per chunk of each tile's intersections up to its last contributor, found from
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
     let num_tiles = tiles_x * tiles_y;
@@ -1102,7 +1169,13 @@ pub fn render_backward_chunks(
     // In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
     match (plane, atomic) {
         (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
-        (Some(mp), false) => launch!(rasterize_backward_plane, u32, unused.arg(), unused.arg(), mp),
+        (Some(mp), false) => launch!(
+            rasterize_backward_plane,
+            u32,
+            unused.arg(),
+            unused.arg(),
+            mp
+        ),
         (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
         (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
     }
@@ -1139,7 +1212,11 @@ pub fn render_backward_chunks(
         };
         // Per-Gaussian pose-gradient rows only when the pose gradient is wanted (the kernel's
         // compile-time `pose_grad` leaves the binding untouched otherwise).
-        let v_cam = if pose_grad { gpu.alloc::<f32>(rows * project::VCAM) } else { gpu.placeholder::<f32>(slot::V_CAM) };
+        let v_cam = if pose_grad {
+            gpu.alloc::<f32>(rows * project::VCAM)
+        } else {
+            gpu.placeholder::<f32>(slot::V_CAM)
+        };
         rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
             if state.sh_grad {

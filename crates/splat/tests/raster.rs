@@ -2,11 +2,15 @@
 
 mod common;
 
-use common::{RefOpts, Scene, compare_forward, one_tile_pile, random_scene, round_camera, test_camera};
+use common::{
+    RefOpts, Scene, compare_forward, one_tile_pile, random_scene, round_camera, test_camera,
+};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_gpu::half::{f16_nearest, f16_value};
-use rust3r_splat::{BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render, render_backward};
+use rust3r_gpu::{Gpu, GpuOptions};
+use rust3r_splat::{
+    BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render, render_backward,
+};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -35,7 +39,10 @@ fn assert_close(what: &str, a: &[f32], b: &[f32], rel: f32) {
     assert!(scale > 0.0, "{what}: all zero");
     assert_eq!(a.len(), b.len(), "{what}: lengths");
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= rel * scale, "{what}[{i}]: {x} vs {y} (scale {scale})");
+        assert!(
+            (x - y).abs() <= rel * scale,
+            "{what}[{i}]: {x} vs {y} (scale {scale})"
+        );
     }
 }
 
@@ -57,9 +64,18 @@ fn forward_matches_reference_random_scenes() {
         s.log_scales.iter_mut().for_each(|v| *v += grow);
         // Odd sizes exercise partial edge tiles.
         let cam = round_camera(test_camera(67, 45));
-        paths.push(compare_forward(&gpu, &s.rounded(), &cam, aa, [0.1, 0.5, 0.9]));
+        paths.push(compare_forward(
+            &gpu,
+            &s.rounded(),
+            &cam,
+            aa,
+            [0.1, 0.5, 0.9],
+        ));
     }
-    assert!(paths.contains(&true) && paths.contains(&false), "row-skip paths taken: {paths:?}");
+    assert!(
+        paths.contains(&true) && paths.contains(&false),
+        "row-skip paths taken: {paths:?}"
+    );
 }
 
 #[test]
@@ -235,7 +251,12 @@ fn gradient_check_with(
         let scale = fds.iter().map(|(_, f)| f.abs()).fold(0.0, f64::max);
         for (i, fd) in fds {
             for (kernel, arrays, _) in &results {
-                check(&format!("{kernel:?} {name}[{i}]"), arrays[a].1[i] as f64, fd, scale);
+                check(
+                    &format!("{kernel:?} {name}[{i}]"),
+                    arrays[a].1[i] as f64,
+                    fd,
+                    scale,
+                );
             }
             checked += 1;
         }
@@ -298,7 +319,10 @@ fn backward_matches_finite_differences_across_checkpoints() {
         *v = *v * 0.3 - 3.0;
     }
     gradient_check_with(24, s, false, Some(40), 1, |t| {
-        assert!(t.walked_max > 3 * 256, "a tile must span several chunks: {t:?}");
+        assert!(
+            t.walked_max > 3 * 256,
+            "a tile must span several chunks: {t:?}"
+        );
     });
 }
 
@@ -395,10 +419,23 @@ fn forward_only_renders_the_same_image_and_refuses_a_backward_pass() {
         ..opts.clone()
     };
     let (out, state) = render(&gpu, &splats, &cam, &fwd_opts).unwrap();
-    assert!(out.num_intersections > 2 * 256, "{} intersections", out.num_intersections);
-    assert_eq!(gpu.read(&out.rgb).unwrap(), gpu.read(&train_out.rgb).unwrap());
-    assert_eq!(gpu.read(&out.alpha).unwrap(), gpu.read(&train_out.alpha).unwrap());
-    assert_eq!(gpu.read(&out.depth).unwrap(), gpu.read(&train_out.depth).unwrap());
+    assert!(
+        out.num_intersections > 2 * 256,
+        "{} intersections",
+        out.num_intersections
+    );
+    assert_eq!(
+        gpu.read(&out.rgb).unwrap(),
+        gpu.read(&train_out.rgb).unwrap()
+    );
+    assert_eq!(
+        gpu.read(&out.alpha).unwrap(),
+        gpu.read(&train_out.alpha).unwrap()
+    );
+    assert_eq!(
+        gpu.read(&out.depth).unwrap(),
+        gpu.read(&train_out.depth).unwrap()
+    );
     let npix = 40 * 30;
     let err = render_backward(
         &gpu,
@@ -444,12 +481,23 @@ fn backward_chunks_skip_empty_tiles() {
         let stats = state.tile_stats(&gpu).unwrap();
         let (wr, wa) = (gpu.upload(&w), gpu.upload(&wa));
         let g = render_backward(&gpu, &splats, &out, &state, &wr, &wa, &wa).unwrap();
-        (gpu.read(&out.rgb).unwrap(), gpu.read(&g.means).unwrap(), gpu.read(&g.sh).unwrap(), stats)
+        (
+            gpu.read(&out.rgb).unwrap(),
+            gpu.read(&g.means).unwrap(),
+            gpu.read(&g.sh).unwrap(),
+            stats,
+        )
     };
     let (rgb_one, means_one, sh_one, stats) = run(64);
     let (rgb_chunked, means_chunked, sh_chunked, _) = run(1);
-    assert!(stats.empty >= 4, "tiles between the clumps must be empty: {stats:?}");
-    assert!(stats.walked_max > 3 * 256, "a tile must span several chunks: {stats:?}");
+    assert!(
+        stats.empty >= 4,
+        "tiles between the clumps must be empty: {stats:?}"
+    );
+    assert!(
+        stats.walked_max > 3 * 256,
+        "a tile must span several chunks: {stats:?}"
+    );
     assert_eq!(rgb_one, rgb_chunked);
     assert_close("means", &means_one, &means_chunked, 1e-4);
     assert_close("sh", &sh_one, &sh_chunked, 1e-4);
@@ -462,16 +510,30 @@ fn atomic_and_deterministic_backward_agree() {
     // and the fixed-order one give the same gradients up to summation order; the fixed-order
     // one is bit-identical run to run. (The finite-difference tests above check the default.)
     let gpu = gpu();
-    assert!(gpu.f32_atomic_add(), "the CI adapter is expected to have f32 atomics");
+    assert!(
+        gpu.f32_atomic_add(),
+        "the CI adapter is expected to have f32 atomics"
+    );
     let s = random_scene(77, 3000, 3).rounded();
     let cam = round_camera(test_camera(70, 50));
     let splats = upload(&gpu, &s);
     let (w, wa) = output_weights(5, 70 * 50);
     let run = |deterministic: bool| {
-        let opts = RenderOptions { deterministic, ..Default::default() };
+        let opts = RenderOptions {
+            deterministic,
+            ..Default::default()
+        };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
-        let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&w), &gpu.upload(&wa), &gpu.upload(&wa))
-            .unwrap();
+        let g = render_backward(
+            &gpu,
+            &splats,
+            &out,
+            &state,
+            &gpu.upload(&w),
+            &gpu.upload(&wa),
+            &gpu.upload(&wa),
+        )
+        .unwrap();
         assert!(out.num_visible > 1000, "{} visible", out.num_visible);
         [
             gpu.read(&g.projected).unwrap(),
@@ -482,9 +544,16 @@ fn atomic_and_deterministic_backward_agree() {
         ]
     };
     let fixed = run(true);
-    assert_eq!(fixed, run(true), "deterministic backward differs between runs");
+    assert_eq!(
+        fixed,
+        run(true),
+        "deterministic backward differs between runs"
+    );
     let atomic = run(false);
-    for (name, (a, b)) in ["projected", "means", "log_scales", "opacity", "sh"].iter().zip(atomic.iter().zip(&fixed)) {
+    for (name, (a, b)) in ["projected", "means", "log_scales", "opacity", "sh"]
+        .iter()
+        .zip(atomic.iter().zip(&fixed))
+    {
         assert_close(&format!("{name} (fixed-order vs atomic)"), b, a, 1e-4);
     }
 }
@@ -502,11 +571,25 @@ fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
     let npix = (w * h) as usize;
     let (wr, wa) = output_weights(6, npix);
     for deterministic in [true, false] {
-        let opts = RenderOptions { deterministic, absgrad: true, ..Default::default() };
+        let opts = RenderOptions {
+            deterministic,
+            absgrad: true,
+            ..Default::default()
+        };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
-        let full = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&wr), &gpu.upload(&wa), &gpu.upload(&wa))
+        let full = render_backward(
+            &gpu,
+            &splats,
+            &out,
+            &state,
+            &gpu.upload(&wr),
+            &gpu.upload(&wa),
+            &gpu.upload(&wa),
+        )
+        .unwrap();
+        let abs = gpu
+            .read(full.means2d_abs.as_ref().expect("absgrad output"))
             .unwrap();
-        let abs = gpu.read(full.means2d_abs.as_ref().expect("absgrad output")).unwrap();
         let proj = gpu.read(&full.projected).unwrap();
         let mut expect = vec![0f64; s.len() * 2];
         for p in 0..npix {
@@ -514,8 +597,16 @@ fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
             r1[p * 3..p * 3 + 3].copy_from_slice(&wr[p * 3..p * 3 + 3]);
             let mut a1 = vec![0f32; npix];
             a1[p] = wa[p];
-            let g = render_backward(&gpu, &splats, &out, &state, &gpu.upload(&r1), &gpu.upload(&a1), &gpu.upload(&a1))
-                .unwrap();
+            let g = render_backward(
+                &gpu,
+                &splats,
+                &out,
+                &state,
+                &gpu.upload(&r1),
+                &gpu.upload(&a1),
+                &gpu.upload(&a1),
+            )
+            .unwrap();
             let v = gpu.read(&g.projected).unwrap();
             for i in 0..s.len() {
                 expect[i * 2] += (v[i * 10] as f64).abs();
@@ -528,7 +619,10 @@ fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
         for i in 0..s.len() {
             for k in 0..2 {
                 let (got, want) = (abs[i * 2 + k] as f64, expect[i * 2 + k]);
-                assert!((got - want).abs() <= 1e-4 * scale, "gaussian {i} axis {k}: {got} vs {want} (deterministic {deterministic})");
+                assert!(
+                    (got - want).abs() <= 1e-4 * scale,
+                    "gaussian {i} axis {k}: {got} vs {want} (deterministic {deterministic})"
+                );
                 // |sum| <= sum |.|
                 assert!(got + 1e-4 * scale >= (proj[i * 10 + k] as f64).abs());
                 if got > (proj[i * 10 + k] as f64).abs() * 1.01 + 1e-6 * scale {
@@ -536,7 +630,10 @@ fn absgrad_is_the_sum_of_single_pixel_gradient_magnitudes() {
                 }
             }
         }
-        assert!(strictly_larger > 0, "absgrad never differs from |grad|: the test scene has no cancellation");
+        assert!(
+            strictly_larger > 0,
+            "absgrad never differs from |grad|: the test scene has no cancellation"
+        );
     }
 }
 
@@ -561,13 +658,23 @@ fn half_sh_storage_renders_and_differentiates_like_f32_storage_of_the_same_value
             ..Default::default()
         };
         let full = upload(&gpu, &s);
-        let half = upload(&gpu, &s).with_sh_precision(&gpu, ShPrecision::F16).unwrap();
+        let half = upload(&gpu, &s)
+            .with_sh_precision(&gpu, ShPrecision::F16)
+            .unwrap();
         assert_eq!(half.sh.precision(), ShPrecision::F16);
         assert!(half.sh.device_bytes() < full.sh.device_bytes());
-        assert_eq!(half.read_sh(&gpu).unwrap(), Scene::f32(&s.sh), "half storage round trip");
+        assert_eq!(
+            half.read_sh(&gpu).unwrap(),
+            Scene::f32(&s.sh),
+            "half storage round trip"
+        );
         let npix = 67 * 45;
         let (w, wa) = output_weights(seed, npix);
-        let (w, wa, zero) = (gpu.upload(&w), gpu.upload(&wa), gpu.upload(&vec![0.0f32; npix]));
+        let (w, wa, zero) = (
+            gpu.upload(&w),
+            gpu.upload(&wa),
+            gpu.upload(&vec![0.0f32; npix]),
+        );
         let mut results = vec![];
         for splats in [&full, &half] {
             let (out, state) = render(&gpu, splats, &cam, &opts).unwrap();
@@ -581,9 +688,18 @@ fn half_sh_storage_renders_and_differentiates_like_f32_storage_of_the_same_value
                 gpu.read(&g.sh).unwrap(),
             ]);
         }
-        for (i, what) in ["rgb", "means", "log_scales", "quats", "opacities", "sh"].iter().enumerate() {
-            assert!(results[0][i].iter().any(|&v| v != 0.0), "degree {degree} {what}: all zero");
-            assert_eq!(results[0][i], results[1][i], "degree {degree}: {what} differs between storages");
+        for (i, what) in ["rgb", "means", "log_scales", "quats", "opacities", "sh"]
+            .iter()
+            .enumerate()
+        {
+            assert!(
+                results[0][i].iter().any(|&v| v != 0.0),
+                "degree {degree} {what}: all zero"
+            );
+            assert_eq!(
+                results[0][i], results[1][i],
+                "degree {degree}: {what} differs between storages"
+            );
         }
     }
 }
@@ -600,10 +716,17 @@ fn lower_active_sh_degree_renders_like_a_scene_stored_at_that_degree() {
         let k = ((active + 1) * (active + 1)) as usize;
         let mut low = s.clone();
         low.sh_degree = active;
-        low.sh = s.sh.chunks_exact(s.k() * 3).flat_map(|row| row[..k * 3].to_vec()).collect();
+        low.sh =
+            s.sh.chunks_exact(s.k() * 3)
+                .flat_map(|row| row[..k * 3].to_vec())
+                .collect();
         for precision in [ShPrecision::F32, ShPrecision::F16] {
             let image = |scene: &Scene, sh_degree: Option<u32>| {
-                let opts = RenderOptions { background: [0.1, 0.5, 0.9], sh_degree, ..Default::default() };
+                let opts = RenderOptions {
+                    background: [0.1, 0.5, 0.9],
+                    sh_degree,
+                    ..Default::default()
+                };
                 let splats = scene.upload(&gpu, precision);
                 let (out, _) = render(&gpu, &splats, &cam, &opts).unwrap();
                 gpu.read(&out.rgb).unwrap()
@@ -613,7 +736,10 @@ fn lower_active_sh_degree_renders_like_a_scene_stored_at_that_degree() {
             let got = image(&s, Some(active));
             assert!(want.iter().any(|&v| v != want[0]), "flat image");
             assert_eq!(got, want, "active degree {active}, {precision} storage");
-            assert_ne!(full, want, "degree {active}: the higher orders change nothing in this scene");
+            assert_ne!(
+                full, want,
+                "degree {active}: the higher orders change nothing in this scene"
+            );
         }
     }
 }
@@ -637,11 +763,17 @@ fn tiles_before_the_first_intersection_render_background() {
     let (out, state) = render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).unwrap();
     let ranges = state.tile_ranges(&gpu).unwrap();
     assert_eq!(ranges[0], [0, 0], "the first tile must be empty");
-    assert!(ranges.iter().any(|r| r[1] > r[0]), "some tile must hold intersections");
+    assert!(
+        ranges.iter().any(|r| r[1] > r[0]),
+        "some tile must hold intersections"
+    );
     // Contiguous, in order, covering every intersection.
     let mut at = 0;
     for (t, r) in ranges.iter().enumerate() {
-        assert!(r[0] == at && r[1] >= r[0], "tile {t}: {r:?} after position {at}");
+        assert!(
+            r[0] == at && r[1] >= r[0],
+            "tile {t}: {r:?} after position {at}"
+        );
         at = r[1];
     }
     assert_eq!(at as usize, out.num_intersections);

@@ -15,8 +15,11 @@ fn set_layout(vec: bool) {
 
 #[test]
 fn both_shared_memory_layouts_render_the_reference_image() {
-    let gpu = Gpu::new(&GpuOptions { poison: true, ..Default::default() })
-        .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    let gpu = Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
     let cam = round_camera(test_camera(67, 45));
     let mut images = vec![];
     for vec in [true, false] {
@@ -24,12 +27,26 @@ fn both_shared_memory_layouts_render_the_reference_image() {
         let mut paths = vec![];
         // Small and large Gaussians (with and without the row-reach test), SH degrees 0-3,
         // antialiased or not.
-        for (seed, degree, aa, grow) in [(1u64, 0u32, false, 0.0), (4, 3, true, 0.0), (6, 1, false, -1.0), (7, 2, true, 1.5)] {
+        for (seed, degree, aa, grow) in [
+            (1u64, 0u32, false, 0.0),
+            (4, 3, true, 0.0),
+            (6, 1, false, -1.0),
+            (7, 2, true, 1.5),
+        ] {
             let mut s = random_scene(seed, 1500, degree);
             s.log_scales.iter_mut().for_each(|v| *v += grow);
-            paths.push(compare_forward(&gpu, &s.rounded(), &cam, aa, [0.1, 0.5, 0.9]));
+            paths.push(compare_forward(
+                &gpu,
+                &s.rounded(),
+                &cam,
+                aa,
+                [0.1, 0.5, 0.9],
+            ));
         }
-        assert!(paths.contains(&true) && paths.contains(&false), "row-skip paths taken: {paths:?}");
+        assert!(
+            paths.contains(&true) && paths.contains(&false),
+            "row-skip paths taken: {paths:?}"
+        );
         // Thousands of faint Gaussians on one tile: many batches and early termination.
         let s = one_tile_pile(11, 5000);
         let tile_cam = round_camera(test_camera(16, 16));

@@ -78,11 +78,21 @@ fn check(file: &str, width: u32, height: u32) {
         out.num_visible
     );
     let nan_gpu = rgb.iter().chain(&alpha).filter(|v| v.is_nan()).count();
-    let bad: Vec<(usize, usize)> = alpha.iter().enumerate().filter(|(_, v)| v.is_nan()).map(|(i, _)| (i % width as usize, i / width as usize)).collect();
+    let bad: Vec<(usize, usize)> = alpha
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_nan())
+        .map(|(i, _)| (i % width as usize, i / width as usize))
+        .collect();
     if !bad.is_empty() {
         eprintln!("{file}: pixels whose alpha is NaN (x, y): {bad:?}");
     }
-    let nan_ref = reference.rgb.iter().chain(&reference.alpha).filter(|v| v.is_nan()).count();
+    let nan_ref = reference
+        .rgb
+        .iter()
+        .chain(&reference.alpha)
+        .filter(|v| v.is_nan())
+        .count();
     assert!(
         e_rgb <= 1e-3 && e_alpha <= 1e-3,
         "{file}: rgb error {e_rgb}, alpha error {e_alpha} (NaN values: {nan_gpu} rendered, {nan_ref} in the reference)"

@@ -8,17 +8,33 @@ use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::train::extras::{self, EXPOSURE_IDENTITY};
 
 fn gpu() -> Gpu {
-    Gpu::new(&GpuOptions { poison: true, ..Default::default() }).expect("a GPU adapter is required")
+    Gpu::new(&GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required")
 }
 
 /// NaN-propagating largest absolute difference.
 fn max_abs_err(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, |m: f64, d| if d.is_nan() || m.is_nan() { f64::NAN } else { m.max(d) })
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, |m: f64, d| {
+            if d.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(d)
+            }
+        })
 }
 
 fn depth_loss_ref(d: &[f64], a: &[f64], t: &[f64], k: f64, min_alpha: f64) -> f64 {
-    (0..d.len()).filter(|&p| t[p] > 0.0 && a[p] > min_alpha).map(|p| k * (d[p] / a[p] - t[p]).abs()).sum()
+    (0..d.len())
+        .filter(|&p| t[p] > 0.0 && a[p] > min_alpha)
+        .map(|p| k * (d[p] / a[p] - t[p]).abs())
+        .sum()
 }
 
 #[test]
@@ -27,12 +43,26 @@ fn depth_term_matches_finite_differences() {
     let mut rng = StdRng::seed_from_u64(7);
     let npix = 300;
     let (k, min_alpha) = (0.37, 0.5);
-    let alpha: Vec<f64> = (0..npix).map(|p| if p % 10 == 0 { 0.3 } else { rng.random_range(0.6..1.0) }).collect();
+    let alpha: Vec<f64> = (0..npix)
+        .map(|p| {
+            if p % 10 == 0 {
+                0.3
+            } else {
+                rng.random_range(0.6..1.0)
+            }
+        })
+        .collect();
     // Expected depths 1..4 m, targets at least 5 cm away (no kink within the FD step), 1 in 7 unknown.
     let e: Vec<f64> = (0..npix).map(|_| rng.random_range(1.0..4.0)).collect();
     let depth: Vec<f64> = (0..npix).map(|p| e[p] * alpha[p]).collect();
     let target: Vec<f64> = (0..npix)
-        .map(|p| if p % 7 == 3 { 0.0 } else { e[p] + if rng.random_bool(0.5) { 1.0 } else { -1.0 } * rng.random_range(0.05..0.5) })
+        .map(|p| {
+            if p % 7 == 3 {
+                0.0
+            } else {
+                e[p] + if rng.random_bool(0.5) { 1.0 } else { -1.0 } * rng.random_range(0.05..0.5)
+            }
+        })
         .collect();
     let g_in: Vec<f64> = (0..npix).map(|_| rng.random_range(-0.1..0.1)).collect();
     let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
@@ -48,9 +78,22 @@ fn depth_term_matches_finite_differences() {
     .unwrap();
     let value = out.value(&gpu).unwrap() as f64;
     let want = depth_loss_ref(&depth, &alpha, &target, k, min_alpha);
-    assert!((value - want).abs() <= 1e-4 * want, "loss {value} vs {want}");
-    let vd: Vec<f64> = gpu.read(&out.v_depth).unwrap().iter().map(|&x| x as f64).collect();
-    let va: Vec<f64> = gpu.read(&out.v_alpha).unwrap().iter().map(|&x| x as f64).collect();
+    assert!(
+        (value - want).abs() <= 1e-4 * want,
+        "loss {value} vs {want}"
+    );
+    let vd: Vec<f64> = gpu
+        .read(&out.v_depth)
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
+    let va: Vec<f64> = gpu
+        .read(&out.v_alpha)
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let h = 1e-6;
     let (mut fd_d, mut fd_a) = (vec![0.0; npix], vec![0.0; npix]);
     for p in 0..npix {
@@ -58,12 +101,17 @@ fn depth_term_matches_finite_differences() {
         dp[p] += h;
         let mut dm = depth.clone();
         dm[p] -= h;
-        fd_d[p] = (depth_loss_ref(&dp, &alpha, &target, k, min_alpha) - depth_loss_ref(&dm, &alpha, &target, k, min_alpha)) / (2.0 * h);
+        fd_d[p] = (depth_loss_ref(&dp, &alpha, &target, k, min_alpha)
+            - depth_loss_ref(&dm, &alpha, &target, k, min_alpha))
+            / (2.0 * h);
         let mut ap = alpha.clone();
         ap[p] += h;
         let mut am = alpha.clone();
         am[p] -= h;
-        fd_a[p] = (depth_loss_ref(&depth, &ap, &target, k, min_alpha) - depth_loss_ref(&depth, &am, &target, k, min_alpha)) / (2.0 * h) + g_in[p];
+        fd_a[p] = (depth_loss_ref(&depth, &ap, &target, k, min_alpha)
+            - depth_loss_ref(&depth, &am, &target, k, min_alpha))
+            / (2.0 * h)
+            + g_in[p];
     }
     let (ed, ea) = (max_abs_err(&vd, &fd_d), max_abs_err(&va, &fd_a));
     println!("depth term: max |analytic - FD| depth {ed:.3e}, alpha {ea:.3e}");
@@ -71,7 +119,10 @@ fn depth_term_matches_finite_differences() {
     // Skipped pixels (no target, thin coverage) pass only the incoming alpha gradient.
     assert_eq!(vd[3], 0.0);
     assert_eq!(va[0] as f32, g_in[0] as f32);
-    assert!(fd_d.iter().filter(|&&g| g != 0.0).count() > npix / 2, "most pixels are supervised");
+    assert!(
+        fd_d.iter().filter(|&&g| g != 0.0).count() > npix / 2,
+        "most pixels are supervised"
+    );
 }
 
 fn exposure_ref(rgb: &[f64], p: &[f64; 12]) -> Vec<f64> {
@@ -95,16 +146,33 @@ fn exposure_transform_matches_finite_differences() {
         *p = EXPOSURE_IDENTITY[k] as f64 + rng.random_range(-0.2..0.2);
     }
     let w: Vec<f64> = (0..npix * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let loss = |rgb: &[f64], p: &[f64; 12]| exposure_ref(rgb, p).iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
+    let loss = |rgb: &[f64], p: &[f64; 12]| {
+        exposure_ref(rgb, p)
+            .iter()
+            .zip(&w)
+            .map(|(a, b)| a * b)
+            .sum::<f64>()
+    };
     let p32: [f32; 12] = std::array::from_fn(|k| params[k] as f32);
     let rgb32: Vec<f32> = rgb.iter().map(|&x| x as f32).collect();
     let rgb_dev = gpu.upload(&rgb32);
-    let fwd: Vec<f64> = gpu.read(&extras::apply_exposure(&gpu, &rgb_dev, &p32)).unwrap().iter().map(|&x| x as f64).collect();
+    let fwd: Vec<f64> = gpu
+        .read(&extras::apply_exposure(&gpu, &rgb_dev, &p32))
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let fe = max_abs_err(&fwd, &exposure_ref(&rgb, &params));
     assert!(fe <= 1e-5, "forward {fe}");
     let w32: Vec<f32> = w.iter().map(|&x| x as f32).collect();
-    let (v_rgb, g_params) = extras::exposure_backward(&gpu, &rgb_dev, &p32, &gpu.upload(&w32)).unwrap();
-    let v_rgb: Vec<f64> = gpu.read(&v_rgb).unwrap().iter().map(|&x| x as f64).collect();
+    let (v_rgb, g_params) =
+        extras::exposure_backward(&gpu, &rgb_dev, &p32, &gpu.upload(&w32)).unwrap();
+    let v_rgb: Vec<f64> = gpu
+        .read(&v_rgb)
+        .unwrap()
+        .iter()
+        .map(|&x| x as f64)
+        .collect();
     let h = 1e-5;
     let fd_p: Vec<f64> = (0..12)
         .map(|k| {
@@ -126,6 +194,8 @@ fn exposure_transform_matches_finite_differences() {
     // Parameter gradients are sums over 257 pixels of O(1) terms.
     let ep = max_abs_err(&gp, &fd_p) / fd_p.iter().fold(1.0f64, |m, x| m.max(x.abs()));
     let er = max_abs_err(&v_rgb, &fd_rgb);
-    println!("exposure: relative max error of the parameter gradient {ep:.3e}, render gradient {er:.3e}");
+    println!(
+        "exposure: relative max error of the parameter gradient {ep:.3e}, render gradient {er:.3e}"
+    );
     assert!(ep <= 1e-6 && er <= 1e-6, "params {ep}, render {er}");
 }

@@ -272,7 +272,10 @@ fn training_on_lego_raises_heldout_psnr_and_resumes_exactly() {
     );
     // bf16 moments throughout (`--adam-moments bf16`) train as well.
     let (bf16_psnr, bf16_n) = lego_psnr(&gpu, MomentPrecision::Bf16, 42);
-    eprintln!("bf16 moments {bf16_psnr:.3} dB ({bf16_n} Gaussians), {:+.3} dB from sh8", bf16_psnr - after);
+    eprintln!(
+        "bf16 moments {bf16_psnr:.3} dB ({bf16_n} Gaussians), {:+.3} dB from sh8",
+        bf16_psnr - after
+    );
     assert!(
         (bf16_psnr - after).abs() < 0.3,
         "bf16 moments {bf16_psnr:.3} dB vs sh8 moments {after:.3} dB"

@@ -4,8 +4,8 @@
 //! move the measurement.
 
 use rust3r_gpu::{Gpu, GpuOptions};
-use rust3r_splat::train::adam::{self, MomentPrecision};
 use rust3r_splat::ShPrecision;
+use rust3r_splat::train::adam::{self, MomentPrecision};
 use rust3r_splat::train::{TrainConfig, Trainer, init};
 
 fn gpu() -> Gpu {
@@ -17,7 +17,12 @@ fn gpu() -> Gpu {
 }
 
 /// Bytes that stay allocated while training `n` Gaussians at SH degree 3.
-fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision, sh: ShPrecision) -> u64 {
+fn measured_persistent(
+    gpu: &rust3r_gpu::Gpu,
+    n: usize,
+    moments: MomentPrecision,
+    sh: ShPrecision,
+) -> u64 {
     gpu.sync().unwrap();
     gpu.memory_cleanup();
     let before = gpu.memory_in_use();
@@ -38,7 +43,11 @@ fn measured_persistent(gpu: &rust3r_gpu::Gpu, n: usize, moments: MomentPrecision
         ..Default::default()
     };
     let t = Trainer::new(gpu, cfg, &init).unwrap();
-    assert!(t.moments()[..4].iter().all(|m| m.precision() == moments || moments == MomentPrecision::Sh8));
+    assert!(
+        t.moments()[..4]
+            .iter()
+            .all(|m| m.precision() == moments || moments == MomentPrecision::Sh8)
+    );
     assert_eq!(t.moments()[4].precision(), moments);
     assert_eq!(t.splats.sh.precision(), sh);
     gpu.sync().unwrap();
@@ -85,9 +94,21 @@ fn measured_trainer_memory_matches_the_ledger() {
     assert_eq!(ledger(MomentPrecision::Bf16, ShPrecision::F16), 390);
     // 8-bit moments for the 45 higher-order SH values: 236 - 90
     assert_eq!(ledger(MomentPrecision::Sh8, ShPrecision::F16), 300);
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::F32, ShPrecision::F32), 1596);
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F32), 1360);
+    assert_eq!(
+        Trainer::bytes_per_splat(3, MomentPrecision::F32, ShPrecision::F32),
+        1596
+    );
+    assert_eq!(
+        Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F32),
+        1360
+    );
     // With half SH no SH gradient is stored: 192 B less per step.
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F16), 1078);
-    assert_eq!(Trainer::bytes_per_splat(3, MomentPrecision::Sh8, ShPrecision::F16), 988);
+    assert_eq!(
+        Trainer::bytes_per_splat(3, MomentPrecision::Bf16, ShPrecision::F16),
+        1078
+    );
+    assert_eq!(
+        Trainer::bytes_per_splat(3, MomentPrecision::Sh8, ShPrecision::F16),
+        988
+    );
 }

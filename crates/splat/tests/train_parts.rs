@@ -310,7 +310,14 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         gpu.read(&nmom).unwrap(),
     );
     assert_eq!(
-        (nm.len(), nl.len(), nq.len(), nmom.len(), npacked.len(), npm.len()),
+        (
+            nm.len(),
+            nl.len(),
+            nq.len(),
+            nmom.len(),
+            npacked.len(),
+            npm.len()
+        ),
         (m * 3, m * 3, m * 4, m * 3, m * 3, m * 3)
     );
     let bf = |x: f32| adam::bf16_to_f32(adam::bf16_nearest(x));
@@ -405,7 +412,10 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     for i in (0..n).step_by(10) {
         let p = plan.parent[i] as usize;
         assert!(p % 10 != 0, "dead row {i} copies a live one");
-        assert_eq!(plan.variant[i], 4, "relocated rows keep their own optimizer state");
+        assert_eq!(
+            plan.variant[i], 4,
+            "relocated rows keep their own optimizer state"
+        );
     }
     assert_eq!(plan.rows.len() * 3, plan.log_scales.len());
     assert!(
@@ -418,19 +428,32 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     let gpu = gpu();
     let (parent, variant) = (gpu.upload(&[2u32, 1, 2, 0]), gpu.upload(&[4u32, 0, 1, 0]));
     let src = gpu.upload(&[10f32, 11.0, 20.0, 21.0, 30.0, 31.0]);
-    let params = gpu.read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, false)).unwrap();
-    let moments = gpu.read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, true)).unwrap();
+    let params = gpu
+        .read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, false))
+        .unwrap();
+    let moments = gpu
+        .read(&densify::rebuild(&gpu, &src, &parent, &variant, 2, true))
+        .unwrap();
     assert_eq!(params, [30.0, 31.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
     assert_eq!(moments, [10.0, 11.0, 20.0, 21.0, 0.0, 0.0, 10.0, 11.0]);
     // The same with packed bf16 moments (words copied bit for bit, fresh rows zero words).
-    let words = [0x3F80_4000u32, 0xBF00_0001, 0x4120_7F80, 0xC2C8_0000, 0x0001_FFFF, 0x8000_3C00];
+    let words = [
+        0x3F80_4000u32,
+        0xBF00_0001,
+        0x4120_7F80,
+        0xC2C8_0000,
+        0x0001_FFFF,
+        0x8000_3C00,
+    ];
     let packed = Moments::Bf16(gpu.upload(&words));
     let Moments::Bf16(got) = packed.rebuild(&gpu, &parent, &variant, 2) else {
         panic!("rebuild keeps the storage");
     };
     assert_eq!(
         gpu.read(&got).unwrap(),
-        [words[0], words[1], words[2], words[3], 0, 0, words[0], words[1]]
+        [
+            words[0], words[1], words[2], words[3], 0, 0, words[0], words[1]
+        ]
     );
 }
 
@@ -793,7 +816,9 @@ fn alpha_loss_through_the_rasterizer_matches_finite_differences() {
             nonzero += (d1.abs() > 1e-4) as usize;
         }
     }
-    eprintln!("{checked} derivatives checked ({nonzero} clearly nonzero), {skipped} skipped at kinks");
+    eprintln!(
+        "{checked} derivatives checked ({nonzero} clearly nonzero), {skipped} skipped at kinks"
+    );
     assert!(
         checked >= 50 && skipped * 5 <= checked,
         "{checked} checked, {skipped} skipped"
@@ -845,7 +870,8 @@ fn trainer_step_with_masks_and_alpha() {
     // Everything masked out: nothing to learn.
     let mut t = Trainer::new(&gpu, cfg(1.0), &init).unwrap();
     let before = t.to_host().unwrap();
-    t.step_with(&cam, &target(&rgb, Some(&alpha), Some(&zeros))).unwrap();
+    t.step_with(&cam, &target(&rgb, Some(&alpha), Some(&zeros)))
+        .unwrap();
     assert!(t.last_loss().unwrap().unwrap().abs() < 1e-6);
     assert_eq!(t.last_alpha_loss().unwrap(), Some(0.0));
     assert_eq!(
@@ -860,8 +886,12 @@ fn trainer_step_with_masks_and_alpha() {
     let mut weighted = Trainer::new(&gpu, cfg(1.0), &init).unwrap();
     for _ in 0..2 {
         plain.step(&cam, &rgb).unwrap();
-        ignored.step_with(&cam, &target(&rgb, Some(&alpha), None)).unwrap();
-        weighted.step_with(&cam, &target(&rgb, Some(&alpha), None)).unwrap();
+        ignored
+            .step_with(&cam, &target(&rgb, Some(&alpha), None))
+            .unwrap();
+        weighted
+            .step_with(&cam, &target(&rgb, Some(&alpha), None))
+            .unwrap();
     }
     assert_eq!(plain.to_host().unwrap(), ignored.to_host().unwrap());
     assert_eq!(ignored.last_alpha_loss().unwrap(), None);
@@ -910,7 +940,8 @@ fn bf16_ulp(x: f64) -> f64 {
     if x == 0.0 {
         return f64::from(f32::from_bits(1 << 16)); // smallest denormal bf16
     }
-    2f64.powi(x.abs().log2().floor() as i32 - 7).max(f64::from(f32::from_bits(1 << 16)))
+    2f64.powi(x.abs().log2().floor() as i32 - 7)
+        .max(f64::from(f32::from_bits(1 << 16)))
 }
 
 #[test]
@@ -925,13 +956,22 @@ fn bf16_rounding_bounds_special_values_and_unbiased_stochastic_rounding_on_the_h
         let n = adam::bf16_to_f32(adam::bf16_nearest(x)) as f64;
         let r = adam::bf16_to_f32(adam::bf16_stochastic(x, rng.random())) as f64;
         let xd = x as f64;
-        assert!((n - xd).abs() <= xd.abs() * 2f64.powi(-8), "{x}: nearest {n}");
-        assert!((r - xd).abs() < xd.abs() * 2f64.powi(-7), "{x}: stochastic {r}");
+        assert!(
+            (n - xd).abs() <= xd.abs() * 2f64.powi(-8),
+            "{x}: nearest {n}"
+        );
+        assert!(
+            (r - xd).abs() < xd.abs() * 2f64.powi(-7),
+            "{x}: stochastic {r}"
+        );
         let (lo, hi) = (
             f32::from_bits(x.to_bits() & 0xFFFF_0000) as f64,
             f32::from_bits((x.to_bits() & 0xFFFF_0000) + 0x1_0000) as f64,
         );
-        assert!(r == lo || r == hi, "{x}: {r} is not a neighbour ({lo}, {hi})");
+        assert!(
+            r == lo || r == hi,
+            "{x}: {r} is not a neighbour ({lo}, {hi})"
+        );
     }
     for (x, want) in [
         (f32::INFINITY, 0x7F80u16),
@@ -945,11 +985,20 @@ fn bf16_rounding_bounds_special_values_and_unbiased_stochastic_rounding_on_the_h
     }
     assert_eq!(adam::bf16_stochastic(f32::MAX, 0), 0x7F7F);
     assert_eq!(adam::bf16_stochastic(f32::MAX, 0xFFFF), 0x7F80);
-    for nan in [f32::NAN, -f32::NAN, f32::from_bits(0x7F80_0001), f32::from_bits(0xFFFF_FFFF)] {
+    for nan in [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7F80_0001),
+        f32::from_bits(0xFFFF_FFFF),
+    ] {
         for r in [0u16, 1, 0x8000, 0xFFFF] {
             let got = adam::bf16_stochastic(nan, r);
             assert!(adam::bf16_to_f32(got).is_nan(), "{nan:?} -> {got:#x}");
-            assert_eq!(got & 0x8000, ((nan.to_bits() >> 16) as u16) & 0x8000, "sign kept");
+            assert_eq!(
+                got & 0x8000,
+                ((nan.to_bits() >> 16) as u16) & 0x8000,
+                "sign kept"
+            );
         }
         assert!(adam::bf16_to_f32(adam::bf16_nearest(nan)).is_nan());
     }
@@ -989,7 +1038,16 @@ struct CompactRef {
 
 impl CompactRef {
     #[allow(clippy::too_many_arguments)]
-    fn step(&mut self, g: &[f32], lr: &dyn Fn(usize) -> f64, t: u64, b1: f64, b2: f64, eps: f64, skip: &dyn Fn(usize) -> bool) {
+    fn step(
+        &mut self,
+        g: &[f32],
+        lr: &dyn Fn(usize) -> f64,
+        t: u64,
+        b1: f64,
+        b2: f64,
+        eps: f64,
+        skip: &dyn Fn(usize) -> bool,
+    ) {
         let bc1 = 1.0 - b1.powi(t as i32);
         let bc2 = (1.0 - b2.powi(t as i32)).sqrt();
         for i in 0..self.p.len() {
@@ -1061,7 +1119,9 @@ fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
     let lr = |i: usize| if i % row < 2 { 0.01 } else { 0.001 };
     let skip = |i: usize| radii[(i / row) * 2] == 0;
     for t in 1..=8u64 {
-        let g: Vec<f32> = (0..len).map(|_| (rng.random::<f32>() - 0.5) * 0.3).collect();
+        let g: Vec<f32> = (0..len)
+            .map(|_| (rng.random::<f32>() - 0.5) * 0.3)
+            .collect();
         adam::adam_update(
             &gpu,
             &gp,
@@ -1078,12 +1138,22 @@ fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
         let (gm, gv) = moments.read(&gpu).unwrap();
         for i in 0..len {
             assert!(
-                (gm[i] as f64 - r.m[i]).abs() <= r.em[i] && (gv[i] as f64 - r.v[i]).abs() <= r.ev[i],
+                (gm[i] as f64 - r.m[i]).abs() <= r.em[i]
+                    && (gv[i] as f64 - r.v[i]).abs() <= r.ev[i],
                 "step {t} element {i}: m {} vs {} ± {:e}, v {} vs {} ± {:e}",
-                gm[i], r.m[i], r.em[i], gv[i], r.v[i], r.ev[i]
+                gm[i],
+                r.m[i],
+                r.em[i],
+                gv[i],
+                r.v[i],
+                r.ev[i]
             );
             if skip(i) {
-                assert_eq!((gm[i], gv[i]), (m0[i], v0[i]), "invisible rows keep their moments");
+                assert_eq!(
+                    (gm[i], gv[i]),
+                    (m0[i], v0[i]),
+                    "invisible rows keep their moments"
+                );
             }
         }
     }
@@ -1091,7 +1161,13 @@ fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
     let mut worst = 0f64;
     for i in 0..len {
         let d = (got[i] as f64 - r.p[i]).abs();
-        assert!(d <= r.ep[i] + 1e-6, "element {i}: {} vs {} ± {:e}", got[i], r.p[i], r.ep[i]);
+        assert!(
+            d <= r.ep[i] + 1e-6,
+            "element {i}: {} vs {} ± {:e}",
+            got[i],
+            r.p[i],
+            r.ep[i]
+        );
         if skip(i) {
             assert_eq!(got[i], p0[i], "invisible rows must not move");
         }
@@ -1101,16 +1177,38 @@ fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
 
     // Special values: infinities stay infinities with their sign, NaN stays NaN, negative
     // moments keep their sign, tiny ones stay tiny (or flush to zero, never to garbage).
-    let g = [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -3.0, 1e-20, -2.0];
+    let g = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -3.0,
+        1e-20,
+        -2.0,
+    ];
     let p = gpu.upload(&[0f32; 6]);
     let mom = Moments::zeros(&gpu, 6, MomentPrecision::Bf16);
-    adam::adam_update(&gpu, &p, &gpu.upload(&g), &mom, 6, (6, 0.1, 0.1), 1, &cfg, None, 9);
+    adam::adam_update(
+        &gpu,
+        &p,
+        &gpu.upload(&g),
+        &mom,
+        6,
+        (6, 0.1, 0.1),
+        1,
+        &cfg,
+        None,
+        9,
+    );
     let (m, v) = mom.read(&gpu).unwrap();
     assert_eq!((m[0], v[0]), (f32::INFINITY, f32::INFINITY));
     assert_eq!((m[1], v[1]), (f32::NEG_INFINITY, f32::INFINITY));
     assert!(m[2].is_nan() && v[2].is_nan());
     assert!((m[3] + 0.3).abs() <= 0.3 / 128.0 && (v[3] - 0.009).abs() <= 0.009 / 128.0);
-    assert!(m[4] > 0.0 && (m[4] as f64 - 1e-21).abs() <= 1e-21 / 128.0, "{}", m[4]);
+    assert!(
+        m[4] > 0.0 && (m[4] as f64 - 1e-21).abs() <= 1e-21 / 128.0,
+        "{}",
+        m[4]
+    );
     assert!(v[4] >= 0.0 && v[4] < 1e-42, "{}", v[4]);
     assert!(m[5] < 0.0 && v[5] > 0.0);
 }
@@ -1128,7 +1226,18 @@ fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
     let g = 1.0f32 + 0.3 / 128.0; // (1 - β1) g sits 0.3 of a bf16 step past a bf16 value
     let mom = Moments::zeros(&gpu, n, MomentPrecision::Bf16);
     let p = gpu.zeros::<f32>(n);
-    adam::adam_update(&gpu, &p, &gpu.upload(&vec![g * 10.0; n]), &mom, 1, (1, 0.0, 0.0), 1, &cfg, None, 77);
+    adam::adam_update(
+        &gpu,
+        &p,
+        &gpu.upload(&vec![g * 10.0; n]),
+        &mom,
+        1,
+        (1, 0.0, 0.0),
+        1,
+        &cfg,
+        None,
+        77,
+    );
     let (m, _) = mom.read(&gpu).unwrap();
     let want = ((1.0f32 - 0.9f32) * (g * 10.0)) as f64;
     let mean = m.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
@@ -1139,8 +1248,14 @@ fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
         (mean - want) / ulp,
         (nearest - want) / ulp
     );
-    assert!((nearest - want).abs() > 0.2 * ulp, "the test value is not near a bf16 value");
-    assert!((mean - want).abs() < 6.0 * 0.5 * ulp / (n as f64).sqrt(), "biased rounding");
+    assert!(
+        (nearest - want).abs() > 0.2 * ulp,
+        "the test value is not near a bf16 value"
+    );
+    assert!(
+        (mean - want).abs() < 6.0 * 0.5 * ulp / (n as f64).sqrt(),
+        "biased rounding"
+    );
 
     // v = 1 with zero gradients decays by β2 = 0.999 per step, far below half a bf16 step
     // (2^-9 ≈ 0.002): round-to-nearest would keep it at 1 forever.
@@ -1148,7 +1263,18 @@ fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
     let zeros = gpu.zeros::<f32>(n);
     let steps = 300u64;
     for t in 1..=steps {
-        adam::adam_update(&gpu, &p, &zeros, &mom, 1, (1, 0.0, 0.0), t, &cfg, None, adam::rounding_key(1, 0, t));
+        adam::adam_update(
+            &gpu,
+            &p,
+            &zeros,
+            &mom,
+            1,
+            (1, 0.0, 0.0),
+            t,
+            &cfg,
+            None,
+            adam::rounding_key(1, 0, t),
+        );
     }
     let (m, v) = mom.read(&gpu).unwrap();
     let want = 0.999f64.powi(steps as i32);
@@ -1158,7 +1284,10 @@ fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
     assert!(m.iter().all(|&x| x == 0.0));
     // Per element the rounding errors are a martingale: spread about sqrt(steps) · ulp / 2.
     assert!(sd < 0.05, "spread {sd}");
-    assert!((mean - want).abs() < 6.0 * sd / (n as f64).sqrt() + 1e-5, "v decays to {mean}, exact {want}");
+    assert!(
+        (mean - want).abs() < 6.0 * sd / (n as f64).sqrt() + 1e-5,
+        "v decays to {mean}, exact {want}"
+    );
 }
 
 /// A few steps of a small scene, so that the moments are not all zero.
@@ -1200,7 +1329,10 @@ fn small_camera() -> rust3r_splat::Camera {
 }
 
 fn all_moments(t: &Trainer) -> Vec<(Vec<f32>, Vec<f32>)> {
-    t.moments().iter().map(|m| m.read(t.gpu()).unwrap()).collect()
+    t.moments()
+        .iter()
+        .map(|m| m.read(t.gpu()).unwrap())
+        .collect()
 }
 
 #[test]
@@ -1212,7 +1344,10 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
     // f32 moments round-trip exactly.
     let t = small_trainer(&gpu, MomentPrecision::F32);
     let want = all_moments(&t);
-    assert!(want.iter().any(|(m, _)| m.iter().any(|&x| x != 0.0)), "moments moved");
+    assert!(
+        want.iter().any(|(m, _)| m.iter().any(|&x| x != 0.0)),
+        "moments moved"
+    );
     t.save_checkpoint(&ck).unwrap();
     let f32_len = std::fs::metadata(&ck).unwrap().len();
     let back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
@@ -1224,7 +1359,10 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
     let bytes = std::fs::read(&ck).unwrap();
     let hlen = u64::from_le_bytes(bytes[20..28].try_into().unwrap()) as usize;
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[28..28 + hlen]).unwrap();
-    let removed = header["config"]["adam"].as_object_mut().unwrap().remove("moments");
+    let removed = header["config"]["adam"]
+        .as_object_mut()
+        .unwrap()
+        .remove("moments");
     assert_eq!(removed, Some(serde_json::json!("f32")));
     let json = serde_json::to_vec(&header).unwrap();
     let mut legacy = bytes[..20].to_vec();
@@ -1246,7 +1384,12 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
         .map(|(m, v)| (m.iter().map(bf).collect(), v.iter().map(bf).collect()))
         .collect();
     assert_eq!(all_moments(&old_t), rounded);
-    assert!(old_t.moments().iter().all(|m| m.precision() == MomentPrecision::Bf16));
+    assert!(
+        old_t
+            .moments()
+            .iter()
+            .all(|m| m.precision() == MomentPrecision::Bf16)
+    );
     old_t.save_checkpoint(&ck).unwrap();
     let bf16_len = std::fs::metadata(&ck).unwrap().len();
     let values = 400 * (3 + 3 + 4 + 1 + 12) as u64;
@@ -1269,7 +1412,10 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
     // A truncated compact checkpoint is refused with a clear error.
     let bytes = std::fs::read(&ck).unwrap();
     std::fs::write(&ck, &bytes[..bytes.len() - 4]).unwrap();
-    let e = Trainer::load_checkpoint(&gpu, &ck).err().unwrap().to_string();
+    let e = Trainer::load_checkpoint(&gpu, &ck)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("bytes"), "{e}");
 }
 
@@ -1296,26 +1442,49 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
         let sh0: Vec<f32> = (0..len)
             .map(|j| {
                 let x = (rng.random::<f32>() - 0.5) * if j % row < 3 { 2.0 } else { 0.4 };
-                if j % row < 3 { x } else { f16_value(f16_nearest(x)) }
+                if j % row < 3 {
+                    x
+                } else {
+                    f16_value(f16_nearest(x))
+                }
             })
             .collect();
         let coeffs = ShCoeffs::upload(&gpu, &sh0, k, rust3r_splat::ShPrecision::F16).unwrap();
-        let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
+        let ShCoeffs::Half { dc, rest } = &coeffs else {
+            panic!("half storage")
+        };
         assert_eq!(coeffs.read(&gpu, k).unwrap(), sh0, "upload round trip");
         let moments = Moments::zeros_sh(&gpu, n, row, precision);
         assert_eq!(moments.precision(), precision);
-        let radii: Vec<u32> = (0..n * 2).map(|i| if (i / 2) % 5 == 2 { 0 } else { 4 }).collect();
+        let radii: Vec<u32> = (0..n * 2)
+            .map(|i| if (i / 2) % 5 == 2 { 0 } else { 4 })
+            .collect();
         let gr = gpu.upload(&radii);
         let skip = |i: usize| radii[(i / row) * 2] == 0;
-        let cfg = adam::AdamConfig { eps: 1e-8, moments: precision, ..Default::default() };
+        let cfg = adam::AdamConfig {
+            eps: 1e-8,
+            moments: precision,
+            ..Default::default()
+        };
         let (lr_dc, lr_rest) = (0.01f64, 0.002f64);
         let mut worst_rest = 0f64;
         for t in 1..=6u64 {
             let p_prev = coeffs.read(&gpu, k).unwrap();
             let (m_prev, v_prev) = moments.read(&gpu).unwrap();
-            let g: Vec<f32> = (0..len).map(|_| (rng.random::<f32>() - 0.5) * 0.2).collect();
+            let g: Vec<f32> = (0..len)
+                .map(|_| (rng.random::<f32>() - 0.5) * 0.2)
+                .collect();
             adam::adam_update_sh_half(
-                &gpu, dc, rest, adam::ShGrad::Buffer(&gpu.upload(&g)), &moments, row, (lr_dc as f32, lr_rest as f32), t, &cfg, Some(&gr),
+                &gpu,
+                dc,
+                rest,
+                adam::ShGrad::Buffer(&gpu.upload(&g)),
+                &moments,
+                row,
+                (lr_dc as f32, lr_rest as f32),
+                t,
+                &cfg,
+                Some(&gr),
                 adam::rounding_key(3, 4, t),
             );
             let p = coeffs.read(&gpu, k).unwrap();
@@ -1326,7 +1495,11 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
             let bc2 = (1.0 - b2.powi(t as i32)).sqrt();
             for i in 0..len {
                 if skip(i) {
-                    assert_eq!((p[i], m[i], v[i]), (p_prev[i], m_prev[i], v_prev[i]), "step {t} value {i}: invisible row moved");
+                    assert_eq!(
+                        (p[i], m[i], v[i]),
+                        (p_prev[i], m_prev[i], v_prev[i]),
+                        "step {t} value {i}: invisible row moved"
+                    );
                     continue;
                 }
                 let gi = g[i] as f64;
@@ -1340,10 +1513,14 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
                 let terms = b1 * (m_prev[i] as f64).abs() + (1.0 - b1) * gi.abs();
                 let (tm, tv) = match precision {
                     MomentPrecision::F32 => (1e-6 * terms + 1e-12, 1e-6 * vi + 1e-15),
-                    MomentPrecision::Bf16 => (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15),
+                    MomentPrecision::Bf16 => {
+                        (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15)
+                    }
                     // DC: bf16 pairs; the rest: one step of 8-bit rounding (m: 2 mantissa
                     // bits, sqrt(v): 3), and below 2^-31 a flush to 0 or 2^-31
-                    MomentPrecision::Sh8 if i % row < 3 => (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15),
+                    MomentPrecision::Sh8 if i % row < 3 => {
+                        (1e-6 * terms + mi.abs() / 128.0 + 1e-12, vi / 128.0 + 1e-15)
+                    }
                     MomentPrecision::Sh8 => {
                         let tiny = 2f64.powi(-31);
                         let s = vi.sqrt();
@@ -1351,18 +1528,38 @@ fn half_sh_adam_matches_float64_reference_within_one_half_step() {
                         (1e-6 * terms + mi.abs() / 4.0 + tiny, 2.0 * s * ds + ds * ds)
                     }
                 };
-                assert!((m[i] as f64 - mi).abs() <= tm, "step {t} value {i}: m {} vs {mi}", m[i]);
-                assert!((v[i] as f64 - vi).abs() <= tv, "step {t} value {i}: v {} vs {vi}", v[i]);
+                assert!(
+                    (m[i] as f64 - mi).abs() <= tm,
+                    "step {t} value {i}: m {} vs {mi}",
+                    m[i]
+                );
+                assert!(
+                    (v[i] as f64 - vi).abs() <= tv,
+                    "step {t} value {i}: v {} vs {vi}",
+                    v[i]
+                );
                 let d = (p[i] as f64 - want).abs();
                 if i % row < 3 {
-                    assert!(d <= 1e-6 * want.abs().max(1e-3), "step {t} DC {i}: {} vs {want}", p[i]);
+                    assert!(
+                        d <= 1e-6 * want.abs().max(1e-3),
+                        "step {t} DC {i}: {} vs {want}",
+                        p[i]
+                    );
                 } else {
-                    assert!(d <= half_ulp(want) * 1.001 + 1e-9, "step {t} value {i}: {} vs {want} (half step {:e})", p[i], half_ulp(want));
+                    assert!(
+                        d <= half_ulp(want) * 1.001 + 1e-9,
+                        "step {t} value {i}: {} vs {want} (half step {:e})",
+                        p[i],
+                        half_ulp(want)
+                    );
                     worst_rest = worst_rest.max(d / half_ulp(want));
                 }
             }
         }
-        eprintln!("degree {}: worst rest deviation {worst_rest:.3} half steps", (k as f64).sqrt() - 1.0);
+        eprintln!(
+            "degree {}: worst rest deviation {worst_rest:.3} half steps",
+            (k as f64).sqrt() - 1.0
+        );
     }
 }
 
@@ -1381,7 +1578,11 @@ fn half_sh_rows_rebuild_from_their_parents() {
         let got = unpack_f16(&gpu.read(&out).unwrap(), parent.len() * row);
         let have = unpack_f16(&src, n * row);
         for (j, &p) in parent.iter().enumerate() {
-            assert_eq!(&got[j * row..(j + 1) * row], &have[p as usize * row..(p as usize + 1) * row], "row {j} (parent {p})");
+            assert_eq!(
+                &got[j * row..(j + 1) * row],
+                &have[p as usize * row..(p as usize + 1) * row],
+                "row {j} (parent {p})"
+            );
         }
     }
 }
@@ -1392,7 +1593,11 @@ fn half_sh_checkpoints_resume_exactly_and_convert() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("ck.bin");
     let mut t = small_trainer(&gpu, MomentPrecision::Bf16);
-    assert_eq!(t.cfg.sh_precision, rust3r_splat::ShPrecision::F16, "half SH is the default");
+    assert_eq!(
+        t.cfg.sh_precision,
+        rust3r_splat::ShPrecision::F16,
+        "half SH is the default"
+    );
     t.save_checkpoint(&ck).unwrap();
     let mut back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
     assert_eq!(back.cfg.sh_precision, rust3r_splat::ShPrecision::F16);
@@ -1404,11 +1609,18 @@ fn half_sh_checkpoints_resume_exactly_and_convert() {
         t.step(&small_camera(), &target).unwrap();
         back.step(&small_camera(), &target).unwrap();
     }
-    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    assert_eq!(
+        back.splats.read_sh(&gpu).unwrap(),
+        t.splats.read_sh(&gpu).unwrap()
+    );
     assert_eq!(back.to_host().unwrap().means, t.to_host().unwrap().means);
     // Converting to f32 keeps the values; a run with f32 SH differs (different rounding).
-    back.set_sh_precision(rust3r_splat::ShPrecision::F32).unwrap();
-    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    back.set_sh_precision(rust3r_splat::ShPrecision::F32)
+        .unwrap();
+    assert_eq!(
+        back.splats.read_sh(&gpu).unwrap(),
+        t.splats.read_sh(&gpu).unwrap()
+    );
     assert_eq!(back.splats.sh.precision(), rust3r_splat::ShPrecision::F32);
     back.step(&small_camera(), &target).unwrap();
     assert!(back.last_loss().unwrap().unwrap().is_finite());
@@ -1419,23 +1631,62 @@ fn sh8_moments_rebuild_upload_and_need_half_sh() {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(31);
     let (n, row) = (37usize, 48usize);
-    let m: Vec<f32> = (0..n * row).map(|_| (rng.random::<f32>() - 0.5) * 1e-3).collect();
+    let m: Vec<f32> = (0..n * row)
+        .map(|_| (rng.random::<f32>() - 0.5) * 1e-3)
+        .collect();
     let v: Vec<f32> = (0..n * row).map(|_| rng.random::<f32>() * 1e-6).collect();
     let mom = Moments::from_host_sh(&gpu, &m, &v, row, MomentPrecision::Sh8);
     assert!(matches!(mom, Moments::Sh8 { .. }));
-    assert_eq!(mom.device_bytes(), (n * 3 * 4 + (n * 45).div_ceil(2) * 4) as u64);
+    assert_eq!(
+        mom.device_bytes(),
+        (n * 3 * 4 + (n * 45).div_ceil(2) * 4) as u64
+    );
     let (gm, gv) = mom.read(&gpu).unwrap();
     for i in 0..n * row {
         // nearest rounding: half a step (bf16 for DC, 8-bit for the rest)
-        let (rm, rv) = if i % row < 3 { (256.0, 256.0) } else { (8.0, 8.0) };
-        assert!((gm[i] - m[i]).abs() <= m[i].abs() / rm * 1.01, "m[{i}] {} vs {}", gm[i], m[i]);
+        let (rm, rv) = if i % row < 3 {
+            (256.0, 256.0)
+        } else {
+            (8.0, 8.0)
+        };
+        assert!(
+            (gm[i] - m[i]).abs() <= m[i].abs() / rm * 1.01,
+            "m[{i}] {} vs {}",
+            gm[i],
+            m[i]
+        );
         let s = v[i].sqrt();
-        assert!((gv[i].sqrt() - s).abs() <= s / rv * 1.01 + 1e-12, "v[{i}] {} vs {}", gv[i], v[i]);
+        assert!(
+            (gv[i].sqrt() - s).abs() <= s / rv * 1.01 + 1e-12,
+            "v[{i}] {} vs {}",
+            gv[i],
+            v[i]
+        );
     }
     // Rebuild: kept rows from their parents, new rows zero, relocated rows keep their own.
-    let parent: Vec<u32> = (0..n as u32 + 9).map(|i| if i < n as u32 { i } else { i % 5 }).collect();
-    let variant: Vec<u32> = (0..parent.len()).map(|j| if j < n { if j % 7 == 3 { 4 } else { 0 } } else { 1 + (j % 3) as u32 }).collect();
-    let parent: Vec<u32> = parent.iter().enumerate().map(|(j, &p)| if j < n && j % 4 == 1 { (p + 2) % n as u32 } else { p }).collect();
+    let parent: Vec<u32> = (0..n as u32 + 9)
+        .map(|i| if i < n as u32 { i } else { i % 5 })
+        .collect();
+    let variant: Vec<u32> = (0..parent.len())
+        .map(|j| {
+            if j < n {
+                if j % 7 == 3 { 4 } else { 0 }
+            } else {
+                1 + (j % 3) as u32
+            }
+        })
+        .collect();
+    let parent: Vec<u32> = parent
+        .iter()
+        .enumerate()
+        .map(|(j, &p)| {
+            if j < n && j % 4 == 1 {
+                (p + 2) % n as u32
+            } else {
+                p
+            }
+        })
+        .collect();
     let out = mom.rebuild(&gpu, &gpu.upload(&parent), &gpu.upload(&variant), row);
     let (om, ov) = out.read(&gpu).unwrap();
     for j in 0..parent.len() {
@@ -1446,7 +1697,12 @@ fn sh8_moments_rebuild_upload_and_need_half_sh() {
         };
         for c in 0..row {
             let (wm, wv) = src.map_or((0.0, 0.0), |p| (gm[p * row + c], gv[p * row + c]));
-            assert_eq!((om[j * row + c], ov[j * row + c]), (wm, wv), "row {j} value {c} (variant {})", variant[j]);
+            assert_eq!(
+                (om[j * row + c], ov[j * row + c]),
+                (wm, wv),
+                "row {j} value {c} (variant {})",
+                variant[j]
+            );
         }
     }
     // 8-bit SH moments are refused beside f32 SH coefficients, with a clear error.
@@ -1454,10 +1710,16 @@ fn sh8_moments_rebuild_upload_and_need_half_sh() {
     let cfg = TrainConfig {
         sh_degree: 1,
         sh_precision: rust3r_splat::ShPrecision::F32,
-        adam: adam::AdamConfig { moments: MomentPrecision::Sh8, ..Default::default() },
+        adam: adam::AdamConfig {
+            moments: MomentPrecision::Sh8,
+            ..Default::default()
+        },
         ..Default::default()
     };
-    let e = Trainer::new(&gpu, cfg, &init).err().expect("refused").to_string();
+    let e = Trainer::new(&gpu, cfg, &init)
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(e.contains("f16 SH"), "{e}");
 }
 
@@ -1467,7 +1729,9 @@ fn sh8_checkpoints_resume_exactly_and_convert() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("ck.bin");
     let mut t = small_trainer(&gpu, MomentPrecision::Sh8);
-    assert!(matches!(t.moments()[4], Moments::Sh8 { .. }) && matches!(t.moments()[0], Moments::Bf16(_)));
+    assert!(
+        matches!(t.moments()[4], Moments::Sh8 { .. }) && matches!(t.moments()[0], Moments::Bf16(_))
+    );
     t.save_checkpoint(&ck).unwrap();
     let mut back = Trainer::load_checkpoint(&gpu, &ck).unwrap();
     assert_eq!(all_moments(&back), all_moments(&t));
@@ -1477,11 +1741,19 @@ fn sh8_checkpoints_resume_exactly_and_convert() {
         back.step(&small_camera(), &target).unwrap();
     }
     assert_eq!(all_moments(&back), all_moments(&t));
-    assert_eq!(back.splats.read_sh(&gpu).unwrap(), t.splats.read_sh(&gpu).unwrap());
+    assert_eq!(
+        back.splats.read_sh(&gpu).unwrap(),
+        t.splats.read_sh(&gpu).unwrap()
+    );
     // To bf16 moments and back to f32 SH.
     back.set_moment_precision(MomentPrecision::Bf16).unwrap();
-    assert_eq!(all_moments(&back), all_moments(&t), "8-bit values are exact in bf16");
-    back.set_sh_precision(rust3r_splat::ShPrecision::F32).unwrap();
+    assert_eq!(
+        all_moments(&back),
+        all_moments(&t),
+        "8-bit values are exact in bf16"
+    );
+    back.set_sh_precision(rust3r_splat::ShPrecision::F32)
+        .unwrap();
     back.step(&small_camera(), &target).unwrap();
     assert!(back.last_loss().unwrap().unwrap().is_finite());
     // f32 SH cannot take 8-bit moments.
@@ -1499,21 +1771,41 @@ fn sh8_adam_steps_stay_bounded_for_gradients_below_the_8bit_range() {
     let (n, k) = (400usize, 16usize);
     let row = 3 * k;
     let coeffs = ShCoeffs::upload(&gpu, &vec![0.0; n * row], k, ShPrecision::F16).unwrap();
-    let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
+    let ShCoeffs::Half { dc, rest } = &coeffs else {
+        panic!("half storage")
+    };
     let moments = Moments::zeros_sh(&gpu, n, row, MomentPrecision::Sh8);
-    let cfg = adam::AdamConfig { moments: MomentPrecision::Sh8, ..Default::default() };
+    let cfg = adam::AdamConfig {
+        moments: MomentPrecision::Sh8,
+        ..Default::default()
+    };
     assert_eq!(cfg.eps, 1e-15);
     let lr = 1e-3f32;
     let tiny = gpu.upload(&vec![3e-10f32; n * row]);
     let zero = gpu.upload(&vec![0.0f32; n * row]);
     for t in 1..=20u64 {
         let g = if t == 1 { &tiny } else { &zero };
-        adam::adam_update_sh_half(&gpu, dc, rest, adam::ShGrad::Buffer(g), &moments, row, (lr, lr), t, &cfg, None, adam::rounding_key(7, 4, t));
+        adam::adam_update_sh_half(
+            &gpu,
+            dc,
+            rest,
+            adam::ShGrad::Buffer(g),
+            &moments,
+            row,
+            (lr, lr),
+            t,
+            &cfg,
+            None,
+            adam::rounding_key(7, 4, t),
+        );
     }
     let p = coeffs.read(&gpu, k).unwrap();
     let worst = p.iter().fold(0f32, |a, v| a.max(v.abs()));
     // 20 steps of at most a few learning rates each
-    assert!(worst <= 20.0 * 4.0 * lr, "a coefficient moved {worst} in 20 steps of lr {lr}");
+    assert!(
+        worst <= 20.0 * 4.0 * lr,
+        "a coefficient moved {worst} in 20 steps of lr {lr}"
+    );
 }
 
 /// The trainer's fused SH step (gradient computed inside Adam, never stored) equals Adam on
@@ -1533,35 +1825,75 @@ fn fused_sh_adam_equals_adam_on_the_stored_gradient() {
     let (w, zero) = (gpu.upload(&w), gpu.upload(&vec![0.0f32; npix]));
     let host_sh = splats.read_sh(&gpu).unwrap();
     for (degree, precision) in [(3u32, MomentPrecision::Bf16), (1, MomentPrecision::Sh8)] {
-        let opts = RenderOptions { sh_degree: Some(degree), deterministic: true, ..Default::default() };
+        let opts = RenderOptions {
+            sh_degree: Some(degree),
+            deterministic: true,
+            ..Default::default()
+        };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
         let grads = render_backward(&gpu, &splats, &out, &state, &w, &zero, &zero).unwrap();
         let stored = gpu.read(&grads.sh).unwrap();
-        assert!(stored.iter().any(|&g| g != 0.0), "degree {degree}: SH gradient all zero");
-        let cfg = adam::AdamConfig { moments: precision, ..Default::default() };
+        assert!(
+            stored.iter().any(|&g| g != 0.0),
+            "degree {degree}: SH gradient all zero"
+        );
+        let cfg = adam::AdamConfig {
+            moments: precision,
+            ..Default::default()
+        };
         let mut results = vec![];
         for fused in [false, true] {
             let coeffs = ShCoeffs::upload(&gpu, &host_sh, 16, ShPrecision::F16).unwrap();
-            let ShCoeffs::Half { dc, rest } = &coeffs else { panic!("half storage") };
+            let ShCoeffs::Half { dc, rest } = &coeffs else {
+                panic!("half storage")
+            };
             let moments = Moments::zeros_sh(&gpu, 900, 48, precision);
             for t in 1..=2u64 {
                 let grad = if fused {
-                    adam::ShGrad::Fused { means: &splats.means, inputs: state.sh_grad_inputs(), v_proj: &grads.projected }
+                    adam::ShGrad::Fused {
+                        means: &splats.means,
+                        inputs: state.sh_grad_inputs(),
+                        v_proj: &grads.projected,
+                    }
                 } else {
                     adam::ShGrad::Buffer(&grads.sh)
                 };
-                adam::adam_update_sh_half(&gpu, dc, rest, grad, &moments, 48, (0.01, 0.002), t, &cfg, None, adam::rounding_key(9, 4, t));
+                adam::adam_update_sh_half(
+                    &gpu,
+                    dc,
+                    rest,
+                    grad,
+                    &moments,
+                    48,
+                    (0.01, 0.002),
+                    t,
+                    &cfg,
+                    None,
+                    adam::rounding_key(9, 4, t),
+                );
             }
             results.push((coeffs.read(&gpu, 16).unwrap(), moments.read(&gpu).unwrap()));
         }
-        assert!(results[0].0 != host_sh, "degree {degree}: Adam moved nothing");
-        assert!(results[0] == results[1], "degree {degree}: fused and stored-gradient steps differ");
+        assert!(
+            results[0].0 != host_sh,
+            "degree {degree}: Adam moved nothing"
+        );
+        assert!(
+            results[0] == results[1],
+            "degree {degree}: fused and stored-gradient steps differ"
+        );
         // With sh_grad off the backward pass stores no SH gradient.
-        let opts = RenderOptions { sh_grad: false, ..opts };
+        let opts = RenderOptions {
+            sh_grad: false,
+            ..opts
+        };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
         let g = render_backward(&gpu, &splats, &out, &state, &w, &zero, &zero).unwrap();
         assert!(g.sh.is_empty());
-        assert_eq!(gpu.read(&g.projected).unwrap(), gpu.read(&grads.projected).unwrap());
+        assert_eq!(
+            gpu.read(&g.projected).unwrap(),
+            gpu.read(&grads.projected).unwrap()
+        );
     }
 }
 
@@ -1576,12 +1908,25 @@ fn too_many_gaussians_for_one_binding_is_a_clear_error() {
     let n = (limit / 192) as usize + 1;
     let init = init::random_box(n, 1.0, 0.3, 1.0, 5, 3);
     let cfg = TrainConfig {
-        adam: adam::AdamConfig { moments: MomentPrecision::Bf16, ..Default::default() },
+        adam: adam::AdamConfig {
+            moments: MomentPrecision::Bf16,
+            ..Default::default()
+        },
         ..Default::default()
     };
-    let e = Trainer::new(&gpu, cfg, &init).err().expect("refused").to_string();
-    assert!(e.contains("Adam moments of the SH coefficients") && e.contains("sh8"), "{e}");
+    let e = Trainer::new(&gpu, cfg, &init)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("Adam moments of the SH coefficients") && e.contains("sh8"),
+        "{e}"
+    );
     // A small trainer caps densification at the binding limit too.
     let t = small_trainer(&gpu, MomentPrecision::Bf16);
-    assert!(t.capacity() <= (limit / 12 / 4) as usize, "capacity {}", t.capacity());
+    assert!(
+        t.capacity() <= (limit / 12 / 4) as usize,
+        "capacity {}",
+        t.capacity()
+    );
 }

@@ -49,7 +49,12 @@ pub struct FrameRequest {
 impl FrameRequest {
     /// A request for `camera` with the defaults (RGB, black background, scale 1).
     pub fn new(camera: Camera) -> Self {
-        Self { camera, mode: RenderMode::Rgb, background: [0.0; 3], splat_scale: 1.0 }
+        Self {
+            camera,
+            mode: RenderMode::Rgb,
+            background: [0.0; 3],
+            splat_scale: 1.0,
+        }
     }
 
     /// Reject what cannot or should not be rendered: an invalid camera (non-finite, zero size),
@@ -66,16 +71,26 @@ impl FrameRequest {
             return Err(ViewerError::Request("non-finite background colour".into()));
         }
         if !(self.splat_scale.is_finite() && (1e-3..=100.0).contains(&self.splat_scale)) {
-            return Err(ViewerError::Request(format!("splat scale {} is not in [0.001, 100]", self.splat_scale)));
+            return Err(ViewerError::Request(format!(
+                "splat scale {} is not in [0.001, 100]",
+                self.splat_scale
+            )));
         }
         Ok(())
     }
 }
 
 /// 8-bit RGB pixels (row-major) as a JPEG at `quality` (1-100), through `jpeg-encoder`.
-pub(crate) fn encode_jpeg(rgb: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8>, ViewerError> {
+pub(crate) fn encode_jpeg(
+    rgb: &[u8],
+    width: u32,
+    height: u32,
+    quality: u8,
+) -> Result<Vec<u8>, ViewerError> {
     let (Ok(w), Ok(h)) = (u16::try_from(width), u16::try_from(height)) else {
-        return Err(ViewerError::Encode(format!("{width}x{height} is too large for JPEG")));
+        return Err(ViewerError::Encode(format!(
+            "{width}x{height} is too large for JPEG"
+        )));
     };
     if rgb.len() != width as usize * height as usize * 3 {
         return Err(ViewerError::Encode("pixel buffer of the wrong size".into()));
@@ -115,7 +130,9 @@ impl RenderedFrame {
     pub fn png(&self) -> Result<Vec<u8>, ViewerError> {
         let mut out = Vec::new();
         let enc = image::codecs::png::PngEncoder::new(&mut out);
-        self.image()?.write_with_encoder(enc).map_err(|e| ViewerError::Encode(e.to_string()))?;
+        self.image()?
+            .write_with_encoder(enc)
+            .map_err(|e| ViewerError::Encode(e.to_string()))?;
         Ok(out)
     }
 }
@@ -137,14 +154,25 @@ pub struct Renderer {
 impl Renderer {
     /// Upload `splats` to `gpu` (none: frames show the background).
     pub fn new(gpu: Gpu, splats: &Splats) -> Result<Self, ViewerError> {
-        let mut r = Self { gpu, chunks: Vec::new(), len: 0, log_scales: None, applied_scale: 1.0, sh_degree: 0 };
+        let mut r = Self {
+            gpu,
+            chunks: Vec::new(),
+            len: 0,
+            log_scales: None,
+            applied_scale: 1.0,
+            sh_degree: 0,
+        };
         r.set_splats(splats)?;
         Ok(r)
     }
 
     /// Replace the splats (live views).
     pub fn set_splats(&mut self, splats: &Splats) -> Result<(), ViewerError> {
-        self.chunks = if splats.is_empty() { Vec::new() } else { GpuSplats::chunks_from_host(&self.gpu, splats, None)? };
+        self.chunks = if splats.is_empty() {
+            Vec::new()
+        } else {
+            GpuSplats::chunks_from_host(&self.gpu, splats, None)?
+        };
         self.len = splats.len();
         self.log_scales = Some(splats.log_scales.clone());
         self.applied_scale = 1.0;
@@ -158,7 +186,11 @@ impl Renderer {
     pub fn set_device_splats(&mut self, splats: GpuSplats) {
         self.len = splats.len();
         self.sh_degree = splats.sh_degree;
-        self.chunks = if splats.is_empty() { Vec::new() } else { vec![splats] };
+        self.chunks = if splats.is_empty() {
+            Vec::new()
+        } else {
+            vec![splats]
+        };
         self.log_scales = None;
         self.applied_scale = 1.0;
     }
@@ -197,7 +229,12 @@ impl Renderer {
             None => {
                 let mut all = Vec::with_capacity(self.len);
                 for c in &self.chunks {
-                    all.extend(self.gpu.read(&c.log_scales)?.chunks_exact(3).map(|p| [p[0], p[1], p[2]]));
+                    all.extend(
+                        self.gpu
+                            .read(&c.log_scales)?
+                            .chunks_exact(3)
+                            .map(|p| [p[0], p[1], p[2]]),
+                    );
                 }
                 all
             }
@@ -206,7 +243,10 @@ impl Renderer {
         let mut row = 0;
         for chunk in &mut self.chunks {
             let n = chunk.len();
-            let scaled: Vec<f32> = log_scales[row..row + n].iter().flat_map(|s| s.map(|v| v + shift)).collect();
+            let scaled: Vec<f32> = log_scales[row..row + n]
+                .iter()
+                .flat_map(|s| s.map(|v| v + shift))
+                .collect();
             chunk.log_scales = self.gpu.upload(&scaled);
             row += n;
         }
@@ -222,24 +262,44 @@ impl Renderer {
         let cam = &req.camera;
         if self.chunks.is_empty() {
             // Nothing to draw yet (a live run before its first splats): the background.
-            let px = req.background.map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8);
+            let px = req
+                .background
+                .map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8);
             let rgb = match req.mode {
                 RenderMode::Alpha => vec![0; cam.width as usize * cam.height as usize * 3],
                 _ => px.repeat(cam.width as usize * cam.height as usize),
             };
-            return Ok(RenderedFrame { width: cam.width, height: cam.height, rgb, render_ms: 0.0, visible: 0 });
+            return Ok(RenderedFrame {
+                width: cam.width,
+                height: cam.height,
+                rgb,
+                render_ms: 0.0,
+                visible: 0,
+            });
         }
         self.apply_scale(req.splat_scale)?;
-        let opts = RenderOptions { background: req.background, forward_only: true, ..Default::default() };
+        let opts = RenderOptions {
+            background: req.background,
+            forward_only: true,
+            ..Default::default()
+        };
         let (out, _) = render_chunks(&self.gpu, &self.chunks, cam, &opts)?;
         let to_u8 = |v: f32| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8;
         let rgb: Vec<u8> = match req.mode {
             RenderMode::Rgb => self.gpu.read(&out.rgb)?.into_iter().map(to_u8).collect(),
-            RenderMode::Alpha => self.gpu.read(&out.alpha)?.into_iter().flat_map(|a| [to_u8(a); 3]).collect(),
+            RenderMode::Alpha => self
+                .gpu
+                .read(&out.alpha)?
+                .into_iter()
+                .flat_map(|a| [to_u8(a); 3])
+                .collect(),
             RenderMode::Depth => {
                 let depth = self.gpu.read(&out.depth)?;
                 let alpha = self.gpu.read(&out.alpha)?;
-                colorize_depth(&depth, &alpha, req.background).into_iter().map(to_u8).collect()
+                colorize_depth(&depth, &alpha, req.background)
+                    .into_iter()
+                    .map(to_u8)
+                    .collect()
             }
         };
         Ok(RenderedFrame {
@@ -256,14 +316,27 @@ impl Renderer {
 /// far blue between the 2nd and 98th percentile of the covered pixels, blended over `background`
 /// by the pixel's opacity.
 pub fn colorize_depth(depth: &[f32], alpha: &[f32], background: [f32; 3]) -> Vec<f32> {
-    let expected = |i: usize| if alpha[i] > 1e-3 { depth[i] / alpha[i] } else { f32::NAN };
-    let mut covered: Vec<f32> =
-        (0..depth.len()).filter(|&i| alpha[i] > 0.5).map(expected).filter(|d| d.is_finite()).collect();
+    let expected = |i: usize| {
+        if alpha[i] > 1e-3 {
+            depth[i] / alpha[i]
+        } else {
+            f32::NAN
+        }
+    };
+    let mut covered: Vec<f32> = (0..depth.len())
+        .filter(|&i| alpha[i] > 0.5)
+        .map(expected)
+        .filter(|d| d.is_finite())
+        .collect();
     let (lo, hi) = match covered.len() {
         0 => (0.0, 1.0),
         n => {
-            let lo = *covered.select_nth_unstable_by((n - 1) * 2 / 100, f32::total_cmp).1;
-            let hi = *covered.select_nth_unstable_by(((n - 1) * 98).div_ceil(100), f32::total_cmp).1;
+            let lo = *covered
+                .select_nth_unstable_by((n - 1) * 2 / 100, f32::total_cmp)
+                .1;
+            let hi = *covered
+                .select_nth_unstable_by(((n - 1) * 98).div_ceil(100), f32::total_cmp)
+                .1;
             (lo, hi)
         }
     };
@@ -273,7 +346,11 @@ pub fn colorize_depth(depth: &[f32], alpha: &[f32], background: [f32; 3]) -> Vec
             let d = expected(i);
             let a = alpha[i].clamp(0.0, 1.0);
             // From 0.1: the map's darkest end would hide the far half in a dark background.
-            let c = if d.is_finite() { turbo(0.1 + 0.9 * (1.0 - (d - lo) / span)) } else { background };
+            let c = if d.is_finite() {
+                turbo(0.1 + 0.9 * (1.0 - (d - lo) / span))
+            } else {
+                background
+            };
             [0, 1, 2].map(|k| a * c[k] + (1.0 - a) * background[k])
         })
         .collect()
@@ -282,9 +359,14 @@ pub fn colorize_depth(depth: &[f32], alpha: &[f32], background: [f32; 3]) -> Vec
 /// Google's turbo colour map (polynomial fit), `x` in [0, 1].
 fn turbo(x: f32) -> [f32; 3] {
     let x = x.clamp(0.0, 1.0);
-    let r = 0.135_721_38 + x * (4.615_392_6 + x * (-42.660_324 + x * (132.131_08 + x * (-152.942_4 + x * 59.286_38))));
-    let g = 0.091_402_61 + x * (2.194_188_4 + x * (4.842_966_6 + x * (-14.185_033 + x * (4.277_298_6 + x * 2.829_566))));
-    let b = 0.106_673_3 + x * (12.641_946 + x * (-60.582_05 + x * (110.362_77 + x * (-89.903_11 + x * 27.348_25))));
+    let r = 0.135_721_38
+        + x * (4.615_392_6
+            + x * (-42.660_324 + x * (132.131_08 + x * (-152.942_4 + x * 59.286_38))));
+    let g = 0.091_402_61
+        + x * (2.194_188_4
+            + x * (4.842_966_6 + x * (-14.185_033 + x * (4.277_298_6 + x * 2.829_566))));
+    let b = 0.106_673_3
+        + x * (12.641_946 + x * (-60.582_05 + x * (110.362_77 + x * (-89.903_11 + x * 27.348_25))));
     [r, g, b]
 }
 

@@ -21,17 +21,24 @@ pub(crate) struct Request {
 
 impl Request {
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Header value, name matched case-insensitively.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// `true` when a header holds `token` in its comma-separated list (case-insensitive).
     pub fn header_has(&self, name: &str, token: &str) -> bool {
-        self.header(name).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        self.header(name)
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
     }
 }
 
@@ -59,7 +66,12 @@ pub(crate) fn read_request(stream: &mut TcpStream) -> Option<Request> {
                     headers: req
                         .headers
                         .iter()
-                        .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
+                        .map(|h| {
+                            (
+                                h.name.to_owned(),
+                                String::from_utf8_lossy(h.value).into_owned(),
+                            )
+                        })
                         .collect(),
                     rest: buf[len..].to_vec(),
                 });
@@ -76,7 +88,10 @@ pub(crate) fn parse_query(q: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(&k.replace('+', " ")), percent_decode(&v.replace('+', " ")))
+            (
+                percent_decode(&k.replace('+', " ")),
+                percent_decode(&v.replace('+', " ")),
+            )
         })
         .collect()
 }
@@ -115,7 +130,12 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Write a whole response and close (`Connection: close`).
-pub(crate) fn respond(stream: &mut TcpStream, status: u16, content_type: &str, body: &[u8]) -> std::io::Result<()> {
+pub(crate) fn respond(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
          X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
@@ -129,7 +149,10 @@ pub(crate) fn respond(stream: &mut TcpStream, status: u16, content_type: &str, b
 
 /// Escape text for HTML.
 pub(crate) fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@ mod scene;
 mod server;
 
 pub use frame::{FrameRequest, RenderMode, RenderedFrame, Renderer};
-pub use scene::{Overlay, Scene, load_scene, points_to_splats, read_tum_trajectory};
 pub use live::{LiveOptions, LiveView};
+pub use scene::{Overlay, Scene, load_scene, points_to_splats, read_tum_trajectory};
 pub use server::{Content, CurrentFrame, Stats, ViewerConfig, ViewerHandle, random_token};
 
 /// Errors of the viewer.
@@ -44,11 +44,17 @@ pub enum ViewerError {
     #[error(transparent)]
     Gpu(#[from] rust3r_gpu::GpuError),
     #[error("{path}: {message}")]
-    Scene { path: std::path::PathBuf, message: String },
+    Scene {
+        path: std::path::PathBuf,
+        message: String,
+    },
     #[error("invalid request: {0}")]
     Request(String),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: std::net::SocketAddr, source: std::io::Error },
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot encode the frame: {0}")]
     Encode(String),
     #[error("the viewer has no scene: {0}")]

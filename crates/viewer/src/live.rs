@@ -22,8 +22,8 @@ use rust3r_slam::Progress;
 use rust3r_slam::pointmap::Pointmap;
 use rust3r_splat::Camera;
 
-use crate::scene::Overlay;
 use crate::frame::encode_jpeg;
+use crate::scene::Overlay;
 use crate::server::{Content, CurrentFrame, Stats, ViewerConfig, ViewerHandle};
 use crate::{Scene, ViewerError};
 
@@ -45,7 +45,12 @@ pub struct LiveOptions {
 
 impl Default for LiveOptions {
     fn default() -> Self {
-        Self { snapshot_interval: Duration::from_millis(1000), stats_interval: Duration::from_millis(100), points_per_keyframe: 20_000, current_frame_interval: Duration::from_millis(500) }
+        Self {
+            snapshot_interval: Duration::from_millis(1000),
+            stats_interval: Duration::from_millis(100),
+            points_per_keyframe: 20_000,
+            current_frame_interval: Duration::from_millis(500),
+        }
     }
 }
 
@@ -67,11 +72,28 @@ pub struct LiveView {
 impl LiveView {
     /// Start serving an empty scene named `description` on `gpu` (frames show the background
     /// until the first splats arrive). `config.gpu_share` defaults to [`LIVE_GPU_SHARE`].
-    pub fn start(mut config: ViewerConfig, gpu: Gpu, description: &str, opts: LiveOptions) -> Result<Self, ViewerError> {
+    pub fn start(
+        mut config: ViewerConfig,
+        gpu: Gpu,
+        description: &str,
+        opts: LiveOptions,
+    ) -> Result<Self, ViewerError> {
         config.gpu_share.get_or_insert(LIVE_GPU_SHARE);
-        let scene = Scene { splats: Splats::new(0), overlay: Overlay::default(), description: description.to_owned() };
+        let scene = Scene {
+            splats: Splats::new(0),
+            overlay: Overlay::default(),
+            description: description.to_owned(),
+        };
         let handle = Arc::new(ViewerHandle::start(config, Content::Scene { gpu, scene })?);
-        Ok(Self { handle, opts, last_snapshot: None, last_stats: None, stats: Stats::default(), slam: None, slam_camera: None })
+        Ok(Self {
+            handle,
+            opts,
+            last_snapshot: None,
+            last_stats: None,
+            stats: Stats::default(),
+            slam: None,
+            slam_camera: None,
+        })
     }
 
     pub fn handle(&self) -> &ViewerHandle {
@@ -84,7 +106,11 @@ impl LiveView {
     }
 
     fn set_stats(&mut self, force: bool) {
-        if force || self.last_stats.is_none_or(|t| t.elapsed() >= self.opts.stats_interval) {
+        if force
+            || self
+                .last_stats
+                .is_none_or(|t| t.elapsed() >= self.opts.stats_interval)
+        {
             self.handle.set_stats(self.stats.clone());
             self.last_stats = Some(Instant::now());
         }
@@ -99,19 +125,40 @@ impl LiveView {
     /// A training session's event.
     pub fn train_event(&mut self, e: &TrainEvent<'_>) {
         match e {
-            TrainEvent::Started { scene, train, step, steps } => {
+            TrainEvent::Started {
+                scene,
+                train,
+                step,
+                steps,
+            } => {
                 let cameras: Vec<Camera> = train.iter().map(|&i| camera_of(scene, i)).collect();
                 let trajectory = cameras.iter().map(Camera::center).collect();
-                self.handle.set_overlay(Overlay { cameras: thin(cameras, MAX_FRUSTA), trajectory: thin(trajectory, MAX_TRAJECTORY) });
+                self.handle.set_overlay(Overlay {
+                    cameras: thin(cameras, MAX_FRUSTA),
+                    trajectory: thin(trajectory, MAX_TRAJECTORY),
+                });
                 self.stats.step = Some(*step);
                 self.stats.steps = Some(*steps);
                 self.stats.message = Some("training".into());
                 self.set_stats(true);
             }
-            TrainEvent::Step { step, info, stats, trainer } => {
-                if self.handle.clients() > 0 && self.last_snapshot.is_none_or(|t| t.elapsed() >= self.opts.snapshot_interval) {
+            TrainEvent::Step {
+                step,
+                info,
+                stats,
+                trainer,
+            } => {
+                if self.handle.clients() > 0
+                    && self
+                        .last_snapshot
+                        .is_none_or(|t| t.elapsed() >= self.opts.snapshot_interval)
+                {
                     // A handle copy of the parameter buffers: no data moves.
-                    if self.handle.set_device_splats(trainer.splats.clone()).is_ok() {
+                    if self
+                        .handle
+                        .set_device_splats(trainer.splats.clone())
+                        .is_ok()
+                    {
                         self.last_snapshot = Some(Instant::now());
                     }
                 }
@@ -128,8 +175,12 @@ impl LiveView {
                 self.set_stats(stats.is_some());
             }
             TrainEvent::Eval { record, .. } => {
-                self.handle.add_point("held-out PSNR (dB)", record.step as f64, record.psnr);
-                self.stats.message = Some(format!("step {}: held-out PSNR {:.2} dB, SSIM {:.4}", record.step, record.psnr, record.ssim));
+                self.handle
+                    .add_point("held-out PSNR (dB)", record.step as f64, record.psnr);
+                self.stats.message = Some(format!(
+                    "step {}: held-out PSNR {:.2} dB, SSIM {:.4}",
+                    record.step, record.psnr, record.ssim
+                ));
                 self.set_stats(true);
             }
             TrainEvent::Interrupted { step, .. } => {
@@ -158,7 +209,11 @@ impl LiveView {
                 width: 640,
                 height: 480,
             });
-            self.slam = Some(SlamFeed::start(self.handle.clone(), camera, self.opts.clone()));
+            self.slam = Some(SlamFeed::start(
+                self.handle.clone(),
+                camera,
+                self.opts.clone(),
+            ));
         }
         if let Some(feed) = &self.slam {
             let _ = feed.tx.send(SlamMsg {
@@ -166,12 +221,20 @@ impl LiveView {
                 new_keyframe: p.new_keyframe.clone(),
                 keyframe_poses: p.graph.as_ref().map(|(poses, _)| poses.clone()),
                 keyframes: p.keyframes,
-                image: FrameImage { frame: p.frame, total: p.total, timestamp: p.timestamp, path: p.rgb_path.clone() },
+                image: FrameImage {
+                    frame: p.frame,
+                    total: p.total,
+                    timestamp: p.timestamp,
+                    path: p.rgb_path.clone(),
+                },
             });
         }
         self.stats.step = Some(p.frame as u64);
         self.stats.steps = Some(p.total as u64);
-        self.stats.message = Some(format!("SLAM: frame {} of {}, {} keyframes, {}", p.frame, p.total, p.keyframes, p.state));
+        self.stats.message = Some(format!(
+            "SLAM: frame {} of {}, {} keyframes, {}",
+            p.frame, p.total, p.keyframes, p.state
+        ));
         self.set_stats(false);
     }
 
@@ -195,7 +258,9 @@ fn thin<T: Clone>(v: Vec<T>, max: usize) -> Vec<T> {
         return v;
     }
     let n = v.len();
-    (0..max).map(|i| v[i * (n - 1) / (max - 1)].clone()).collect()
+    (0..max)
+        .map(|i| v[i * (n - 1) / (max - 1)].clone())
+        .collect()
 }
 
 struct SlamMsg {
@@ -222,14 +287,21 @@ const CURRENT_FRAME_MAX_WIDTH: u32 = 320;
 /// The current frame's inset image: decoded, shrunk to at most [`CURRENT_FRAME_MAX_WIDTH`]
 /// wide (its aspect ratio kept), as a JPEG. An image that cannot be read is an error message.
 fn current_frame(image: &FrameImage) -> Result<CurrentFrame, String> {
-    let img = image::open(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?.to_rgb8();
+    let img = image::open(&image.path)
+        .map_err(|e| format!("{}: {e}", image.path.display()))?
+        .to_rgb8();
     let img = shrink(img, CURRENT_FRAME_MAX_WIDTH);
-    let jpeg = encode_jpeg(img.as_raw(), img.width(), img.height(), 80).map_err(|e| e.to_string())?;
+    let jpeg =
+        encode_jpeg(img.as_raw(), img.width(), img.height(), 80).map_err(|e| e.to_string())?;
     Ok(CurrentFrame {
         frame: image.frame as u64,
         total: image.total as u64,
         timestamp: image.timestamp,
-        name: image.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        name: image
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         width: img.width(),
         height: img.height(),
         jpeg,
@@ -251,9 +323,16 @@ struct SlamFeed {
 }
 
 impl SlamFeed {
-    fn start(handle: Arc<ViewerHandle>, camera: rust3r_geometry::PinholeCamera, opts: LiveOptions) -> Self {
+    fn start(
+        handle: Arc<ViewerHandle>,
+        camera: rust3r_geometry::PinholeCamera,
+        opts: LiveOptions,
+    ) -> Self {
         let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new().name("viewer-slam".into()).spawn(move || slam_worker(rx, &handle, camera, &opts)).ok();
+        let thread = std::thread::Builder::new()
+            .name("viewer-slam".into())
+            .spawn(move || slam_worker(rx, &handle, camera, &opts))
+            .ok();
         Self { tx, thread }
     }
 
@@ -277,7 +356,9 @@ fn local_cloud(pm: &Pointmap, max_points: usize) -> LocalCloud {
     let stride = ((valid as f64 / max_points.max(1) as f64).sqrt().ceil() as usize).max(1);
     let (w, h) = (pm.width, pm.height);
     let ok = |x: usize, y: usize| x < w && y < h && pm.conf[y * w + x] > 0.0;
-    let dist = |a: [f32; 3], b: [f32; 3]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt();
+    let dist = |a: [f32; 3], b: [f32; 3]| {
+        ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt()
+    };
     let mut points = Vec::new();
     for y in (0..h).step_by(stride) {
         for x in (0..w).step_by(stride) {
@@ -292,7 +373,11 @@ fn local_cloud(pm: &Pointmap, max_points: usize) -> LocalCloud {
                 .filter(|d| d.is_finite() && *d > 0.0)
                 .fold(f32::INFINITY, f32::min);
             // Lone samples: 0.2 % of the depth.
-            let r = if r.is_finite() { 0.5 * r } else { 0.002 * p[2].abs().max(1e-3) };
+            let r = if r.is_finite() {
+                0.5 * r
+            } else {
+                0.002 * p[2].abs().max(1e-3)
+            };
             if p.iter().all(|v| v.is_finite()) {
                 points.push((p, r, pm.colors[y * w + x]));
             }
@@ -316,7 +401,12 @@ fn world_to_camera(pose: &Sim3) -> [[f64; 4]; 4] {
     m
 }
 
-fn slam_worker(rx: Receiver<SlamMsg>, handle: &ViewerHandle, camera: rust3r_geometry::PinholeCamera, opts: &LiveOptions) {
+fn slam_worker(
+    rx: Receiver<SlamMsg>,
+    handle: &ViewerHandle,
+    camera: rust3r_geometry::PinholeCamera,
+    opts: &LiveOptions,
+) {
     let mut clouds: Vec<Option<LocalCloud>> = Vec::new();
     let mut poses: Vec<Sim3> = Vec::new();
     let mut trajectory: Vec<[f64; 3]> = Vec::new();
@@ -389,7 +479,10 @@ fn slam_worker(rx: Receiver<SlamMsg>, handle: &ViewerHandle, camera: rust3r_geom
                     // Skipped: the run goes on, and one warning says why the inset stays old.
                     Err(e) if !image_warned => {
                         image_warned = true;
-                        tracing::warn!("live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}", im.frame);
+                        tracing::warn!(
+                            "live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}",
+                            im.frame
+                        );
                     }
                     Err(e) => tracing::debug!("live view: cannot show frame {}: {e}", im.frame),
                 }
@@ -404,7 +497,10 @@ fn slam_worker(rx: Receiver<SlamMsg>, handle: &ViewerHandle, camera: rust3r_geom
         if dirty_overlay {
             let mut cameras: Vec<Camera> = thin(poses.iter().map(frustum).collect(), MAX_FRUSTA);
             cameras.extend(current.as_ref().map(frustum));
-            handle.set_overlay(Overlay { cameras, trajectory: thin(trajectory.clone(), MAX_TRAJECTORY) });
+            handle.set_overlay(Overlay {
+                cameras,
+                trajectory: thin(trajectory.clone(), MAX_TRAJECTORY),
+            });
             dirty_overlay = false;
         }
         if dirty_splats {
@@ -426,7 +522,9 @@ fn world_splats(clouds: &[Option<LocalCloud>], poses: &[Sim3]) -> Splats {
         let scale = pose.scale;
         for &(p, radius, c) in &cloud.points {
             let (x, y, z) = (p[0] as f64, p[1] as f64, p[2] as f64);
-            let w: [f32; 3] = std::array::from_fn(|i| (scale * (r[(i, 0)] * x + r[(i, 1)] * y + r[(i, 2)] * z) + t[i]) as f32);
+            let w: [f32; 3] = std::array::from_fn(|i| {
+                (scale * (r[(i, 0)] * x + r[(i, 1)] * y + r[(i, 2)] * z) + t[i]) as f32
+            });
             let ls = (radius * scale as f32).max(1e-8).ln();
             s.means.push(w);
             s.log_scales.push([ls; 3]);
@@ -450,25 +548,42 @@ mod tests {
         let mut pm = Pointmap {
             width: w,
             height: h,
-            points: (0..w * h).map(|i| [(i % w) as f32 * 0.1, (i / w) as f32 * 0.1, 2.0]).collect(),
+            points: (0..w * h)
+                .map(|i| [(i % w) as f32 * 0.1, (i / w) as f32 * 0.1, 2.0])
+                .collect(),
             conf: vec![1.0; w * h],
             colors: vec![[10, 20, 30]; w * h],
         };
         pm.conf[5] = 0.0;
         let c = local_cloud(&pm, 100);
         assert_eq!(c.points.len(), 15);
-        assert!(c.points.iter().all(|(_, r, _)| (*r - 0.05).abs() < 1e-6 || (*r - 0.004).abs() < 1e-6), "{:?}", c.points);
+        assert!(
+            c.points
+                .iter()
+                .all(|(_, r, _)| (*r - 0.05).abs() < 1e-6 || (*r - 0.004).abs() < 1e-6),
+            "{:?}",
+            c.points
+        );
         // About 4 points: every other pixel each way, (0,0), (2,0), (0,2), (2,2), 0.2 apart.
         let c = local_cloud(&pm, 4);
         assert_eq!(c.points.len(), 4);
-        assert!(c.points.iter().all(|(_, r, _)| (*r - 0.1).abs() < 1e-6 || (*r - 0.004).abs() < 1e-6), "{:?}", c.points);
+        assert!(
+            c.points
+                .iter()
+                .all(|(_, r, _)| (*r - 0.1).abs() < 1e-6 || (*r - 0.004).abs() < 1e-6),
+            "{:?}",
+            c.points
+        );
         let mut pose = Sim3::identity();
         pose.translation.x = 1.0;
         pose.scale = 2.0;
         let splats = world_splats(&[Some(c)], &[pose]);
         assert_eq!(splats.len(), 4);
         let m = splats.means[1];
-        assert!((m[0] - 1.4).abs() < 1e-6 && m[1].abs() < 1e-6 && (m[2] - 4.0).abs() < 1e-6, "{m:?}");
+        assert!(
+            (m[0] - 1.4).abs() < 1e-6 && m[1].abs() < 1e-6 && (m[2] - 4.0).abs() < 1e-6,
+            "{m:?}"
+        );
         assert!((splats.log_scales[0][0] - 0.2f32.ln()).abs() < 1e-6);
         splats.validate().unwrap();
     }
@@ -477,20 +592,50 @@ mod tests {
     fn current_frame_is_shrunk_to_the_inset_and_a_bad_file_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("frame-000007.color.png");
-        image::RgbImage::from_fn(640, 480, |x, y| image::Rgb([(x / 3) as u8, (y / 2) as u8, 100])).save(&path).unwrap();
-        let im = FrameImage { frame: 7, total: 9, timestamp: 1.5, path: path.clone() };
+        image::RgbImage::from_fn(640, 480, |x, y| {
+            image::Rgb([(x / 3) as u8, (y / 2) as u8, 100])
+        })
+        .save(&path)
+        .unwrap();
+        let im = FrameImage {
+            frame: 7,
+            total: 9,
+            timestamp: 1.5,
+            path: path.clone(),
+        };
         let f = current_frame(&im).unwrap();
-        assert_eq!((f.frame, f.total, f.width, f.height, f.name.as_str()), (7, 9, 320, 240, "frame-000007.color.png"));
-        let jpeg = image::load_from_memory_with_format(&f.jpeg, image::ImageFormat::Jpeg).unwrap().to_rgb8();
+        assert_eq!(
+            (f.frame, f.total, f.width, f.height, f.name.as_str()),
+            (7, 9, 320, 240, "frame-000007.color.png")
+        );
+        let jpeg = image::load_from_memory_with_format(&f.jpeg, image::ImageFormat::Jpeg)
+            .unwrap()
+            .to_rgb8();
         assert_eq!(jpeg.dimensions(), (320, 240));
         let p = jpeg.get_pixel(160, 120);
-        assert!((p[0] as i32 - 106).abs() <= 4 && (p[1] as i32 - 120).abs() <= 4 && (p[2] as i32 - 100).abs() <= 4, "{p:?}");
+        assert!(
+            (p[0] as i32 - 106).abs() <= 4
+                && (p[1] as i32 - 120).abs() <= 4
+                && (p[2] as i32 - 100).abs() <= 4,
+            "{p:?}"
+        );
         // Small images are kept as they are.
-        image::RgbImage::from_pixel(200, 100, image::Rgb([1, 2, 3])).save(&path).unwrap();
-        assert_eq!((current_frame(&im).unwrap().width, current_frame(&im).unwrap().height), (200, 100));
+        image::RgbImage::from_pixel(200, 100, image::Rgb([1, 2, 3]))
+            .save(&path)
+            .unwrap();
+        assert_eq!(
+            (
+                current_frame(&im).unwrap().width,
+                current_frame(&im).unwrap().height
+            ),
+            (200, 100)
+        );
         std::fs::write(&path, b"not an image").unwrap();
         assert!(current_frame(&im).is_err());
-        let missing = FrameImage { path: dir.path().join("missing.png"), ..im };
+        let missing = FrameImage {
+            path: dir.path().join("missing.png"),
+            ..im
+        };
         assert!(current_frame(&missing).is_err());
     }
 
@@ -501,8 +646,19 @@ mod tests {
             nalgebra::Vector3::new(1.0, 2.0, 3.0),
             1.0,
         );
-        let cam = Camera { fx: 1.0, fy: 1.0, cx: 0.0, cy: 0.0, width: 1, height: 1, world_to_camera: world_to_camera(&pose) };
+        let cam = Camera {
+            fx: 1.0,
+            fy: 1.0,
+            cx: 0.0,
+            cy: 0.0,
+            width: 1,
+            height: 1,
+            world_to_camera: world_to_camera(&pose),
+        };
         let c = cam.center();
-        assert!((c[0] - 1.0).abs() < 1e-12 && (c[1] - 2.0).abs() < 1e-12 && (c[2] - 3.0).abs() < 1e-12, "{c:?}");
+        assert!(
+            (c[0] - 1.0).abs() < 1e-12 && (c[1] - 2.0).abs() < 1e-12 && (c[2] - 3.0).abs() < 1e-12,
+            "{c:?}"
+        );
     }
 }

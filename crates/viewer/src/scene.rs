@@ -33,7 +33,10 @@ pub struct Scene {
 }
 
 fn scene_err(path: &Path, message: impl Into<String>) -> ViewerError {
-    ViewerError::Scene { path: path.to_path_buf(), message: message.into() }
+    ViewerError::Scene {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
 }
 
 /// Load a splat file (PLY, SPZ, `.splat`, compressed PLY; a PLY of plain coloured points becomes
@@ -44,7 +47,11 @@ pub fn load_scene(path: &Path) -> Result<Scene, ViewerError> {
     let meta = std::fs::metadata(path).map_err(|e| scene_err(path, format!("cannot open: {e}")))?;
     if !meta.is_dir() {
         let splats = load_splats_or_points(path)?;
-        return Ok(Scene { splats, overlay: Overlay::default(), description: path.display().to_string() });
+        return Ok(Scene {
+            splats,
+            overlay: Overlay::default(),
+            description: path.display().to_string(),
+        });
     }
     let file = find_splat_file(path)
         .or_else(|| Some(path.join("pointcloud.ply")).filter(|p| p.is_file()))
@@ -68,11 +75,22 @@ pub fn load_scene(path: &Path) -> Result<Scene, ViewerError> {
             // Frusta of the keyframes (or of the frames), with a 60 degree 4:3 camera: the TUM
             // files carry no intrinsics.
             let keyframes = path.join("keyframes.txt");
-            let poses = if keyframes.is_file() { read_tum_trajectory(&keyframes)? } else { poses };
+            let poses = if keyframes.is_file() {
+                read_tum_trajectory(&keyframes)?
+            } else {
+                poses
+            };
             overlay.cameras = poses
                 .iter()
                 .map(|(_, c, q)| {
-                    let mut cam = Camera::look_at([0.0; 3], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0], 60f64.to_radians(), 640, 480);
+                    let mut cam = Camera::look_at(
+                        [0.0; 3],
+                        [0.0, 0.0, 1.0],
+                        [0.0, -1.0, 0.0],
+                        60f64.to_radians(),
+                        640,
+                        480,
+                    );
                     cam.world_to_camera = world_to_camera_from_tum(*c, *q);
                     cam
                 })
@@ -83,7 +101,11 @@ pub fn load_scene(path: &Path) -> Result<Scene, ViewerError> {
     }
     overlay.cameras = thin(overlay.cameras, MAX_FRUSTA);
     overlay.trajectory = thin(overlay.trajectory, MAX_TRAJECTORY);
-    Ok(Scene { splats, overlay, description: file.display().to_string() })
+    Ok(Scene {
+        splats,
+        overlay,
+        description: file.display().to_string(),
+    })
 }
 
 /// Every `len / max`-th element, at most `max` (the last one kept).
@@ -92,7 +114,9 @@ fn thin<T: Clone>(v: Vec<T>, max: usize) -> Vec<T> {
         return v;
     }
     let n = v.len();
-    (0..max).map(|i| v[i * (n - 1) / (max - 1)].clone()).collect()
+    (0..max)
+        .map(|i| v[i * (n - 1) / (max - 1)].clone())
+        .collect()
 }
 
 fn find_splat_file(dir: &Path) -> Option<PathBuf> {
@@ -106,10 +130,18 @@ fn find_splat_file(dir: &Path) -> Option<PathBuf> {
     let mut best: Option<(u64, PathBuf)> = None;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let p = entry.path();
-        let Some(name) = p.file_name().and_then(|n| n.to_str()) else { continue };
-        let Some(rest) = name.strip_prefix("splats_") else { continue };
-        let Some((step, ext)) = rest.split_once('.') else { continue };
-        let Ok(step) = step.parse::<u64>() else { continue };
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix("splats_") else {
+            continue;
+        };
+        let Some((step, ext)) = rest.split_once('.') else {
+            continue;
+        };
+        let Ok(step) = step.parse::<u64>() else {
+            continue;
+        };
         if matches!(ext, "ply" | "spz") && best.as_ref().is_none_or(|(b, _)| step > *b) {
             best = Some((step, p));
         }
@@ -121,10 +153,14 @@ fn load_splats_or_points(path: &Path) -> Result<Splats, ViewerError> {
     let splats = match rust3r_io::load_splats(path) {
         Ok(s) => s,
         Err(splat_err) => {
-            let is_ply = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("ply"));
+            let is_ply = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| e.eq_ignore_ascii_case("ply"));
             // A PLY of coloured points (SLAM's point cloud, SfM points): round Gaussians.
             match is_ply.then(|| rust3r_io::scene::read_points_ply(path)) {
-                Some(Ok(points)) => points_to_splats(&points.xyz, &points.rgb).map_err(|e| scene_err(path, e.to_string()))?,
+                Some(Ok(points)) => points_to_splats(&points.xyz, &points.rgb)
+                    .map_err(|e| scene_err(path, e.to_string()))?,
                 _ => return Err(splat_err.into()),
             }
         }
@@ -139,11 +175,19 @@ fn load_splats_or_points(path: &Path) -> Result<Splats, ViewerError> {
 /// its three nearest neighbours (the 3DGS initialisation).
 pub fn points_to_splats(xyz: &[[f32; 3]], rgb: &[[u8; 3]]) -> Result<Splats, ViewerError> {
     let init = rust3r_splat::train::init::from_points(xyz, rgb, 0.9, 1.0, 0)?;
-    let triples = |v: &[f32]| v.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect::<Vec<_>>();
+    let triples = |v: &[f32]| {
+        v.chunks_exact(3)
+            .map(|c| [c[0], c[1], c[2]])
+            .collect::<Vec<_>>()
+    };
     Ok(Splats {
         means: triples(&init.means),
         log_scales: triples(&init.log_scales),
-        rotations: init.quats.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect(),
+        rotations: init
+            .quats
+            .chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
         opacity_logits: init.opacity_logits,
         sh_degree: 0,
         sh: init.sh,
@@ -154,18 +198,35 @@ pub fn points_to_splats(xyz: &[[f32; 3]], rgb: &[[u8; 3]]) -> Result<Splats, Vie
 /// camera centres and camera-to-world rotations `(qx, qy, qz, qw)`.
 #[allow(clippy::type_complexity)]
 pub fn read_tum_trajectory(path: &Path) -> Result<Vec<(f64, [f64; 3], [f64; 4])>, ViewerError> {
-    let text = std::fs::read_to_string(path).map_err(|e| scene_err(path, format!("cannot read: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| scene_err(path, format!("cannot read: {e}")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let v: Vec<f64> = line.split_whitespace().map(str::parse).collect::<Result<_, _>>().map_err(|_| {
-            scene_err(path, format!("line {}: not 8 numbers (timestamp tx ty tz qx qy qz qw)", i + 1))
-        })?;
+        let v: Vec<f64> = line
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                scene_err(
+                    path,
+                    format!(
+                        "line {}: not 8 numbers (timestamp tx ty tz qx qy qz qw)",
+                        i + 1
+                    ),
+                )
+            })?;
         if v.len() != 8 || v.iter().any(|x| !x.is_finite()) {
-            return Err(scene_err(path, format!("line {}: not 8 finite numbers (timestamp tx ty tz qx qy qz qw)", i + 1)));
+            return Err(scene_err(
+                path,
+                format!(
+                    "line {}: not 8 finite numbers (timestamp tx ty tz qx qy qz qw)",
+                    i + 1
+                ),
+            ));
         }
         out.push((v[0], [v[1], v[2], v[3]], [v[4], v[5], v[6], v[7]]));
     }
@@ -178,9 +239,21 @@ fn world_to_camera_from_tum(c: [f64; 3], q: [f64; 4]) -> [[f64; 4]; 4] {
     let [x, y, z, w] = q.map(|v| v / n);
     // Camera-to-world rotation.
     let r = [
-        [1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - z * w), 2.0 * (x * z + y * w)],
-        [2.0 * (x * y + z * w), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - x * w)],
-        [2.0 * (x * z - y * w), 2.0 * (y * z + x * w), 1.0 - 2.0 * (x * x + y * y)],
+        [
+            1.0 - 2.0 * (y * y + z * z),
+            2.0 * (x * y - z * w),
+            2.0 * (x * z + y * w),
+        ],
+        [
+            2.0 * (x * y + z * w),
+            1.0 - 2.0 * (x * x + z * z),
+            2.0 * (y * z - x * w),
+        ],
+        [
+            2.0 * (x * z - y * w),
+            2.0 * (y * z + x * w),
+            1.0 - 2.0 * (x * x + y * y),
+        ],
     ];
     world_to_camera_from_c2w(r, c)
 }
@@ -201,10 +274,15 @@ fn world_to_camera_from_c2w(r: [[f64; 3]; 3], c: [f64; 3]) -> [[f64; 4]; 4] {
 /// The cameras of a nerfstudio `transforms.json` (`transform_matrix`: OpenGL camera-to-world;
 /// intrinsics per frame or for the whole file).
 fn read_transforms_cameras(path: &Path) -> Result<Vec<Camera>, ViewerError> {
-    let text = std::fs::read_to_string(path).map_err(|e| scene_err(path, format!("cannot read: {e}")))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| scene_err(path, format!("cannot read: {e}")))?;
     let doc: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| scene_err(path, format!("not valid JSON: {e}")))?;
-    let num = |v: &serde_json::Value, key: &str| v.get(key).and_then(serde_json::Value::as_f64).or_else(|| doc.get(key)?.as_f64());
+    let num = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_f64)
+            .or_else(|| doc.get(key)?.as_f64())
+    };
     let Some(frames) = doc.get("frames").and_then(|f| f.as_array()) else {
         return Err(scene_err(path, "no 'frames' array"));
     };
@@ -247,13 +325,24 @@ mod tests {
         // 90 degrees about z, centre (1, 2, 3).
         let h = std::f64::consts::FRAC_1_SQRT_2;
         let m = world_to_camera_from_tum([1.0, 2.0, 3.0], [0.0, 0.0, h, h]);
-        let cam = Camera { fx: 1.0, fy: 1.0, cx: 0.0, cy: 0.0, width: 1, height: 1, world_to_camera: m };
+        let cam = Camera {
+            fx: 1.0,
+            fy: 1.0,
+            cx: 0.0,
+            cy: 0.0,
+            width: 1,
+            height: 1,
+            world_to_camera: m,
+        };
         let c = cam.center();
         for k in 0..3 {
             assert!((c[k] - [1.0, 2.0, 3.0][k]).abs() < 1e-12, "{c:?}");
         }
         // The camera's x axis (row 0) is the world y axis after a 90 degree turn about z.
-        assert!((m[0][1] - 1.0).abs() < 1e-12 && m[0][0].abs() < 1e-12, "{m:?}");
+        assert!(
+            (m[0][1] - 1.0).abs() < 1e-12 && m[0][0].abs() < 1e-12,
+            "{m:?}"
+        );
     }
 
     #[test]
@@ -269,13 +358,19 @@ mod tests {
         .unwrap();
         let scene = load_scene(dir.path()).unwrap();
         assert_eq!(scene.splats.len(), 4);
-        assert_eq!(scene.overlay.trajectory, vec![[0.0, 0.0, -2.0], [0.5, 0.0, -2.0]]);
+        assert_eq!(
+            scene.overlay.trajectory,
+            vec![[0.0, 0.0, -2.0], [0.5, 0.0, -2.0]]
+        );
         assert_eq!(scene.overlay.cameras.len(), 2);
         assert_eq!(scene.overlay.cameras[1].center(), [0.5, 0.0, -2.0]);
         // A malformed trajectory is an error naming the file and line.
         std::fs::write(dir.path().join("trajectory.txt"), "0 1 2\n").unwrap();
         let err = load_scene(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("trajectory.txt") && err.contains("line 1"), "{err}");
+        assert!(
+            err.contains("trajectory.txt") && err.contains("line 1"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -286,9 +381,15 @@ mod tests {
         for step in [700, 7000, 30] {
             std::fs::write(dir.path().join(format!("splats_{step}.ply")), b"x").unwrap();
         }
-        assert_eq!(find_splat_file(dir.path()), Some(dir.path().join("splats_7000.ply")));
+        assert_eq!(
+            find_splat_file(dir.path()),
+            Some(dir.path().join("splats_7000.ply"))
+        );
         std::fs::write(dir.path().join("splats.ply"), b"x").unwrap();
-        assert_eq!(find_splat_file(dir.path()), Some(dir.path().join("splats.ply")));
+        assert_eq!(
+            find_splat_file(dir.path()),
+            Some(dir.path().join("splats.ply"))
+        );
         // Not a splat file: an error, not a panic.
         assert!(load_scene(dir.path()).is_err());
     }

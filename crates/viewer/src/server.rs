@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::{Message, WebSocket};
 
+use crate::ViewerError;
 use crate::frame::{FrameRequest, RenderMode, RenderedFrame, Renderer};
 use crate::http::{Request, html_escape, read_request, respond};
 use crate::scene::{Overlay, Scene};
-use crate::ViewerError;
 
 const PAGE: &str = include_str!("page/index.html");
 
@@ -43,7 +43,12 @@ impl ViewerConfig {
     /// because then other machines can reach the viewer.
     pub fn new(addr: SocketAddr) -> Self {
         let token = (!addr.ip().is_loopback()).then(random_token);
-        Self { addr, token, max_connections: 64, gpu_share: None }
+        Self {
+            addr,
+            token,
+            max_connections: 64,
+            gpu_share: None,
+        }
     }
 }
 
@@ -108,7 +113,9 @@ pub(crate) fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
         for i in 0..4 {
             if i <= c.len() {
                 out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -121,7 +128,10 @@ pub(crate) fn base64(bytes: &[u8]) -> String {
 }
 
 enum Job {
-    Render { req: FrameRequest, reply: Sender<Result<RenderedFrame, String>> },
+    Render {
+        req: FrameRequest,
+        reply: Sender<Result<RenderedFrame, String>>,
+    },
     SetSplats(Splats),
     SetDeviceSplats(GpuSplats),
 }
@@ -203,14 +213,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    fn submit(&self, req: FrameRequest) -> Result<Receiver<Result<RenderedFrame, String>>, ViewerError> {
+    fn submit(
+        &self,
+        req: FrameRequest,
+    ) -> Result<Receiver<Result<RenderedFrame, String>>, ViewerError> {
         let (tx, rx) = mpsc::channel();
         let jobs = lock(&self.jobs);
         let Some(jobs) = jobs.as_ref() else {
             let error = lock(&self.info).error.clone();
-            return Err(ViewerError::NoScene(error.unwrap_or_else(|| "shutting down".into())));
+            return Err(ViewerError::NoScene(
+                error.unwrap_or_else(|| "shutting down".into()),
+            ));
         };
-        jobs.send(Job::Render { req, reply: tx }).map_err(|_| ViewerError::Stopped)?;
+        jobs.send(Job::Render { req, reply: tx })
+            .map_err(|_| ViewerError::Stopped)?;
         Ok(rx)
     }
 
@@ -225,7 +241,9 @@ impl Shared {
     fn authorized(&self, req: &Request) -> bool {
         match &self.config.token {
             None => true,
-            Some(token) => req.param("token").is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes())),
+            Some(token) => req
+                .param("token")
+                .is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes())),
         }
     }
 }
@@ -245,16 +263,29 @@ pub struct ViewerHandle {
 impl ViewerHandle {
     /// Bind `config.addr` and serve `content` from background threads.
     pub fn start(config: ViewerConfig, content: Content) -> Result<Self, ViewerError> {
-        let listener = TcpListener::bind(config.addr).map_err(|source| ViewerError::Bind { addr: config.addr, source })?;
-        let addr = listener.local_addr().map_err(|source| ViewerError::Bind { addr: config.addr, source })?;
+        let listener = TcpListener::bind(config.addr).map_err(|source| ViewerError::Bind {
+            addr: config.addr,
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(|source| ViewerError::Bind {
+            addr: config.addr,
+            source,
+        })?;
         let (info, renderer) = match content {
             Content::Error(message) => (
                 SceneInfo {
                     splats: 0,
                     sh_degree: 0,
                     description: String::new(),
-                    default_world_to_camera: Camera::look_at([0.0, 0.0, -1.0], [0.0; 3], [0.0, -1.0, 0.0], 1.0, 1, 1)
-                        .world_to_camera,
+                    default_world_to_camera: Camera::look_at(
+                        [0.0, 0.0, -1.0],
+                        [0.0; 3],
+                        [0.0, -1.0, 0.0],
+                        1.0,
+                        1,
+                        1,
+                    )
+                    .world_to_camera,
                     default_fov_x: 60f64.to_radians(),
                     default_distance: 1.0,
                     overlay: Overlay::default(),
@@ -310,7 +341,12 @@ impl ViewerHandle {
                 .spawn(move || accept_loop(listener, shared))
                 .map_err(|e| ViewerError::Request(format!("cannot start the server thread: {e}")))?
         };
-        Ok(Self { shared, addr, accept: Some(accept), renderer })
+        Ok(Self {
+            shared,
+            addr,
+            accept: Some(accept),
+            renderer,
+        })
     }
 
     /// The address listened on (with the real port when the config asked for port 0).
@@ -382,7 +418,9 @@ impl ViewerHandle {
         let mut v = serde_json::to_value(frame).unwrap_or_default();
         v["type"] = "current_frame".into();
         *lock(&self.shared.current_frame) = Some(Arc::new(v.to_string()));
-        self.shared.current_frame_version.fetch_add(1, Ordering::SeqCst);
+        self.shared
+            .current_frame_version
+            .fetch_add(1, Ordering::SeqCst);
     }
 
     /// Show new progress figures.
@@ -427,7 +465,11 @@ impl Drop for ViewerHandle {
 /// camera at -z looking at the origin when there are none yet).
 fn default_view(means: &[[f32; 3]]) -> ([[f64; 4]; 4], f64) {
     if means.is_empty() {
-        return (Camera::look_at([0.0, 0.0, -3.0], [0.0; 3], [0.0, -1.0, 0.0], 1.0, 1, 1).world_to_camera, 3.0);
+        return (
+            Camera::look_at([0.0, 0.0, -3.0], [0.0; 3], [0.0, -1.0, 0.0], 1.0, 1, 1)
+                .world_to_camera,
+            3.0,
+        );
     }
     let cam = Camera::default_for_points(means, 2, 2);
     (cam.world_to_camera, median_depth(&cam, means))
@@ -472,7 +514,9 @@ fn render_loop(mut renderer: Renderer, jobs: Receiver<Job>, shared: &Shared) {
                     std::thread::sleep(wait);
                 }
                 let start = std::time::Instant::now();
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| renderer.render(&req)));
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    renderer.render(&req)
+                }));
                 let out = match out {
                     Ok(r) => r.map_err(|e| e.to_string()),
                     Err(_) => Err("the renderer panicked on this frame".to_owned()),
@@ -537,10 +581,12 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         shared.connections.fetch_add(1, Ordering::SeqCst);
         let s = shared.clone();
-        let spawned = std::thread::Builder::new().name("viewer-conn".into()).spawn(move || {
-            handle_connection(stream, &s);
-            s.connections.fetch_sub(1, Ordering::SeqCst);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("viewer-conn".into())
+            .spawn(move || {
+                handle_connection(stream, &s);
+                s.connections.fetch_sub(1, Ordering::SeqCst);
+            });
         if spawned.is_err() {
             shared.connections.fetch_sub(1, Ordering::SeqCst);
         }
@@ -559,7 +605,9 @@ fn handle_connection(mut stream: TcpStream, shared: &Shared) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
     let _ = stream.set_nodelay(true);
-    let Some(req) = read_request(&mut stream) else { return };
+    let Some(req) = read_request(&mut stream) else {
+        return;
+    };
     if req.method != "GET" {
         let _ = respond(&mut stream, 405, "text/plain", b"only GET\n");
         return;
@@ -578,26 +626,54 @@ fn handle_connection(mut stream: TcpStream, shared: &Shared) {
     let host = req.header("host").unwrap_or("");
     if shared.config.token.is_none() {
         let name = host_name(host);
-        let local = name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        let local = name.eq_ignore_ascii_case("localhost")
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
         if !local {
-            let _ = respond(&mut stream, 403, "text/plain", b"forbidden: host is not a loopback name\n");
+            let _ = respond(
+                &mut stream,
+                403,
+                "text/plain",
+                b"forbidden: host is not a loopback name\n",
+            );
             return;
         }
     }
     if let Some(origin) = req.header("origin") {
         let authority = origin.split_once("://").map_or(origin, |(_, a)| a);
         if !authority.eq_ignore_ascii_case(host) {
-            let _ = respond(&mut stream, 403, "text/plain", b"forbidden: cross-origin request\n");
+            let _ = respond(
+                &mut stream,
+                403,
+                "text/plain",
+                b"forbidden: cross-origin request\n",
+            );
             return;
         }
     }
     let error = lock(&shared.info).error.clone();
     let result = match req.path.as_str() {
         "/" | "/index.html" => match &error {
-            Some(e) => respond(&mut stream, 500, "text/html; charset=utf-8", error_page(e).as_bytes()),
-            None => respond(&mut stream, 200, "text/html; charset=utf-8", PAGE.as_bytes()),
+            Some(e) => respond(
+                &mut stream,
+                500,
+                "text/html; charset=utf-8",
+                error_page(e).as_bytes(),
+            ),
+            None => respond(
+                &mut stream,
+                200,
+                "text/html; charset=utf-8",
+                PAGE.as_bytes(),
+            ),
         },
-        "/scene.json" => respond(&mut stream, 200, "application/json", shared.scene_json().as_bytes()),
+        "/scene.json" => respond(
+            &mut stream,
+            200,
+            "application/json",
+            shared.scene_json().as_bytes(),
+        ),
         "/screenshot.png" => screenshot(&mut stream, &req, shared),
         "/ws" if req.header_has("upgrade", "websocket") => {
             if let Some(e) = &error {
@@ -638,7 +714,9 @@ fn error_page(message: &str) -> String {
 /// Parse a frame request from URL parameters: `camera` (JSON, required), `mode`,
 /// `background` (`r,g,b`), `splat_scale`.
 fn request_from_params(req: &Request) -> Result<FrameRequest, ViewerError> {
-    let camera = req.param("camera").ok_or_else(|| ViewerError::Request("no camera parameter".into()))?;
+    let camera = req
+        .param("camera")
+        .ok_or_else(|| ViewerError::Request("no camera parameter".into()))?;
     let mut frame = FrameRequest::new(Camera::from_json(camera)?);
     if let Some(m) = req.param("mode") {
         frame.mode = serde_json::from_value::<RenderMode>(m.into())
@@ -648,7 +726,9 @@ fn request_from_params(req: &Request) -> Result<FrameRequest, ViewerError> {
         frame.background = rust3r_splat::parse_background(b)?;
     }
     if let Some(s) = req.param("splat_scale") {
-        frame.splat_scale = s.parse().map_err(|_| ViewerError::Request(format!("splat_scale '{s}' is not a number")))?;
+        frame.splat_scale = s
+            .parse()
+            .map_err(|_| ViewerError::Request(format!("splat_scale '{s}' is not a number")))?;
     }
     frame.validate()?;
     Ok(frame)
@@ -658,11 +738,20 @@ fn request_from_params(req: &Request) -> Result<FrameRequest, ViewerError> {
 fn screenshot(stream: &mut TcpStream, req: &Request, shared: &Shared) -> std::io::Result<()> {
     let frame = request_from_params(req)
         .and_then(|f| shared.submit(f))
-        .and_then(|rx| rx.recv().map_err(|_| ViewerError::Stopped)?.map_err(ViewerError::Request))
+        .and_then(|rx| {
+            rx.recv()
+                .map_err(|_| ViewerError::Stopped)?
+                .map_err(ViewerError::Request)
+        })
         .and_then(|f| f.png());
     match frame {
         Ok(png) => respond(stream, 200, "image/png", &png),
-        Err(e) => respond(stream, 400, "text/plain; charset=utf-8", format!("{e}\n").as_bytes()),
+        Err(e) => respond(
+            stream,
+            400,
+            "text/plain; charset=utf-8",
+            format!("{e}\n").as_bytes(),
+        ),
     }
 }
 
@@ -711,7 +800,9 @@ fn take_request(text: &str, pending: &mut Option<(u64, u8, FrameRequest)>) -> Op
             Err(e) => Some(error_message(Some(m.id), &e.to_string())),
         },
         Err(e) => {
-            let id = serde_json::from_str::<serde_json::Value>(text).ok().and_then(|v| v["id"].as_u64());
+            let id = serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| v["id"].as_u64());
             Some(error_message(id, &format!("invalid request: {e}")))
         }
     }
@@ -724,7 +815,9 @@ fn is_timeout(e: &tungstenite::Error) -> bool {
 /// One WebSocket client: read its camera requests (the newest replaces any not yet started),
 /// keep at most one frame of it in the renderer, send frames, scene changes and stats.
 fn serve_websocket(stream: TcpStream, rest: Vec<u8>, shared: &Shared) {
-    let config = WebSocketConfig::default().max_message_size(Some(1 << 20)).max_frame_size(Some(1 << 20));
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(1 << 20))
+        .max_frame_size(Some(1 << 20));
     let mut ws = WebSocket::from_partially_read(stream, rest, Role::Server, Some(config));
     shared.clients.fetch_add(1, Ordering::SeqCst);
     serve_client(&mut ws, shared);
@@ -760,8 +853,10 @@ fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
             last_stats = std::time::Instant::now();
             let mut v = serde_json::to_value(&lock(&shared.info).stats).unwrap_or_default();
             v["type"] = "stats".into();
-            let curves: std::collections::BTreeMap<String, Vec<[f64; 2]>> =
-                lock(&shared.curves).iter().map(|(k, c)| (k.clone(), c.points.clone())).collect();
+            let curves: std::collections::BTreeMap<String, Vec<[f64; 2]>> = lock(&shared.curves)
+                .iter()
+                .map(|(k, c)| (k.clone(), c.points.clone()))
+                .collect();
             v["curves"] = serde_json::to_value(curves).unwrap_or_default();
             if ws.send(Message::text(v.to_string())).is_err() {
                 return;
@@ -781,7 +876,9 @@ fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
         // whatever else has arrived, so only the newest camera is kept.
         let mut timeout = if in_flight.is_some() { 1 } else { 50 };
         for _ in 0..256 {
-            let _ = ws.get_mut().set_read_timeout(Some(Duration::from_millis(timeout)));
+            let _ = ws
+                .get_mut()
+                .set_read_timeout(Some(Duration::from_millis(timeout)));
             timeout = 1;
             match ws.read() {
                 Ok(Message::Text(text)) => {
@@ -852,17 +949,39 @@ mod tests {
 
     #[test]
     fn token_only_beyond_loopback() {
-        assert!(ViewerConfig::new("127.0.0.1:0".parse().unwrap()).token.is_none());
-        assert!(ViewerConfig::new("[::1]:0".parse().unwrap()).token.is_none());
-        let t = ViewerConfig::new("0.0.0.0:0".parse().unwrap()).token.unwrap();
+        assert!(
+            ViewerConfig::new("127.0.0.1:0".parse().unwrap())
+                .token
+                .is_none()
+        );
+        assert!(
+            ViewerConfig::new("[::1]:0".parse().unwrap())
+                .token
+                .is_none()
+        );
+        let t = ViewerConfig::new("0.0.0.0:0".parse().unwrap())
+            .token
+            .unwrap();
         assert_eq!(t.len(), 32);
         assert_ne!(t, random_token());
-        assert!(ViewerConfig::new("192.168.1.2:80".parse().unwrap()).token.is_some());
+        assert!(
+            ViewerConfig::new("192.168.1.2:80".parse().unwrap())
+                .token
+                .is_some()
+        );
     }
 
     #[test]
     fn base64_of_rfc4648_vectors() {
-        for (i, o) in [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foob", "Zm9vYg=="), ("fooba", "Zm9vYmE="), ("foobar", "Zm9vYmFy")] {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
         assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
@@ -873,6 +992,10 @@ mod tests {
         assert_eq!(host_name("127.0.0.1:8080"), "127.0.0.1");
         assert_eq!(host_name("[::1]:8080"), "::1");
         assert_eq!(host_name("localhost"), "localhost");
-        assert!(constant_time_eq(b"abc", b"abc") && !constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"ab", b"abc"));
+        assert!(
+            constant_time_eq(b"abc", b"abc")
+                && !constant_time_eq(b"abc", b"abd")
+                && !constant_time_eq(b"ab", b"abc")
+        );
     }
 }

@@ -17,7 +17,9 @@ use tungstenite::{Message, WebSocket};
 type Client = WebSocket<MaybeTlsStream<TcpStream>>;
 
 fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared")
+        .join(rel)
 }
 
 /// Every k-th Gaussian of biker.spz: about `n` of them.
@@ -31,7 +33,10 @@ fn tiny_biker(n: usize) -> Splats {
         log_scales: rows.iter().map(|&i| s.log_scales[i]).collect(),
         rotations: rows.iter().map(|&i| s.rotations[i]).collect(),
         opacity_logits: rows.iter().map(|&i| s.opacity_logits[i]).collect(),
-        sh: rows.iter().flat_map(|&i| s.sh[i * per..(i + 1) * per].iter().copied()).collect(),
+        sh: rows
+            .iter()
+            .flat_map(|&i| s.sh[i * per..(i + 1) * per].iter().copied())
+            .collect(),
         sh_degree: s.sh_degree,
     }
 }
@@ -40,7 +45,11 @@ fn start(splats: &Splats, token: Option<&str>) -> ViewerHandle {
     let gpu = Gpu::default_device().unwrap();
     let mut config = ViewerConfig::new("127.0.0.1:0".parse().unwrap());
     config.token = token.map(str::to_owned);
-    let scene = Scene { splats: splats.clone(), overlay: Default::default(), description: "tiny biker".into() };
+    let scene = Scene {
+        splats: splats.clone(),
+        overlay: Default::default(),
+        description: "tiny biker".into(),
+    };
     ViewerHandle::start(config, Content::Scene { gpu, scene }).unwrap()
 }
 
@@ -48,14 +57,27 @@ fn start(splats: &Splats, token: Option<&str>) -> ViewerHandle {
 fn reference(splats: &Splats, camera: &Camera, background: [f32; 3]) -> Vec<u8> {
     let gpu = Gpu::default_device().unwrap();
     let chunks = GpuSplats::chunks_from_host(&gpu, splats, None).unwrap();
-    let opts = RenderOptions { background, forward_only: true, ..Default::default() };
+    let opts = RenderOptions {
+        background,
+        forward_only: true,
+        ..Default::default()
+    };
     let (out, _) = render_chunks(&gpu, &chunks, camera, &opts).unwrap();
-    gpu.read(&out.rgb).unwrap().iter().map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8).collect()
+    gpu.read(&out.rgb)
+        .unwrap()
+        .iter()
+        .map(|v| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8)
+        .collect()
 }
 
 fn psnr(a: &[u8], b: &[u8]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let mse = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum::<f64>() / a.len() as f64;
+    let mse = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
     10.0 * (255.0f64 * 255.0 / mse.max(1e-12)).log10()
 }
 
@@ -69,7 +91,10 @@ fn connect(addr: SocketAddr, query: &str) -> Client {
 
 enum Reply {
     Json(serde_json::Value),
-    Frame { header: serde_json::Value, rgb: image::RgbImage },
+    Frame {
+        header: serde_json::Value,
+        rgb: image::RgbImage,
+    },
 }
 
 fn next(ws: &mut Client) -> Reply {
@@ -79,8 +104,13 @@ fn next(ws: &mut Client) -> Reply {
             Message::Binary(b) => {
                 let n = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
                 let header: serde_json::Value = serde_json::from_slice(&b[4..4 + n]).unwrap();
-                let img = image::load_from_memory_with_format(&b[4 + n..], image::ImageFormat::Jpeg).unwrap();
-                return Reply::Frame { header, rgb: img.to_rgb8() };
+                let img =
+                    image::load_from_memory_with_format(&b[4 + n..], image::ImageFormat::Jpeg)
+                        .unwrap();
+                return Reply::Frame {
+                    header,
+                    rgb: img.to_rgb8(),
+                };
             }
             _ => {}
         }
@@ -120,10 +150,18 @@ fn request(id: u64, camera: &Camera, background: [f32; 3]) -> Message {
 fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}Connection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra_headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).unwrap();
-    let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head") + 4;
+    let head_end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head")
+        + 4;
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     (status, buf[head_end..].to_vec())
@@ -131,7 +169,13 @@ fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> (u16, Vec<u8>) {
 
 fn url_encode(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -145,8 +189,14 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
     let want = reference(&splats, &camera, bg);
     // The (dark) biker covers about 8% of the frame.
     let bg8 = bg.map(|v| (v * 255.0 + 0.5) as u8);
-    let covered = want.chunks(3).filter(|p| p.iter().zip(bg8).any(|(a, b)| a.abs_diff(b) > 30)).count();
-    assert!(covered > 1000, "the reference shows too little of the biker ({covered} pixels)");
+    let covered = want
+        .chunks(3)
+        .filter(|p| p.iter().zip(bg8).any(|(a, b)| a.abs_diff(b) > 30))
+        .count();
+    assert!(
+        covered > 1000,
+        "the reference shows too little of the biker ({covered} pixels)"
+    );
 
     let mut a = connect(addr, "");
     let mut b = connect(addr, "");
@@ -154,8 +204,12 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
         Reply::Json(v) => {
             assert_eq!(v["type"], "scene");
             assert_eq!(v["splats"], splats.len());
-            let pose: [[f64; 4]; 4] = serde_json::from_value(v["default_world_to_camera"].clone()).unwrap();
-            assert_eq!(pose, camera.world_to_camera, "the page's default camera is rust3r render's");
+            let pose: [[f64; 4]; 4] =
+                serde_json::from_value(v["default_world_to_camera"].clone()).unwrap();
+            assert_eq!(
+                pose, camera.world_to_camera,
+                "the page's default camera is rust3r render's"
+            );
         }
         Reply::Frame { .. } => panic!("a frame before the scene"),
     }
@@ -166,7 +220,10 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
         assert_eq!(img.dimensions(), (160, 120));
         assert!(header["id"] == 1 || header["id"] == 7, "{header}");
         let p = psnr(img.as_raw(), &want);
-        assert!(p >= 30.0, "frame PSNR {p:.2} dB against the rasterizer's image");
+        assert!(
+            p >= 30.0,
+            "frame PSNR {p:.2} dB against the rasterizer's image"
+        );
     }
 
     // A different camera gives a different frame.
@@ -175,16 +232,37 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
     a.send(request(2, &moved, bg)).unwrap();
     let (header, img) = next_frame(&mut a);
     assert_eq!(header["id"], 2);
-    assert!(psnr(img.as_raw(), &want) < 25.0, "moving the camera did not change the frame");
+    assert!(
+        psnr(img.as_raw(), &want) < 25.0,
+        "moving the camera did not change the frame"
+    );
 
     // Screenshot: lossless, exactly the rasterizer's image.
     let cam_json = serde_json::to_string(&camera).unwrap();
-    let (status, png) = get(addr, &format!("/screenshot.png?camera={}&background=0.2,0.3,0.4", url_encode(&cam_json)), "");
+    let (status, png) = get(
+        addr,
+        &format!(
+            "/screenshot.png?camera={}&background=0.2,0.3,0.4",
+            url_encode(&cam_json)
+        ),
+        "",
+    );
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&png));
-    let shot = image::load_from_memory_with_format(&png, image::ImageFormat::Png).unwrap().to_rgb8();
+    let shot = image::load_from_memory_with_format(&png, image::ImageFormat::Png)
+        .unwrap()
+        .to_rgb8();
     assert_eq!(shot.dimensions(), (160, 120));
-    let worst = shot.as_raw().iter().zip(&want).map(|(x, y)| x.abs_diff(*y)).max().unwrap();
-    assert!(worst <= 1, "screenshot differs from the rasterizer by {worst}");
+    let worst = shot
+        .as_raw()
+        .iter()
+        .zip(&want)
+        .map(|(x, y)| x.abs_diff(*y))
+        .max()
+        .unwrap();
+    assert!(
+        worst <= 1,
+        "screenshot differs from the rasterizer by {worst}"
+    );
     let (status, _) = get(addr, "/screenshot.png?camera=%7B%22fx%22%3Anull%7D", "");
     assert_eq!(status, 400);
 
@@ -192,7 +270,10 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
     let (status, page) = get(addr, "/", "");
     assert_eq!(status, 200);
     let page = String::from_utf8(page).unwrap();
-    assert!(page.contains("dataset.settled") && page.contains("<canvas"), "not the viewer page");
+    assert!(
+        page.contains("dataset.settled") && page.contains("<canvas"),
+        "not the viewer page"
+    );
     assert_eq!(get(addr, "/nothing", "").0, 404);
 }
 
@@ -205,14 +286,25 @@ fn bad_requests_are_answered_and_the_connection_survives() {
     let mut ws = connect(addr, "");
     // NaN is not JSON; a NaN that parses (as null) or a non-positive focal length is not a camera.
     let cam = serde_json::to_value(&camera).unwrap();
-    let text = cam.to_string().replacen(&format!("\"fx\":{}", cam["fx"]), "\"fx\":NaN", 1);
+    let text = cam
+        .to_string()
+        .replacen(&format!("\"fx\":{}", cam["fx"]), "\"fx\":NaN", 1);
     assert!(text.contains("NaN"));
-    ws.send(Message::text(format!(r#"{{"type":"render","id":3,"camera":{text}}}"#))).unwrap();
+    ws.send(Message::text(format!(
+        r#"{{"type":"render","id":3,"camera":{text}}}"#
+    )))
+    .unwrap();
     let e = next_error(&mut ws);
-    assert!(e["message"].as_str().unwrap().contains("invalid request"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("invalid request"),
+        "{e}"
+    );
     let mut bad = cam.clone();
     bad["fx"] = serde_json::json!(-5.0);
-    ws.send(Message::text(serde_json::json!({"type": "render", "id": 4, "camera": bad}).to_string())).unwrap();
+    ws.send(Message::text(
+        serde_json::json!({"type": "render", "id": 4, "camera": bad}).to_string(),
+    ))
+    .unwrap();
     let e = next_error(&mut ws);
     assert_eq!(e["id"], 4);
     assert!(e["message"].as_str().unwrap().contains("focal"), "{e}");
@@ -255,7 +347,10 @@ fn latest_camera_wins_in_a_resize_storm() {
         }
     }
     // Without latest-wins every request would be rendered.
-    assert!(frames <= 5, "{frames} frames rendered for {n} requests sent at once");
+    assert!(
+        frames <= 5,
+        "{frames} frames rendered for {n} requests sent at once"
+    );
 }
 
 #[test]
@@ -268,7 +363,10 @@ fn token_origin_and_host_checks() {
     assert_eq!(get(addr, "/?token=s3cret", "").0, 200);
     assert_eq!(get(addr, "/scene.json", "").0, 403);
     let camera = Camera::default_for_points(&splats.means, 32, 24);
-    let shot = format!("/screenshot.png?camera={}", url_encode(&serde_json::to_string(&camera).unwrap()));
+    let shot = format!(
+        "/screenshot.png?camera={}",
+        url_encode(&serde_json::to_string(&camera).unwrap())
+    );
     assert_eq!(get(addr, &shot, "").0, 403);
     assert_eq!(get(addr, &format!("{shot}&token=s3cret"), "").0, 200);
     match tungstenite::connect(format!("ws://{addr}/ws")) {
@@ -287,13 +385,25 @@ fn token_origin_and_host_checks() {
     let addr = viewer.local_addr();
     use tungstenite::client::IntoClientRequest;
     let mut req = format!("ws://{addr}/ws").into_client_request().unwrap();
-    req.headers_mut().insert("Origin", "http://evil.example".parse().unwrap());
-    assert!(tungstenite::connect(req).is_err(), "a cross-origin WebSocket was accepted");
+    req.headers_mut()
+        .insert("Origin", "http://evil.example".parse().unwrap());
+    assert!(
+        tungstenite::connect(req).is_err(),
+        "a cross-origin WebSocket was accepted"
+    );
     let mut req = format!("ws://{addr}/ws").into_client_request().unwrap();
-    req.headers_mut().insert("Origin", format!("http://{addr}").parse().unwrap());
-    assert!(tungstenite::connect(req).is_ok(), "the page's own origin was refused");
+    req.headers_mut()
+        .insert("Origin", format!("http://{addr}").parse().unwrap());
+    assert!(
+        tungstenite::connect(req).is_ok(),
+        "the page's own origin was refused"
+    );
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET / HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).unwrap();
     assert!(buf.starts_with("HTTP/1.1 403"), "{buf}");
@@ -302,13 +412,18 @@ fn token_origin_and_host_checks() {
 #[test]
 fn error_content_is_an_error_page() {
     let config = ViewerConfig::new("127.0.0.1:0".parse().unwrap());
-    let err = rust3r_viewer::load_scene(std::path::Path::new("/nonexistent/x.ply")).unwrap_err().to_string();
+    let err = rust3r_viewer::load_scene(std::path::Path::new("/nonexistent/x.ply"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/x.ply"), "{err}");
     let viewer = ViewerHandle::start(config, Content::Error(format!("{err} <script>"))).unwrap();
     let (status, body) = get(viewer.local_addr(), "/", "");
     assert_eq!(status, 500);
     let body = String::from_utf8(body).unwrap();
-    assert!(body.contains("/nonexistent/x.ply") && body.contains("&lt;script&gt;"), "{body}");
+    assert!(
+        body.contains("/nonexistent/x.ply") && body.contains("&lt;script&gt;"),
+        "{body}"
+    );
     assert!(tungstenite::connect(format!("ws://{}/ws", viewer.local_addr())).is_err());
 }
 
@@ -324,7 +439,11 @@ fn live_updates_reach_connected_clients() {
     assert_eq!(first["splats"], splats.len());
     let fewer = tiny_biker(300);
     viewer.set_splats(fewer.clone()).unwrap();
-    viewer.set_stats(Stats { step: Some(42), loss: Some(0.5), ..Default::default() });
+    viewer.set_stats(Stats {
+        step: Some(42),
+        loss: Some(0.5),
+        ..Default::default()
+    });
     let (mut got_scene, mut got_stats) = (false, false);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !(got_scene && got_stats) {
@@ -344,7 +463,10 @@ fn live_updates_reach_connected_clients() {
     ws.send(request(1, &camera, [0.0; 3])).unwrap();
     let (_, img) = next_frame(&mut ws);
     let p = psnr(img.as_raw(), &reference(&fewer, &camera, [0.0; 3]));
-    assert!(p >= 30.0, "frame after set_splats: {p:.2} dB against the new splats");
+    assert!(
+        p >= 30.0,
+        "frame after set_splats: {p:.2} dB against the new splats"
+    );
     // A live SLAM run's current image: connected clients get each, a later client the newest.
     let current = |frame: u64, jpeg: &[u8]| CurrentFrame {
         frame,
@@ -369,8 +491,20 @@ fn live_updates_reach_connected_clients() {
     };
     viewer.set_current_frame(&current(1, b"foob"));
     let v = wait_current(&mut ws, 1);
-    assert_eq!((v["jpeg"].as_str(), v["width"].as_u64(), v["height"].as_u64(), v["total"].as_u64()), (Some("Zm9vYg=="), Some(4), Some(3), Some(10)), "{v}");
-    assert_eq!((v["name"].as_str(), v["timestamp"].as_f64()), (Some("frame-1.png"), Some(0.5)));
+    assert_eq!(
+        (
+            v["jpeg"].as_str(),
+            v["width"].as_u64(),
+            v["height"].as_u64(),
+            v["total"].as_u64()
+        ),
+        (Some("Zm9vYg=="), Some(4), Some(3), Some(10)),
+        "{v}"
+    );
+    assert_eq!(
+        (v["name"].as_str(), v["timestamp"].as_f64()),
+        (Some("frame-1.png"), Some(0.5))
+    );
     viewer.set_current_frame(&current(2, b"foobar"));
     viewer.set_current_frame(&current(3, b"fooba"));
     assert_eq!(wait_current(&mut ws, 3)["jpeg"], "Zm9vYmE=");
@@ -382,5 +516,9 @@ fn live_updates_reach_connected_clients() {
             break v;
         }
     };
-    assert_eq!((v["frame"].as_u64(), v["jpeg"].as_str()), (Some(3), Some("Zm9vYmE=")), "a later client gets the newest only");
+    assert_eq!(
+        (v["frame"].as_u64(), v["jpeg"].as_str()),
+        (Some(3), Some("Zm9vYmE=")),
+        "a later client gets the newest only"
+    );
 }

@@ -44,7 +44,12 @@ pub fn register_colour_to_depth(
     registration: &ColourRegistration,
 ) -> image::RgbImage {
     let (w, h) = depth.dimensions();
-    let mut valid: Vec<f32> = depth.as_raw().iter().copied().filter(|z| *z > 0.0 && z.is_finite()).collect();
+    let mut valid: Vec<f32> = depth
+        .as_raw()
+        .iter()
+        .copied()
+        .filter(|z| *z > 0.0 && z.is_finite())
+        .collect();
     let fallback = if valid.is_empty() {
         2.0
     } else {
@@ -57,7 +62,11 @@ pub fn register_colour_to_depth(
     let mut out = image::RgbImage::new(w, h);
     for (x, y, px) in out.enumerate_pixels_mut() {
         let z = depth.get_pixel(x, y).0[0] as f64;
-        let z = if z > 0.0 && z.is_finite() { z } else { fallback };
+        let z = if z > 0.0 && z.is_finite() {
+            z
+        } else {
+            fallback
+        };
         let xd = (x as f64 - depth_k.cx) / depth_k.fx * z;
         let yd = (y as f64 - depth_k.cy) / depth_k.fy * z;
         let (xc, yc, zc) = (xd + bx, yd + by, z + bz);
@@ -104,7 +113,13 @@ mod tests {
             colour: Intrinsics::pinhole(52.7, 53.0, 31.5, 23.9, 64, 48),
             baseline: [-0.025, 0.01, 0.0],
         };
-        let depth_k = Intrinsics { fx: 58.5, fy: 58.5, cx: 32.0, cy: 24.0, ..depth_k };
+        let depth_k = Intrinsics {
+            fx: 58.5,
+            fy: 58.5,
+            cx: 32.0,
+            cy: 24.0,
+            ..depth_k
+        };
         // Plane z = 2 + 0.3 x (depth-camera frame); texture t(x, y) = smooth pattern.
         let texture = |x: f64, y: f64| (127.5 + 100.0 * (x * 9.0).sin() * (y * 7.0).cos()).round();
         let plane_z = |xd: f64| 2.0 + 0.3 * xd;
@@ -142,22 +157,34 @@ mod tests {
         // Bilinear interpolation of a smooth texture: a few grey levels; the unregistered image
         // is far off.
         assert!(err < 6.0, "mean error {err}");
-        assert!(err_raw > 4.0 * err, "unregistered error {err_raw} vs registered {err}");
+        assert!(
+            err_raw > 4.0 * err,
+            "unregistered error {err_raw} vs registered {err}"
+        );
     }
 
     #[test]
     fn pixels_without_depth_use_the_median_depth_and_outside_is_black() {
         let k = Intrinsics::pinhole(50.0, 50.0, 16.0, 16.0, 32, 32);
-        let reg = ColourRegistration { colour: Intrinsics::pinhole(25.0, 25.0, 16.0, 16.0, 32, 32), baseline: [0.0; 3] };
+        let reg = ColourRegistration {
+            colour: Intrinsics::pinhole(25.0, 25.0, 16.0, 16.0, 32, 32),
+            baseline: [0.0; 3],
+        };
         let rgb = image::RgbImage::from_fn(32, 32, |x, _| image::Rgb([x as u8 * 8, 0, 0]));
         let depth = DepthImage::new(32, 32); // no measurement anywhere
         let out = register_colour_to_depth(&rgb, &depth, &k, &reg);
         // Half the focal length: depth pixel x maps to colour 16 + (x - 16) / 2.
         for x in 0..32u32 {
             let want = ((16.0 + (x as f64 - 16.0) / 2.0) * 8.0).round();
-            assert!((out.get_pixel(x, 5).0[0] as f64 - want).abs() <= 1.0, "x {x}");
+            assert!(
+                (out.get_pixel(x, 5).0[0] as f64 - want).abs() <= 1.0,
+                "x {x}"
+            );
         }
-        let reg = ColourRegistration { baseline: [1.0, 0.0, 0.0], ..reg };
+        let reg = ColourRegistration {
+            baseline: [1.0, 0.0, 0.0],
+            ..reg
+        };
         let out = register_colour_to_depth(&rgb, &depth, &k, &reg);
         // Fallback depth 2 m: shift of 25 * 1 / 2 = 12.5 px; the right half falls outside.
         assert_eq!(out.get_pixel(31, 5).0, [0, 0, 0]);

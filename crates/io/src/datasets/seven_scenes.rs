@@ -226,7 +226,8 @@ impl SevenScenesDataset {
             .filter_map(|e| e.gt.map(|p| (e.number as f64 / FPS, p)))
             .collect();
         let frames = all.into_iter().step_by(stride).collect();
-        let registration = (!overridden && depth_intrinsics.is_some()).then(ColourRegistration::seven_scenes);
+        let registration =
+            (!overridden && depth_intrinsics.is_some()).then(ColourRegistration::seven_scenes);
         // Registered colour is delivered at the depth camera's calibration and size.
         let intrinsics = match (registration, depth_intrinsics) {
             (Some(_), Some(d)) => d,
@@ -273,7 +274,9 @@ impl Dataset for SevenScenesDataset {
             Some(p) => Some(common::read_depth(p, DEPTH_SCALE, &[DEPTH_INVALID])?),
             None => None,
         };
-        if let (Some(reg), Some(depth), Some(depth_k)) = (&self.registration, &depth, &self.depth_intrinsics) {
+        if let (Some(reg), Some(depth), Some(depth_k)) =
+            (&self.registration, &depth, &self.depth_intrinsics)
+        {
             rgb = register_colour_to_depth(&rgb, depth, depth_k, reg);
         }
         Ok(Frame {

@@ -481,10 +481,16 @@ pub fn scene_from_images(
     opts: &SceneOptions,
 ) -> Result<Scene, IoError> {
     if opts.downscale == 0 {
-        return Err(dataset_error(source, "the downscale factor must be at least 1"));
+        return Err(dataset_error(
+            source,
+            "the downscale factor must be at least 1",
+        ));
     }
     if !opts.background.iter().all(|v| v.is_finite()) {
-        return Err(dataset_error(source, "the background colour must be finite"));
+        return Err(dataset_error(
+            source,
+            "the background colour must be finite",
+        ));
     }
     let views = images
         .iter()

@@ -70,8 +70,13 @@ struct StackedLayerNorm {
 
 impl StackedLayerNorm {
     fn stack(a: LayerNorm, b: LayerNorm) -> Self {
-        let s = |x: Tensor<1>, y: Tensor<1>| Tensor::stack::<2>(vec![x, y], 0).unsqueeze_dim::<3>(1);
-        StackedLayerNorm { gamma: s(a.gamma, b.gamma), beta: s(a.beta, b.beta), eps: a.eps }
+        let s =
+            |x: Tensor<1>, y: Tensor<1>| Tensor::stack::<2>(vec![x, y], 0).unsqueeze_dim::<3>(1);
+        StackedLayerNorm {
+            gamma: s(a.gamma, b.gamma),
+            beta: s(a.beta, b.beta),
+            eps: a.eps,
+        }
     }
     fn slot(&self, s: usize) -> Self {
         StackedLayerNorm {
@@ -82,9 +87,17 @@ impl StackedLayerNorm {
     }
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let dtype = x.dtype();
-        let x = if dtype == DType::F32 { x } else { x.cast(DType::F32) };
+        let x = if dtype == DType::F32 {
+            x
+        } else {
+            x.cast(DType::F32)
+        };
         let y = normalize_last(x, self.eps) * self.gamma.clone() + self.beta.clone();
-        if dtype == DType::F32 { y } else { y.cast(dtype) }
+        if dtype == DType::F32 {
+            y
+        } else {
+            y.cast(dtype)
+        }
     }
 }
 
@@ -172,7 +185,10 @@ impl PairedDecoderBlock {
         let (b, h) = (batch, self.heads);
         let (nx, ny, d) = (m / b, my / b, c / h);
         // self-attention
-        let qkv = self.qkv.forward(self.norm1.forward(x.clone())).reshape([s * b, nx, 3, h, d]);
+        let qkv = self
+            .qkv
+            .forward(self.norm1.forward(x.clone()))
+            .reshape([s * b, nx, 3, h, d]);
         let part = |i: usize| qkv.clone().narrow(2, i, 1).reshape([s * b, nx, h, d]);
         let att = attend(xrope.apply(part(0)), xrope.apply(part(1)), part(2)).reshape([s, m, c]);
         let x = x + self.proj.forward(att);
@@ -181,12 +197,18 @@ impl PairedDecoderBlock {
             Some(n) => n.forward(y),
             None => y,
         };
-        let q = self.projq.forward(self.norm2.forward(x.clone())).reshape([s * b, nx, h, d]);
+        let q = self
+            .projq
+            .forward(self.norm2.forward(x.clone()))
+            .reshape([s * b, nx, h, d]);
         let k = self.projk.forward(y.clone()).reshape([s * b, ny, h, d]);
         let v = self.projv.forward(y).reshape([s * b, ny, h, d]);
         let att = attend(xrope.apply(q), yrope.apply(k), v).reshape([s, m, c]);
         let x = x + self.cross_proj.forward(att);
         // MLP
-        x.clone() + self.fc2.forward(gelu(self.fc1.forward(self.norm3.forward(x))))
+        x.clone()
+            + self
+                .fc2
+                .forward(gelu(self.fc1.forward(self.norm3.forward(x))))
     }
 }

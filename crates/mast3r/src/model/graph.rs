@@ -95,7 +95,9 @@ impl<T> Recording<T> {
                     .inspect_err(|e| {
                         // The backend records, so this costs every later frame its launch time:
                         // say so (a silent fallback hid a cuBLAS workspace bug on the H100).
-                        tracing::warn!("recording the network failed ({e:?}); it runs launch by launch")
+                        tracing::warn!(
+                            "recording the network failed ({e:?}); it runs launch by launch"
+                        )
                     })
                     .ok();
                 (graph, output)
@@ -250,11 +252,16 @@ impl Replayer {
             None => {
                 // The slots hold copies: the caller's encodings stay theirs.
                 let feats = [slot(copy(&a.feat)), slot(copy(&b.feat))];
-                let (model, [fa, fb], grid) =
-                    (self.model.clone(), feats.clone(), a.grid);
+                let (model, [fa, fb], grid) = (self.model.clone(), feats.clone(), a.grid);
                 let closure: Closure<[Prediction; 2]> = Box::new(move || {
-                    let ea = Encoded { feat: read(&fa), grid };
-                    let eb = Encoded { feat: read(&fb), grid };
+                    let ea = Encoded {
+                        feat: read(&fa),
+                        grid,
+                    };
+                    let eb = Encoded {
+                        feat: read(&fb),
+                        grid,
+                    };
                     model.decode(&ea, &eb)
                 });
                 let graph = Recording::new(self.model.device(), closure);

@@ -347,10 +347,18 @@ pub(crate) struct LayerNorm {
 impl LayerNorm {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let dtype = x.dtype();
-        let x = if dtype == DType::F32 { x } else { x.cast(DType::F32) };
+        let x = if dtype == DType::F32 {
+            x
+        } else {
+            x.cast(DType::F32)
+        };
         let y = normalize_last(x, self.eps) * self.gamma.clone().unsqueeze::<D>()
             + self.beta.clone().unsqueeze::<D>();
-        if dtype == DType::F32 { y } else { y.cast(dtype) }
+        if dtype == DType::F32 {
+            y
+        } else {
+            y.cast(dtype)
+        }
     }
 }
 
@@ -390,7 +398,11 @@ fn last_dim_reduce<const D: usize>(x: Tensor<D>, max: bool) -> Tensor<D> {
     let dims = x.dims();
     let n = dims[D - 1];
     let Some(piece) = [32usize, 16, 8].into_iter().find(|p| n % p == 0 && n > *p) else {
-        return if max { x.max_dim(D - 1) } else { x.sum_dim(D - 1) };
+        return if max {
+            x.max_dim(D - 1)
+        } else {
+            x.sum_dim(D - 1)
+        };
     };
     let rows = dims[..D - 1].iter().product::<usize>();
     let pieces: Tensor<3> = x.reshape([rows, n / piece, piece]);

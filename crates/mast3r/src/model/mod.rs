@@ -150,7 +150,10 @@ impl Prediction {
             pts3d: self.pts3d.clone().narrow(0, start, len),
             conf: self.conf.clone().narrow(0, start, len),
             desc: self.desc.clone().narrow(0, start, len),
-            desc_conf: self.desc_conf.as_ref().map(|t| t.clone().narrow(0, start, len)),
+            desc_conf: self
+                .desc_conf
+                .as_ref()
+                .map(|t| t.clone().narrow(0, start, len)),
         }
     }
 }
@@ -274,7 +277,11 @@ impl Mast3r {
                 .collect::<Result<Vec<_>, _>>()
         };
         let heads = Heads {
-            dpt: Dpt::load(l, ["downstream_head1.dpt", "downstream_head2.dpt"], &cfg.dpt)?,
+            dpt: Dpt::load(
+                l,
+                ["downstream_head1.dpt", "downstream_head2.dpt"],
+                &cfg.dpt,
+            )?,
             local: LocalFeat::load(
                 l,
                 [
@@ -492,7 +499,9 @@ impl Mast3r {
             for (i, blk) in self.dec_blocks.iter().enumerate() {
                 let [d0, d1] = [dims(&x[0]), dims(&x[1])];
                 let (f0, f1) = (flat(x[0].clone()), flat(x[1].clone()));
-                let n1 = blk.slot(0).forward(f0.clone(), f1.clone(), batch, &ropes[0], &ropes[1]);
+                let n1 = blk
+                    .slot(0)
+                    .forward(f0.clone(), f1.clone(), batch, &ropes[0], &ropes[1]);
                 let n2 = blk.slot(1).forward(f1, f0, batch, &ropes[1], &ropes[0]);
                 x = [n1.reshape(d0), n2.reshape(d1)];
                 for v in 0..2 {

@@ -17,7 +17,9 @@ use crate::SlamError;
 use crate::config::MatchingConfig;
 use crate::matching::{ITER_PROJ_MIN_STEP, Matches};
 use crate::pointmap::Pointmap;
-use crate::tracker::{LevelView, NormalEq, ResidualParams, TrackResult, Tracker, converged, solve_pose};
+use crate::tracker::{
+    LevelView, NormalEq, ResidualParams, TrackResult, Tracker, converged, solve_pose,
+};
 use track::{NE_COLS, P_LEN};
 
 fn gerr(e: rust3r_gpu::GpuError) -> SlamError {
@@ -46,7 +48,11 @@ fn params_buffer(view: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> [f
     b[track::P_CY] = cam.cy as f32;
     b[track::P_ISP] = (1.0 / p.sigma_pixel) as f32;
     b[track::P_ISD] = (1.0 / p.sigma_depth) as f32;
-    b[track::P_ISPL] = if p.sigma_plane > 0.0 { (1.0 / p.sigma_plane) as f32 } else { 0.0 };
+    b[track::P_ISPL] = if p.sigma_plane > 0.0 {
+        (1.0 / p.sigma_plane) as f32
+    } else {
+        0.0
+    };
     b[track::P_HUBER] = p.huber as f32;
     b[track::P_ZEPS] = p.depth_eps as f32;
     b[track::P_BORDER] = p.pixel_border as f32;
@@ -89,14 +95,28 @@ pub struct GpuPair {
 impl GpuPair {
     /// Uploads `src` (its ray image and points) and `meas` (points, normals); matching starts
     /// from the identity (pixel `q` of `meas` at the same place in `src`).
-    pub fn new(gpu: &Gpu, src: &LevelView, meas: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> Self {
+    pub fn new(
+        gpu: &Gpu,
+        src: &LevelView,
+        meas: &LevelView,
+        p: &ResidualParams,
+        m: &MatchingConfig,
+    ) -> Self {
         let normals: Vec<f32> = if meas.normals.is_empty() {
             vec![0.0; meas.len() * 3]
         } else {
-            meas.normals.iter().flat_map(|n| n.unwrap_or([0.0; 3])).collect()
+            meas.normals
+                .iter()
+                .flat_map(|n| n.unwrap_or([0.0; 3]))
+                .collect()
         };
-        let (sx, sy) = (src.width as f32 / meas.width as f32, src.height as f32 / meas.height as f32);
-        let init: Vec<f32> = (0..meas.len()).flat_map(|q| [(q % meas.width) as f32 * sx, (q / meas.width) as f32 * sy]).collect();
+        let (sx, sy) = (
+            src.width as f32 / meas.width as f32,
+            src.height as f32 / meas.height as f32,
+        );
+        let init: Vec<f32> = (0..meas.len())
+            .flat_map(|q| [(q % meas.width) as f32 * sx, (q / meas.width) as f32 * sy])
+            .collect();
         Self {
             rays: gpu.upload(&src.rays.data),
             src_pts: gpu.upload(&flat3(&src.points)),
@@ -153,7 +173,12 @@ impl GpuPair {
     /// Reads the last matches back.
     pub fn matches(&self, gpu: &Gpu) -> Result<Matches, SlamError> {
         let idx = gpu.read(&self.idx).map_err(gerr)?;
-        let valid = gpu.read(&self.valid).map_err(gerr)?.into_iter().map(|v| v != 0).collect();
+        let valid = gpu
+            .read(&self.valid)
+            .map_err(gerr)?
+            .into_iter()
+            .map(|v| v != 0)
+            .collect();
         let p = gpu.read(&self.pos).map_err(gerr)?;
         let pos = p.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
         Ok(Matches { idx, pos, valid })
@@ -188,7 +213,9 @@ impl GpuPair {
             self.meas_w as u32,
             self.meas_h as u32,
         );
-        let sums = gpu.read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum)).map_err(gerr)?;
+        let sums = gpu
+            .read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum))
+            .map_err(gerr)?;
         let mut eq = NormalEq::default();
         let mut k = 0;
         for r in 0..7 {
@@ -230,7 +257,9 @@ pub fn track_gpu(
         let fv = LevelView::new(frame, frame_conf, Some(cam), level, &p, false);
         let kv = LevelView::new(kf, kf_conf, Some(cam), level, &p, p.sigma_plane > 0.0);
         let pair = GpuPair::new(gpu, &fv, &kv, &p, &tracker.matching);
-        let term = photo.as_ref().map(|(fp, kp, pp)| crate::photometric::LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t));
+        let term = photo.as_ref().map(|(fp, kp, pp)| {
+            crate::photometric::LevelTerm::at_level(fp, kp, pp, level, &fv, &kv, &t)
+        });
         let mut old_cost = f64::INFINITY;
         for _ in 0..tracker.cfg.max_iters {
             iterations += 1;
@@ -243,10 +272,18 @@ pub fn track_gpu(
             if eq.count < 6 {
                 break;
             }
-            let Some(delta) = solve_pose(&eq, tracker.optimize_scale) else { break };
+            let Some(delta) = solve_pose(&eq, tracker.optimize_scale) else {
+                break;
+            };
             last_eq = Some(eq);
             t = t.retr(&delta);
-            let done = converged(tracker.cfg.rel_error, tracker.cfg.delta_norm, old_cost, eq.cost, &delta);
+            let done = converged(
+                tracker.cfg.rel_error,
+                tracker.cfg.delta_norm,
+                old_cost,
+                eq.cost,
+                &delta,
+            );
             old_cost = eq.cost;
             if done {
                 break;
@@ -258,7 +295,10 @@ pub fn track_gpu(
     }
     let (fv, kv) = match last {
         Some((fv, kv, _)) => (fv, kv),
-        None => (LevelView::new(frame, frame_conf, Some(cam), 0, &p, false), LevelView::new(kf, kf_conf, Some(cam), 0, &p, false)),
+        None => (
+            LevelView::new(frame, frame_conf, Some(cam), 0, &p, false),
+            LevelView::new(kf, kf_conf, Some(cam), 0, &p, false),
+        ),
     };
     // Statistics and the fusion observation from a final association (host reference code).
     let mut res = tracker.finish(&fv, &kv, frame_conf, &t);

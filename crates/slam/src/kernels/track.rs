@@ -61,7 +61,10 @@ fn bilinear(rays: &[f32], w: usize, u: f32, v: f32, c: usize) -> f32 {
     let r12 = rays[((iv + 1) * w + iu) * 9 + c];
     let r21 = rays[(iv * w + iu + 1) * 9 + c];
     let r22 = rays[(iv * w + iu) * 9 + c];
-    du * dv * r11 + (1.0f32 - du) * dv * r12 + du * (1.0f32 - dv) * r21 + (1.0f32 - du) * (1.0f32 - dv) * r22
+    du * dv * r11
+        + (1.0f32 - du) * dv * r12
+        + du * (1.0f32 - dv) * r21
+        + (1.0f32 - du) * (1.0f32 - dv) * r22
 }
 
 #[cube]
@@ -193,9 +196,18 @@ fn huber_w(r: f32, k: f32) -> f32 {
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn quad(
-    a0: f32, a1: f32, a2: f32,
-    b0: f32, b1: f32, b2: f32,
-    m00: f32, m01: f32, m02: f32, m11: f32, m12: f32, m22: f32,
+    a0: f32,
+    a1: f32,
+    a2: f32,
+    b0: f32,
+    b1: f32,
+    b2: f32,
+    m00: f32,
+    m01: f32,
+    m02: f32,
+    m11: f32,
+    m12: f32,
+    m22: f32,
 ) -> f32 {
     let t0 = m00 * b0 + m01 * b1 + m02 * b2;
     let t1 = m01 * b0 + m11 * b1 + m12 * b2;

@@ -17,11 +17,11 @@ pub enum Shape {
 /// A room 6 x 4 x 6 m seen from near its centre, with spheres at different depths.
 pub fn room() -> Vec<Shape> {
     vec![
-        Shape::Plane(Vector3::new(0.0, 0.0, 1.0), 3.0),   // back wall z = 3
-        Shape::Plane(Vector3::new(1.0, 0.0, 0.0), 2.0),   // right wall x = 2
-        Shape::Plane(Vector3::new(-1.0, 0.0, 0.0), 2.5),  // left wall x = -2.5
-        Shape::Plane(Vector3::new(0.0, 1.0, 0.0), 1.2),   // floor y = 1.2
-        Shape::Plane(Vector3::new(0.0, -1.0, 0.0), 1.5),  // ceiling y = -1.5
+        Shape::Plane(Vector3::new(0.0, 0.0, 1.0), 3.0), // back wall z = 3
+        Shape::Plane(Vector3::new(1.0, 0.0, 0.0), 2.0), // right wall x = 2
+        Shape::Plane(Vector3::new(-1.0, 0.0, 0.0), 2.5), // left wall x = -2.5
+        Shape::Plane(Vector3::new(0.0, 1.0, 0.0), 1.2), // floor y = 1.2
+        Shape::Plane(Vector3::new(0.0, -1.0, 0.0), 1.5), // ceiling y = -1.5
         Shape::Sphere(Vector3::new(0.5, 0.3, 2.0), 0.4),
         Shape::Sphere(Vector3::new(-0.8, -0.4, 2.3), 0.5),
         Shape::Sphere(Vector3::new(0.0, 0.8, 1.6), 0.25),
@@ -68,10 +68,20 @@ pub fn render(scene: &[Shape], cam: &PinholeCamera, t_wc: &Sim3, max_depth: f64)
     let (w, h) = (cam.width as usize, cam.height as usize);
     let r = t_wc.rotation_matrix();
     let o = t_wc.translation;
-    let mut pm = Pointmap { width: w, height: h, points: vec![[0.0; 3]; w * h], conf: vec![0.0; w * h], colors: vec![[128; 3]; w * h] };
+    let mut pm = Pointmap {
+        width: w,
+        height: h,
+        points: vec![[0.0; 3]; w * h],
+        conf: vec![0.0; w * h],
+        colors: vec![[128; 3]; w * h],
+    };
     for v in 0..h {
         for u in 0..w {
-            let dc = Vector3::new((u as f64 - cam.cx) / cam.fx, (v as f64 - cam.cy) / cam.fy, 1.0);
+            let dc = Vector3::new(
+                (u as f64 - cam.cx) / cam.fx,
+                (v as f64 - cam.cy) / cam.fy,
+                1.0,
+            );
             let dw = r * dc;
             let mut best = f64::INFINITY;
             for s in scene {
@@ -103,7 +113,13 @@ pub fn texture(p: &Vector3<f64>) -> f64 {
 }
 
 /// [`render`] with colours from [`texture`] (grey, through `gain`: an exposure change).
-pub fn render_textured(scene: &[Shape], cam: &PinholeCamera, t_wc: &Sim3, max_depth: f64, gain: f64) -> Pointmap {
+pub fn render_textured(
+    scene: &[Shape],
+    cam: &PinholeCamera,
+    t_wc: &Sim3,
+    max_depth: f64,
+    gain: f64,
+) -> Pointmap {
     let mut pm = render(scene, cam, t_wc, max_depth);
     for (i, p) in pm.points.iter().enumerate() {
         if pm.conf[i] > 0.0 {
@@ -123,7 +139,10 @@ pub fn camera(w: u32, h: u32) -> PinholeCamera {
 
 /// Rotation from axis-angle.
 pub fn rot(axis: [f64; 3], deg: f64) -> UnitQuaternion<f64> {
-    UnitQuaternion::from_axis_angle(&nalgebra::Unit::new_normalize(Vector3::from(axis)), deg.to_radians())
+    UnitQuaternion::from_axis_angle(
+        &nalgebra::Unit::new_normalize(Vector3::from(axis)),
+        deg.to_radians(),
+    )
 }
 
 /// Rigid transform.

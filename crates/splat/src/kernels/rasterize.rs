@@ -124,7 +124,8 @@ pub fn rasterize_forward(
     let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
     let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
     let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(vec_len);
-    let mut s_flat = Shared::<[f32]>::new_slice(comptime![if vec_shared { 1usize } else { 11 * 256usize }]);
+    let mut s_flat =
+        Shared::<[f32]>::new_slice(comptime![if vec_shared { 1usize } else { 11 * 256usize }]);
     let done_count = Shared::<[Atomic<u32>]>::new_slice(1usize);
     let max_last = Shared::<[Atomic<u32>]>::new_slice(1usize);
     if t == 0 {
@@ -191,8 +192,12 @@ pub fn rasterize_forward(
                     s_flat[k * 256 + t] = proj[gid * 10 + k];
                 }
                 if row_skip {
-                    s_flat[2560 + t] =
-                        row_reach2(s_flat[512 + t], s_flat[768 + t], s_flat[1024 + t], s_flat[1536 + t]);
+                    s_flat[2560 + t] = row_reach2(
+                        s_flat[512 + t],
+                        s_flat[768 + t],
+                        s_flat[1024 + t],
+                        s_flat[1536 + t],
+                    );
                 }
             }
         }
@@ -210,7 +215,8 @@ pub fn rasterize_forward(
                     if !row_skip || dy * dy <= g.extract(2usize) {
                         let q = s_conic[j];
                         let dx = g.extract(0usize) - pxf;
-                        let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
+                        let sigma = 0.5f32
+                            * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
                             + q.extract(1usize) * dx * dy;
                         let alpha = min(0.99f32, g.extract(3usize) * (-sigma).exp());
                         if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
@@ -241,7 +247,8 @@ pub fn rasterize_forward(
                     let dy = s_flat[256 + j] - pyf;
                     if !row_skip || dy * dy <= s_flat[2560 + j] {
                         let dx = s_flat[j] - pxf;
-                        let sigma = 0.5f32 * (s_flat[512 + j] * dx * dx + s_flat[1024 + j] * dy * dy)
+                        let sigma = 0.5f32
+                            * (s_flat[512 + j] * dx * dx + s_flat[1024 + j] * dy * dy)
                             + s_flat[768 + j] * dx * dy;
                         let alpha = min(0.99f32, s_flat[1536 + j] * (-sigma).exp());
                         if sigma >= 0.0f32 && alpha >= 1.0f32 / 255.0f32 {
@@ -381,7 +388,13 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk(ranges: &[u32], tile_last: &[u32], tiles_x: u32, num_tiles: u32, chunk: u32) -> BackChunk {
+fn back_chunk(
+    ranges: &[u32],
+    tile_last: &[u32],
+    tiles_x: u32,
+    num_tiles: u32,
+    chunk: u32,
+) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
     // First tile whose first cube is past g; the cube belongs to the tile before it.
     let mut lo = 1u32;
@@ -568,7 +581,16 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(
-            sorted_gids, proj, &mut s_pos, &mut s_conic, &mut s_rgb, start, end, bi, t, batch,
+            sorted_gids,
+            proj,
+            &mut s_pos,
+            &mut s_conic,
+            &mut s_rgb,
+            start,
+            end,
+            bi,
+            t,
+            batch,
         );
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
@@ -577,7 +599,8 @@ pub fn rasterize_backward<A: Numeric>(
             let mut va = 0.0f32;
             let mut vw = 0.0f32;
             if inside && pos < px.last {
-                let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) = back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) =
+                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
                     vw = vis;
@@ -782,8 +805,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
     let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
-    let mut pabs =
-        Shared::<[f32]>::new_slice(comptime![if absgrad { max_planes * batch * 2 } else { 1usize }]);
+    let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad {
+        max_planes * batch * 2
+    } else {
+        1usize
+    }]);
     let planes = (256u32 / PLANE_DIM) as usize;
     let plane = t / (PLANE_DIM as usize);
     let leader = UNIT_POS_PLANE == 0u32;
@@ -797,7 +823,16 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(
-            sorted_gids, proj, &mut s_pos, &mut s_conic, &mut s_rgb, start, end, bi, t, batch,
+            sorted_gids,
+            proj,
+            &mut s_pos,
+            &mut s_conic,
+            &mut s_rgb,
+            start,
+            end,
+            bi,
+            t,
+            batch,
         );
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -814,7 +849,8 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a9 = 0.0f32;
             let mut took = false;
             if inside && pos < px.last {
-                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                let (took_it, va, vis, dx, dy, gk, raw) =
+                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
                 if took_it {
                     took = true;
                     a5 = vis * px.vd;

@@ -193,7 +193,13 @@ pub fn sum_isect_grads(
 /// exclusive scan of the visibility flags, plus the last Gaussian's flag), `out[1]` = tile
 /// intersections (`isect_total[0]`).
 #[cube(launch, launch_unchecked)]
-pub fn visible_totals(tiles_touched: &[u32], positions: &[u32], isect_total: &[u32], out: &mut [u32], n: u32) {
+pub fn visible_totals(
+    tiles_touched: &[u32],
+    positions: &[u32],
+    isect_total: &[u32],
+    out: &mut [u32],
+    n: u32,
+) {
     if UNIT_POS == 0 {
         let n = n as usize;
         out[0] = positions[n - 1] + select(tiles_touched[n - 1] != 0u32, 1u32, 0u32);

@@ -16,7 +16,9 @@
 //! (`β2 = 0.999`: 0.1 % per step, below half a bf16 step of 0.39 %) and freeze it.
 
 use cubecl::prelude::*;
-use rust3r_gpu::fp8::{fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode};
+use rust3r_gpu::fp8::{
+    fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode,
+};
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32, pack_pairs, pair_entry};
 
 use crate::kernels::project::sh_value_grad;
@@ -188,7 +190,8 @@ fn adam_value_sh8(
     let m1 = beta1 * m0 + (1.0f32 - beta1) * gr;
     let s1 = f32::sqrt(beta2 * s0 * s0 + (1.0f32 - beta2) * gr * gr);
     let r = pcg_hash(pcg_hash(mi) ^ key);
-    let e1 = (fp8_signed_encode(m1, r) << 8u32) | fp8_unsigned_encode(s1, pcg_hash(r ^ 0x68E3_1DA4u32));
+    let e1 =
+        (fp8_signed_encode(m1, r) << 8u32) | fp8_unsigned_encode(s1, pcg_hash(r ^ 0x68E3_1DA4u32));
     (p - (step / bc1) * m1 / (s1 / bc2_sqrt + eps), e1)
 }
 
@@ -211,7 +214,17 @@ fn sh_grad_at(
 ) -> f32 {
     let mut out = 0.0f32;
     if fused {
-        out = sh_value_grad(means, cam, tiles_touched, proj, v_proj, g, g, col, active_coeffs);
+        out = sh_value_grad(
+            means,
+            cam,
+            tiles_touched,
+            proj,
+            v_proj,
+            g,
+            g,
+            col,
+            active_coeffs,
+        );
     } else {
         out = grad[gi];
     }
@@ -276,7 +289,19 @@ fn adam_step_sh_half(
         if sh8 {
             mi = u;
         }
-        let gr = sh_grad_at(grad, means, cam, tiles_touched, proj, v_proj, g, gi, (u - g * 3) as u32, active_coeffs, fused);
+        let gr = sh_grad_at(
+            grad,
+            means,
+            cam,
+            tiles_touched,
+            proj,
+            v_proj,
+            g,
+            gi,
+            (u - g * 3) as u32,
+            active_coeffs,
+            fused,
+        );
         dc[u] = adam_value(
             dc[u], gr, mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
         );
@@ -308,12 +333,31 @@ fn adam_step_sh_half(
                 if live {
                     let mi = g * row + 3 + (vi - g * r);
                     let gr = sh_grad_at(
-                        grad, means, cam, tiles_touched, proj, v_proj, g, mi, (3 + vi - g * r) as u32, active_coeffs, fused,
+                        grad,
+                        means,
+                        cam,
+                        tiles_touched,
+                        proj,
+                        v_proj,
+                        g,
+                        mi,
+                        (3 + vi - g * r) as u32,
+                        active_coeffs,
+                        fused,
                     );
                     let mut np = 0.0f32;
                     if sh8 {
                         let (p1, e1) = adam_value_sh8(
-                            f16_to_f32(bits), gr, entry, mi as u32, lr_rest, beta1, beta2, eps, bc1, bc2_sqrt,
+                            f16_to_f32(bits),
+                            gr,
+                            entry,
+                            mi as u32,
+                            lr_rest,
+                            beta1,
+                            beta2,
+                            eps,
+                            bc1,
+                            bc2_sqrt,
                             key,
                         );
                         np = p1;
@@ -336,7 +380,10 @@ fn adam_step_sh_half(
                             compact,
                         );
                     }
-                    nb = f16_stochastic_bits(np, pcg_hash(pcg_hash(mi as u32) ^ key ^ HALF_PARAM_SALT));
+                    nb = f16_stochastic_bits(
+                        np,
+                        pcg_hash(pcg_hash(mi as u32) ^ key ^ HALF_PARAM_SALT),
+                    );
                 }
             }
             out |= nb << (h * 16u32);
@@ -385,15 +432,31 @@ pub fn adam_update_sh_half(
         row >= 3 && moments.len() == n * row && rest.len() == (n * (row - 3)).div_ceil(2),
         "adam (half SH) buffer lengths"
     );
-    let (none_f, none_u) = (gpu.placeholder::<f32>(slot::NONE_F32), gpu.placeholder::<u32>(slot::NONE_U32));
+    let (none_f, none_u) = (
+        gpu.placeholder::<f32>(slot::NONE_F32),
+        gpu.placeholder::<u32>(slot::NONE_U32),
+    );
     let (grad, means, cam, tiles, proj, v_proj, active, fused) = match &grad {
         ShGrad::Buffer(g) => {
             assert_eq!(g.len(), n * row, "adam (half SH) gradient length");
             (*g, &none_f, &none_f, &none_u, &none_f, &none_f, 0, false)
         }
-        ShGrad::Fused { means, inputs, v_proj } => {
+        ShGrad::Fused {
+            means,
+            inputs,
+            v_proj,
+        } => {
             assert_eq!(means.len(), n * 3, "adam (half SH) means length");
-            (&none_f, *means, inputs.cam, inputs.tiles_touched, inputs.proj, *v_proj, inputs.active_coeffs, true)
+            (
+                &none_f,
+                *means,
+                inputs.cam,
+                inputs.tiles_touched,
+                inputs.proj,
+                *v_proj,
+                inputs.active_coeffs,
+                true,
+            )
         }
     };
     if n == 0 {
@@ -402,7 +465,14 @@ pub fn adam_update_sh_half(
     let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
     let no_radii = gpu.placeholder::<u32>(slot::RADII);
     let radii = visible.unwrap_or(&no_radii);
-    let MomentArgs { m, v, mv, mv8, compact, sh8 } = MomentArgs::new(gpu, moments);
+    let MomentArgs {
+        m,
+        v,
+        mv,
+        mv8,
+        compact,
+        sh8,
+    } = MomentArgs::new(gpu, moments);
     let units = n * 3 + rest.len();
     adam_step_sh_half::launch(
         gpu.client(),
@@ -457,11 +527,30 @@ impl MomentArgs {
         let (m0, v0) = (gpu.placeholder(slot::M), gpu.placeholder(slot::V));
         let (mv0, mv80) = (gpu.placeholder(slot::MV), gpu.placeholder(slot::MV8));
         match moments {
-            Moments::F32 { m, v } => Self { m: m.clone(), v: v.clone(), mv: mv0, mv8: mv80, compact: false, sh8: false },
-            Moments::Bf16(mv) => Self { m: m0, v: v0, mv: mv.clone(), mv8: mv80, compact: true, sh8: false },
-            Moments::Sh8 { dc, rest, .. } => {
-                Self { m: m0, v: v0, mv: dc.clone(), mv8: rest.clone(), compact: true, sh8: true }
-            }
+            Moments::F32 { m, v } => Self {
+                m: m.clone(),
+                v: v.clone(),
+                mv: mv0,
+                mv8: mv80,
+                compact: false,
+                sh8: false,
+            },
+            Moments::Bf16(mv) => Self {
+                m: m0,
+                v: v0,
+                mv: mv.clone(),
+                mv8: mv80,
+                compact: true,
+                sh8: false,
+            },
+            Moments::Sh8 { dc, rest, .. } => Self {
+                m: m0,
+                v: v0,
+                mv: dc.clone(),
+                mv8: rest.clone(),
+                compact: true,
+                sh8: true,
+            },
         }
     }
 }
@@ -492,7 +581,11 @@ impl MomentPrecision {
     /// This storage beside SH coefficients stored as `sh`: 8-bit SH moments need half SH
     /// ([`crate::ShPrecision::F16`]), so with other SH they become bf16 pairs.
     pub fn for_sh(self, sh: crate::ShPrecision) -> Self {
-        if self == Self::Sh8 && sh != crate::ShPrecision::F16 { Self::Bf16 } else { self }
+        if self == Self::Sh8 && sh != crate::ShPrecision::F16 {
+            Self::Bf16
+        } else {
+            self
+        }
     }
     /// Device bytes of the two moments of one value (of the higher-order SH coefficients
     /// with `sh_rest`).
@@ -513,7 +606,9 @@ impl std::str::FromStr for MomentPrecision {
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),
             "sh8" => Ok(Self::Sh8),
-            other => Err(format!("unknown moment precision '{other}' (f32, bf16 or sh8)")),
+            other => Err(format!(
+                "unknown moment precision '{other}' (f32, bf16 or sh8)"
+            )),
         }
     }
 }
@@ -640,7 +735,8 @@ pub enum Moments {
 /// 16-bit [`Moments::Sh8`] entry of `(m, v)`, rounded to nearest.
 pub fn pack_moments_sh8(m: f32, v: f32) -> u16 {
     use rust3r_gpu::fp8;
-    (u16::from(fp8::signed_encode_nearest_host(m)) << 8) | u16::from(fp8::unsigned_encode_nearest_host(v.max(0.0).sqrt()))
+    (u16::from(fp8::signed_encode_nearest_host(m)) << 8)
+        | u16::from(fp8::unsigned_encode_nearest_host(v.max(0.0).sqrt()))
 }
 
 /// `(m, v)` of a 16-bit [`Moments::Sh8`] entry.
@@ -693,11 +789,20 @@ impl Moments {
 
     /// Upload host moments of SH rows `row` values wide (`Sh8`: [`Moments::Sh8`], rounded to
     /// nearest).
-    pub fn from_host_sh(gpu: &Gpu, m: &[f32], v: &[f32], row: usize, precision: MomentPrecision) -> Self {
+    pub fn from_host_sh(
+        gpu: &Gpu,
+        m: &[f32],
+        v: &[f32],
+        row: usize,
+        precision: MomentPrecision,
+    ) -> Self {
         if precision != MomentPrecision::Sh8 {
             return Self::from_host(gpu, m, v, precision);
         }
-        assert!(m.len() == v.len() && m.len() % row == 0 && row >= 3, "moment lengths");
+        assert!(
+            m.len() == v.len() && m.len() % row == 0 && row >= 3,
+            "moment lengths"
+        );
         let mut dc = Vec::with_capacity(m.len() / row * 3);
         let mut rest = Vec::with_capacity(m.len());
         for (i, (&a, &b)) in m.iter().zip(v).enumerate() {
@@ -775,7 +880,12 @@ impl Moments {
     /// The same moments in another storage (through the host; compact values are exact in
     /// f32, f32 values are rounded to the nearest compact ones). `sh_row`: these are the
     /// moments of SH rows that wide (where `Sh8` has its own storage).
-    pub fn converted(&self, gpu: &Gpu, precision: MomentPrecision, sh_row: Option<usize>) -> Result<Self, GpuError> {
+    pub fn converted(
+        &self,
+        gpu: &Gpu,
+        precision: MomentPrecision,
+        sh_row: Option<usize>,
+    ) -> Result<Self, GpuError> {
         let target = match (precision, sh_row) {
             (MomentPrecision::Sh8, None) => MomentPrecision::Bf16,
             _ => precision,
@@ -811,7 +921,11 @@ impl Moments {
             Self::Sh8 { dc, rest, row } => {
                 let dc = rebuild_words(gpu, dc, parent, variant, 3, true);
                 let rest = rebuild_half(gpu, rest, parent, Some(variant), row - 3);
-                Self::Sh8 { dc, rest, row: *row }
+                Self::Sh8 {
+                    dc,
+                    rest,
+                    row: *row,
+                }
             }
         }
     }
@@ -857,7 +971,9 @@ pub fn adam_update(
         !matches!(moments, Moments::Sh8 { .. }),
         "8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"
     );
-    let MomentArgs { m, v, mv, compact, .. } = MomentArgs::new(gpu, moments);
+    let MomentArgs {
+        m, v, mv, compact, ..
+    } = MomentArgs::new(gpu, moments);
     adam_step::launch(
         gpu.client(),
         grid,

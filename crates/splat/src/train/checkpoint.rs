@@ -44,7 +44,9 @@ fn err(path: &Path, msg: impl std::fmt::Display) -> SplatError {
 /// Names and lengths of the arrays of a checkpoint of `n` Gaussians with per-group row
 /// widths `rows`, in file order (the order of [`Trainer::state_buffers`]).
 fn layout(n: usize, rows: [usize; 5], moments: MomentPrecision) -> Vec<(String, usize)> {
-    let mut out: Vec<(String, usize)> = (0..5).map(|i| (GROUPS[i].to_string(), n * rows[i])).collect();
+    let mut out: Vec<(String, usize)> = (0..5)
+        .map(|i| (GROUPS[i].to_string(), n * rows[i]))
+        .collect();
     for i in 0..5 {
         match moments {
             MomentPrecision::F32 => {
@@ -53,7 +55,10 @@ fn layout(n: usize, rows: [usize; 5], moments: MomentPrecision) -> Vec<(String, 
             }
             MomentPrecision::Sh8 if i == 4 => {
                 out.push(("adam_mv_bf16.sh_dc".into(), n * 3));
-                out.push(("adam_mv_sh8.sh_rest".into(), (n * (rows[4] - 3)).div_ceil(2)));
+                out.push((
+                    "adam_mv_sh8.sh_rest".into(),
+                    (n * (rows[4] - 3)).div_ceil(2),
+                ));
             }
             MomentPrecision::Bf16 | MomentPrecision::Sh8 => {
                 out.push((format!("adam_mv_bf16.{}", GROUPS[i]), n * rows[i]))
@@ -102,11 +107,18 @@ impl Trainer {
             words.push(g.read(buf)?);
         }
         // SH coefficients as f32 whatever their device storage (half values are exact).
-        words.push(self.splats.read_sh(g)?.into_iter().map(f32::to_bits).collect());
+        words.push(
+            self.splats
+                .read_sh(g)?
+                .into_iter()
+                .map(f32::to_bits)
+                .collect(),
+        );
         for buf in &buffers[4..] {
             words.push(g.read(buf)?);
         }
-        let arrays: Vec<(String, Vec<u32>)> = names.into_iter().map(|(n, _)| n).zip(words).collect();
+        let arrays: Vec<(String, Vec<u32>)> =
+            names.into_iter().map(|(n, _)| n).zip(words).collect();
         let header = Header {
             step: self.step,
             rng: self.rng,
@@ -212,8 +224,16 @@ impl Trainer {
         }
         let f = |i: usize| -> &[f32] { bytemuck::cast_slice(&data[i]) };
         Trainer::check_config(gpu, &h.config, n).map_err(|e| err(path, e))?;
-        let splats =
-            GpuSplats::from_slices_as(gpu, f(0), f(1), f(2), f(3), f(4), h.sh_degree, h.config.sh_precision)?;
+        let splats = GpuSplats::from_slices_as(
+            gpu,
+            f(0),
+            f(1),
+            f(2),
+            f(3),
+            f(4),
+            h.sh_degree,
+            h.config.sh_precision,
+        )?;
         let mut t = Trainer::from_parts(gpu, h.config, splats, h.rng);
         let mut at = 5;
         for i in 0..5 {

@@ -340,7 +340,15 @@ pub fn rebuild(
     row: usize,
     zero_fresh: bool,
 ) -> GpuBuffer<f32> {
-    rebuild_words(gpu, &src.clone().cast::<u32>(), parent, variant, row, zero_fresh).cast::<f32>()
+    rebuild_words(
+        gpu,
+        &src.clone().cast::<u32>(),
+        parent,
+        variant,
+        row,
+        zero_fresh,
+    )
+    .cast::<f32>()
 }
 
 /// [`rebuild`] for buffers of 32-bit words (packed moments), copied bit for bit.

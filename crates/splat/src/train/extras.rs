@@ -19,7 +19,8 @@ use rust3r_gpu::{Gpu, GpuBuffer};
 use crate::SplatError;
 
 /// The identity exposure transform (`A = I`, `b = 0`).
-pub const EXPOSURE_IDENTITY: [f32; 12] = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
+pub const EXPOSURE_IDENTITY: [f32; 12] =
+    [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
 
 #[cube(launch)]
 fn exposure_forward_kernel(rgb: &[f32], params: &[f32], out: &mut [f32], npix: u32) {
@@ -31,12 +32,20 @@ fn exposure_forward_kernel(rgb: &[f32], params: &[f32], out: &mut [f32], npix: u
     let g = rgb[p * 3 + 1];
     let b = rgb[p * 3 + 2];
     for c in 0..3usize {
-        out[p * 3 + c] = params[c * 3] * r + params[c * 3 + 1] * g + params[c * 3 + 2] * b + params[9 + c];
+        out[p * 3 + c] =
+            params[c * 3] * r + params[c * 3 + 1] * g + params[c * 3 + 2] * b + params[9 + c];
     }
 }
 
 #[cube(launch)]
-fn exposure_backward_kernel(rgb: &[f32], params: &[f32], grad: &[f32], v_rgb: &mut [f32], partial: &mut [f32], npix: u32) {
+fn exposure_backward_kernel(
+    rgb: &[f32],
+    params: &[f32],
+    grad: &[f32],
+    v_rgb: &mut [f32],
+    partial: &mut [f32],
+    npix: u32,
+) {
     let p = rust3r_gpu::global_id();
     if p >= npix as usize {
         terminate!();
@@ -108,7 +117,9 @@ fn blocks(npix: usize) -> usize {
 
 fn check_len(what: &str, len: usize, want: usize) -> Result<(), SplatError> {
     if len != want {
-        return Err(SplatError::InvalidConfig(format!("{what} has {len} values, expected {want}")));
+        return Err(SplatError::InvalidConfig(format!(
+            "{what} has {len} values, expected {want}"
+        )));
     }
     Ok(())
 }
@@ -201,7 +212,9 @@ pub fn depth_loss(
         check_len("alpha gradient", g.len(), npix)?;
     }
     if !(k.is_finite() && k >= 0.0 && min_alpha.is_finite() && min_alpha >= 0.0) {
-        return Err(SplatError::InvalidConfig(format!("depth loss weight {k} / min alpha {min_alpha} must be finite and >= 0")));
+        return Err(SplatError::InvalidConfig(format!(
+            "depth loss weight {k} / min alpha {min_alpha} must be finite and >= 0"
+        )));
     }
     let terms = gpu.alloc::<f32>(npix);
     let v_depth = gpu.alloc::<f32>(npix);
@@ -232,7 +245,11 @@ pub fn depth_loss(
             alpha_grad_in.is_some() as u32,
         );
     }
-    Ok(DepthLossOutput { terms, v_depth, v_alpha })
+    Ok(DepthLossOutput {
+        terms,
+        v_depth,
+        v_alpha,
+    })
 }
 
 /// Apply an exposure transform on the host (evaluation renders).
@@ -240,7 +257,10 @@ pub fn apply_exposure_host(rgb: &mut [f32], params: &[f32; 12]) {
     for px in rgb.chunks_exact_mut(3) {
         let c = [px[0], px[1], px[2]];
         for (k, out) in px.iter_mut().enumerate() {
-            *out = params[k * 3] * c[0] + params[k * 3 + 1] * c[1] + params[k * 3 + 2] * c[2] + params[9 + k];
+            *out = params[k * 3] * c[0]
+                + params[k * 3 + 1] * c[1]
+                + params[k * 3 + 2] * c[2]
+                + params[9 + k];
         }
     }
 }

@@ -347,7 +347,8 @@ impl LossOutput {
 
     /// PSNR of the render against the target (unclamped render; reads back one value).
     pub fn psnr(&self, gpu: &Gpu) -> Result<f32, rust3r_gpu::GpuError> {
-        let mse = reduce(gpu, &self.squared, ReduceOp::Sum)? / (self.squared.len().max(1) * 3) as f32;
+        let mse =
+            reduce(gpu, &self.squared, ReduceOp::Sum)? / (self.squared.len().max(1) * 3) as f32;
         Ok(-10.0 * mse.log10())
     }
 }
@@ -447,7 +448,13 @@ impl LossKernels {
                 );
             }
         }
-        LossOutput { grad, ssim, terms, squared, lambda }
+        LossOutput {
+            grad,
+            ssim,
+            terms,
+            squared,
+            lambda,
+        }
     }
 
     /// [`LossKernels::photometric_loss`] of the render and target both multiplied by `mask`

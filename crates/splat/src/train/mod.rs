@@ -29,13 +29,15 @@ pub mod mcmc;
 use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
-use crate::render::{GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with};
+use crate::render::{
+    GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
+};
 use crate::{Camera, SplatError};
-use rust3r_io::{MAX_SH_DEGREE, num_coeffs_for_degree};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
 use densify::AdcThresholds;
 use loss::{AlphaLossOutput, LossKernels, LossOutput};
 use mcmc::{HostRng, McmcConfig};
+use rust3r_io::{MAX_SH_DEGREE, num_coeffs_for_degree};
 
 /// Per-parameter learning rates.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -397,7 +399,11 @@ impl Trainer {
     }
 
     /// Device bytes per Gaussian of training, by kind (see [`MemoryLedger`]).
-    pub fn memory_ledger(sh_degree: u32, moments: MomentPrecision, sh: ShPrecision) -> MemoryLedger {
+    pub fn memory_ledger(
+        sh_degree: u32,
+        moments: MomentPrecision,
+        sh: ShPrecision,
+    ) -> MemoryLedger {
         let k = ((sh_degree + 1) * (sh_degree + 1)) as u64;
         let values = 3 + 3 + 4 + 1 + 3 * k;
         // Half-float SH: the trainer's Adam step computes the SH gradient itself, never stored.
@@ -411,7 +417,8 @@ impl Trainer {
         let isects = 4 * 4 * (1 + 1 + 2 + 2 + 1 + 10);
         MemoryLedger {
             params,
-            moments: moments.bytes_per_value(false) * (values - rest) + moments.bytes_per_value(true) * rest,
+            moments: moments.bytes_per_value(false) * (values - rest)
+                + moments.bytes_per_value(true) * rest,
             adc_stats: 8,
             // gradients, the rasterizer's buffers, four intersections, and one group (SH,
             // the largest) rebuilt during densification
@@ -429,9 +436,17 @@ impl Trainer {
     /// Largest number of Gaussians allowed by `max_splats` and the memory budget.
     pub fn capacity(&self) -> usize {
         let (_, widest) = Self::widest_buffer(&self.cfg);
-        let mut cap = self.cfg.max_splats.unwrap_or(usize::MAX).min((self.gpu.max_buffer_bytes() / widest) as usize);
+        let mut cap = self
+            .cfg
+            .max_splats
+            .unwrap_or(usize::MAX)
+            .min((self.gpu.max_buffer_bytes() / widest) as usize);
         if let Some(budget) = self.cfg.memory_budget {
-            let per = Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments, self.cfg.sh_precision);
+            let per = Self::bytes_per_splat(
+                self.cfg.sh_degree,
+                self.cfg.adam.moments,
+                self.cfg.sh_precision,
+            );
             cap = cap.min((budget / per) as usize);
         }
         cap
@@ -454,7 +469,9 @@ impl Trainer {
             ShPrecision::F16 => consider("higher-order SH coefficients", 6 * (k - 1)),
         }
         match cfg.adam.moments {
-            MomentPrecision::F32 | MomentPrecision::Bf16 => consider("Adam moments of the SH coefficients", 12 * k),
+            MomentPrecision::F32 | MomentPrecision::Bf16 => {
+                consider("Adam moments of the SH coefficients", 12 * k)
+            }
             MomentPrecision::Sh8 => consider("Adam moments of the SH coefficients", 6 * (k - 1)),
         }
         out
@@ -462,7 +479,12 @@ impl Trainer {
 
     fn check_budget(&self, n: usize) -> Result<(), SplatError> {
         if let Some(budget) = self.cfg.memory_budget {
-            let need = n as u64 * Self::bytes_per_splat(self.cfg.sh_degree, self.cfg.adam.moments, self.cfg.sh_precision);
+            let need = n as u64
+                * Self::bytes_per_splat(
+                    self.cfg.sh_degree,
+                    self.cfg.adam.moments,
+                    self.cfg.sh_precision,
+                );
             if need > budget {
                 return Err(SplatError::InvalidSplats(format!(
                     "{n} Gaussians need about {:.2} GB to train, more than the memory budget of {:.2} GB",
@@ -821,7 +843,9 @@ impl Trainer {
         s.opacity_logits =
             densify::rebuild(&gpu, &s.opacity_logits, parent, variant, rows[3], false);
         s.sh = match &s.sh {
-            ShCoeffs::F32(sh) => ShCoeffs::F32(densify::rebuild(&gpu, sh, parent, variant, rows[4], false)),
+            ShCoeffs::F32(sh) => {
+                ShCoeffs::F32(densify::rebuild(&gpu, sh, parent, variant, rows[4], false))
+            }
             ShCoeffs::Half { dc, rest } => {
                 let dc = densify::rebuild(&gpu, dc, parent, variant, 3, false);
                 let rest = densify::rebuild_half(&gpu, rest, parent, None, rows[4] - 3);
@@ -945,7 +969,13 @@ impl Trainer {
     /// (bf16 -> f32 is exact, f32 -> bf16 rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_moment_precision(&mut self, precision: MomentPrecision) -> Result<(), SplatError> {
-        let cfg = TrainConfig { adam: AdamConfig { moments: precision, ..self.cfg.adam }, ..self.cfg.clone() };
+        let cfg = TrainConfig {
+            adam: AdamConfig {
+                moments: precision,
+                ..self.cfg.adam
+            },
+            ..self.cfg.clone()
+        };
         Self::check_config(&self.gpu, &cfg, self.num_splats())?;
         let rows = self.rows();
         for g in 0..self.moments.len() {
@@ -960,9 +990,15 @@ impl Trainer {
     /// (half -> f32 is exact, f32 -> half rounds to nearest). Used when a checkpoint is
     /// resumed with the other setting.
     pub fn set_sh_precision(&mut self, precision: ShPrecision) -> Result<(), SplatError> {
-        let cfg = TrainConfig { sh_precision: precision, ..self.cfg.clone() };
+        let cfg = TrainConfig {
+            sh_precision: precision,
+            ..self.cfg.clone()
+        };
         Self::check_config(&self.gpu, &cfg, self.num_splats())?;
-        self.splats.sh = self.splats.sh.converted(&self.gpu, self.splats.num_coeffs(), precision)?;
+        self.splats.sh =
+            self.splats
+                .sh
+                .converted(&self.gpu, self.splats.num_coeffs(), precision)?;
         self.cfg.sh_precision = precision;
         Ok(())
     }

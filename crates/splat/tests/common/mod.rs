@@ -27,7 +27,11 @@ impl Scene {
         v.iter().map(|&x| x as f32).collect()
     }
     /// The scene on the device (parameters rounded to f32), SH stored in `precision`.
-    pub fn upload(&self, gpu: &rust3r_gpu::Gpu, precision: rust3r_splat::ShPrecision) -> rust3r_splat::GpuSplats {
+    pub fn upload(
+        &self,
+        gpu: &rust3r_gpu::Gpu,
+        precision: rust3r_splat::ShPrecision,
+    ) -> rust3r_splat::GpuSplats {
         rust3r_splat::GpuSplats::from_slices_as(
             gpu,
             &Self::f32(&self.means),
@@ -404,13 +408,25 @@ pub fn round_camera(mut c: Camera) -> Camera {
 
 /// Compares the GPU image with the reference renderer; returns whether the forward pass skipped
 /// rows out of the Gaussians' reach.
-pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool, bg: [f64; 3]) -> bool {
+pub fn compare_forward(
+    gpu: &rust3r_gpu::Gpu,
+    s: &Scene,
+    cam: &Camera,
+    aa: bool,
+    bg: [f64; 3],
+) -> bool {
     let opts = rust3r_splat::RenderOptions {
         background: bg.map(|v| v as f32),
         antialiased: aa,
         ..Default::default()
     };
-    let (out, state) = rust3r_splat::render(gpu, &s.upload(gpu, rust3r_splat::ShPrecision::F32), cam, &opts).unwrap();
+    let (out, state) = rust3r_splat::render(
+        gpu,
+        &s.upload(gpu, rust3r_splat::ShPrecision::F32),
+        cam,
+        &opts,
+    )
+    .unwrap();
     let reference = render(
         s,
         cam,
@@ -439,12 +455,19 @@ pub fn compare_forward(gpu: &rust3r_gpu::Gpu, s: &Scene, cam: &Camera, aa: bool,
 /// `max` that propagates NaN (`f64::max` drops it, so a pixel a kernel never wrote, poisoned
 /// with NaN, would pass a comparison folded with it).
 pub fn nan_max(m: f64, d: f64) -> f64 {
-    if m.is_nan() || d.is_nan() { f64::NAN } else { m.max(d) }
+    if m.is_nan() || d.is_nan() {
+        f64::NAN
+    } else {
+        m.max(d)
+    }
 }
 
 /// Largest `|a[i] - b[i]|`; NaN when either side has one.
 pub fn max_abs_err(a: &[f32], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, nan_max)
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y).abs())
+        .fold(0.0, nan_max)
 }
 
 /// `n` faint Gaussians of `random_scene(seed, n, 1)` piled on the first 16x16 tile of
