@@ -335,6 +335,13 @@ impl Gpu {
     pub fn name(&self) -> String {
         self.client.properties().identity.name.clone()
     }
+    /// Whether this is Mesa's software Vulkan (lavapipe, which reports itself as "llvmpipe").
+    /// It runs a workgroup as one coroutine per 8- or 16-lane slice and stops resuming them
+    /// shortly after the first one finishes, so a kernel whose workgroups cross several hundred
+    /// barriers can lose the last slice's work; launchers bound such loops per dispatch here.
+    pub fn is_llvmpipe(&self) -> bool {
+        self.name().to_ascii_lowercase().contains("llvmpipe")
+    }
     /// Largest shared (workgroup) memory a kernel may use, in bytes.
     pub fn max_shared_memory(&self) -> usize {
         self.client.properties().hardware.max_shared_memory_size

@@ -828,7 +828,8 @@ pub fn render_chunks(
     // only when a tile could exceed one dispatch). A tile lists each visible Gaussian at most
     // once, so when either count fits one dispatch no read-back is needed (a read-back
     // costs 37 us through CUDA and 110 us through wgpu on the H100, plus the idle GPU).
-    let per_dispatch = opts.max_batches_per_dispatch.max(1) as usize * 256;
+    let k = batches_per_dispatch(gpu, opts);
+    let per_dispatch = k as usize * 256;
     let bound = num_isects.min(num_visible);
     let max_tile = if bound <= per_dispatch {
         bound
@@ -846,7 +847,6 @@ pub fn render_chunks(
     };
     let carry = gpu.alloc::<f32>(npix * 5);
     let carry_done = gpu.alloc::<u32>(npix);
-    let k = opts.max_batches_per_dispatch.max(1);
     let row_skip = row_skip(num_visible, num_isects);
     let chunk = opts.checkpoint_every.clamp(1, k) * 256;
     // A tile of `len` intersections takes (len - 1) / chunk checkpoints, in slots that never
@@ -963,6 +963,23 @@ fn row_skip(visible: usize, isects: usize) -> bool {
 /// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (docs/benchmarks/journal.md,
 /// 2026-11-27). `RUST3R_VEC_SHARED=0|1` overrides it (read per pass: the tests check both
 /// layouts on one adapter).
+/// Batches of 256 intersections a tile's forward workgroup blends per dispatch:
+/// `max_batches_per_dispatch`, at most [`LLVMPIPE_MAX_BATCHES`] on lavapipe
+/// ([`Gpu::is_llvmpipe`]). There one workgroup looping over 256 or more batches (three barriers
+/// each) left the last 8 pixels of its tile unwritten (real_splats::guitar_compressed_ply: a tile
+/// of the guitar at 48x64); 192 and fewer were exact.
+fn batches_per_dispatch(gpu: &Gpu, opts: &RenderOptions) -> u32 {
+    let k = opts.max_batches_per_dispatch.max(1);
+    if gpu.is_llvmpipe() {
+        k.min(LLVMPIPE_MAX_BATCHES)
+    } else {
+        k
+    }
+}
+
+/// See [`batches_per_dispatch`]: half the longest loop measured exact on lavapipe.
+const LLVMPIPE_MAX_BATCHES: u32 = 96;
+
 fn vec_shared(gpu: &Gpu) -> bool {
     match std::env::var("RUST3R_VEC_SHARED").as_deref() {
         Ok("1") => true,
