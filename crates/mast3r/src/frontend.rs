@@ -37,6 +37,7 @@ use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
 use crate::model::{Encoded, HostPrediction, Mast3r, Replayer};
 use crate::preprocess::{Preprocessed, preprocess};
+use crate::retrieval::RetrievalDatabase;
 
 /// The network as a [`PointmapFrontEnd`]; also keeps the last frame's encoding and descriptors for
 /// callers that need them (MASt3R-SLAM's matching).
@@ -50,6 +51,8 @@ pub struct Mast3rMonoFrontEnd {
     last: Option<(Encoded, HostPrediction, Preprocessed)>,
     /// Encoded frames kept for pair decoding: data-set index, encoding, network image.
     encoded: Vec<(usize, Encoded, Preprocessed)>,
+    /// Learned retrieval: the database and the keyframe id of each of its images.
+    retrieval: Option<(RetrievalDatabase, Vec<usize>)>,
 }
 
 impl Mast3rMonoFrontEnd {
@@ -66,7 +69,27 @@ impl Mast3rMonoFrontEnd {
             calib: None,
             last: None,
             encoded: Vec::new(),
+            retrieval: None,
         })
+    }
+
+    /// Learned retrieval for loop closure and relocalisation ([`PairFrontEnd::retrieve`]):
+    /// `db` must take this network's encoder width.
+    pub fn with_retrieval(mut self, db: RetrievalDatabase) -> Result<Self, String> {
+        let e = self.model().config().enc_embed_dim;
+        if db.head().dim_in() != e {
+            return Err(format!(
+                "the retrieval head takes {}-wide encoder features but the network's encoder is {e} wide",
+                db.head().dim_in()
+            ));
+        }
+        self.retrieval = Some((db, Vec::new()));
+        Ok(self)
+    }
+
+    /// The retrieval database, when learned retrieval is on.
+    pub fn retrieval(&self) -> Option<&RetrievalDatabase> {
+        self.retrieval.as_ref().map(|r| &r.0)
     }
 
     /// Calibrated mode: frames must have the calibration's size; they are undistorted with it
@@ -299,6 +322,35 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
 
     fn retain(&mut self, keep: &[usize]) {
         self.encoded.retain(|e| keep.contains(&e.0));
+    }
+
+    fn retrieve(
+        &mut self,
+        frame: usize,
+        add_as: Option<usize>,
+        k: usize,
+        min_thresh: f64,
+    ) -> Result<Option<Vec<usize>>, SlamError> {
+        if self.retrieval.is_none() {
+            return Ok(None);
+        }
+        let feat = self
+            .cached(frame)?
+            .1
+            .feat
+            .clone()
+            .into_data()
+            .try_into_vec::<f32>()
+            .map_err(|e| SlamError::Backend(format!("frame {frame}: encoder features: {e:?}")))?;
+        let (db, ids) = self.retrieval.as_mut().expect("checked");
+        let q = db
+            .update(&feat, add_as.is_some(), k, min_thresh)
+            .map_err(|e| SlamError::InvalidInput(format!("frame {frame}: {e}")))?;
+        let found = q.retrieved.iter().map(|&i| ids[i]).collect();
+        if let Some(kf) = add_as {
+            ids.push(kf);
+        }
+        Ok(Some(found))
     }
 }
 

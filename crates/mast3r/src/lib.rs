@@ -11,6 +11,7 @@
 //! | [`pth`] | PyTorch checkpoints (zip and legacy): `rust3r_torch_checkpoint`'s reader, re-exported |
 //! | [`safetensors`] | safetensors reading and atomic writing: `rust3r_torch_checkpoint`'s, re-exported |
 //! | [`config`] | [`Mast3rConfig`] from shapes (+ `args.model` string) and [`expected_layout`]; [`Mast3rConfig::released`] |
+//! | [`retrieval`] | MASt3R-SLAM's learned retrieval: retrieval head on the encoder output, ASMK codes, inverted file over keyframes ([`retrieval::RetrievalDatabase`]) |
 //! | [`checkpoint`] | [`Checkpoint`]: format detection, `module.` stripping, validation, conversion |
 //!
 //! The network follows `shared/fixtures/mast3r_tiny/SPEC.md`; every size comes from the
@@ -54,6 +55,7 @@ pub mod model;
 pub mod model_string;
 pub mod parity;
 pub mod preprocess;
+pub mod retrieval;
 
 /// PyTorch `.pth` checkpoints (zip and legacy formats), from `rust3r_torch_checkpoint`.
 pub mod pth {

@@ -161,6 +161,21 @@ pub trait PairFrontEnd {
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError>;
     /// Drops every kept encoding but those of `keep`.
     fn retain(&mut self, keep: &[usize]);
+    /// Learned retrieval (MASt3R-SLAM's `RetrievalDatabase.update`) with encoded frame
+    /// `frame`: the keyframes most similar to it, best first (at most `k`, scoring above
+    /// `min_thresh`; keyframe ids as given to earlier `add_as`); afterwards the frame joins the
+    /// database as keyframe `add_as` when given. `Ok(None)`: no retrieval database, the system
+    /// falls back to pose proximity.
+    fn retrieve(
+        &mut self,
+        frame: usize,
+        add_as: Option<usize>,
+        k: usize,
+        min_thresh: f64,
+    ) -> Result<Option<Vec<usize>>, SlamError> {
+        let _ = (frame, add_as, k, min_thresh);
+        Ok(None)
+    }
 }
 
 /// Matches of every keyframe pixel in the frame ([`match_pair`]).

@@ -123,7 +123,7 @@ pub enum PickleErrorKind {
     /// A `GLOBAL`/`STACK_GLOBAL` named something outside the allow-list. It was not imported or executed.
     #[error(
         "forbidden global `{module}.{name}`: only torch tensor/storage types and rebuilders, \
-         collections.OrderedDict, argparse.Namespace and torch.device are allowed (nothing was executed)"
+         collections.OrderedDict, argparse.Namespace, torch.device and numpy array constructors are allowed (nothing was executed)"
     )]
     ForbiddenGlobal {
         /// The module part, e.g. `os`.

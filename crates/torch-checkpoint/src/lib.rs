@@ -5,6 +5,7 @@
 //! |---|---|
 //! | [`pth`] | `torch.save` files in both container formats: the zip archive (PyTorch >= 1.6) and the legacy sequence of pickles plus raw storages (before 1.6, e.g. torchvision's and lpips's weight files); lazy storage reads; strided/f16/bf16 to `f32` |
 //! | [`safetensors`] | safetensors reading (header first, data on demand) and atomic writing |
+//! | [`numpy`] | numpy arrays in plain pickle files ([`numpy::PickleFile`], e.g. the `asmk` codebook cache) |
 //! | [`format`] | [`detect_format`] from the first bytes, and [`TensorFile`]: one reader for all three |
 //!
 //! The pickle interpreter never imports or runs anything: globals outside a fixed allow-list
@@ -17,6 +18,7 @@
 
 mod error;
 pub mod format;
+pub mod numpy;
 mod pickle;
 pub mod pth;
 pub mod safetensors;
@@ -24,6 +26,7 @@ mod tensor;
 
 pub use error::{Error, PickleError, PickleErrorKind};
 pub use format::{CheckpointFormat, TensorFile, detect_format};
-pub use pth::{PthFile, PthFormat, PthTensorInfo};
+pub use numpy::{NdArray, PickleFile};
+pub use pth::{ArgValue, PthFile, PthFormat, PthTensorInfo};
 pub use safetensors::{SafetensorsFile, write_safetensors};
 pub use tensor::{ElementType, TensorF32, numel, try_vec};

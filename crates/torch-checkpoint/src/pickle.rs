@@ -40,8 +40,35 @@ pub(crate) enum Value {
     /// complement bytes; the legacy format's magic number is one.
     BigInt(Rc<[u8]>),
     Global(Global),
+    /// A `bytes`/`bytearray` value: where its bytes are.
+    Bytes(ByteSrc),
     /// Index into [`Pickled::arena`].
     Obj(usize),
+}
+
+/// Where the bytes of a `bytes` value are: a range of the pickle's own input (no copy, so a
+/// large numpy array is not duplicated), or owned (made by `_codecs.encode`, protocol 2).
+#[derive(Clone, Debug)]
+pub(crate) enum ByteSrc {
+    Input { start: usize, len: usize },
+    Owned(Rc<[u8]>),
+}
+
+impl ByteSrc {
+    /// The bytes, given the pickle's input.
+    pub fn get<'a>(&'a self, input: &'a [u8]) -> &'a [u8] {
+        match self {
+            ByteSrc::Input { start, len } => &input[*start..*start + *len],
+            ByteSrc::Owned(b) => b,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            ByteSrc::Input { len, .. } => *len,
+            ByteSrc::Owned(b) => b.len(),
+        }
+    }
 }
 
 /// The callables/classes a pickle may name.
@@ -57,6 +84,33 @@ pub(crate) enum Global {
     OrderedDict,
     Namespace,
     Device,
+    /// `numpy.core.multiarray._reconstruct` (also `numpy._core`, numpy 2): an empty array that
+    /// `BUILD` fills (pickle protocols 2-4).
+    NdReconstruct,
+    /// `numpy.ndarray`, the class `_reconstruct` is given.
+    NdArrayType,
+    /// `numpy.dtype`.
+    NdDtype,
+    /// `numpy.core.numeric._frombuffer` (also `numpy._core`): protocol 5's in-band arrays.
+    NdFromBuffer,
+    /// `_codecs.encode(str, 'latin1')`: how protocol 2 writes `bytes`.
+    CodecsEncode,
+}
+
+/// A numpy dtype: its element type and byte order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct NdDtype {
+    pub elem: ElementType,
+    pub little_endian: bool,
+}
+
+/// A numpy array: element type, shape, memory order and where its bytes are.
+#[derive(Clone, Debug)]
+pub(crate) struct NdArrayRef {
+    pub dtype: NdDtype,
+    pub shape: Vec<usize>,
+    pub fortran: bool,
+    pub data: ByteSrc,
 }
 
 /// A storage reference from a persistent id `('storage', torch.XStorage, key, location, numel)`.
@@ -95,6 +149,10 @@ pub(crate) enum Obj {
     /// A tensor class instantiated without arguments, waiting for its `BUILD` state.
     PendingTensor(ElementType),
     Device(String),
+    NdDtype(NdDtype),
+    /// `_reconstruct`'s empty array, waiting for its `BUILD` state.
+    PendingNdArray,
+    NdArray(NdArrayRef),
 }
 
 /// The result of running a pickle: the returned value and the objects it refers to.
@@ -137,6 +195,7 @@ impl Pickled {
             Value::Int(_) | Value::BigInt(_) => "int",
             Value::Float(_) => "float",
             Value::Str(_) => "str",
+            Value::Bytes(_) => "bytes",
             Value::Global(_) => "class/function",
             Value::Obj(_) => match self.obj(v) {
                 Some(Obj::List(_)) => "list",
@@ -147,6 +206,9 @@ impl Pickled {
                 Some(Obj::Tensor(_)) => "tensor",
                 Some(Obj::PendingTensor(_)) => "tensor without state",
                 Some(Obj::Device(_)) => "torch.device",
+                Some(Obj::NdDtype(_)) => "numpy.dtype",
+                Some(Obj::PendingNdArray) => "numpy.ndarray without state",
+                Some(Obj::NdArray(_)) => "numpy.ndarray",
                 None => "invalid object",
             },
         }
@@ -316,6 +378,13 @@ impl Vm<'_> {
             ("collections", "OrderedDict") => Global::OrderedDict,
             ("argparse", "Namespace") => Global::Namespace,
             ("torch", "device") => Global::Device,
+            ("numpy.core.multiarray" | "numpy._core.multiarray", "_reconstruct") => {
+                Global::NdReconstruct
+            }
+            ("numpy", "ndarray") => Global::NdArrayType,
+            ("numpy", "dtype") => Global::NdDtype,
+            ("numpy.core.numeric" | "numpy._core.numeric", "_frombuffer") => Global::NdFromBuffer,
+            ("_codecs", "encode") => Global::CodecsEncode,
             ("torch", "DoubleStorage") => Global::Storage(ElementType::F64),
             ("torch", "FloatStorage") => Global::Storage(ElementType::F32),
             ("torch", "HalfStorage") => Global::Storage(ElementType::F16),
@@ -461,7 +530,113 @@ impl Vm<'_> {
                 Ok(self.new_obj(Obj::Device(desc)))
             }
             Global::Storage(_) => self.invalid("storage types cannot be called"),
+            Global::NdArrayType => {
+                self.invalid("numpy.ndarray is only supported through _reconstruct")
+            }
+            Global::NdReconstruct => match a {
+                [Value::Global(Global::NdArrayType), _, _] => Ok(self.new_obj(Obj::PendingNdArray)),
+                _ => self.invalid("_reconstruct takes (numpy.ndarray, shape, typecode)"),
+            },
+            Global::NdDtype => {
+                // numpy.dtype(code, align=False, copy=True); the byte order comes with BUILD.
+                let [Value::Str(code), ..] = a else {
+                    return self.invalid("numpy.dtype takes a type code string");
+                };
+                let elem = self.nd_elem(code)?;
+                Ok(self.new_obj(Obj::NdDtype(NdDtype {
+                    elem,
+                    little_endian: true,
+                })))
+            }
+            Global::NdFromBuffer => {
+                // _frombuffer(buffer, dtype, shape, order)
+                let [Value::Bytes(data), dtype, shape, Value::Str(order)] = a else {
+                    return self.invalid("_frombuffer takes (bytes, dtype, shape, order)");
+                };
+                let dtype = self.nd_dtype(dtype)?;
+                let shape = self.usize_tuple(shape, "array shape")?;
+                let fortran = match &**order {
+                    "C" => false,
+                    "F" => true,
+                    o => return self.invalid(format!("_frombuffer: unknown order '{o}'")),
+                };
+                let arr = self.nd_array(dtype, shape, fortran, data.clone())?;
+                Ok(self.new_obj(Obj::NdArray(arr)))
+            }
+            Global::CodecsEncode => match a {
+                [Value::Str(s), Value::Str(enc)] if &**enc == "latin1" => {
+                    let mut out = Vec::with_capacity(s.len());
+                    for c in s.chars() {
+                        let Ok(b) = u8::try_from(u32::from(c)) else {
+                            return self.invalid("_codecs.encode: character outside latin-1");
+                        };
+                        out.push(b);
+                    }
+                    Ok(Value::Bytes(ByteSrc::Owned(Rc::from(out))))
+                }
+                _ => self.invalid("_codecs.encode is only supported as encode(str, 'latin1')"),
+            },
         }
+    }
+
+    /// The element type of a numpy type code (`f4`, `<f4`, ...).
+    fn nd_elem(&self, code: &str) -> R<ElementType> {
+        let c = code.trim_start_matches(['<', '>', '=', '|']);
+        Ok(match c {
+            "f8" => ElementType::F64,
+            "f4" => ElementType::F32,
+            "f2" => ElementType::F16,
+            "i8" => ElementType::I64,
+            "i4" => ElementType::I32,
+            "i2" => ElementType::I16,
+            "i1" => ElementType::I8,
+            "u1" => ElementType::U8,
+            "b1" => ElementType::Bool,
+            _ => {
+                return self.invalid(format!(
+                    "numpy dtype '{}' is not supported (only f8 f4 f2 i8 i4 i2 i1 u1 b1)",
+                    truncate(code)
+                ));
+            }
+        })
+    }
+
+    fn nd_dtype(&self, v: &Value) -> R<NdDtype> {
+        match self.obj_at(v) {
+            Some(Obj::NdDtype(d)) => Ok(*d),
+            _ => self.invalid("expected a numpy.dtype"),
+        }
+    }
+
+    fn obj_at(&self, v: &Value) -> Option<&Obj> {
+        match v {
+            Value::Obj(i) => self.arena.get(*i),
+            _ => None,
+        }
+    }
+
+    /// A numpy array whose byte count must be exactly `prod(shape) * itemsize`.
+    fn nd_array(
+        &self,
+        dtype: NdDtype,
+        shape: Vec<usize>,
+        fortran: bool,
+        data: ByteSrc,
+    ) -> R<NdArrayRef> {
+        let bytes = crate::tensor::numel(&shape).and_then(|n| n.checked_mul(dtype.elem.size()));
+        if bytes != Some(data.len()) {
+            return self.invalid(format!(
+                "numpy array of shape {shape:?} and type {:?} needs {bytes:?} bytes but has {}",
+                dtype.elem,
+                data.len()
+            ));
+        }
+        Ok(NdArrayRef {
+            dtype,
+            shape,
+            fortran,
+            data,
+        })
     }
 
     /// `BINPERSID`: `('storage', torch.XStorage, key, location, numel)` (zip format) or the same
@@ -567,6 +742,26 @@ impl Vm<'_> {
                     };
                     let v = self.string(n)?;
                     self.stack.push(v);
+                }
+                // SHORT_BINBYTES, BINBYTES, BINBYTES8, BYTEARRAY8: kept as a range of the input.
+                b'C' | b'B' | 0x8e | 0x96 => {
+                    let n = match op {
+                        b'C' => self.u8()? as usize,
+                        b'B' => u32::from_le_bytes(self.array()?) as usize,
+                        _ => {
+                            usize::try_from(u64::from_le_bytes(self.array()?)).unwrap_or(usize::MAX)
+                        }
+                    };
+                    let start = self.pos;
+                    self.bytes(n)?;
+                    self.stack
+                        .push(Value::Bytes(ByteSrc::Input { start, len: n }));
+                }
+                // NEXT_BUFFER, READONLY_BUFFER: out-of-band buffers are not in the file.
+                0x97 | 0x98 => {
+                    return self.invalid(
+                        "out-of-band pickle buffers (protocol 5 NEXT_BUFFER) are not in the file",
+                    );
                 }
                 // BINPUT, LONG_BINPUT, MEMOIZE
                 b'q' => {
@@ -750,6 +945,54 @@ impl Vm<'_> {
                             ));
                         }
                         self.arena[target] = Obj::Tensor(t);
+                        continue;
+                    }
+                    if let Obj::NdDtype(d) = self.arena[target] {
+                        // (version, byteorder, subarray, names, fields, elsize, alignment, flags)
+                        let order = match self.tuple_items(&state) {
+                            Some([_, Value::Str(o), Value::None, Value::None, Value::None, ..]) => {
+                                o.clone()
+                            }
+                            _ => return self.invalid(
+                                "numpy.dtype state is not (version, byteorder, None, None, None, ...): structured dtypes are not supported",
+                            ),
+                        };
+                        let little_endian = match &*order {
+                            "<" | "|" | "=" => true,
+                            ">" => false,
+                            o => return self.invalid(format!("numpy.dtype byte order '{o}'")),
+                        };
+                        self.arena[target] = Obj::NdDtype(NdDtype { little_endian, ..d });
+                        continue;
+                    }
+                    if let Obj::PendingNdArray = self.arena[target] {
+                        // (version 1, shape, dtype, is_fortran, raw bytes)
+                        let arr = match self.tuple_items(&state) {
+                            Some(
+                                [
+                                    Value::Int(1),
+                                    shape,
+                                    dtype,
+                                    Value::Bool(fortran),
+                                    Value::Bytes(data),
+                                ],
+                            ) => {
+                                let dtype = self.nd_dtype(dtype)?;
+                                let shape = self.usize_tuple(shape, "array shape")?;
+                                self.nd_array(dtype, shape, *fortran, data.clone())?
+                            }
+                            Some([Value::Int(1), _, _, _, _]) => {
+                                return self.invalid(
+                                    "numpy array data is not raw bytes (object arrays are not supported)",
+                                );
+                            }
+                            _ => {
+                                return self.invalid(
+                                    "numpy array state is not (1, shape, dtype, is_fortran, bytes)",
+                                );
+                            }
+                        };
+                        self.arena[target] = Obj::NdArray(arr);
                         continue;
                     }
                     let state_items = match &state {

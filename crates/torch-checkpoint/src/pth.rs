@@ -83,6 +83,22 @@ pub struct PthFile {
     tensors: Vec<(String, PthTensorInfo)>,
     index: HashMap<String, usize>,
     model_string: Option<String>,
+    args: Vec<(String, ArgValue)>,
+}
+
+/// A scalar attribute of a checkpoint's `args` (training options such as `nfeat`, `hdims`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgValue {
+    /// `None`.
+    None,
+    /// A bool.
+    Bool(bool),
+    /// An int.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(String),
 }
 
 impl std::fmt::Debug for PthFile {
@@ -237,7 +253,7 @@ impl PthFile {
             entry: pkl_name.clone(),
             source,
         })?;
-        let (tensors, model_string) = interpret(path, &pickled)?;
+        let (tensors, model_string, args) = interpret(path, &pickled)?;
         Ok(Self::assemble(
             path,
             Storages::Zip { archive, prefix },
@@ -245,6 +261,7 @@ impl PthFile {
             little_endian,
             tensors,
             model_string,
+            args,
         ))
     }
 
@@ -292,7 +309,7 @@ impl PthFile {
             keys,
             end,
         } = header;
-        let (tensors, model_string) = interpret(path, &state)?;
+        let (tensors, model_string, args) = interpret(path, &state)?;
 
         // Every storage the state dict refers to, with its declared type and size.
         let mut declared: HashMap<&str, (ElementType, usize)> = HashMap::new();
@@ -410,6 +427,7 @@ impl PthFile {
             little_endian,
             tensors,
             model_string,
+            args,
         ))
     }
 
@@ -420,6 +438,7 @@ impl PthFile {
         little_endian: bool,
         tensors: Vec<(String, PthTensorInfo)>,
         model_string: Option<String>,
+        args: Vec<(String, ArgValue)>,
     ) -> Self {
         let index = tensors
             .iter()
@@ -434,6 +453,7 @@ impl PthFile {
             tensors,
             index,
             model_string,
+            args,
         }
     }
 
@@ -455,6 +475,21 @@ impl PthFile {
         self.model_string.as_deref()
     }
 
+    /// The scalar attributes (None, bool, int, float, str) of the checkpoint's `args`
+    /// (`argparse.Namespace` or dict), in file order; other attributes are left out.
+    pub fn args(&self) -> &[(String, ArgValue)] {
+        &self.args
+    }
+
+    /// One scalar attribute of `args` ([`PthFile::args`]; the last assignment wins).
+    pub fn arg(&self, name: &str) -> Option<&ArgValue> {
+        self.args
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+
     /// State-dict tensor names in file order.
     pub fn tensor_names(&self) -> impl Iterator<Item = &str> {
         self.tensors.iter().map(|(k, _)| k.as_str())
@@ -463,6 +498,102 @@ impl PthFile {
     /// Metadata of one tensor.
     pub fn tensor_info(&self, name: &str) -> Option<&PthTensorInfo> {
         self.index.get(name).map(|&i| &self.tensors[i].1)
+    }
+
+    /// The bytes of storage `key` (`first_name`: a tensor using it, for errors; `limit`: its
+    /// declared size in bytes).
+    fn storage_bytes(&mut self, key: &str, first_name: &str, limit: u64) -> Result<Vec<u8>, Error> {
+        let bytes = match &mut self.storages {
+            Storages::Zip { archive, prefix } => {
+                let entry = format!("{prefix}data/{key}");
+                let Some(idx) = archive.index_for_name(&entry) else {
+                    return Err(Error::tensor(
+                        &self.path,
+                        first_name,
+                        format!("storage entry `{entry}` is missing"),
+                    ));
+                };
+                read_entry(&self.path, archive, idx, &entry, limit, self.file_len)?
+            }
+            Storages::Legacy { file, offsets } => {
+                // `open` checked that every storage has a record inside the file.
+                let Some(&offset) = offsets.get(key) else {
+                    return Err(Error::tensor(
+                        &self.path,
+                        first_name,
+                        format!("storage `{key}` has no data in the file"),
+                    ));
+                };
+                let len = usize::try_from(limit)
+                    .ok()
+                    .filter(|_| offset.saturating_add(limit) <= self.file_len)
+                    .ok_or_else(|| {
+                        Error::tensor(&self.path, first_name, "storage extends past the file")
+                    })?;
+                let mut buf = try_vec(len).map_err(|m| Error::tensor(&self.path, first_name, m))?;
+                buf.resize(len, 0);
+                file.seek(SeekFrom::Start(offset))
+                    .and_then(|_| file.read_exact(&mut buf))
+                    .map_err(|e| Error::io(&self.path, e))?;
+                buf
+            }
+        };
+        Ok(bytes)
+    }
+
+    /// Reads one contiguous tensor as `f64` (float64 tensors keep their precision; other types
+    /// go through [`PthFile::read_tensor`]).
+    pub fn read_tensor_f64(&mut self, name: &str) -> Result<(Vec<usize>, Vec<f64>), Error> {
+        let Some(&i) = self.index.get(name) else {
+            return Err(Error::tensor(
+                &self.path,
+                name,
+                "not in the checkpoint's state dict",
+            ));
+        };
+        let info = self.tensors[i].1.clone();
+        if info.dtype != ElementType::F64 {
+            let t = self.read_tensor(name)?;
+            return Ok((t.shape, t.data.into_iter().map(f64::from).collect()));
+        }
+        let n =
+            numel(&info.shape).ok_or_else(|| Error::tensor(&self.path, name, "size overflows"))?;
+        let mut expect = 1usize;
+        for (&d, &st) in info.shape.iter().zip(&info.stride).rev() {
+            if d != 1 && st != expect {
+                return Err(Error::tensor(
+                    &self.path,
+                    name,
+                    "float64 views must be contiguous",
+                ));
+            }
+            expect = expect.saturating_mul(d);
+        }
+        let limit = info.storage_numel.saturating_mul(8) as u64;
+        let bytes = self.storage_bytes(&info.storage_key, name, limit)?;
+        let (start, end) = (
+            info.storage_offset.saturating_mul(8),
+            (info.storage_offset + n).saturating_mul(8),
+        );
+        if bytes.len() != info.storage_numel * 8 || end > bytes.len() {
+            return Err(Error::tensor(
+                &self.path,
+                name,
+                "view reaches past its storage",
+            ));
+        }
+        let le = self.little_endian;
+        let data = bytes[start..end]
+            .chunks_exact(8)
+            .map(|c| {
+                let mut b: [u8; 8] = c.try_into().expect("chunk size");
+                if !le {
+                    b.reverse();
+                }
+                f64::from_le_bytes(b)
+            })
+            .collect();
+        Ok((info.shape.clone(), data))
     }
 
     /// Reads one tensor, converted to a contiguous `f32` tensor.
@@ -496,42 +627,8 @@ impl PthFile {
             let first = &self.tensors[users[0]];
             let info = &first.1;
             let limit = info.storage_numel.saturating_mul(info.dtype.size()) as u64;
-            let bytes = match &mut self.storages {
-                Storages::Zip { archive, prefix } => {
-                    let entry = format!("{prefix}data/{key}");
-                    let Some(idx) = archive.index_for_name(&entry) else {
-                        return Err(Error::tensor(
-                            &self.path,
-                            &first.0,
-                            format!("storage entry `{entry}` is missing"),
-                        ));
-                    };
-                    read_entry(&self.path, archive, idx, &entry, limit, self.file_len)?
-                }
-                Storages::Legacy { file, offsets } => {
-                    // `open` checked that every storage has a record inside the file.
-                    let Some(&offset) = offsets.get(&key) else {
-                        return Err(Error::tensor(
-                            &self.path,
-                            &first.0,
-                            format!("storage `{key}` has no data in the file"),
-                        ));
-                    };
-                    let len = usize::try_from(limit)
-                        .ok()
-                        .filter(|_| offset.saturating_add(limit) <= self.file_len)
-                        .ok_or_else(|| {
-                            Error::tensor(&self.path, &first.0, "storage extends past the file")
-                        })?;
-                    let mut buf =
-                        try_vec(len).map_err(|m| Error::tensor(&self.path, &first.0, m))?;
-                    buf.resize(len, 0);
-                    file.seek(SeekFrom::Start(offset))
-                        .and_then(|_| file.read_exact(&mut buf))
-                        .map_err(|e| Error::io(&self.path, e))?;
-                    buf
-                }
-            };
+            let first_name = first.0.clone();
+            let bytes = self.storage_bytes(&key, &first_name, limit)?;
             for i in users {
                 let (name, info) = &self.tensors[i];
                 let data = materialise(info, &bytes, self.little_endian)
@@ -720,7 +817,11 @@ fn read_entry(
 }
 
 /// Finds the state dict and the constructor string in the unpickled object.
-type Interpreted = (Vec<(String, PthTensorInfo)>, Option<String>);
+type Interpreted = (
+    Vec<(String, PthTensorInfo)>,
+    Option<String>,
+    Vec<(String, ArgValue)>,
+);
 
 fn interpret(path: &Path, p: &Pickled) -> Result<Interpreted, Error> {
     let Some(top) = p.mapping(&p.root) else {
@@ -808,7 +909,28 @@ fn interpret(path: &Path, p: &Pickled) -> Result<Interpreted, Error> {
             Some(Value::Str(s)) => Some(s.to_string()),
             _ => None,
         });
-    Ok((tensors, model_string))
+    let args = p
+        .get(&p.root, "args")
+        .and_then(|a| p.mapping(a))
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|(k, v)| {
+                    let Value::Str(k) = k else { return None };
+                    let v = match v {
+                        Value::None => ArgValue::None,
+                        Value::Bool(b) => ArgValue::Bool(*b),
+                        Value::Int(i) => ArgValue::Int(*i),
+                        Value::Float(f) => ArgValue::Float(*f),
+                        Value::Str(s) => ArgValue::Str(s.to_string()),
+                        _ => return None,
+                    };
+                    Some((k.to_string(), v))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((tensors, model_string, args))
 }
 
 /// Gathers a (possibly strided) tensor view out of its storage bytes into contiguous `f32`.
