@@ -28,6 +28,15 @@ pub struct SlamInputArgs {
     /// MASt3R checkpoint (`.pth` or safetensors) for --mode mono.
     #[arg(long)]
     pub checkpoint: Option<PathBuf>,
+    /// MASt3R retrieval checkpoint for --mode mono (MASt3R-SLAM's
+    /// `..._retrieval_trainingfree.pth`; its ASMK codebook `..._retrieval_codebook.pkl` is read
+    /// from the same folder unless --codebook is given): loop closure and relocalisation by
+    /// learned retrieval instead of pose proximity.
+    #[arg(long)]
+    pub retrieval: Option<PathBuf>,
+    /// ASMK codebook for --retrieval (default: next to the retrieval checkpoint, as upstream).
+    #[arg(long, requires = "retrieval")]
+    pub codebook: Option<PathBuf>,
     /// Camera calibration for --mode mono (MASt3R-SLAM's `intrinsics.yaml`: `width`, `height`,
     /// `calibration: [fx, fy, cx, cy(, k1, k2, p1, p2(, k3))]`): frames are undistorted and
     /// tracked with calibrated pixel residuals, still up to scale (Sim(3)).
@@ -66,6 +75,9 @@ impl SlamInputArgs {
             bail!(
                 "--calib is for --mode mono (the rgbd mode takes the depth camera's calibration from the data set)"
             );
+        }
+        if self.retrieval.is_some() && !mono {
+            bail!("--retrieval is for --mode mono (learned retrieval runs on the MASt3R encoder)");
         }
         if mono && self.checkpoint.is_none() {
             bail!(
@@ -119,6 +131,17 @@ impl SlamInputArgs {
                 )
             })?;
         let mut front = Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
+        if let Some(r) = &self.retrieval {
+            let db = rust3r_mast3r::retrieval::RetrievalDatabase::load(
+                r,
+                self.codebook.as_deref(),
+                rust3r_mast3r::retrieval::AsmkParams::default(),
+            )
+            .with_context(|| format!("--retrieval {}", r.display()))?;
+            front = front
+                .with_retrieval(db)
+                .map_err(|e| anyhow::anyhow!("--retrieval {}: {e}", r.display()))?;
+        }
         if let Some(c) = calib {
             let path = c.path.clone();
             front = front
@@ -330,6 +353,12 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         t.load_s,
         if n_loaders == 1 { "" } else { "s" },
     );
+    if result.relocalisations > 0 || result.loop_closures > 0 || lost > 0 {
+        println!(
+            "{} relocalisations, {} loop closures by learned retrieval; {lost} frames lost before relocalising have no pose in the trajectory",
+            result.relocalisations, result.loop_closures
+        );
+    }
     if result.pair_frames > 0 {
         println!(
             "pair tracking: {} frames tracked on network pairs with their keyframe, {} matches moved by descriptor refinement",

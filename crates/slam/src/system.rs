@@ -113,6 +113,10 @@ pub struct SlamResult {
     pub pair_frames: usize,
     /// Matches moved by the descriptor refinement, summed over those frames.
     pub refined_matches: usize,
+    /// Successful relocalisations.
+    pub relocalisations: usize,
+    /// Loop edges found by learned retrieval and verified on the network's pair.
+    pub loop_closures: usize,
 }
 
 impl SlamResult {
@@ -175,9 +179,30 @@ struct Shared {
     backend_s: f64,
 }
 
+/// A new keyframe for the back end.
+#[derive(Debug, Clone, Default)]
+struct NewKeyframe {
+    k: usize,
+    /// Keyframes to connect it to (relocalisation partners).
+    extra: Vec<usize>,
+    /// Loops verified on network pairs (learned retrieval): keyframe `j` and `T_CjCk`.
+    loops: Vec<(usize, Sim3)>,
+    /// Learned retrieval looked for this keyframe's loops: no pose-proximity candidates.
+    retrieved: bool,
+}
+
+impl NewKeyframe {
+    fn plain(k: usize) -> Self {
+        NewKeyframe {
+            k,
+            ..Default::default()
+        }
+    }
+}
+
 enum Msg {
-    /// A new keyframe, with extra edges to connect (relocalisation).
-    Keyframe(usize, Vec<usize>),
+    /// A new keyframe.
+    Keyframe(NewKeyframe),
     /// The last optimisation over the whole graph.
     Final,
     Stop,
@@ -201,13 +226,13 @@ impl Backend {
     /// optimises once; an empty batch is the final optimisation of the whole graph with
     /// `final_iters` iterations and no new edges. The back-end thread batches keyframes that
     /// arrived while it was busy; inline (single-thread) batches hold one keyframe.
-    fn process(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
+    fn process(&mut self, shared: &Mutex<Shared>, batch: &[NewKeyframe]) {
         let start = std::time::Instant::now();
         self.process_inner(shared, batch);
         shared.lock().expect("back-end lock").backend_s += start.elapsed().as_secs_f64();
     }
 
-    fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[(usize, Vec<usize>)]) {
+    fn process_inner(&mut self, shared: &Mutex<Shared>, batch: &[NewKeyframe]) {
         let (snapshot, descriptors, mut edges) = {
             let s = shared.lock().expect("back-end lock");
             let snap: Vec<(Sim3, Arc<Pointmap>, u32, Vec<f32>)> = s
@@ -231,7 +256,7 @@ impl Backend {
                 .collect();
             (snap, descriptors, s.edges.clone())
         };
-        if batch.iter().any(|(k, _)| *k >= snapshot.len()) || snapshot.is_empty() {
+        if batch.iter().any(|b| b.k >= snapshot.len()) || snapshot.is_empty() {
             return;
         }
         let p = self.params();
@@ -283,13 +308,25 @@ impl Backend {
             local.window_size = usize::MAX;
         }
         let mut corrected = false;
-        for (k, extra) in batch {
-            let k = *k;
+        for nk in batch {
+            let k = nk.k;
             if k > 0 {
                 add(k - 1, k, &mut new_edges);
             }
-            for &j in extra {
+            for &j in &nk.extra {
                 add(j, k, &mut new_edges);
+            }
+            // Loops found by learned retrieval and verified on the network's pair: move the
+            // graph to the verified pose first (the dense association needs poses near it).
+            for (j, t_jk) in &nk.loops {
+                if *j < k {
+                    tracing::info!("loop closure by retrieval: keyframe {k} with keyframe {j}");
+                    corrected |= spread_correction(&mut views, *j, k, t_jk);
+                }
+                add(*j, k, &mut new_edges);
+            }
+            if nk.retrieved {
+                continue;
             }
             let near = self.loop_candidates(&views, k);
             for &j in &near {
@@ -302,7 +339,7 @@ impl Backend {
                 add(j, k, &mut new_edges);
             }
         }
-        let k = batch.last().map_or(views.len() - 1, |b| b.0);
+        let k = batch.last().map_or(views.len() - 1, |b| b.k);
         edges.extend(new_edges.iter().copied());
         let first_free = local.pin.max(views.len().saturating_sub(local.window_size));
         let before: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
@@ -484,12 +521,12 @@ enum BackendRunner {
 }
 
 impl BackendRunner {
-    fn notify(&mut self, shared: &Arc<Mutex<Shared>>, k: usize, extra: Vec<usize>) {
+    fn notify(&mut self, shared: &Arc<Mutex<Shared>>, nk: NewKeyframe) {
         match self {
-            Self::Inline(b) => b.process(shared, &[(k, extra)]),
+            Self::Inline(b) => b.process(shared, &[nk]),
             Self::Thread { tx, .. } => {
                 // A closed channel means the thread died; its panic surfaces at join.
-                let _ = tx.send(Msg::Keyframe(k, extra));
+                let _ = tx.send(Msg::Keyframe(nk));
             }
         }
     }
@@ -532,7 +569,7 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
             // submit short parallel calls (one edge direction, one Gauss-Newton iteration), so
             // they interleave at chunk granularity and neither waits for the other's whole
             // optimisation; after the last frame the back end has every core.
-            let run = |b: &mut Backend, batch: &[(usize, Vec<usize>)]| b.process(&shared, batch);
+            let run = |b: &mut Backend, batch: &[NewKeyframe]| b.process(&shared, batch);
             let mut pending: Vec<Msg> = Vec::new();
             loop {
                 if pending.is_empty() {
@@ -549,7 +586,7 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
                 let mut next = None;
                 for m in rest.by_ref() {
                     match m {
-                        Msg::Keyframe(k, extra) => batch.push((k, extra)),
+                        Msg::Keyframe(nk) => batch.push(nk),
                         other => {
                             next = Some(other);
                             break;
@@ -845,7 +882,14 @@ pub fn run_slam_source(
         (r, finish)
     });
     let (result, finish) = result;
-    let (frames, peak, pair_frames, refined_matches) = result?;
+    let FrameCounts {
+        records: frames,
+        peak_bytes: peak,
+        pair_frames,
+        refined_matches,
+        relocalisations,
+        loop_closures,
+    } = result?;
     finish?;
     let s =
         Arc::try_unwrap(shared).map_err(|_| SlamError::Backend("back end still running".into()))?;
@@ -865,6 +909,86 @@ pub fn run_slam_source(
         timings,
         pair_frames,
         refined_matches,
+        relocalisations,
+        loop_closures,
+    })
+}
+
+/// Keyframe `j` of the store decoded as the pair (frame `i`, keyframe `j`) and tracked on it
+/// from the identity (learned retrieval's candidates: the pose estimate may be far off).
+/// Returns `T_CjCi` and the match fraction unless the pose is poorly constrained (the caller
+/// compares the match fraction with its own threshold).
+#[allow(clippy::too_many_arguments)]
+fn verify_on_pair(
+    pairs: &mut dyn PairFrontEnd,
+    shared: &Mutex<Shared>,
+    tracker: &Tracker,
+    cam: Option<PinholeCamera>,
+    i: usize,
+    j: usize,
+    decode_s: &mut f64,
+    track_s: &mut f64,
+) -> Result<Option<(Sim3, f64)>, SlamError> {
+    let (jf, kpm, kconf) = {
+        let s = lock(shared)?;
+        let kf = &s.store.frames[j];
+        (kf.frame_index, kf.pointmap.clone(), kf.average_conf())
+    };
+    let pred = timed(decode_s, || pairs.pair(i, jf))?;
+    let pt = timed(track_s, || {
+        tracker.track_pair(&pred, &kpm, &kconf, cam, &Sim3::identity(), None)
+    })?;
+    let r = &pt.result;
+    tracing::debug!(
+        "frame {i} on a pair with keyframe {j}: match {:.3}, lost {}, weak {}",
+        r.match_frac,
+        r.lost,
+        r.weak
+    );
+    Ok((!r.weak).then_some((r.t_kf_frame, r.match_frac)))
+}
+
+/// Learned retrieval for new keyframe `nk` (frame `i`), as MASt3R-SLAM's back end does it: the
+/// database is queried and the keyframe added; every retrieved keyframe but the previous one
+/// is decoded as a pair with the new keyframe, and becomes a loop edge (with its verified
+/// relative pose) when the match fraction reaches `local_opt.min_match_frac`. The new keyframe
+/// without retrieval (no database) is a plain one.
+#[allow(clippy::too_many_arguments)]
+fn retrieved_keyframe(
+    source: &mut Source<'_>,
+    shared: &Mutex<Shared>,
+    tracker: &Tracker,
+    cam: Option<PinholeCamera>,
+    cfg: &SlamConfig,
+    i: usize,
+    nk: usize,
+    decode_s: &mut f64,
+    track_s: &mut f64,
+) -> Result<NewKeyframe, SlamError> {
+    let Some(pairs) = source.pairs() else {
+        return Ok(NewKeyframe::plain(nk));
+    };
+    let r = &cfg.retrieval;
+    let Some(found) = pairs.retrieve(i, Some(nk), r.k, r.min_thresh)? else {
+        return Ok(NewKeyframe::plain(nk));
+    };
+    let mut loops = Vec::new();
+    for j in found {
+        if j + 1 >= nk {
+            continue; // the previous keyframe is connected anyway
+        }
+        if let Some((t_ji, frac)) =
+            verify_on_pair(pairs, shared, tracker, cam, i, j, decode_s, track_s)?
+            && frac >= cfg.local_opt.min_match_frac
+        {
+            loops.push((j, t_ji));
+        }
+    }
+    Ok(NewKeyframe {
+        k: nk,
+        extra: Vec::new(),
+        loops,
+        retrieved: true,
     })
 }
 
@@ -894,7 +1018,7 @@ fn run_frames(
     runner: &mut BackendRunner,
     timings: &mut Timings,
     progress: &mut impl FnMut(&Progress),
-) -> Result<(Vec<FrameRecord>, usize, usize, usize), SlamError> {
+) -> Result<FrameCounts, SlamError> {
     let mut records: Vec<FrameRecord> = Vec::with_capacity(total);
     let mut state = TrackingState::Init;
     let mut peak_bytes = 0usize;
@@ -904,6 +1028,9 @@ fn run_frames(
     let mut pair_warm: Option<(usize, Vec<u32>)> = None;
     // Poorly constrained frames in a row.
     let mut weak_run = 0usize;
+    // Learned retrieval is on (the front end answered a query), and what it found.
+    let mut learned = false;
+    let (mut relocalisations, mut loop_closures) = (0usize, 0usize);
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
     for i in 0..total {
@@ -957,7 +1084,19 @@ fn run_frames(
                     weak: false,
                     rgb_path: frame.rgb_path.clone(),
                 });
-                runner.notify(shared, k, Vec::new());
+                let nk = retrieved_keyframe(
+                    &mut source,
+                    shared,
+                    tracker,
+                    cam,
+                    cfg,
+                    i,
+                    k,
+                    &mut decode_s,
+                    &mut tracked_s,
+                )?;
+                learned |= nk.retrieved;
+                runner.notify(shared, nk);
                 state = TrackingState::Tracking;
             }
             TrackingState::Tracking => {
@@ -1115,7 +1254,20 @@ fn run_frames(
                             weak: false,
                             rgb_path: frame.rgb_path.clone(),
                         });
-                        runner.notify(shared, nk, Vec::new());
+                        let nk = retrieved_keyframe(
+                            &mut source,
+                            shared,
+                            tracker,
+                            cam,
+                            cfg,
+                            i,
+                            nk,
+                            &mut decode_s,
+                            &mut tracked_s,
+                        )?;
+                        learned |= nk.retrieved;
+                        loop_closures += nk.loops.len();
+                        runner.notify(shared, nk);
                     } else {
                         drop(s);
                         records.push(FrameRecord {
@@ -1139,79 +1291,120 @@ fn run_frames(
                     .find(|r| r.tracked)
                     .expect("frame 0 is tracked")
                     .clone();
-                let (cands, t_wc_last) = {
-                    let s = lock(shared)?;
-                    let t_last = s.store.frames[last_good.keyframe]
-                        .t_wc
-                        .compose(&last_good.t_kf_frame);
-                    let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
-                        .store
-                        .frames
-                        .iter()
-                        .enumerate()
-                        .map(|(j, kf)| {
-                            (
-                                (kf.t_wc.translation - t_last.translation).norm(),
-                                j,
-                                kf.t_wc,
-                                kf.pointmap.clone(),
-                                kf.average_conf(),
-                            )
-                        })
-                        .collect();
-                    c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                    c.truncate(cfg.retrieval.k.max(1));
-                    // Candidates by pose (`false`), tried from the last pose, then by appearance
-                    // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
-                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c
-                        .into_iter()
-                        .map(|(_, j, t, p, conf)| (false, j, t, p, conf))
-                        .collect();
-                    if cfg.retrieval.appearance && cam.is_some() {
-                        let desc = crate::appearance::Descriptor::of(&pm);
-                        let descs: Vec<&crate::appearance::Descriptor> = s
+                // Learned retrieval (MASt3R-SLAM `relocalization`): the frame queries the
+                // database (without joining it) and is decoded as a pair with every retrieved
+                // keyframe; strict: all of them must match.
+                let retrieved = match source.pairs() {
+                    Some(p) => p.retrieve(i, None, cfg.retrieval.k, cfg.retrieval.min_thresh)?,
+                    None => None,
+                };
+                let (ok, success) = if let Some(found) = retrieved {
+                    learned = true;
+                    let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
+                    let mut all_ok = true;
+                    let pairs = source
+                        .pairs()
+                        .expect("retrieval comes from the pair decoder");
+                    for &j in &found {
+                        let t_wcj = lock(shared)?.store.frames[j].t_wc;
+                        match verify_on_pair(
+                            pairs,
+                            shared,
+                            tracker,
+                            cam,
+                            i,
+                            j,
+                            &mut decode_s,
+                            &mut tracked_s,
+                        )? {
+                            Some((t_jf, frac)) if frac >= cfg.reloc.min_match_frac => {
+                                ok.push((j, t_wcj.compose(&t_jf), frac));
+                            }
+                            _ => all_ok = false,
+                        }
+                    }
+                    tracing::debug!(
+                        "frame {i}: retrieved {found:?}, verified {:?}",
+                        ok.iter().map(|o| o.0).collect::<Vec<_>>()
+                    );
+                    let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict);
+                    (ok, success)
+                } else {
+                    let (cands, t_wc_last) = {
+                        let s = lock(shared)?;
+                        let t_last = s.store.frames[last_good.keyframe]
+                            .t_wc
+                            .compose(&last_good.t_kf_frame);
+                        let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
                             .store
                             .frames
                             .iter()
-                            .map(|kf| kf.descriptor.as_ref())
+                            .enumerate()
+                            .map(|(j, kf)| {
+                                (
+                                    (kf.t_wc.translation - t_last.translation).norm(),
+                                    j,
+                                    kf.t_wc,
+                                    kf.pointmap.clone(),
+                                    kf.average_conf(),
+                                )
+                            })
                             .collect();
-                        for (j, _) in crate::appearance::most_similar(
-                            &desc,
-                            &descs,
-                            cfg.retrieval.k.max(1),
-                            cfg.retrieval.min_similarity,
-                            |_| true,
-                        ) {
-                            let kf = &s.store.frames[j];
-                            c.push((true, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
+                        c.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                        c.truncate(cfg.retrieval.k.max(1));
+                        // Candidates by pose (`false`), tried from the last pose, then by appearance
+                        // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
+                        let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c
+                            .into_iter()
+                            .map(|(_, j, t, p, conf)| (false, j, t, p, conf))
+                            .collect();
+                        if cfg.retrieval.appearance && cam.is_some() {
+                            let desc = crate::appearance::Descriptor::of(&pm);
+                            let descs: Vec<&crate::appearance::Descriptor> = s
+                                .store
+                                .frames
+                                .iter()
+                                .map(|kf| kf.descriptor.as_ref())
+                                .collect();
+                            for (j, _) in crate::appearance::most_similar(
+                                &desc,
+                                &descs,
+                                cfg.retrieval.k.max(1),
+                                cfg.retrieval.min_similarity,
+                                |_| true,
+                            ) {
+                                let kf = &s.store.frames[j];
+                                c.push((true, j, kf.t_wc, kf.pointmap.clone(), kf.average_conf()));
+                            }
+                        }
+                        (c, t_last)
+                    };
+                    let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
+                    let mut all_ok = true;
+                    let mut by_appearance = false;
+                    for (appearance, j, t_wcj, kpm, kconf) in &cands {
+                        let appearance = *appearance;
+                        let t_init = if appearance {
+                            Sim3::identity()
+                        } else {
+                            t_wcj.inverse().compose(&t_wc_last)
+                        };
+                        let t_track = std::time::Instant::now();
+                        let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
+                        tracked_s += t_track.elapsed().as_secs_f64();
+                        if res.match_frac >= cfg.reloc.min_match_frac && !res.weak {
+                            ok.push((*j, t_wcj.compose(&res.t_kf_frame), res.match_frac));
+                            by_appearance |= appearance;
+                        } else if !appearance {
+                            all_ok = false;
                         }
                     }
-                    (c, t_last)
+                    ok.sort_by(|a, b| b.2.total_cmp(&a.2));
+                    // Strict relocalisation (MASt3R-SLAM): every pose candidate must match; a verified
+                    // appearance candidate is enough on its own.
+                    let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict || by_appearance);
+                    (ok, success)
                 };
-                let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
-                let mut all_ok = true;
-                let mut by_appearance = false;
-                for (appearance, j, t_wcj, kpm, kconf) in &cands {
-                    let appearance = *appearance;
-                    let t_init = if appearance {
-                        Sim3::identity()
-                    } else {
-                        t_wcj.inverse().compose(&t_wc_last)
-                    };
-                    let t_track = std::time::Instant::now();
-                    let res = tracker.track(&pm, &conf, kpm, kconf, cam, &t_init);
-                    tracked_s += t_track.elapsed().as_secs_f64();
-                    if res.match_frac >= cfg.reloc.min_match_frac && !res.weak {
-                        ok.push((*j, t_wcj.compose(&res.t_kf_frame), res.match_frac));
-                        by_appearance |= appearance;
-                    } else if !appearance {
-                        all_ok = false;
-                    }
-                }
-                ok.sort_by(|a, b| b.2.total_cmp(&a.2));
-                // Strict relocalisation (MASt3R-SLAM): every pose candidate must match; a verified
-                // appearance candidate is enough on its own.
-                let success = !ok.is_empty() && (all_ok || !cfg.reloc.strict || by_appearance);
                 if success {
                     let t_wc = ok[0].1;
                     let kf = Keyframe::new(
@@ -1233,7 +1426,27 @@ fn run_frames(
                         rgb_path: frame.rgb_path.clone(),
                     });
                     tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
-                    runner.notify(shared, nk, ok.iter().map(|o| o.0).collect());
+                    relocalisations += 1;
+                    let retrieved = if learned {
+                        // Joins the database now that it is a keyframe (MASt3R-SLAM queries
+                        // again with `add_after_query`).
+                        let p = source
+                            .pairs()
+                            .expect("retrieval comes from the pair decoder");
+                        p.retrieve(i, Some(nk), cfg.retrieval.k, cfg.retrieval.min_thresh)?;
+                        true
+                    } else {
+                        false
+                    };
+                    runner.notify(
+                        shared,
+                        NewKeyframe {
+                            k: nk,
+                            extra: ok.iter().map(|o| o.0).collect(),
+                            loops: Vec::new(),
+                            retrieved,
+                        },
+                    );
                     state = TrackingState::Tracking;
                 } else {
                     let kf_last = last_good.keyframe;
@@ -1253,8 +1466,14 @@ fn run_frames(
         let (nk, backend_after, pose, new_keyframe, graph) = {
             let s = lock(shared)?;
             if let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
-                // Only the current keyframe's encoding is needed from here on.
-                pairs.retain(&[kf.frame_index]);
+                if learned {
+                    // Loop closure and relocalisation decode any keyframe with a new frame.
+                    let keep: Vec<usize> = s.store.frames.iter().map(|k| k.frame_index).collect();
+                    pairs.retain(&keep);
+                } else {
+                    // Only the current keyframe's encoding is needed from here on.
+                    pairs.retain(&[kf.frame_index]);
+                }
             }
             peak_bytes = peak_bytes.max(s.store.memory_bytes());
             let pose = s.store.frames[rec.keyframe].t_wc.compose(&rec.t_kf_frame);
@@ -1297,5 +1516,22 @@ fn run_frames(
             graph,
         });
     }
-    Ok((records, peak_bytes, pair_frames, refined_matches))
+    Ok(FrameCounts {
+        records,
+        peak_bytes,
+        pair_frames,
+        refined_matches,
+        relocalisations,
+        loop_closures,
+    })
+}
+
+/// What [`run_frames`] returns.
+struct FrameCounts {
+    records: Vec<FrameRecord>,
+    peak_bytes: usize,
+    pair_frames: usize,
+    refined_matches: usize,
+    relocalisations: usize,
+    loop_closures: usize,
 }

@@ -1,0 +1,120 @@
+//! Loop closure and relocalisation by learned retrieval in the mono SLAM system, with the tiny
+//! checkpoint and the retrieval head and codebook of `tests/fixtures/retrieval` (random
+//! weights: the thresholds on match fractions are relaxed, what is checked is that retrieval
+//! finds the revisited keyframe, the pair is decoded and the edge or relocalisation follows).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, DeviceKind};
+use common::TINY_PTH;
+use rust3r_io::datasets::DatasetKind;
+use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
+use rust3r_mast3r::retrieval::{AsmkParams, RetrievalDatabase};
+use rust3r_mast3r::{Mast3r, Precision};
+use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
+
+const REDKITCHEN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/data/redkitchen"
+);
+
+fn front_end() -> Mast3rMonoFrontEnd {
+    assert!(
+        !rust3r_gpu::list_adapters().is_empty(),
+        "a GPU adapter is required (CI installs Mesa's lavapipe)"
+    );
+    let device = Device::wgpu(DeviceKind::DefaultDevice);
+    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
+    let db = RetrievalDatabase::load(
+        fixture.join("tiny_retrieval_trainingfree.pth"),
+        None,
+        AsmkParams::default(),
+    )
+    .unwrap();
+    Mast3rMonoFrontEnd::new(model, 224)
+        .unwrap()
+        .with_retrieval(db)
+        .unwrap()
+}
+
+/// An image folder holding redkitchen colour frames `frames`, in that order.
+fn folder(frames: &[usize]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    for (j, i) in frames.iter().enumerate() {
+        let src = Path::new(REDKITCHEN).join(format!("frame-{i:06}.color.jpg"));
+        std::fs::copy(src, dir.path().join(format!("{j:03}.jpg"))).unwrap();
+    }
+    let p = dir.path().to_path_buf();
+    (dir, p)
+}
+
+#[test]
+fn retrieval_finds_the_revisited_keyframe() {
+    let (_d, path) = folder(&[0, 20, 40, 0]);
+    let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
+    let mut fe = front_end();
+    let pairs = fe.pairs().unwrap();
+    for i in 0..3 {
+        pairs.encode(i, &data.frame(i).unwrap()).unwrap();
+        // Keyframe ids 10, 11, 12: the database maps its images back to them.
+        pairs.retrieve(i, Some(10 + i), 3, 5e-3).unwrap().unwrap();
+    }
+    pairs.encode(3, &data.frame(3).unwrap()).unwrap();
+    let found = pairs.retrieve(3, None, 3, 5e-3).unwrap().unwrap();
+    assert_eq!(found.first(), Some(&10), "{found:?}");
+    // A query without `add_as` leaves the database as it was.
+    assert_eq!(fe.retrieval().unwrap().len(), 3);
+}
+
+#[test]
+fn revisit_closes_a_loop_and_lost_frames_relocalise() {
+    // Loop: every tracked frame becomes a keyframe; the revisit of frame 0 retrieves keyframe 0
+    // and is verified on the decoded pair (match threshold relaxed for random weights).
+    let (_d, path) = folder(&[0, 20, 40, 0]);
+    let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
+    let mut cfg = SlamConfig::default();
+    cfg.single_thread = true;
+    cfg.tracking.match_frac_thresh = 2.0;
+    cfg.tracking.min_match_frac = 0.0;
+    cfg.local_opt.min_match_frac = 0.0;
+    let mut fe = front_end();
+    let res = run_slam(data.as_ref(), &mut fe, &cfg, None, |_| {}).unwrap();
+    let kfs: Vec<usize> = res.keyframes.frames.iter().map(|k| k.frame_index).collect();
+    assert_eq!(kfs, vec![0, 1, 2, 3]);
+    assert!(
+        res.loop_closures >= 1,
+        "no loop closure; edges {:?}",
+        res.edges
+    );
+    assert!(
+        res.edges.iter().any(|e| (e.i, e.j) == (0, 3)),
+        "no loop edge 0-3: {:?}",
+        res.edges
+    );
+    assert_eq!(res.relocalisations, 0);
+
+    // Relocalisation: every tracked frame is lost; frame 2 (frame 0 again) retrieves keyframe 0
+    // and relocalises on it; frame 1, lost in between, gets no pose.
+    let (_d, path) = folder(&[0, 20, 0]);
+    let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
+    let mut cfg = SlamConfig::default();
+    cfg.single_thread = true;
+    cfg.tracking.min_match_frac = 2.0;
+    cfg.reloc.min_match_frac = 0.0;
+    let mut fe = front_end();
+    let res = run_slam(data.as_ref(), &mut fe, &cfg, None, |_| {}).unwrap();
+    let tracked: Vec<bool> = res.frames.iter().map(|f| f.tracked).collect();
+    assert_eq!(tracked, vec![true, false, true]);
+    assert_eq!(res.relocalisations, 1);
+    assert_eq!(res.keyframes.len(), 2);
+    assert!(
+        res.edges.iter().any(|e| (e.i, e.j) == (0, 1)),
+        "{:?}",
+        res.edges
+    );
+    // The relocalised keyframe joined the database.
+    assert_eq!(fe.retrieval().unwrap().len(), 2);
+}
