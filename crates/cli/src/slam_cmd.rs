@@ -353,7 +353,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         t.load_s,
         if n_loaders == 1 { "" } else { "s" },
     );
-    if result.relocalisations > 0 || result.loop_closures > 0 || lost > 0 {
+    if args.input.retrieval.is_some() || result.relocalisations > 0 || lost > 0 {
         println!(
             "{} relocalisations, {} loop closures by learned retrieval; {lost} frames lost before relocalising have no pose in the trajectory",
             result.relocalisations, result.loop_closures

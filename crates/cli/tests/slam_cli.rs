@@ -1,6 +1,6 @@
 //! End-to-end tests of `rust3r slam` on a short prefix of the real redkitchen sequence.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn shared(rel: &str) -> PathBuf {
@@ -227,6 +227,66 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
         "mono",
     ]);
     assert!(!ok && err.contains("--checkpoint"), "{err}");
+}
+
+#[test]
+fn mono_mode_with_learned_retrieval_runs_and_checks_its_files() {
+    // The tiny checkpoint with the retrieval head and codebook of the mast3r crate's parity
+    // fixture (encoder width 64, as the tiny network's).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mono");
+    let data = shared("data/redkitchen");
+    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mast3r/tests/fixtures/retrieval/tiny_retrieval_trainingfree.pth");
+    let base = |extra: &[&str]| {
+        let mut a = vec![
+            "slam".to_string(),
+            data.to_str().unwrap().into(),
+            "--out".into(),
+            out.to_str().unwrap().into(),
+            "--mode".into(),
+            "mono".into(),
+            "--checkpoint".into(),
+            ckpt.to_str().unwrap().into(),
+            "--max-frames".into(),
+            "2".into(),
+            "--quiet".into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |a: Vec<String>| rust3r(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, stdout, err) = run(base(&["--retrieval", fixture.to_str().unwrap()]));
+    assert!(ok, "{err}");
+    assert!(
+        stdout.contains("relocalisations,")
+            && stdout.contains("loop closures by learned retrieval"),
+        "{stdout}"
+    );
+    // A codebook that is not one: an error naming it.
+    let bad = dir.path().join("bad_codebook.pkl");
+    std::fs::write(&bad, b"not a pickle").unwrap();
+    let (ok, _, err) = run(base(&[
+        "--retrieval",
+        fixture.to_str().unwrap(),
+        "--codebook",
+        bad.to_str().unwrap(),
+    ]));
+    assert!(!ok && err.contains("bad_codebook.pkl"), "{err}");
+    // Retrieval is for the mono mode.
+    let (ok, _, err) = rust3r(&[
+        "slam",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--retrieval",
+        fixture.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("--retrieval is for --mode mono"),
+        "{err}"
+    );
 }
 
 #[test]

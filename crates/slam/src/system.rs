@@ -34,6 +34,14 @@
 //! `retrieval.k` keyframes nearest to the last known pose, starting from that pose; it succeeds
 //! when the match fraction reaches `reloc.min_match_frac` (for every candidate when
 //! `reloc.strict`), and the frame becomes a keyframe connected to those candidates.
+//!
+//! Learned retrieval (a pair front end whose [`PairFrontEnd::retrieve`] answers, MASt3R-SLAM's
+//! `RetrievalDatabase`): each new keyframe queries the database and joins it; the retrieved
+//! keyframes but the previous one are decoded as pairs with it and become loop edges when the
+//! match fraction reaches `local_opt.min_match_frac` (no pose-proximity candidates then). A lost
+//! frame queries without joining and relocalises on the retrieved keyframes, decoded as pairs and
+//! tracked from the identity. Frames lost until then keep `tracked == false` (no pose in the
+//! trajectory).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
