@@ -144,6 +144,60 @@ impl Codebook {
     }
 }
 
+impl Codebook {
+    /// [`Codebook::nearest`] for every row of `features` (`[n, dim]`): the distances come from
+    /// one matrix product per block of centroids (faer, float64; blocks in parallel), as
+    /// upstream's `quantize_custom` forms them.
+    pub fn nearest_all(&self, features: &[f32], m: usize) -> Vec<Vec<usize>> {
+        let dim = self.dim;
+        let n = features.len() / dim;
+        if n == 0 {
+            return Vec::new();
+        }
+        let m = m.min(self.k);
+        let q = faer::Mat::<f64>::from_fn(n, dim, |i, d| features[i * dim + d] as f64);
+        let qn: Vec<f64> = features
+            .chunks_exact(dim)
+            .map(|r| r.iter().map(|&x| x as f64 * x as f64).sum())
+            .collect();
+        const BLOCK: usize = 2048;
+        let blocks = super::par_map(self.k.div_ceil(BLOCK), |b| {
+            let (w0, w1) = (b * BLOCK, ((b + 1) * BLOCK).min(self.k));
+            let c = faer::Mat::<f64>::from_fn(dim, w1 - w0, |d, w| {
+                self.centroids[(w0 + w) * dim + d] as f64
+            });
+            let g = &q * &c;
+            (0..n)
+                .map(|i| {
+                    let mut d: Vec<(f64, usize)> = (w0..w1)
+                        .map(|w| (qn[i] + self.norms[w] - 2.0 * g[(i, w - w0)], w))
+                        .collect();
+                    best_m(&mut d, m);
+                    d
+                })
+                .collect::<Vec<_>>()
+        });
+        (0..n)
+            .map(|i| {
+                let mut d: Vec<(f64, usize)> =
+                    blocks.iter().flat_map(|b| b[i].iter().copied()).collect();
+                best_m(&mut d, m);
+                d.into_iter().map(|(_, w)| w).collect()
+            })
+            .collect()
+    }
+}
+
+/// Keeps the `m` smallest `(distance, word)` pairs, sorted (ties by word).
+fn best_m(d: &mut Vec<(f64, usize)>, m: usize) {
+    let cmp = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+    if m < d.len() {
+        d.select_nth_unstable_by(m, cmp);
+        d.truncate(m);
+    }
+    d.sort_by(cmp);
+}
+
 /// One image's aggregated, binarised residuals: one packed code per visual word it uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Aggregated {
@@ -239,6 +293,29 @@ mod tests {
         w[0] = 1.0;
         w[32] = 1.0;
         assert_eq!(binarize_and_pack(&w), vec![1 << 31, 1 << 31]);
+    }
+
+    #[test]
+    fn blocked_assignment_equals_the_scalar_one() {
+        // 5000 words (three blocks) of width 40, 37 features: same words in the same order.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+        };
+        let dim = 40;
+        let cb = Codebook::new((0..5000 * dim).map(|_| rnd()).collect(), dim).unwrap();
+        let feats: Vec<f32> = (0..37 * dim).map(|_| rnd()).collect();
+        let all = cb.nearest_all(&feats, 5);
+        for (i, words) in all.iter().enumerate() {
+            assert_eq!(
+                words,
+                &cb.nearest(&feats[i * dim..(i + 1) * dim], 5),
+                "feature {i}"
+            );
+        }
     }
 
     #[test]

@@ -131,8 +131,7 @@ impl RetrievalDatabase {
         let local = self.head.select(feat)?;
         let dim = local.dim;
         let m = self.params.query_assignment;
-        let assign: Vec<Vec<usize>> =
-            super::par_map(local.len(), |i| self.codebook.nearest(local.row(i), m));
+        let assign = self.codebook.nearest_all(&local.features, m);
         let query_codes = aggregate(&self.codebook, &local.features, dim, &assign);
         let mut scores = Vec::new();
         let mut retrieved = Vec::new();
