@@ -20,7 +20,10 @@ in query order (rust3r writes it: `RUST3R_RETRIEVAL_DUMP=features.safetensors ca
 --release --workspace --test retrieval -- --ignored dump_encoder_features`; the encoder itself
 is checked against upstream by crates/mast3r/tests/parity.rs), and checkouts of the upstream
 repositories (`--mast3r`, `--mast3r-slam`). Needs torch, numpy, safetensors, faiss-cpu and asmk
-(built from its repository: `pip install faiss-cpu pyaml && pip install <asmk checkout>`).
+(built from its repository: `pip install faiss-cpu pyaml cython`, regenerate its C file for
+current Pythons with `cython -3 cython/hamming.pyx -o cython/hamming.c`, then
+`pip install --no-build-isolation <asmk checkout>`). Made with torch 2.15, numpy 2.4, faiss-cpu
+1.15.1, asmk 2a96d9c, naver/mast3r f5209af, MASt3R-SLAM b0ae540.
 
     python3 tools/retrieval_fixture.py --features features.safetensors \
         --mast3r /tmp/mast3r --mast3r-slam /tmp/MASt3R-SLAM \
