@@ -333,7 +333,7 @@ pub fn load_garden(path: &Path) -> Result<Garden> {
     let w: Vec<i64> = read_npy(&mut zip, "width", path)?;
     let h: Vec<i64> = read_npy(&mut zip, "height", path)?;
     anyhow::ensure!(
-        m.len() % 3 == 0 && c.len() == m.len() && v.len() >= 16 && k.len() >= 9,
+        m.len().is_multiple_of(3) && c.len() == m.len() && v.len() >= 16 && k.len() >= 9,
         "{}: bad shapes",
         path.display()
     );

@@ -104,7 +104,8 @@ fn run_rejects_bad_input_with_the_file_named() {
         !ok && err.contains("frames") && err.contains("depth"),
         "{err}"
     );
-    for e in [&err] {
+    {
+        let e = &err;
         assert!(!e.contains("panicked"), "{e}");
     }
 }
@@ -297,7 +298,7 @@ fn run_mono_on_a_video_writes_a_splat() {
     assert_eq!(poses.len(), 3);
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{poses:?}");
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
-    assert!(splats.len() > 0 && splats.means.iter().flatten().all(|v| v.is_finite()));
+    assert!(!splats.is_empty() && splats.means.iter().flatten().all(|v| v.is_finite()));
     // The estimated camera: positive focal lengths, principal point inside the 320x240 frame.
     let t: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap())

@@ -104,7 +104,7 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
     op: ReduceOp,
 ) -> GpuBuffer<N> {
     assert!(
-        cols > 0 && input.len() % cols == 0,
+        cols > 0 && input.len().is_multiple_of(cols),
         "reduce_columns: length not a multiple of cols"
     );
     let mut rows = input.len() / cols;

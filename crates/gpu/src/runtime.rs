@@ -160,7 +160,7 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
                 device_type: format!("{:?}", info.device_type),
                 driver: format!("{} {}", info.driver, info.driver_info),
                 max_buffer_size: limits.max_buffer_size,
-                max_storage_binding_size: limits.max_storage_buffer_binding_size as u64,
+                max_storage_binding_size: limits.max_storage_buffer_binding_size,
                 max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
                 subgroups: features.contains(wgpu::Features::SUBGROUP),
                 shader_f16: features.contains(wgpu::Features::SHADER_F16),

@@ -242,7 +242,6 @@ pub fn run_capture_with(
             )
         }
     };
-    drop(record);
     let result = match result {
         Ok(r) => r,
         Err(e) => return Err(so_far.stopped(&slam_dir, total, e)),

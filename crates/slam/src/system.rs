@@ -164,6 +164,7 @@ pub struct Progress {
     pub new_keyframe: Option<(usize, Arc<Pointmap>)>,
     /// Every keyframe's camera-to-world pose and the back-end edges `(i, j)`, reported when a
     /// keyframe was added or the back end finished an optimisation since the previous report.
+    #[allow(clippy::type_complexity)]
     pub graph: Option<(Vec<Sim3>, Vec<(usize, usize)>)>,
 }
 
@@ -475,6 +476,7 @@ fn spread_correction(views: &mut [KeyframeView], j: usize, k: usize, t_jk: &Sim3
     true
 }
 
+#[allow(clippy::large_enum_variant)] // one per SLAM run
 enum BackendRunner {
     Inline(Backend),
     Thread {
@@ -545,7 +547,7 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
                 // and optimised once, so the back end never falls behind tracking.
                 pending.extend(rx.try_iter());
                 let mut batch = Vec::new();
-                let mut rest = pending.drain(..).collect::<Vec<_>>().into_iter();
+                let mut rest = std::mem::take(&mut pending).into_iter();
                 let mut next = None;
                 for m in rest.by_ref() {
                     match m {
@@ -1144,7 +1146,15 @@ fn run_frames(
                     let t_last = s.store.frames[last_good.keyframe]
                         .t_wc
                         .compose(&last_good.t_kf_frame);
-                    let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
+                    #[allow(clippy::type_complexity)]
+                    // (key, keyframe, pose, pointmap, image) rows, sorted here
+                    let mut c: Vec<(
+                        f64,
+                        usize,
+                        Sim3,
+                        Arc<Pointmap>,
+                        Vec<f32>,
+                    )> = s
                         .store
                         .frames
                         .iter()
@@ -1163,7 +1173,15 @@ fn run_frames(
                     c.truncate(cfg.retrieval.k.max(1));
                     // Candidates by pose (`false`), tried from the last pose, then by appearance
                     // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
-                    let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c
+                    #[allow(clippy::type_complexity)]
+                    // (key, keyframe, pose, pointmap, image) rows, sorted here
+                    let mut c: Vec<(
+                        bool,
+                        usize,
+                        Sim3,
+                        Arc<Pointmap>,
+                        Vec<f32>,
+                    )> = c
                         .into_iter()
                         .map(|(_, j, t, p, conf)| (false, j, t, p, conf))
                         .collect();

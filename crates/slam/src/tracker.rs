@@ -498,12 +498,12 @@ pub fn point_info_weighted(
             &dh.fixed_view::<1, 3>(2, 0).into_owned(),
             p.sigma_depth * zs_log,
         );
-        if p.sigma_plane > 0.0 {
-            if let Some(Some(n)) = meas.normals.get(q) {
-                let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
-                let r = n.dot(&(xq - y));
-                add(r, &n.transpose(), p.sigma_plane * zs_plane);
-            }
+        if p.sigma_plane > 0.0
+            && let Some(Some(n)) = meas.normals.get(q)
+        {
+            let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
+            let r = n.dot(&(xq - y));
+            add(r, &n.transpose(), p.sigma_plane * zs_plane);
         }
     } else {
         let norm = xq.norm();

@@ -446,8 +446,7 @@ fn forward_only_renders_the_same_image_and_refuses_a_backward_pass() {
         &gpu.upload(&vec![0.0f32; npix]),
         &gpu.upload(&vec![0.0f32; npix]),
     )
-    .err()
-    .expect("a backward pass over a forward-only render must be refused");
+    .expect_err("a backward pass over a forward-only render must be refused");
     assert!(err.to_string().contains("forward_only"), "{err}");
     compare_forward(&gpu, &s, &cam, false, [0.1, 0.2, 0.3]);
 }

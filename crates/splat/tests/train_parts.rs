@@ -411,7 +411,7 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     assert_eq!(plan.parent.len(), 525);
     for i in (0..n).step_by(10) {
         let p = plan.parent[i] as usize;
-        assert!(p % 10 != 0, "dead row {i} copies a live one");
+        assert!(!p.is_multiple_of(10), "dead row {i} copies a live one");
         assert_eq!(
             plan.variant[i], 4,
             "relocated rows keep their own optimizer state"

@@ -733,18 +733,21 @@ impl Trainer {
                         w,
                         h,
                     );
-                    if s > adc.refine_start && s % adc.refine_every.max(1) == 0 {
+                    if s > adc.refine_start && s.is_multiple_of(adc.refine_every.max(1)) {
                         drop(grads);
                         refined = Some(self.refine_adc(&adc, s)?);
                     }
-                    if adc.reset_every > 0 && s > 0 && s % adc.reset_every == 0 {
+                    if adc.reset_every > 0 && s > 0 && s.is_multiple_of(adc.reset_every) {
                         self.reset_opacity(2.0 * adc.prune_opacity);
                     }
                 }
             }
             Strategy::Mcmc(mc) => {
                 drop(grads);
-                if s < mc.refine_stop && s > mc.refine_start && s % mc.refine_every.max(1) == 0 {
+                if s < mc.refine_stop
+                    && s > mc.refine_start
+                    && s.is_multiple_of(mc.refine_every.max(1))
+                {
                     refined = Some(self.refine_mcmc(&mc)?);
                 }
                 let scale = self.means_lr(s + 1) * mc.noise_lr;
