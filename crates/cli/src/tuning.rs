@@ -38,6 +38,7 @@ struct GpuSection {
     f32_atomics: Option<bool>,
     checked_kernels: Option<bool>,
     profile: Option<String>,
+    wgpu_tasks_per_submit: Option<usize>,
     #[serde(default)]
     cuda: CudaSection,
 }
@@ -75,6 +76,9 @@ pub struct Env {
     pub profile: Option<String>,
     /// `RUST3R_CUDA_TF32`: `0` keeps binary32 products in binary32.
     pub cuda_tf32: Option<String>,
+    /// `CUBECL_WGPU_MAX_TASKS` is set: CubeCL's configuration decides the dispatches per wgpu
+    /// submission.
+    pub cubecl_max_tasks: bool,
     /// `RUST3R_FFMPEG`, `RUST3R_FFPROBE`, `RUST3R_VIDEO_FRAMES`.
     pub ffmpeg: Option<PathBuf>,
     pub ffprobe: Option<PathBuf>,
@@ -118,6 +122,7 @@ impl Env {
                 tuning: path("RUST3R_TUNING"),
                 profile: text("RUST3R_PROFILE"),
                 cuda_tf32: text("RUST3R_CUDA_TF32"),
+                cubecl_max_tasks: std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_some(),
                 ffmpeg: path("RUST3R_FFMPEG"),
                 ffprobe: path("RUST3R_FFPROBE"),
                 video_frames: path("RUST3R_VIDEO_FRAMES"),
@@ -142,6 +147,9 @@ impl Tuning {
                 "device" => ProfileMode::Device,
                 _ => ProfileMode::Host,
             };
+        }
+        if env.cubecl_max_tasks {
+            t.gpu.wgpu_tasks_per_submit = None;
         }
         if let Some(v) = &env.cuda_tf32 {
             t.gpu.cuda.tf32 = v != "0";
@@ -178,6 +186,15 @@ impl Tuning {
         set(&mut g.subgroups, f.gpu.subgroups);
         set(&mut g.f32_atomics, f.gpu.f32_atomics);
         set(&mut g.checked_kernels, f.gpu.checked_kernels);
+        if let Some(n) = f.gpu.wgpu_tasks_per_submit {
+            if n == 0 {
+                bail!(
+                    "{}: gpu.wgpu_tasks_per_submit must be at least 1",
+                    path.display()
+                );
+            }
+            g.wgpu_tasks_per_submit = Some(n);
+        }
         if let Some(p) = &f.gpu.profile {
             g.profile = p.parse().with_context(|| format!("{}", path.display()))?;
         }
@@ -225,6 +242,7 @@ mod tests {
         assert_eq!(t, Tuning::default());
         assert!(t.gpu.subgroups && t.gpu.f32_atomics && !t.gpu.checked_kernels);
         assert!(t.gpu.cuda.cublas && t.gpu.cuda.tf32 && !t.gpu.cuda.tma);
+        assert_eq!(t.gpu.wgpu_tasks_per_submit, Some(4));
         assert_eq!(t.gpu.profile, ProfileMode::Off);
         assert_eq!(t.video.ffmpeg, PathBuf::from("ffmpeg"));
     }
@@ -233,6 +251,7 @@ mod tests {
     fn file_then_environment_then_flag() {
         let (_d, path) = file(
             r#"{"gpu": {"subgroups": false, "checked_kernels": true, "profile": "device",
+                "wgpu_tasks_per_submit": 32,
                 "cuda": {"tf32": false, "tma": true, "min_blocks": "rasterize_backward:0, x:2"}},
                "raster": {"vec_shared": true, "backward_batch_cap": 8},
                "video": {"ffmpeg": "/opt/ff/ffmpeg", "frames_dir": "/tmp/frames"}}"#,
@@ -240,6 +259,7 @@ mod tests {
         let t = Tuning::resolve(Some(&path), None, &Env::default()).unwrap();
         assert!(!t.gpu.subgroups && t.gpu.f32_atomics && t.gpu.checked_kernels);
         assert_eq!(t.gpu.profile, ProfileMode::Device);
+        assert_eq!(t.gpu.wgpu_tasks_per_submit, Some(32));
         assert!(!t.gpu.cuda.tf32 && t.gpu.cuda.tma && t.gpu.cuda.cublas);
         assert_eq!(
             t.gpu.cuda.min_blocks,
@@ -257,10 +277,15 @@ mod tests {
             profile: Some("1".into()),
             cuda_tf32: Some("1".into()),
             ffprobe: Some("/usr/bin/ffprobe".into()),
+            cubecl_max_tasks: true,
             ..Env::default()
         };
         let t = Tuning::resolve(None, None, &env).unwrap();
         assert!(!t.gpu.subgroups, "file named by RUST3R_TUNING");
+        assert_eq!(
+            t.gpu.wgpu_tasks_per_submit, None,
+            "CUBECL_WGPU_MAX_TASKS decides"
+        );
         assert_eq!(t.gpu.profile, ProfileMode::Host);
         assert!(t.gpu.cuda.tf32);
         assert_eq!(t.video.ffprobe, PathBuf::from("/usr/bin/ffprobe"));
@@ -274,11 +299,29 @@ mod tests {
         assert_eq!(t.gpu.profile, ProfileMode::Device);
     }
 
+    /// The example in docs/tuning.md is a valid file that sets what it shows.
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("../../../docs/tuning.md");
+        let start = doc.find("```json\n").expect("a JSON example") + "```json\n".len();
+        let end = start + doc[start..].find("```").expect("the example's end");
+        let (_d, path) = file(&doc[start..end]);
+        let t = Tuning::resolve(Some(&path), None, &Env::default()).unwrap();
+        // The example's min-blocks rule is the one the backward rasterizer sets itself.
+        let mut gpu = GpuTuning::default();
+        gpu.cuda.min_blocks = vec![("rasterize_backward".into(), 4)];
+        assert_eq!(t.gpu, gpu);
+        assert_eq!(t.raster.vec_shared, Some(true));
+        assert_eq!(t.raster.backward_batch_cap, Some(16));
+        assert_eq!(t.video.frames_dir, Some(PathBuf::from("/tmp/frames")));
+    }
+
     #[test]
     fn bad_files_are_errors_naming_the_file() {
         for (text, says) in [
             (r#"{"gpu": {"subgroup": false}}"#, "unknown field"),
             (r#"{"raster": {"backward_batch_cap": 5}}"#, "4, 8 or 16"),
+            (r#"{"gpu": {"wgpu_tasks_per_submit": 0}}"#, "at least 1"),
             (r#"{"gpu": {"profile": "sometimes"}}"#, "profile mode"),
             (
                 r#"{"gpu": {"cuda": {"min_blocks": "rasterize_backward"}}}"#,

@@ -230,17 +230,18 @@ fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
     Ok(WgpuDevice::new(kind).on(backend))
 }
 
-/// Dispatches per wgpu command submission, unless `CUBECL_WGPU_MAX_TASKS` says otherwise
-/// (CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
+/// Dispatches per wgpu command submission by default ([`GpuTuning::wgpu_tasks_per_submit`];
+/// CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
 /// Gaussians, 1080p took 6.77 ms at 4 against 7.41 ms at 32 (docs/benchmarks/journal.md, 2026-11-27): after
 /// the forward pass's read-back the GPU idles until the first submission, and a smaller one
 /// comes sooner.
 pub const WGPU_TASKS_PER_SUBMIT: usize = 4;
 
-/// Set up the wgpu runtime of `device` with rust3r's options ([`WGPU_TASKS_PER_SUBMIT`]), once per
-/// device and process. Best effort: when something else (Burn) registered the device first, or
-/// setting it up fails, the client is created (or its failure reported) by the caller as before.
-fn register_wgpu(device: &WgpuDevice) {
+/// Set up the wgpu runtime of `device` with rust3r's options (`tasks` dispatches per submission,
+/// `None`: CubeCL's configuration), once per device and process. Best effort: when something else
+/// (Burn) registered the device first, or setting it up fails, the client is created (or its
+/// failure reported) by the caller as before.
+fn register_wgpu(device: &WgpuDevice, tasks: Option<usize>) {
     static TRIED: std::sync::Mutex<Vec<WgpuDevice>> = std::sync::Mutex::new(Vec::new());
     let mut tried = TRIED.lock().unwrap_or_else(|e| e.into_inner());
     if tried.contains(device) {
@@ -250,8 +251,8 @@ fn register_wgpu(device: &WgpuDevice) {
     let Ok(mut options) = cubecl::wgpu::RuntimeOptions::try_default() else {
         return;
     };
-    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        options.tasks_max = WGPU_TASKS_PER_SUBMIT;
+    if let Some(tasks) = tasks {
+        options.tasks_max = tasks;
     }
     let device = device.clone();
     let _ = std::panic::catch_unwind(move || {
@@ -304,7 +305,7 @@ impl Gpu {
         let device = match opts.backend {
             BackendKind::Wgpu => {
                 let device = wgpu_device_for(opts.adapter)?;
-                register_wgpu(&device);
+                register_wgpu(&device, opts.tuning.wgpu_tasks_per_submit);
                 cubecl::Device::Wgpu(device)
             }
             BackendKind::Cuda => {

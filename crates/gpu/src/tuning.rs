@@ -83,6 +83,11 @@ pub struct GpuTuning {
     pub checked_kernels: bool,
     /// Phase timing ([`crate::profile`]).
     pub profile: ProfileMode,
+    /// Dispatches per wgpu command submission (default
+    /// [`crate::runtime::WGPU_TASKS_PER_SUBMIT`]); `None` leaves it to CubeCL's configuration
+    /// (its default 32, or `CUBECL_WGPU_MAX_TASKS`). Applied by the first [`crate::Gpu::new`] on
+    /// a device in the process.
+    pub wgpu_tasks_per_submit: Option<usize>,
     pub cuda: CudaTuning,
 }
 
@@ -93,6 +98,7 @@ impl Default for GpuTuning {
             f32_atomics: true,
             checked_kernels: false,
             profile: ProfileMode::Off,
+            wgpu_tasks_per_submit: Some(crate::runtime::WGPU_TASKS_PER_SUBMIT),
             cuda: CudaTuning::default(),
         }
     }
