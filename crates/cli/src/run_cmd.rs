@@ -126,6 +126,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.max_view_gap = a.max_view_gap;
     opts.max_lost_frames = a.max_lost_frames;
     opts.calibration = calib.as_ref().map(|c| c.intrinsics);
+    let tuning = a.device.tuning()?;
+    opts.video = tuning.video;
+    opts.train.raster = tuning.raster;
     let t = &mut opts.train;
     let (steps, downscale, init_count) = a.preset.values();
     let steps = a.steps.unwrap_or(steps);

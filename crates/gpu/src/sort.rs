@@ -306,47 +306,56 @@ pub fn sort_pairs_staged(
         } else {
             (&k_b, &v_b)
         };
-        crate::launch!(radix_count(
-            gpu.client(),
-            gpu.grid(blocks),
-            CubeDim::new_1d(BLOCK),
-            k_src.arg(),
-            counts.arg(),
-            n as u32,
-            shift,
-            blocks as u32,
-        ));
+        crate::launch!(
+            gpu,
+            radix_count(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                k_src.arg(),
+                counts.arg(),
+                n as u32,
+                shift,
+                blocks as u32,
+            )
+        );
         after(0);
         let column = blocks <= COLUMN_SCAN_MAX_TILES;
         let offsets = if column {
-            crate::launch!(radix_column_scan(
-                gpu.client(),
-                gpu.grid(BINS),
-                CubeDim::new_1d(BLOCK),
-                counts.arg(),
-                totals.arg(),
-                blocks as u32,
-            ));
+            crate::launch!(
+                gpu,
+                radix_column_scan(
+                    gpu.client(),
+                    gpu.grid(BINS),
+                    CubeDim::new_1d(BLOCK),
+                    counts.arg(),
+                    totals.arg(),
+                    blocks as u32,
+                )
+            );
             counts.clone()
         } else {
             exclusive_scan(gpu, &counts)
         };
         after(1);
-        crate::launch!(radix_scatter(
-            gpu.client(),
-            gpu.grid(blocks),
-            CubeDim::new_1d(BLOCK),
-            k_src.arg(),
-            v_src.arg(),
-            k_dst.arg(),
-            v_dst.arg(),
-            offsets.arg(),
-            totals.arg(),
-            n as u32,
-            shift,
-            blocks as u32,
-            column,
-        ));
+        crate::launch!(
+            gpu,
+            radix_scatter(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                k_src.arg(),
+                v_src.arg(),
+                k_dst.arg(),
+                v_dst.arg(),
+                offsets.arg(),
+                totals.arg(),
+                n as u32,
+                shift,
+                blocks as u32,
+                column,
+            )
+        );
         after(2);
         k_src = k_dst.clone();
         v_src = v_dst.clone();

@@ -56,6 +56,8 @@ pub struct RunOptions {
     /// Tracking lost for good: the run stops with an error when the input ends with at least
     /// this many frames lost in a row (0: never; a shorter lost tail only loses those frames).
     pub max_lost_frames: usize,
+    /// How a video input is decoded (FFmpeg programs, frame cache).
+    pub video: datasets::VideoOptions,
 }
 
 impl RunOptions {
@@ -90,6 +92,7 @@ impl RunOptions {
             max_view_gap: 10,
             max_lost_frames: 30,
             calibration: None,
+            video: datasets::VideoOptions::default(),
         }
     }
 }
@@ -173,6 +176,7 @@ pub fn run_capture_with(
                 kind: opts.kind,
                 stride: opts.stride,
                 calibration: opts.calibration,
+                video: opts.video.clone(),
             },
         )
     };

@@ -19,7 +19,7 @@ use rust3r_splat::train::{
     AdcConfig, DepthTarget, StepExtras, StepInfo, StepTarget, Strategy, TrainConfig, Trainer,
     images::PackedImage, init, mcmc::McmcConfig,
 };
-use rust3r_splat::{Camera, ShPrecision};
+use rust3r_splat::{Camera, RasterTuning, ShPrecision};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Context, PipelineError, invalid};
@@ -98,6 +98,8 @@ pub struct TrainOptions {
     pub lpips: Option<LpipsWeights>,
     /// Set to stop at the next step with a checkpoint written (Ctrl-C).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Rasterizer layout choices (default: per adapter).
+    pub raster: RasterTuning,
 }
 
 impl Default for TrainOptions {
@@ -132,6 +134,7 @@ impl Default for TrainOptions {
             image_cache_bytes: 4_000_000_000,
             lpips: None,
             stop: None,
+            raster: RasterTuning::default(),
         }
     }
 }
@@ -581,7 +584,7 @@ impl TrainSession {
             sh_precision,
             ..Default::default()
         };
-        let trainer = match &opts.resume {
+        let mut trainer = match &opts.resume {
             Some(ck) => resume(gpu, ck, &opts, on_event)?,
             None => {
                 let use_points = match opts.init {
@@ -629,6 +632,7 @@ impl TrainSession {
                 Trainer::new(gpu, cfg, &init)?
             }
         };
+        trainer.set_raster_tuning(opts.raster);
 
         // Images: decode in parallel into RAM, pack onto the device when they fit. Alpha is kept
         // only for the alpha loss; masks are always used.

@@ -9,9 +9,9 @@ pub mod train;
 
 pub use camera::Camera;
 pub use render::{
-    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState,
-    ShCoeffs, ShPrecision, SplatGrads, TileStats, parse_background, render, render_backward,
-    render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
+    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RasterTuning, RenderOptions, RenderOutput,
+    RenderState, ShCoeffs, ShPrecision, SplatGrads, TileStats, parse_background, render,
+    render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
 };
 
 /// Errors of the splat crate.

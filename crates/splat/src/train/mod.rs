@@ -30,7 +30,7 @@ use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::render::{
-    GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
+    GpuSplats, RasterTuning, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
 };
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
@@ -287,6 +287,8 @@ pub struct Trainer {
     zeros_cache: Option<GpuBuffer<f32>>,
     /// Largest device bytes in use sampled inside steps ([`Trainer::track_memory`]).
     peak_in_use: Option<u64>,
+    /// Rasterizer layout choices of every render ([`Trainer::set_raster_tuning`]).
+    raster: RasterTuning,
 }
 
 fn logit(p: f32) -> f32 {
@@ -362,7 +364,14 @@ impl Trainer {
             last_depth_loss: None,
             zeros_cache: None,
             peak_in_use: None,
+            raster: RasterTuning::default(),
         }
+    }
+
+    /// Render with these rasterizer layout choices (default: per adapter). Not part of the
+    /// run's definition: checkpoints do not keep it.
+    pub fn set_raster_tuning(&mut self, tuning: RasterTuning) {
+        self.raster = tuning;
     }
 
     /// The f32 parameter buffers of the first four groups (SH: [`GpuSplats::sh`]).
@@ -568,6 +577,7 @@ impl Trainer {
             absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
             // Half-float SH: Adam computes the SH gradient itself (not stored).
             sh_grad: !self.splats.sh.is_half(),
+            tuning: self.raster,
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
@@ -1017,6 +1027,7 @@ impl Trainer {
             background: self.cfg.background,
             antialiased: self.cfg.antialiased,
             forward_only: true,
+            tuning: self.raster,
             ..Default::default()
         };
         let (out, _) = render(&self.gpu, &self.splats, camera, &opts)?;
