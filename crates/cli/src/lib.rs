@@ -1,1 +1,3 @@
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 

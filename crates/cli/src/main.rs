@@ -1,4 +1,6 @@
 //! `rust3r`: dense 3D reconstruction and Gaussian splatting on any GPU.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 mod bench;
 mod live;

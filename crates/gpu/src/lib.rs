@@ -4,6 +4,8 @@
 //! backend CubeCL's wgpu runtime reaches (Vulkan, Metal, DX12, lavapipe).
 //! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction
 //! and reductions. Each kernel lives next to the host code that launches it.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod blas;
 pub mod compact;

@@ -44,6 +44,8 @@
 //! println!("{} points, first {:?}", host.conf.len(), &host.pts3d[..3]);
 //! # Ok::<(), rust3r_mast3r::Error>(())
 //! ```
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 #![warn(missing_docs)]
 

@@ -7,6 +7,8 @@
 //!   fused pointmaps, training with sensor depth, exposure and pose refinement, outputs.
 //!
 //! Dependencies go one way: pipelines → splat / slam / lpips → gpu / geometry / io.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod capture;
 pub mod error;

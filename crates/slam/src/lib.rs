@@ -19,6 +19,8 @@
 //!   `transforms.json`.
 //! * [`kernels`]: GPU (CubeCL) versions of iterative projection and the tracking reductions.
 //! * [`trajectory`] and [`ate`]: trajectory I/O (TUM, EuRoC) and evo-exact ATE.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 #![warn(missing_docs)]
 

@@ -1,5 +1,7 @@
 //! Differentiable Gaussian-splatting rasterizer (project, sort, bin,
 //! rasterize, backward) on portable CubeCL kernels.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod autodiff;
 pub mod camera;
