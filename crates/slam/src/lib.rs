@@ -32,6 +32,7 @@ mod error;
 pub mod kernels;
 pub mod keyframes;
 pub mod matching;
+pub mod model;
 pub mod output;
 pub mod pair;
 pub mod par;

@@ -47,9 +47,14 @@ use crate::SlamError;
 use crate::backend::{Edge, KeyframeView, match_fraction, optimize};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
+use crate::model::{ModelSource, render_model};
 use crate::pair::PairFrontEnd;
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 use crate::tracker::{LevelView, ResidualParams, Tracker};
+
+/// Smallest fraction of pixels the frame-to-model view must cover; below it the frame is
+/// tracked against the keyframe alone.
+const MODEL_MIN_COVERAGE: f64 = 0.3;
 
 /// What the system is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -906,6 +911,9 @@ fn run_frames(
     let mut pair_warm: Option<(usize, Vec<u32>)> = None;
     // Poorly constrained frames in a row.
     let mut weak_run = 0usize;
+    // Frame-to-model: the last tracked frames (keyframe, pose in it, pointmap), oldest first.
+    let mut recent: std::collections::VecDeque<(usize, Sim3, Arc<Pointmap>)> =
+        std::collections::VecDeque::new();
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
     for i in 0..total {
@@ -964,10 +972,28 @@ fn run_frames(
             }
             TrackingState::Tracking => {
                 let last = records.last().expect("a frame precedes tracking").clone();
-                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last, t_wc_prev) = {
+                let use_model = (cfg.tracking.model_keyframes > 0 || cfg.tracking.model_frames > 0)
+                    && cam.is_some()
+                    && cfg.matching.projective
+                    && source.pairs().is_none();
+                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last, t_wc_prev, model_kfs) = {
                     let s = lock(shared)?;
                     let k = s.store.len() - 1;
                     let kf = &s.store.frames[k];
+                    // Frame-to-model: the last keyframes (newest first), for the model view.
+                    let model_kfs: Vec<(Sim3, Arc<Pointmap>, Vec<f32>)> = if use_model {
+                        s.store.frames[(k + 1).saturating_sub(cfg.tracking.model_keyframes)..=k]
+                            .iter()
+                            .rev()
+                            .map(|f| (f.t_wc, f.pointmap.clone(), f.average_conf()))
+                            .chain(recent.iter().rev().map(|(kf, t_kf_frame, pm)| {
+                                let t_wc = s.store.frames[*kf].t_wc.compose(t_kf_frame);
+                                (t_wc, pm.clone(), pm.conf.clone())
+                            }))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     let world =
                         |r: &FrameRecord| s.store.frames[r.keyframe].t_wc.compose(&r.t_kf_frame);
                     // The frame before the last one, when both were tracked (motion model).
@@ -984,6 +1010,7 @@ fn run_frames(
                         kf.t_wc,
                         world(&last),
                         prev.map(world),
+                        model_kfs,
                     )
                 };
                 // Start from the previous frame's pose, moved on by the previous frame's motion
@@ -1030,8 +1057,47 @@ fn run_frames(
                         let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
                         let conf = pm.conf.clone();
                         let t_track = std::time::Instant::now();
-                        let res = match (gpu, cam) {
-                            (Some(g), Some(c)) => crate::kernels::track_gpu(
+                        // Frame-to-model: the model view at the predicted pose, when it covers
+                        // enough of the image to track on.
+                        let model = cam.filter(|_| !model_kfs.is_empty()).and_then(|c| {
+                            let sources: Vec<ModelSource<'_>> = model_kfs
+                                .iter()
+                                .map(|(t_wc, pm, conf)| ModelSource {
+                                    t_wc: *t_wc,
+                                    pointmap: pm,
+                                    conf,
+                                })
+                                .collect();
+                            let t_wc_model = t_wck.compose(&t_init);
+                            let view = render_model(&sources, &c, pm.width, pm.height, &t_wc_model);
+                            let covered = view.conf.iter().filter(|c| **c > 0.0).count();
+                            (covered as f64 >= MODEL_MIN_COVERAGE * view.len() as f64)
+                                .then_some(view)
+                        });
+                        let res = match (gpu, cam, model) {
+                            (Some(g), Some(c), Some(view)) => {
+                                let on_model = crate::kernels::track_gpu(
+                                    g,
+                                    tracker,
+                                    &pm,
+                                    &conf,
+                                    &view,
+                                    &view.conf,
+                                    c,
+                                    &Sim3::identity(),
+                                )?;
+                                let t = t_init.compose(&on_model.t_kf_frame);
+                                let mut res =
+                                    tracker.evaluate(&pm, &conf, &kf_pm, &kf_conf, cam, &t);
+                                res.iterations = on_model.iterations;
+                                res.cost = on_model.cost;
+                                res.constraint = on_model.constraint;
+                                res.weak = !res.lost && on_model.weak;
+                                res
+                            }
+                            (None, _, Some(view)) => tracker
+                                .track_model(&pm, &conf, &view, &kf_pm, &kf_conf, cam, &t_init),
+                            (Some(g), Some(c), None) => crate::kernels::track_gpu(
                                 g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init,
                             )?,
                             _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
@@ -1086,6 +1152,7 @@ fn run_frames(
                         rgb_path: frame.rgb_path.clone(),
                     });
                     state = TrackingState::Relocalising;
+                    recent.clear();
                 } else {
                     let mut s = lock(shared)?;
                     if let Some((pts, c)) = &res.observation {
@@ -1095,6 +1162,12 @@ fn run_frames(
                             cfg.tracking.filtering_mode,
                             cfg.tracking.filtering_score,
                         );
+                    }
+                    if cfg.tracking.model_frames > 0 {
+                        if recent.len() == cfg.tracking.model_frames {
+                            recent.pop_front();
+                        }
+                        recent.push_back((k, res.t_kf_frame, Arc::new(pm.clone())));
                     }
                     if res.new_keyframe {
                         let t_wc = s.store.frames[k].t_wc.compose(&res.t_kf_frame);
