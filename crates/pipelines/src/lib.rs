@@ -10,6 +10,7 @@
 
 pub mod capture;
 pub mod error;
+pub mod online;
 pub mod pose;
 pub mod train;
 
@@ -18,6 +19,6 @@ pub use capture::{
 };
 pub use error::PipelineError;
 pub use train::{
-    EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession,
-    TrainSummary,
+    EvalRecord, InitKind, Interpolated, Refinement, StrategyKind, TrainEvent, TrainOptions,
+    TrainSession, TrainSummary, ViewScore,
 };
