@@ -5,6 +5,8 @@
 //!   [`train::TrainEvent`]s;
 //! * [`capture`]: capture to splat (`rust3r run`): SLAM, view selection, initialisation from the
 //!   fused pointmaps, training with sensor depth, exposure and pose refinement, outputs.
+//! * [`online`]: `rust3r run --online`'s trainer thread, fed with SLAM's keyframes while it
+//!   tracks.
 //!
 //! Dependencies go one way: pipelines → splat / slam / lpips → gpu / geometry / io.
 

@@ -17,10 +17,10 @@ fn options(out: &Path) -> RunOptions {
     opts.max_frames = Some(40);
     opts.hold_out = 20;
     opts.slam.single_thread = true;
-    opts.train.steps = 300;
+    opts.train.steps = 200;
     opts.train.downscale = 8;
     opts.train.sh_degree = 1;
-    opts.train.init_count = 8000;
+    opts.train.init_count = 4000;
     opts.refine.pose_start = 100;
     opts
 }
@@ -115,7 +115,7 @@ fn held_out_frames_are_scored_between_their_neighbours_sequential_and_online() {
         if online {
             assert_eq!(online_events, 38, "online progress after every SLAM frame");
             assert!(s.online_views >= 1, "keyframes reached the online trainer");
-            assert!(s.online_steps <= 150, "at most half the steps online");
+            assert!(s.online_steps <= 100, "at most half the steps online");
             assert_eq!(last_step.min(s.online_steps), last_step);
         } else {
             assert_eq!((online_events, s.online_steps), (0, 0));
@@ -131,7 +131,9 @@ fn held_out_frames_are_scored_between_their_neighbours_sequential_and_online() {
         );
         results.push(psnr);
     }
-    // Floors near the measured values (lavapipe, 2026-11-28: see the printout); NaN fails them.
-    assert!(results[0] > 10.0, "sequential {}", results[0]);
-    assert!(results[1] > 10.0, "online {}", results[1]);
+    // Floors near the measured values (lavapipe, 2026-11-28: 25.06 dB sequential, 23.86 dB online,
+    // which starts from one keyframe's 500 points and takes a timing-dependent number of online
+    // steps); NaN fails them.
+    assert!(results[0] > 24.0, "sequential {}", results[0]);
+    assert!(results[1] > 22.5, "online {}", results[1]);
 }
