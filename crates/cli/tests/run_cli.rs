@@ -320,3 +320,31 @@ fn run_mono_on_a_video_writes_a_splat() {
         "{cx} {cy}"
     );
 }
+
+#[test]
+fn run_hold_out_and_online_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = copy_frames(dir.path(), 12);
+    let out = dir.path().join("out");
+    let (s, o) = (seq.to_str().unwrap(), out.to_str().unwrap());
+    let (ok, _, err) = rust3r(&run_args(s, o, &["--hold-out", "1"]));
+    assert!(!ok && err.contains("--hold-out 1"), "{err}");
+    // Frames 3 and 9 held out before SLAM; training while tracking.
+    let (ok, stdout, err) = rust3r(&run_args(s, o, &["--hold-out", "6", "--online"]));
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("(2 held out before SLAM)"), "{stdout}");
+    assert!(stdout.contains("during SLAM"), "{stdout}");
+    assert_eq!(tum_poses(&out.join("trajectory.txt")).len(), 10);
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    let views = eval.as_array().unwrap().last().unwrap()["views"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(views.len(), 2, "{eval}");
+    assert!(
+        views[0]["name"].as_str().unwrap().contains("000003"),
+        "{eval}"
+    );
+    assert!(views[1]["psnr"].as_f64().unwrap().is_finite(), "{eval}");
+}

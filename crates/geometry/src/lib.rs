@@ -13,7 +13,6 @@
 //!   intrinsics transform.
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
-
 #![warn(missing_docs)]
 
 pub mod camera;

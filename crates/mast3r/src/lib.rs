@@ -46,7 +46,6 @@
 //! ```
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
-
 #![warn(missing_docs)]
 
 pub mod checkpoint;

@@ -21,7 +21,6 @@
 //! * [`trajectory`] and [`ate`]: trajectory I/O (TUM, EuRoC) and evo-exact ATE.
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
-
 #![warn(missing_docs)]
 
 pub mod appearance;

@@ -122,7 +122,7 @@ fn a_loop_edge_removes_drift_the_chain_cannot_see() {
     // Start and end 2 m from the back wall, seeing its corners with the left wall and the floor
     // (a wall and the floor alone would leave a slide along their edge free, as redkitchen's
     // cabinet front and floor do); in between 0.8 m from it (the wall alone).
-    let truth = vec![
+    let truth = [
         look(-1.6, 0.5, 1.0),
         look(-1.75, 0.6, 2.2),
         look(-1.7, 0.6, 2.2),

@@ -14,7 +14,6 @@
 //! malformed input never panics.
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
-
 #![warn(missing_docs)]
 
 mod error;

@@ -966,6 +966,82 @@ impl Trainer {
         })
     }
 
+    /// Appends Gaussians (e.g. a new keyframe's points in online training): new rows after the
+    /// current ones, with zero Adam moments and densification statistics; the current rows keep
+    /// theirs. With half-float SH storage the added Gaussians' higher-order coefficients start
+    /// at zero (their DC terms are `add`'s).
+    pub fn add_splats(&mut self, add: &init::InitSplats) -> Result<(), SplatError> {
+        let m = add.len();
+        if m == 0 {
+            return Ok(());
+        }
+        if add.sh_degree != self.cfg.sh_degree {
+            return Err(SplatError::InvalidSplats(format!(
+                "added splats have SH degree {}, the trainer has {}",
+                add.sh_degree, self.cfg.sh_degree
+            )));
+        }
+        let n = self.splats.len();
+        if n == 0 {
+            return Err(SplatError::InvalidSplats(
+                "cannot add Gaussians to a trainer with none".into(),
+            ));
+        }
+        Self::check_config(&self.gpu, &self.cfg, n + m)?;
+        self.check_budget(n + m)?;
+        let rows = self.rows();
+        let want = [
+            add.means.len(),
+            add.log_scales.len(),
+            add.quats.len(),
+            add.opacity_logits.len(),
+            add.sh.len(),
+        ];
+        if want != rows.map(|r| r * m) {
+            return Err(SplatError::InvalidSplats(format!(
+                "added splats have inconsistent lengths {want:?} for {m} Gaussians"
+            )));
+        }
+        let gpu = self.gpu.clone();
+        // Old rows keep their place; new rows copy row 0 (variant 1: fresh, zero moments and
+        // statistics), then get their own parameters.
+        let parent: Vec<u32> = (0..n as u32).chain(std::iter::repeat_n(0, m)).collect();
+        let variant: Vec<u32> = std::iter::repeat_n(0u32, n)
+            .chain(std::iter::repeat_n(1, m))
+            .collect();
+        let (parent, variant) = (gpu.upload(&parent), gpu.upload(&variant));
+        let new_rows = gpu.upload(&(n as u32..(n + m) as u32).collect::<Vec<u32>>());
+        let grow = |src: &GpuBuffer<f32>, row: usize, values: &[f32]| {
+            let dst = densify::rebuild(&gpu, src, &parent, &variant, row, false);
+            densify::scatter(&gpu, &dst, &new_rows, &gpu.upload(values), row);
+            dst
+        };
+        let s = &mut self.splats;
+        s.means = grow(&s.means, rows[0], &add.means);
+        s.log_scales = grow(&s.log_scales, rows[1], &add.log_scales);
+        s.quats = grow(&s.quats, rows[2], &add.quats);
+        s.opacity_logits = grow(&s.opacity_logits, rows[3], &add.opacity_logits);
+        s.sh = match &s.sh {
+            ShCoeffs::F32(sh) => ShCoeffs::F32(grow(sh, rows[4], &add.sh)),
+            ShCoeffs::Half { dc, rest } => {
+                let dc_values: Vec<f32> = add
+                    .sh
+                    .chunks(rows[4])
+                    .flat_map(|c| c[..3].to_vec())
+                    .collect();
+                let dc = grow(dc, 3, &dc_values);
+                let rest = densify::rebuild_half(&gpu, rest, &parent, Some(&variant), rows[4] - 3);
+                ShCoeffs::Half { dc, rest }
+            }
+        };
+        for g in 0..5 {
+            self.moments[g] = self.moments[g].rebuild(&gpu, &parent, &variant, rows[g]);
+        }
+        self.grad2d = densify::rebuild(&gpu, &self.grad2d, &parent, &variant, 1, true);
+        self.count = densify::rebuild(&gpu, &self.count, &parent, &variant, 1, true);
+        Ok(())
+    }
+
     /// Clamp opacities to at most `value` and zero their Adam moments.
     pub fn reset_opacity(&mut self, value: f32) {
         let n = self.splats.len();
