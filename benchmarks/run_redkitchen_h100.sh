@@ -38,7 +38,7 @@ for job in "$@"; do
     run)
       name="run_${a}_${b}${c:+_$(echo "$c" | tr -d ' -')}"
       # shellcheck disable=SC2086
-      peak_mem /usr/bin/time -f "wall %e s, max RSS %M KiB" "$RUST3R" --backend cuda run "$RK" \
+      peak_mem /usr/bin/time -f "wall %e s, max RSS %M KiB" "$RUST3R" run "$RK" --backend cuda \
         --out "$OUT/$name" --preset "$a" --steps "$b" --hold-out 20 $c 2>&1 | grep -v "^\s*$" | tail -12 ;;
     *) echo "unknown job $job" ;;
   esac

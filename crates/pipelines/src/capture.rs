@@ -363,7 +363,6 @@ pub fn run_capture_with(
             )
         }
     };
-    drop(record);
     let slam_seconds = t_slam.elapsed().as_secs_f64();
     // The input ended: the online trainer finishes its step and hands its state back.
     drop(online_tx);
