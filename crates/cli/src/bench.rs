@@ -333,7 +333,7 @@ pub fn load_garden(path: &Path) -> Result<Garden> {
     let w: Vec<i64> = read_npy(&mut zip, "width", path)?;
     let h: Vec<i64> = read_npy(&mut zip, "height", path)?;
     anyhow::ensure!(
-        m.len() % 3 == 0 && c.len() == m.len() && v.len() >= 16 && k.len() >= 9,
+        m.len().is_multiple_of(3) && c.len() == m.len() && v.len() >= 16 && k.len() >= 9,
         "{}: bad shapes",
         path.display()
     );
@@ -498,6 +498,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn raster(a: &RasterArgs) -> Result<()> {
     let gpu = a.device.open()?;
+    let raster_tuning = a.device.tuning()?.raster;
     let garden = load_garden(&a.npz)?;
     let t = Instant::now();
     let nn = knn_mean_dist(&garden.means);
@@ -543,6 +544,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
             let opts = RenderOptions {
                 backward_kernel: a.backward_kernel,
                 checkpoint_every: a.checkpoint_every,
+                tuning: raster_tuning,
                 ..Default::default()
             };
             let npix = (w * h) as usize;
@@ -581,7 +583,7 @@ fn raster(a: &RasterArgs) -> Result<()> {
             for i in 0..a.warmup + a.iters {
                 let reserved_before = gpu.memory_reserved();
                 if i == a.warmup {
-                    rust3r_gpu::profile::reset();
+                    gpu.profiler().reset();
                 }
                 gpu.sync()?;
                 rust3r_gpu::profile::start(&gpu);
@@ -615,9 +617,10 @@ fn raster(a: &RasterArgs) -> Result<()> {
                 .1
                 .tile_stats(&gpu)?;
             let (fm, bm) = (median(fwd.clone()), median(both.clone()));
-            if let Some(r) = rust3r_gpu::profile::report() {
+            if let Some(r) = gpu.profiler().report() {
                 println!(
-                    "profile {n} {w}x{h} (RUST3R_PROFILE; forward phases counted in both passes):\n{r}"
+                    "profile {n} {w}x{h} ({:?}; forward phases counted in both passes):\n{r}",
+                    gpu.profiler().mode()
                 );
             }
             eprintln!("tiles {n} {w}x{h}: {tiles:?}");
@@ -768,6 +771,7 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
             ..Default::default()
         };
         let mut t = Trainer::new(&gpu, cfg, &init)?;
+        t.set_raster_tuning(a.device.tuning()?.raster);
         drop(init);
         let target = gpu.upload(&vec![0.5f32; (w * h * 3) as usize]);
         gpu.sync()?;
@@ -794,8 +798,8 @@ fn train_step(a: &TrainStepArgs) -> Result<()> {
         gpu.sync()?;
         peak_res = peak_res.max(gpu.memory_reserved());
         let inside = t.peak_in_use().unwrap_or(0);
-        if let Some(r) = rust3r_gpu::profile::report() {
-            println!("profile {n} {w}x{h} (RUST3R_PROFILE):\n{r}");
+        if let Some(r) = gpu.profiler().report() {
+            println!("profile {n} {w}x{h} ({:?}):\n{r}", gpu.profiler().mode());
         }
         println!(
             "| {n} | {w}x{h} | {:.2} | {:.0} | {:.2} | {:.2} | {:.2} |",

@@ -1,4 +1,6 @@
 //! `rust3r`: dense 3D reconstruction and Gaussian splatting on any GPU.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 mod bench;
 mod live;
@@ -8,13 +10,14 @@ mod render_cmd;
 mod run_cmd;
 mod slam_cmd;
 mod train_cmd;
+mod tuning;
 mod view_cmd;
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
+use rust3r_gpu::{Gpu, GpuOptions, ProfileMode};
 
 #[derive(Parser)]
 #[command(
@@ -37,16 +40,34 @@ pub struct DeviceArgs {
     /// the CUDA device index.
     #[arg(long)]
     adapter: Option<usize>,
+    /// Tuning file (JSON; docs/tuning.md): kernel switches, CUDA settings, FFmpeg paths.
+    /// Default: the file named by RUST3R_TUNING, if any.
+    #[arg(long, value_name = "FILE")]
+    tuning: Option<PathBuf>,
+    /// Per-phase timing: off, host (synchronised intervals) or device (the device's own time).
+    /// Overrides RUST3R_PROFILE and the tuning file.
+    #[arg(long, value_name = "MODE")]
+    profile: Option<ProfileMode>,
 }
 
 impl DeviceArgs {
-    pub fn open(&self) -> Result<Gpu> {
-        let backend: BackendKind = self.backend.parse()?;
-        let gpu = Gpu::new(&GpuOptions {
-            backend,
+    /// The run's switches: defaults, the tuning file, the environment, then the flags.
+    pub fn tuning(&self) -> Result<tuning::Tuning> {
+        tuning::Tuning::resolve(self.tuning.as_deref(), self.profile, tuning::Env::get())
+    }
+
+    /// The device options of `--backend` / `--adapter` with the run's adapter tuning.
+    pub fn options(&self) -> Result<GpuOptions> {
+        Ok(GpuOptions {
+            backend: self.backend.parse()?,
             adapter: self.adapter,
             poison: false,
-        })?;
+            tuning: self.tuning()?.gpu,
+        })
+    }
+
+    pub fn open(&self) -> Result<Gpu> {
+        let gpu = Gpu::new(&self.options()?)?;
         tracing::info!("device: {}", gpu.name());
         Ok(gpu)
     }

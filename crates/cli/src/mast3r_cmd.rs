@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail, ensure};
 use burn::tensor::{DType, Device, DeviceKind, Distribution, Tensor};
 use clap::Args;
 use rust3r_gpu::BackendKind;
+use rust3r_gpu::profile::Profiler;
 use rust3r_mast3r::parity::{run_cases, write_outputs};
 use rust3r_mast3r::{Mast3r, Mast3rConfig, Precision, Replayer};
 
@@ -32,8 +33,8 @@ pub struct InferArgs {
     /// Constructor string for safetensors checkpoints that have none (e.g. the fixture's copy).
     #[arg(long)]
     model_string: Option<String>,
-    /// f32 or f16. On CUDA, f32 matrix products use TF32 tensor cores unless the environment
-    /// has RUST3R_CUDA_TF32=0 (binary32, for parity checks).
+    /// f32 or f16. On CUDA, f32 matrix products use TF32 tensor cores unless RUST3R_CUDA_TF32=0
+    /// or the tuning file's gpu.cuda.tf32 is false (binary32, for parity checks).
     #[arg(long, default_value = "f32")]
     precision: String,
     #[command(flatten)]
@@ -81,11 +82,7 @@ pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
     let backend: BackendKind = args.backend.parse()?;
     if backend == BackendKind::Cuda {
         // Opening it checks the driver and the index and names the device.
-        let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions {
-            backend,
-            adapter: args.adapter,
-            poison: false,
-        })?;
+        let gpu = rust3r_gpu::Gpu::new(&args.options()?)?;
         return Ok((Device::from(gpu.device().clone()), gpu.name()));
     }
     let adapters = rust3r_gpu::list_adapters();
@@ -226,6 +223,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     let t = Instant::now();
     let mut model = Mast3r::random(&cfg, &device, precision, 0);
     model.set_stacked_heads(!a.no_stacked_heads);
+    model.set_profiler(Profiler::new(a.device.tuning()?.gpu.profile));
     let model = std::sync::Arc::new(model);
     device.sync().map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let params = cfg.inference_params();
@@ -254,10 +252,10 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
             for i in 0..a.warmup + a.iters {
                 let img = image();
                 sync()?;
-                // RUST3R_PROFILE phases: the timed iterations of the per-frame (mono) run only, so
+                // Profiled phases (--profile): the timed iterations of the per-frame (mono) run only, so
                 // first-use kernel compilation in the warm-ups does not count.
                 if what == "mono" && i == a.warmup {
-                    rust3r_mast3r::model::profile::reset();
+                    model.profiler().reset();
                 }
                 let t = Instant::now();
                 f(img)?;
@@ -289,7 +287,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         let _ = model.mono(&e);
         Ok(())
     })?;
-    let mono_phases = rust3r_mast3r::model::profile::report();
+    let mono_phases = model.profiler().phases();
     let pair = measure("pair", &mut |img| {
         let e = model.encode(img);
         let _ = model.decode(&e, &keyframe);
@@ -356,7 +354,7 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         "peak_memory_bytes": peak,
         "peak_memory_note": "largest bytes reserved by Burn's device memory pool after any iteration (weights included)",
     });
-    if rust3r_mast3r::model::profile::enabled() {
+    if model.profiler().enabled() {
         eprintln!("  profile of the timed mono iterations (synchronised per phase), ms per frame:");
         for (phase, (secs, n)) in mono_phases {
             eprintln!(

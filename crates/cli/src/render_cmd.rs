@@ -88,6 +88,7 @@ pub fn run(args: &RenderArgs) -> Result<()> {
         antialiased: args.antialiased,
         sh_degree: args.sh_degree,
         forward_only: true,
+        tuning: args.device.tuning()?.raster,
         ..Default::default()
     };
     let t = std::time::Instant::now();

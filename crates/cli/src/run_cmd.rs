@@ -63,9 +63,20 @@ pub struct RunArgs {
     /// preset's).
     #[arg(long)]
     pub downscale: Option<u32>,
-    /// Hold out frames k*N + N/2 for evaluation (0: none).
+    /// Hold out frames k*N + N/2 from training for evaluation (0: none); they still go through
+    /// SLAM and are rendered at their own (corrected) SLAM pose.
     #[arg(long, default_value_t = 20)]
     pub eval_every: usize,
+    /// Hold out input frames k*N + N/2 before SLAM instead (replaces --eval-every): neither SLAM
+    /// nor training sees them, and each is rendered at the pose interpolated between its
+    /// nearest tracked neighbours' final poses.
+    #[arg(long, value_name = "N")]
+    pub hold_out: Option<usize>,
+    /// Train while SLAM tracks: from the first keyframe, on its own thread, each new keyframe
+    /// adding its view and Gaussians (at most half the steps); a final phase trains the rest on
+    /// every view.
+    #[arg(long)]
+    pub online: bool,
     /// Extra evaluation steps (comma list); the last step is always evaluated.
     #[arg(long, default_value = "")]
     pub eval_at: String,
@@ -109,6 +120,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub splat: SplatArgs,
     #[command(flatten)]
+    pub lpips: crate::lpips_cmd::LpipsFlags,
+    #[command(flatten)]
     pub live: crate::view_cmd::LiveFlags,
     #[command(flatten)]
     pub device: crate::DeviceArgs,
@@ -126,12 +139,22 @@ pub fn run(a: &RunArgs) -> Result<()> {
     opts.max_view_gap = a.max_view_gap;
     opts.max_lost_frames = a.max_lost_frames;
     opts.calibration = calib.as_ref().map(|c| c.intrinsics);
+    let tuning = a.device.tuning()?;
+    opts.video = tuning.video;
+    opts.train.raster = tuning.raster;
+    opts.online = a.online;
     let t = &mut opts.train;
     let (steps, downscale, init_count) = a.preset.values();
     let steps = a.steps.unwrap_or(steps);
     t.steps = steps;
     t.downscale = a.downscale.unwrap_or(downscale);
     t.eval_every = a.eval_every;
+    if let Some(n) = a.hold_out {
+        anyhow::ensure!(n != 1, "--hold-out 1 would hold out every frame");
+        opts.train.eval_every = 0;
+        opts.hold_out = n;
+    }
+    let t = &mut opts.train;
     t.eval_at = a
         .eval_at
         .split(',')
@@ -158,7 +181,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
     r.pose_lr = a.pose_lr;
     r.pose_start = a.pose_start.unwrap_or(steps / 4);
 
-    // The network is loaded before anything runs, so a bad checkpoint stops the run at once.
+    // LPIPS weights and the network are loaded before anything runs, so a bad file stops the
+    // run at once.
+    opts.train.lpips = a.lpips.load()?;
     let mut network = a.slam.network(&a.device, calib)?;
     let gpu = a.device.open()?;
     opts.train.stop = Some(ctrl_c_flag()?);
@@ -208,6 +233,18 @@ pub fn run(a: &RunArgs) -> Result<()> {
                 b.set_message(format!("{} keyframes, {}", p.keyframes, p.state));
             }
         }
+        RunEvent::Online {
+            step,
+            views,
+            splats,
+        } => {
+            if let Some(b) = &slam_bar {
+                b.set_message(format!(
+                    "{}; online training: step {step}, {views} views, {splats} Gaussians",
+                    b.message()
+                ));
+            }
+        }
         RunEvent::Train(e) => {
             if let Some(v) = view.as_mut() {
                 v.train_event(&e);
@@ -223,21 +260,38 @@ pub fn run(a: &RunArgs) -> Result<()> {
         v.message("finished");
     }
     let s = result?;
+    let held = if s.held_out > 0 {
+        format!(" ({} held out before SLAM)", s.held_out)
+    } else {
+        String::new()
+    };
     println!(
-        "{} frames ({} lost), {} keyframes; trained on {} views, {} held out; {} Gaussians",
+        "{} frames{held} ({} lost), {} keyframes; trained on {} views, {} evaluated; {} Gaussians",
         s.frames, s.lost, s.keyframes, s.train_views, s.eval_views, s.num_splats
     );
     if let (Some(before), Some(after)) = (s.ate_slam, s.ate_refined) {
         println!("ATE RMSE (SE(3)): {before:.4} m from SLAM, {after:.4} m after pose refinement");
     }
     if let Some(e) = &s.last_eval {
+        let lpips = e
+            .lpips
+            .map(|v| format!(", LPIPS {v:.4}"))
+            .unwrap_or_default();
         println!(
-            "held-out PSNR {:.3} dB, SSIM {:.4} at step {}",
+            "held-out PSNR {:.3} dB, SSIM {:.4}{lpips} at step {}",
             e.psnr, e.ssim, e.step
         );
     }
+    let online = if a.online {
+        format!(
+            " ({} steps on {} keyframe views during SLAM)",
+            s.online_steps, s.online_views
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "time: SLAM {:.1} s, training {:.1} s, total {:.1} s -> {}",
+        "time: SLAM {:.1} s{online}, training {:.1} s, total {:.1} s -> {}",
         s.slam_seconds,
         s.train_seconds,
         s.total_seconds,

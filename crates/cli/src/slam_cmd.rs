@@ -187,17 +187,16 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let (cfg, calib, kind) = a.setup()?;
     // The calibration replaces the data set's own (the export's camera; a first image of another
     // size is refused here, later ones by the front end).
+    let open_options = datasets::OpenOptions {
+        kind,
+        stride: a.stride,
+        calibration: calib.as_ref().map(|c| c.intrinsics),
+        video: args.device.tuning()?.video,
+    };
     let dataset = match &calib {
-        Some(c) => datasets::open_with(
-            &args.dataset,
-            &datasets::OpenOptions {
-                kind,
-                stride: a.stride,
-                calibration: Some(c.intrinsics),
-            },
-        )
-        .with_context(|| format!("with --calib {}", c.path.display()))?,
-        None => datasets::open(&args.dataset, kind, a.stride)?,
+        Some(c) => datasets::open_with(&args.dataset, &open_options)
+            .with_context(|| format!("with --calib {}", c.path.display()))?,
+        None => datasets::open_with(&args.dataset, &open_options)?,
     };
     let mut mono_front = None;
     let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();

@@ -382,6 +382,7 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     // LPIPS weights are read and checked before anything else is loaded, so a bad file stops
     // the run at once.
     opts.lpips = a.lpips.load()?;
+    opts.raster = a.device.tuning()?.raster;
     let gpu = a.device.open()?;
     opts.stop = Some(ctrl_c_flag()?);
     let mut view = a
@@ -399,8 +400,8 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     if summary.interrupted {
         return Ok(());
     }
-    if let Some(r) = rust3r_gpu::profile::report() {
-        println!("RUST3R_PROFILE (device time per phase, synchronised):\n{r}");
+    if let Some(r) = gpu.profiler().report() {
+        println!("profile ({:?} time per phase):\n{r}", gpu.profiler().mode());
     }
     println!(
         "done: {} steps in {:.1} s of training, {} Gaussians -> {}",

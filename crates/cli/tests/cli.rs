@@ -672,26 +672,39 @@ fn bench_sort_checks_the_device_sort_against_the_host() {
 
 #[test]
 fn profiling_reports_every_forward_phase_in_host_and_device_time() {
-    // RUST3R_PROFILE=1 charges each phase a synchronised host interval, =device the device's
-    // own time (profiling windows); both must name every phase of the forward pass with a
-    // positive, finite mean.
+    // Host mode charges each phase a synchronised host interval, device mode the device's own
+    // time (profiling windows); both must name every phase of the forward pass with a positive,
+    // finite mean. Host mode through the flag, device mode through RUST3R_PROFILE (the flag
+    // would win over it), both through a tuning file that forces the other layout.
     let npz = shared("data/garden_points/test_garden.npz");
-    for mode in ["1", "device"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
-            .env("RUST3R_PROFILE", mode)
-            .args([
-                "bench",
-                "raster",
-                "--npz",
-                npz.to_str().unwrap(),
-                "--ns",
-                "base",
-                "--res",
-                "64x48",
-            ])
-            .args(["--iters", "2", "--warmup", "0", "--warmup-ms", "0"])
-            .output()
-            .expect("run rust3r");
+    let tmp = tempfile::tempdir().unwrap();
+    let tuning = tmp.path().join("tuning.json");
+    std::fs::write(
+        &tuning,
+        r#"{"raster": {"vec_shared": true, "backward_batch_cap": 4}}"#,
+    )
+    .unwrap();
+    for (mode, flag) in [("host", true), ("device", false)] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rust3r"));
+        cmd.args([
+            "bench",
+            "raster",
+            "--npz",
+            npz.to_str().unwrap(),
+            "--ns",
+            "base",
+            "--res",
+            "64x48",
+        ])
+        .args(["--iters", "2", "--warmup", "0", "--warmup-ms", "0"])
+        .arg("--tuning")
+        .arg(&tuning);
+        if flag {
+            cmd.env("RUST3R_PROFILE", "0").args(["--profile", mode]);
+        } else {
+            cmd.env("RUST3R_PROFILE", mode);
+        }
+        let out = cmd.output().expect("run rust3r");
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode}: {text}");
@@ -714,4 +727,42 @@ fn profiling_reports_every_forward_phase_in_host_and_device_time() {
             assert!(mean.is_finite() && mean > 0.0, "{mode}: {line}");
         }
     }
+}
+
+#[test]
+fn tuning_files_are_checked_and_retired_variables_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("bad-tuning.json");
+    std::fs::write(&bad, r#"{"gpu": {"no_planes": true}}"#).unwrap();
+    let bad = bad.to_str().unwrap();
+    let (ok, _, err) = rust3r(&["bench", "sort", "--n", "1000", "--tuning", bad]);
+    assert!(
+        !ok && err.contains("bad-tuning.json") && err.contains("no_planes"),
+        "{err}"
+    );
+    let (ok, _, err) = rust3r(&["bench", "sort", "--n", "1000", "--profile", "sometimes"]);
+    assert!(!ok && err.contains("sometimes"), "{err}");
+    // A retired switch is not read, and the run says what replaces it.
+    let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
+        .env("RUST3R_NO_PLANES", "1")
+        .args([
+            "bench",
+            "sort",
+            "--n",
+            "1000",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--warmup-ms",
+            "0",
+        ])
+        .output()
+        .expect("run rust3r");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("RUST3R_NO_PLANES is no longer read") && err.contains("gpu.subgroups"),
+        "{err}"
+    );
 }

@@ -149,3 +149,38 @@ fn mast3r_infer_bad_input_names_the_file() {
     }
     assert!(!out.exists());
 }
+
+/// `--profile host` times the network's phases through the device's profiler (one profiler for
+/// the rasterizer and the network); without it nothing is timed.
+#[test]
+fn bench_mast3r_profiles_the_network_phases_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("m.json");
+    let json = json.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench", "mast3r", "--size", "tiny", "--res", "64x48", "--iters", "2", "--warmup", "1",
+            "--json", json,
+        ];
+        args.extend_from_slice(extra);
+        let (ok, err) = rust3r(&args);
+        assert!(ok, "{err}");
+        err
+    };
+    let err = run(&["--profile", "host"]);
+    for phase in ["encoder", "decoder", "dpt", "local_feat", "postprocess"] {
+        let line = err
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("profile {phase} ")))
+            .unwrap_or_else(|| panic!("no {phase} phase in {err}"));
+        assert!(line.ends_with("(2 calls)"), "{line}");
+        let ms: f64 = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!(ms.is_finite() && ms > 0.0, "{line}");
+    }
+    let err = run(&["--profile", "off"]);
+    assert!(!err.contains("profile encoder"), "{err}");
+}

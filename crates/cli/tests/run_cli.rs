@@ -104,7 +104,8 @@ fn run_rejects_bad_input_with_the_file_named() {
         !ok && err.contains("frames") && err.contains("depth"),
         "{err}"
     );
-    for e in [&err] {
+    {
+        let e = &err;
         assert!(!e.contains("panicked"), "{e}");
     }
 }
@@ -297,7 +298,7 @@ fn run_mono_on_a_video_writes_a_splat() {
     assert_eq!(poses.len(), 3);
     assert!(poses.iter().flatten().all(|v| v.is_finite()), "{poses:?}");
     let splats = rust3r_io::load_splats(&out.join("splats.ply")).unwrap();
-    assert!(splats.len() > 0 && splats.means.iter().flatten().all(|v| v.is_finite()));
+    assert!(!splats.is_empty() && splats.means.iter().flatten().all(|v| v.is_finite()));
     // The estimated camera: positive focal lengths, principal point inside the 320x240 frame.
     let t: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("transforms.json")).unwrap())
@@ -318,4 +319,32 @@ fn run_mono_on_a_video_writes_a_splat() {
         (cx - 159.5).abs() < 1e-9 && (cy - 119.5).abs() < 1e-9,
         "{cx} {cy}"
     );
+}
+
+#[test]
+fn run_hold_out_and_online_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let seq = copy_frames(dir.path(), 12);
+    let out = dir.path().join("out");
+    let (s, o) = (seq.to_str().unwrap(), out.to_str().unwrap());
+    let (ok, _, err) = rust3r(&run_args(s, o, &["--hold-out", "1"]));
+    assert!(!ok && err.contains("--hold-out 1"), "{err}");
+    // Frames 3 and 9 held out before SLAM; training while tracking.
+    let (ok, stdout, err) = rust3r(&run_args(s, o, &["--hold-out", "6", "--online"]));
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("(2 held out before SLAM)"), "{stdout}");
+    assert!(stdout.contains("during SLAM"), "{stdout}");
+    assert_eq!(tum_poses(&out.join("trajectory.txt")).len(), 10);
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
+    let views = eval.as_array().unwrap().last().unwrap()["views"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(views.len(), 2, "{eval}");
+    assert!(
+        views[0]["name"].as_str().unwrap().contains("000003"),
+        "{eval}"
+    );
+    assert!(views[1]["psnr"].as_f64().unwrap().is_finite(), "{eval}");
 }

@@ -11,7 +11,8 @@
 //!   equivalents.
 //! * [`mast3r_resize`]: the DUSt3R / MASt3R input resize-and-crop rules and the matching
 //!   intrinsics transform.
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 pub mod camera;

@@ -4,11 +4,11 @@
 //! (`cublasGemmStridedBatchedEx`, loaded at run time like the driver) on the stream CubeCL orders
 //! the tensors' work on, so it interleaves with CubeCL's launches and is recorded into CUDA graphs
 //! like them. Binary32 products run on TF32 tensor cores (PyTorch's `allow_tf32` setting) unless
-//! `RUST3R_CUDA_TF32=0`; binary16 and bfloat16 products accumulate in binary32.
+//! [`crate::CudaTuning::tf32`] is off; binary16 and bfloat16 products accumulate in binary32.
 //!
 //! Everywhere else (wgpu, builds without `cuda`, a CUDA machine without `libcublas`, or
-//! `RUST3R_CUBLAS=0`), and for the layouts cuBLAS cannot address without a copy, it is Burn's own
-//! matmul. On an H100 it halved the MASt3R network's replayed frame (67 to 34 ms, docs/benchmarks/journal.md).
+//! [`crate::CudaTuning::cublas`] off), and for the layouts cuBLAS cannot address without a copy,
+//! it is Burn's own matmul. On an H100 it halved the MASt3R network's replayed frame (67 to 34 ms, docs/benchmarks/journal.md).
 //!
 //! Each call asks CubeCL's device thread for the three pointers (a blocking round trip each), so
 //! a product launched outside a recording costs the host more than CubeCL's own kernel would;
@@ -66,9 +66,20 @@ pub fn uses_cublas<const D: usize>(t: &Tensor<D>) -> bool {
     }
 }
 
+/// Whether [`matmul`] may use cuBLAS ([`crate::CudaTuning::cublas`], applied by
+/// [`crate::Gpu::new`] when it opens a CUDA device).
+#[cfg(feature = "cuda")]
+pub(crate) fn set_cublas(on: bool) {
+    cublas::ENABLED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[cfg(feature = "cuda")]
 mod cublas {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Mutex, OnceLock};
+
+    /// [`crate::CudaTuning::cublas`] of the CUDA device opened.
+    pub(super) static ENABLED: AtomicBool = AtomicBool::new(true);
 
     use burn::backend::DType;
     use burn_cubecl::tensor::CubeTensor;
@@ -82,10 +93,10 @@ mod cublas {
 
     pub fn available() -> bool {
         static PRESENT: OnceLock<bool> = OnceLock::new();
+        if !ENABLED.load(Ordering::Relaxed) {
+            return false;
+        }
         *PRESENT.get_or_init(|| {
-            if std::env::var("RUST3R_CUBLAS").is_ok_and(|v| v == "0") {
-                return false;
-            }
             let present = unsafe { cb::is_culib_present() };
             if !present {
                 tracing::warn!(
@@ -99,7 +110,7 @@ mod cublas {
 
     /// TF32 tensor cores for binary32 products, as the vendored runtime advertises them.
     fn tf32() -> bool {
-        std::env::var("RUST3R_CUDA_TF32").map_or(true, |v| v != "0")
+        cubecl_cuda::tf32_enabled()
     }
 
     /// A cuBLAS handle bound to one stream, with its own workspace: products on different

@@ -89,18 +89,21 @@ fn scatter(
             (Some(v), Some(o)) => (v.clone(), o.clone()),
             _ => (gpu.placeholder::<u32>(0), gpu.placeholder::<u32>(1)),
         };
-        crate::launch!(scatter_set_indices(
-            gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
-            mask.arg(),
-            positions.arg(),
-            in_arg.arg(),
-            out.arg(),
-            out_arg.arg(),
-            n as u32,
-            values.is_some(),
-        ));
+        crate::launch!(
+            gpu,
+            scatter_set_indices(
+                gpu.client(),
+                gpu.grid(n.div_ceil(BLOCK as usize)),
+                CubeDim::new_1d(BLOCK),
+                mask.arg(),
+                positions.arg(),
+                in_arg.arg(),
+                out.arg(),
+                out_arg.arg(),
+                n as u32,
+                values.is_some(),
+            )
+        );
     }
     (out, out_values)
 }

@@ -49,15 +49,18 @@ pub fn gather<T: bytemuck::Pod>(
     let n = index.len();
     let out = gpu.alloc::<u32>(n);
     if n > 0 {
-        crate::launch!(gather_kernel(
-            gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
-            src.clone().cast::<u32>().arg(),
-            index.arg(),
-            out.arg(),
-            n as u32,
-        ));
+        crate::launch!(
+            gpu,
+            gather_kernel(
+                gpu.client(),
+                gpu.grid(n.div_ceil(BLOCK as usize)),
+                CubeDim::new_1d(BLOCK),
+                src.clone().cast::<u32>().arg(),
+                index.arg(),
+                out.arg(),
+                n as u32,
+            )
+        );
     }
     out.cast::<T>()
 }

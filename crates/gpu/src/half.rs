@@ -8,6 +8,17 @@
 //!
 //! Host helpers mirror the kernels bit for bit (tests) and pack arrays for upload
 //! (round-to-nearest-even through the `half` crate).
+// `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
+// and with the flat argument lists their launchers pass.
+#![allow(
+    clippy::manual_div_ceil,
+    clippy::assign_op_pattern,
+    clippy::collapsible_if,
+    clippy::manual_range_contains,
+    clippy::excessive_precision,
+    clippy::too_many_arguments
+)]
 
 use cubecl::prelude::*;
 

@@ -4,6 +4,8 @@
 //! backend CubeCL's wgpu runtime reaches (Vulkan, Metal, DX12, lavapipe).
 //! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction
 //! and reductions. Each kernel lives next to the host code that launches it.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod blas;
 pub mod compact;
@@ -15,12 +17,14 @@ pub mod reduce;
 pub mod runtime;
 pub mod scan;
 pub mod sort;
+pub mod tuning;
 
 pub use cubecl;
 pub use runtime::{
     AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer,
     GpuOptions, adapter_slot, list_adapters, list_cuda_devices,
 };
+pub use tuning::{CudaTuning, GpuTuning, ProfileMode};
 
 use cubecl::prelude::*;
 
@@ -53,26 +57,19 @@ pub fn cuda_min_blocks_per_sm(fragment: &str, blocks: u32) {
     let _ = (fragment, blocks);
 }
 
-/// Whether kernels launched through [`launch!`] keep CubeCL's bounds checks: off unless the
-/// environment has `RUST3R_CHECKED_KERNELS=1` (read once).
-pub fn checked_kernels() -> bool {
-    static CHECKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *CHECKED.get_or_init(|| std::env::var("RUST3R_CHECKED_KERNELS").is_ok_and(|v| v == "1"))
-}
-
-/// Launches a `#[cube(launch, launch_unchecked)]` kernel: `launch!(module::kernel::<T>(client,
-/// count, dim, args..))`.
+/// Launches a `#[cube(launch, launch_unchecked)]` kernel on `gpu` (a [`Gpu`]):
+/// `launch!(gpu, module::kernel::<T>(client, count, dim, args..))`.
 ///
-/// Unchecked unless [`checked_kernels`]: CubeCL's checked launch guards every global-memory
+/// Unchecked unless [`Gpu::checked_kernels`]: CubeCL's checked launch guards every global-memory
 /// access with a bounds test (an out-of-range read gives zero, a write is dropped), and on wgpu
 /// also bounds every loop. The kernels launched this way index only inside ranges they test
 /// themselves, which the test suite checks against float64 references with buffers poisoned
-/// before each launch; `RUST3R_CHECKED_KERNELS=1` restores the guards (to rule them out when
+/// before each launch; [`GpuTuning::checked_kernels`] restores the guards (to rule them out when
 /// chasing a wrong result).
 #[macro_export]
 macro_rules! launch {
-    ($($seg:ident)::+ $(::<$($gen:ty),+>)? ( $($arg:expr),* $(,)? )) => {{
-        if $crate::checked_kernels() {
+    ($gpu:expr, $($seg:ident)::+ $(::<$($gen:ty),+>)? ( $($arg:expr),* $(,)? )) => {{
+        if $crate::Gpu::checked_kernels($gpu) {
             $($seg)::+::launch $(::<$($gen),+>)? ($($arg),*)
         } else {
             // SAFETY: see the macro's documentation; every index the kernel forms is inside the

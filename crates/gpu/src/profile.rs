@@ -1,17 +1,22 @@
-//! Opt-in phase timing: with `RUST3R_PROFILE=1`, [`mark`] waits for the device and charges the
-//! time since the previous mark to a named phase; [`report`] prints the totals. With
-//! `RUST3R_PROFILE=device` a phase is the device's own time between the marks (CubeCL's
-//! profiling windows: timestamp queries through wgpu, events through CUDA), which leaves out
-//! the host's waits; a phase in which the device ran nothing has no measurement and is not
-//! counted. Without the variable, `mark` does nothing (no device wait), so it can
-//! stay in hot paths.
+//! Opt-in phase timing, one profiler per opened device ([`crate::Gpu::profiler`], its mode from
+//! [`crate::GpuTuning::profile`]). With [`ProfileMode::Host`], [`mark`] waits for the device and
+//! charges the time since the previous mark to a named phase; [`Profiler::report`] gives the
+//! totals. With [`ProfileMode::Device`] a phase is the device's own time between the marks
+//! (CubeCL's profiling windows: timestamp queries through wgpu, events through CUDA), which
+//! leaves out the host's waits; a phase in which the device ran nothing has no measurement and
+//! is not counted. Off, `mark` does nothing (no device wait), so it can stay in hot paths.
+//!
+//! Code that holds a Burn device rather than a [`Gpu`] (the MASt3R network) times host
+//! intervals through [`Profiler::start_with`] / [`Profiler::mark_with`] and its own sync.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::Gpu;
+use crate::tuning::ProfileMode;
 
+#[derive(Default)]
 struct State {
     last: Option<Instant>,
     laps: Option<DeviceLaps>,
@@ -50,88 +55,144 @@ impl DeviceLaps {
     }
 }
 
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RUST3R_PROFILE").is_ok_and(|v| v != "0"))
+/// Per-phase totals. Cheap to clone; clones share the totals.
+#[derive(Clone, Default)]
+pub struct Profiler {
+    mode: ProfileMode,
+    state: Arc<Mutex<State>>,
 }
 
-fn device_time() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RUST3R_PROFILE").is_ok_and(|v| v == "device"))
-}
-
-fn state() -> &'static Mutex<State> {
-    static S: OnceLock<Mutex<State>> = OnceLock::new();
-    S.get_or_init(|| {
-        Mutex::new(State {
-            last: None,
-            laps: None,
-            phases: BTreeMap::new(),
-        })
-    })
-}
-
-/// Start timing from now (the next mark's phase begins here).
-pub fn start(gpu: &Gpu) {
-    if enabled() {
-        let _ = gpu.sync();
-        let mut s = state().lock().unwrap();
-        s.last = Some(Instant::now());
-        if device_time() {
-            if let Some(laps) = s.laps.take() {
-                laps.stop(gpu);
-            }
-            s.laps = Some(DeviceLaps::start(gpu));
-        }
+impl std::fmt::Debug for Profiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profiler")
+            .field("mode", &self.mode)
+            .finish()
     }
 }
 
-/// Forget the totals gathered so far (e.g. after warm-up iterations).
-pub fn reset() {
-    if enabled() {
-        let mut s = state().lock().unwrap();
+impl Profiler {
+    pub fn new(mode: ProfileMode) -> Self {
+        Self {
+            mode,
+            state: Default::default(),
+        }
+    }
+
+    pub fn mode(&self) -> ProfileMode {
+        self.mode
+    }
+
+    /// Whether marks measure anything.
+    pub fn enabled(&self) -> bool {
+        self.mode != ProfileMode::Off
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Start timing from now on `gpu` (the next mark's phase begins here).
+    pub fn start(&self, gpu: &Gpu) {
+        match self.mode {
+            ProfileMode::Off => {}
+            ProfileMode::Host => self.start_with(|| drop(gpu.sync())),
+            ProfileMode::Device => {
+                let _ = gpu.sync();
+                let mut s = self.state();
+                s.last = Some(Instant::now());
+                if let Some(laps) = s.laps.take() {
+                    laps.stop(gpu);
+                }
+                s.laps = Some(DeviceLaps::start(gpu));
+            }
+        }
+    }
+
+    /// Charge the time since the last mark on `gpu` (device time in [`ProfileMode::Device`])
+    /// to `phase`.
+    pub fn mark(&self, gpu: &Gpu, phase: &'static str) {
+        match self.mode {
+            ProfileMode::Off => {}
+            ProfileMode::Host => self.mark_with(|| drop(gpu.sync()), phase),
+            ProfileMode::Device => {
+                let seconds = {
+                    let mut s = self.state();
+                    let Some(laps) = s.laps.as_mut() else { return };
+                    laps.lap(gpu)
+                };
+                if let Some(t) = seconds {
+                    self.charge(phase, t);
+                }
+            }
+        }
+    }
+
+    /// Start a host interval now, after `sync` waited for the device (any mode but off).
+    pub fn start_with(&self, sync: impl FnOnce()) {
+        if self.enabled() {
+            sync();
+            self.state().last = Some(Instant::now());
+        }
+    }
+
+    /// Charge the host time since the last start or mark to `phase`, after `sync` waited for
+    /// the device (any mode but off).
+    pub fn mark_with(&self, sync: impl FnOnce(), phase: &'static str) {
+        if !self.enabled() {
+            return;
+        }
+        sync();
+        let now = Instant::now();
+        let last = self.state().last.replace(now);
+        if let Some(last) = last {
+            self.charge(phase, (now - last).as_secs_f64());
+        }
+    }
+
+    fn charge(&self, phase: &'static str, seconds: f64) {
+        let mut s = self.state();
+        let e = s.phases.entry(phase).or_insert((0.0, 0));
+        e.0 += seconds;
+        e.1 += 1;
+    }
+
+    /// Forget the totals gathered so far (e.g. after warm-up iterations).
+    pub fn reset(&self) {
+        let mut s = self.state();
         s.phases.clear();
         s.last = None;
     }
+
+    /// Total seconds and call count per phase since the last [`Profiler::reset`].
+    pub fn phases(&self) -> BTreeMap<&'static str, (f64, u64)> {
+        self.state().phases.clone()
+    }
+
+    /// Per-phase totals and means as a table, or `None` when profiling is off.
+    pub fn report(&self) -> Option<String> {
+        if !self.enabled() {
+            return None;
+        }
+        let phases = self.phases();
+        let total: f64 = phases.values().map(|v| v.0).sum();
+        let mut out = String::from("phase | calls | total s | mean ms | share\n");
+        for (k, (t, n)) in &phases {
+            out.push_str(&format!(
+                "{k} | {n} | {t:.3} | {:.3} | {:.1}%\n",
+                t * 1e3 / *n as f64,
+                100.0 * t / total.max(1e-12)
+            ));
+        }
+        Some(out)
+    }
 }
 
-/// Charge the time since the last mark (device time with `RUST3R_PROFILE=device`) to `phase`.
+/// [`Profiler::start`] on `gpu`'s own profiler.
+pub fn start(gpu: &Gpu) {
+    gpu.profiler().start(gpu);
+}
+
+/// [`Profiler::mark`] on `gpu`'s own profiler.
 pub fn mark(gpu: &Gpu, phase: &'static str) {
-    if !enabled() {
-        return;
-    }
-    let seconds = if device_time() {
-        let mut s = state().lock().unwrap();
-        let Some(laps) = s.laps.as_mut() else { return };
-        laps.lap(gpu)
-    } else {
-        let _ = gpu.sync();
-        let now = Instant::now();
-        let last = state().lock().unwrap().last.replace(now);
-        last.map(|last| (now - last).as_secs_f64())
-    };
-    if let Some(t) = seconds {
-        let mut s = state().lock().unwrap();
-        let e = s.phases.entry(phase).or_insert((0.0, 0));
-        e.0 += t;
-        e.1 += 1;
-    }
-}
-
-/// Per-phase totals and means, or `None` when profiling is off.
-pub fn report() -> Option<String> {
-    if !enabled() {
-        return None;
-    }
-    let s = state().lock().unwrap();
-    let total: f64 = s.phases.values().map(|v| v.0).sum();
-    let mut out = String::from("phase | calls | total s | mean ms | share\n");
-    for (k, (t, n)) in &s.phases {
-        out.push_str(&format!(
-            "{k} | {n} | {t:.3} | {:.3} | {:.1}%\n",
-            t * 1e3 / *n as f64,
-            100.0 * t / total.max(1e-12)
-        ));
-    }
-    Some(out)
+    gpu.profiler().mark(gpu, phase);
 }

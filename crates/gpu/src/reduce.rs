@@ -104,7 +104,7 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
     op: ReduceOp,
 ) -> GpuBuffer<N> {
     assert!(
-        cols > 0 && input.len() % cols == 0,
+        cols > 0 && input.len().is_multiple_of(cols),
         "reduce_columns: length not a multiple of cols"
     );
     let mut rows = input.len() / cols;
@@ -113,16 +113,19 @@ pub fn reduce_columns<N: Numeric + CubeElement + bytemuck::Pod>(
     loop {
         let blocks = rows.div_ceil(ROWS_PER_BLOCK).max(1);
         let out = gpu.alloc::<N>(blocks * cols);
-        crate::launch!(reduce_cols::<N>(
-            gpu.client(),
-            gpu.grid(blocks),
-            CubeDim::new_1d(BLOCK),
-            current.arg(),
-            out.arg(),
-            rows as u32,
-            cols as u32,
-            code,
-        ));
+        crate::launch!(
+            gpu,
+            reduce_cols::<N>(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                current.arg(),
+                out.arg(),
+                rows as u32,
+                cols as u32,
+                code,
+            )
+        );
         // Later levels combine partial results: counts become sums.
         if code == 3 {
             code = 0;

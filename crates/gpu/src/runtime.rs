@@ -9,6 +9,8 @@ use cubecl::server::Handle;
 use cubecl::wgpu::{WgpuBackend, WgpuDevice, WgpuDeviceKind};
 
 use crate::GpuError;
+use crate::profile::Profiler;
+use crate::tuning::{CudaTuning, GpuTuning};
 
 /// Which compute backend to run kernels on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +46,8 @@ pub struct GpuOptions {
     /// Fill every buffer allocated through [`Gpu::alloc`] with NaN bit patterns, so a
     /// kernel that forgets to write an element is caught by tests.
     pub poison: bool,
+    /// Adapter-level switches (features used, checked launches, profiling, CUDA settings).
+    pub tuning: GpuTuning,
 }
 
 /// One adapter as reported by the graphics API.
@@ -160,7 +164,7 @@ pub fn list_adapters() -> Vec<AdapterInfo> {
                 device_type: format!("{:?}", info.device_type),
                 driver: format!("{} {}", info.driver, info.driver_info),
                 max_buffer_size: limits.max_buffer_size,
-                max_storage_binding_size: limits.max_storage_buffer_binding_size as u64,
+                max_storage_binding_size: limits.max_storage_buffer_binding_size,
                 max_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
                 subgroups: features.contains(wgpu::Features::SUBGROUP),
                 shader_f16: features.contains(wgpu::Features::SHADER_F16),
@@ -226,17 +230,18 @@ fn wgpu_device_for(adapter: Option<usize>) -> Result<WgpuDevice, GpuError> {
     Ok(WgpuDevice::new(kind).on(backend))
 }
 
-/// Dispatches per wgpu command submission, unless `CUBECL_WGPU_MAX_TASKS` says otherwise
-/// (CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
+/// Dispatches per wgpu command submission by default ([`GpuTuning::wgpu_tasks_per_submit`];
+/// CubeCL's default is 32). Through Vulkan on the H100 the rasterizer's forward pass at 10M
 /// Gaussians, 1080p took 6.77 ms at 4 against 7.41 ms at 32 (docs/benchmarks/journal.md, 2026-11-27): after
 /// the forward pass's read-back the GPU idles until the first submission, and a smaller one
 /// comes sooner.
 pub const WGPU_TASKS_PER_SUBMIT: usize = 4;
 
-/// Set up the wgpu runtime of `device` with rust3r's options ([`WGPU_TASKS_PER_SUBMIT`]), once per
-/// device and process. Best effort: when something else (Burn) registered the device first, or
-/// setting it up fails, the client is created (or its failure reported) by the caller as before.
-fn register_wgpu(device: &WgpuDevice) {
+/// Set up the wgpu runtime of `device` with rust3r's options (`tasks` dispatches per submission,
+/// `None`: CubeCL's configuration), once per device and process. Best effort: when something else
+/// (Burn) registered the device first, or setting it up fails, the client is created (or its
+/// failure reported) by the caller as before.
+fn register_wgpu(device: &WgpuDevice, tasks: Option<usize>) {
     static TRIED: std::sync::Mutex<Vec<WgpuDevice>> = std::sync::Mutex::new(Vec::new());
     let mut tried = TRIED.lock().unwrap_or_else(|e| e.into_inner());
     if tried.contains(device) {
@@ -246,13 +251,27 @@ fn register_wgpu(device: &WgpuDevice) {
     let Ok(mut options) = cubecl::wgpu::RuntimeOptions::try_default() else {
         return;
     };
-    if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-        options.tasks_max = WGPU_TASKS_PER_SUBMIT;
+    if let Some(tasks) = tasks {
+        options.tasks_max = tasks;
     }
     let device = device.clone();
     let _ = std::panic::catch_unwind(move || {
         cubecl::wgpu::try_init_setup::<cubecl::wgpu::AutoGraphicsApi>(&device, options).map(|_| ())
     });
+}
+
+/// Hands the CUDA settings to the vendored CubeCL runtime and to [`crate::blas`] (per process:
+/// see [`CudaTuning`]).
+fn apply_cuda_tuning(t: &CudaTuning) {
+    #[cfg(feature = "cuda")]
+    {
+        cubecl_cuda::set_tf32(t.tf32);
+        cubecl_cuda::set_tma(t.tma);
+        cubecl_cuda::set_min_blocks_overrides(&t.min_blocks);
+        crate::blas::set_cublas(t.cublas);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = t;
 }
 
 /// A compute device with its client. Cheap to clone.
@@ -261,6 +280,8 @@ pub struct Gpu {
     client: Client,
     device: cubecl::Device,
     poison: bool,
+    tuning: std::sync::Arc<GpuTuning>,
+    profiler: Profiler,
     /// One-word zero buffers bound where a kernel takes an argument it does not use
     /// ([`Gpu::placeholder`]), allocated once per slot.
     placeholders: std::sync::Arc<[std::sync::OnceLock<Handle>; PLACEHOLDER_SLOTS]>,
@@ -284,10 +305,14 @@ impl Gpu {
         let device = match opts.backend {
             BackendKind::Wgpu => {
                 let device = wgpu_device_for(opts.adapter)?;
-                register_wgpu(&device);
+                register_wgpu(&device, opts.tuning.wgpu_tasks_per_submit);
                 cubecl::Device::Wgpu(device)
             }
-            BackendKind::Cuda => cuda_device(opts.adapter)?,
+            BackendKind::Cuda => {
+                let device = cuda_device(opts.adapter)?;
+                apply_cuda_tuning(&opts.tuning.cuda);
+                device
+            }
         };
         let dev = device.clone();
         let client = std::panic::catch_unwind(move || dev.client()).map_err(|e| {
@@ -302,18 +327,37 @@ impl Gpu {
             client,
             device,
             poison: opts.poison,
+            profiler: Profiler::new(opts.tuning.profile),
+            tuning: std::sync::Arc::new(opts.tuning.clone()),
             placeholders: Default::default(),
         })
     }
 
-    /// Wrap a client and device that already exist (e.g. those of a Burn tensor).
+    /// Wrap a client and device that already exist (e.g. those of a Burn tensor), with the
+    /// default tuning.
     pub fn from_parts(client: Client, device: cubecl::Device) -> Self {
         Self {
             client,
             device,
             poison: false,
+            tuning: Default::default(),
+            profiler: Profiler::default(),
             placeholders: Default::default(),
         }
+    }
+
+    /// The switches this device was opened with.
+    pub fn tuning(&self) -> &GpuTuning {
+        &self.tuning
+    }
+    /// Whether [`crate::launch!`] keeps CubeCL's bounds checks ([`GpuTuning::checked_kernels`]).
+    pub fn checked_kernels(&self) -> bool {
+        self.tuning.checked_kernels
+    }
+    /// The phase profiler of this device (shared by its clones; off unless
+    /// [`GpuTuning::profile`] says otherwise).
+    pub fn profiler(&self) -> &Profiler {
+        &self.profiler
     }
 
     /// The default device with default options.
@@ -347,9 +391,10 @@ impl Gpu {
         self.client.properties().hardware.max_shared_memory_size
     }
     /// Subgroup ("plane") size range when the adapter runs plane reductions
-    /// (`subgroupAdd` ...), `None` otherwise (e.g. Mesa's lavapipe: CubeCL turns them off on CPU adapters).
+    /// (`subgroupAdd` ...), `None` otherwise (e.g. Mesa's lavapipe: CubeCL turns them off on CPU
+    /// adapters) or when [`GpuTuning::subgroups`] is off.
     pub fn plane_sizes(&self) -> Option<(u32, u32)> {
-        if std::env::var("RUST3R_NO_PLANES").is_ok_and(|v| v != "0") {
+        if !self.tuning.subgroups {
             return None;
         }
         let p = self.client.properties();
@@ -359,9 +404,9 @@ impl Gpu {
     }
     /// Whether kernels can `fetch_add` into `Atomic<f32>` buffers here (wgpu's
     /// `SHADER_FLOAT32_ATOMIC`: NVIDIA and AMD Vulkan, lavapipe, recent Metal).
-    /// `RUST3R_NO_F32_ATOMICS=1` turns it off.
+    /// [`GpuTuning::f32_atomics`] off turns it off.
     pub fn f32_atomic_add(&self) -> bool {
-        if std::env::var("RUST3R_NO_F32_ATOMICS").is_ok_and(|v| v != "0") {
+        if !self.tuning.f32_atomics {
             return false;
         }
         use cubecl::ir::{ElemType, FloatKind, Type};
@@ -460,14 +505,17 @@ impl Gpu {
             _t: PhantomData,
         };
         if words > 0 {
-            crate::launch!(fill_u32(
-                &self.client,
-                self.grid(words.div_ceil(256)),
-                CubeDim::new_1d(256),
-                buf.arg(),
-                bits,
-                words as u32,
-            ));
+            crate::launch!(
+                self,
+                fill_u32(
+                    &self.client,
+                    self.grid(words.div_ceil(256)),
+                    CubeDim::new_1d(256),
+                    buf.arg(),
+                    bits,
+                    words as u32,
+                )
+            );
         }
         GpuBuffer {
             handle: buf.handle,

@@ -137,29 +137,35 @@ fn scan_read(
     }
     let blocks = n.div_ceil(TILE);
     let tile_sums = gpu.alloc::<u32>(blocks);
-    crate::launch!(scan_tiles(
-        gpu.client(),
-        gpu.grid(blocks),
-        CubeDim::new_1d(BLOCK),
-        input.arg(),
-        // Unread unless gathered: any buffer binds.
-        index.unwrap_or(input).arg(),
-        output.arg(),
-        tile_sums.arg(),
-        n as u32,
-        inclusive,
-        read,
-    ));
-    if blocks > 1 {
-        let offsets = scan_impl(gpu, &tile_sums, false);
-        crate::launch!(add_tile_offsets(
+    crate::launch!(
+        gpu,
+        scan_tiles(
             gpu.client(),
             gpu.grid(blocks),
             CubeDim::new_1d(BLOCK),
+            input.arg(),
+            // Unread unless gathered: any buffer binds.
+            index.unwrap_or(input).arg(),
             output.arg(),
-            offsets.arg(),
+            tile_sums.arg(),
             n as u32,
-        ));
+            inclusive,
+            read,
+        )
+    );
+    if blocks > 1 {
+        let offsets = scan_impl(gpu, &tile_sums, false);
+        crate::launch!(
+            gpu,
+            add_tile_offsets(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                output.arg(),
+                offsets.arg(),
+                n as u32,
+            )
+        );
     }
     output
 }

@@ -14,6 +14,17 @@
 //! that takes three launches; past it the general scan, whose work then outweighs its launches,
 //! stays (it was 2-6% faster at 10M keys on the H100).
 //! Any length up to `u32::MAX` elements (grids fold into two dimensions).
+// `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
+// and with the flat argument lists their launchers pass.
+#![allow(
+    clippy::manual_div_ceil,
+    clippy::assign_op_pattern,
+    clippy::collapsible_if,
+    clippy::manual_range_contains,
+    clippy::excessive_precision,
+    clippy::too_many_arguments
+)]
 
 use cubecl::prelude::*;
 
@@ -295,47 +306,56 @@ pub fn sort_pairs_staged(
         } else {
             (&k_b, &v_b)
         };
-        crate::launch!(radix_count(
-            gpu.client(),
-            gpu.grid(blocks),
-            CubeDim::new_1d(BLOCK),
-            k_src.arg(),
-            counts.arg(),
-            n as u32,
-            shift,
-            blocks as u32,
-        ));
+        crate::launch!(
+            gpu,
+            radix_count(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                k_src.arg(),
+                counts.arg(),
+                n as u32,
+                shift,
+                blocks as u32,
+            )
+        );
         after(0);
         let column = blocks <= COLUMN_SCAN_MAX_TILES;
         let offsets = if column {
-            crate::launch!(radix_column_scan(
-                gpu.client(),
-                gpu.grid(BINS),
-                CubeDim::new_1d(BLOCK),
-                counts.arg(),
-                totals.arg(),
-                blocks as u32,
-            ));
+            crate::launch!(
+                gpu,
+                radix_column_scan(
+                    gpu.client(),
+                    gpu.grid(BINS),
+                    CubeDim::new_1d(BLOCK),
+                    counts.arg(),
+                    totals.arg(),
+                    blocks as u32,
+                )
+            );
             counts.clone()
         } else {
             exclusive_scan(gpu, &counts)
         };
         after(1);
-        crate::launch!(radix_scatter(
-            gpu.client(),
-            gpu.grid(blocks),
-            CubeDim::new_1d(BLOCK),
-            k_src.arg(),
-            v_src.arg(),
-            k_dst.arg(),
-            v_dst.arg(),
-            offsets.arg(),
-            totals.arg(),
-            n as u32,
-            shift,
-            blocks as u32,
-            column,
-        ));
+        crate::launch!(
+            gpu,
+            radix_scatter(
+                gpu.client(),
+                gpu.grid(blocks),
+                CubeDim::new_1d(BLOCK),
+                k_src.arg(),
+                v_src.arg(),
+                k_dst.arg(),
+                v_dst.arg(),
+                offsets.arg(),
+                totals.arg(),
+                n as u32,
+                shift,
+                blocks as u32,
+                column,
+            )
+        );
         after(2);
         k_src = k_dst.clone();
         v_src = v_dst.clone();

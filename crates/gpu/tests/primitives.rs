@@ -3,7 +3,7 @@
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::reduce::{ReduceOp, reduce, reduce_columns};
-use rust3r_gpu::{Gpu, GpuOptions, compact, gather, scan, sort};
+use rust3r_gpu::{Gpu, GpuOptions, GpuTuning, ProfileMode, compact, gather, scan, sort};
 
 fn gpu() -> Gpu {
     let gpu = Gpu::new(&GpuOptions {
@@ -286,4 +286,128 @@ fn column_reduction() {
             got[c]
         );
     }
+}
+
+/// [`GpuTuning::checked_kernels`] (CubeCL's bounds-checked launches, the escape hatch of
+/// `rust3r_gpu::launch!`) still launches every primitive and gives the same results as the host.
+#[test]
+fn checked_launches_match_the_host() {
+    let gpu = Gpu::new(&GpuOptions {
+        poison: true,
+        tuning: GpuTuning {
+            checked_kernels: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    assert!(gpu.checked_kernels(), "the tuning was not kept");
+    assert!(!self::gpu().checked_kernels(), "unchecked by default");
+    let mut rng = StdRng::seed_from_u64(7);
+    for n in [1usize, 255, 2049, 70_001] {
+        let keys: Vec<u32> = (0..n).map(|_| rng.random_range(0..5000u32)).collect();
+        let vals: Vec<u32> = (0..n as u32).collect();
+        let (kb, vb) = (gpu.upload(&keys), gpu.upload(&vals));
+
+        let (k, v) = sort::sort_pairs(&gpu, &kb, &vb, 13);
+        let mut expect: Vec<(u32, u32)> = keys.iter().copied().zip(vals.iter().copied()).collect();
+        expect.sort_by_key(|p| p.0);
+        let got: Vec<(u32, u32)> = gpu
+            .read(&k)
+            .unwrap()
+            .into_iter()
+            .zip(gpu.read(&v).unwrap())
+            .collect();
+        assert!(got == expect, "checked sort, n={n}");
+
+        let ex = gpu.read(&scan::exclusive_scan(&gpu, &kb)).unwrap();
+        let mut acc = 0u32;
+        for (i, (&e, &x)) in ex.iter().zip(&keys).enumerate() {
+            assert_eq!(e, acc, "checked exclusive scan, n={n}, i={i}");
+            acc = acc.wrapping_add(x);
+        }
+
+        let rev: Vec<u32> = (0..n as u32).rev().collect();
+        let g = gpu
+            .read(&gather::gather(&gpu, &kb, &gpu.upload(&rev)))
+            .unwrap();
+        assert!(
+            g.iter()
+                .zip(rev.iter())
+                .all(|(&a, &i)| a == keys[i as usize]),
+            "checked gather, n={n}"
+        );
+
+        let mask: Vec<u32> = keys.iter().map(|&k| u32::from(k % 3 == 0)).collect();
+        let idx = gpu
+            .read(&compact::compact_indices(&gpu, &gpu.upload(&mask)).unwrap())
+            .unwrap();
+        let expect_idx: Vec<u32> = (0..n as u32).filter(|&i| mask[i as usize] == 1).collect();
+        assert_eq!(idx, expect_idx, "checked compaction, n={n}");
+    }
+}
+
+/// Switching adapter features off hides them from the kernels' host code, whatever the adapter
+/// has; the defaults keep what it reports.
+#[test]
+fn tuning_switches_hide_adapter_features() {
+    let full = gpu();
+    let off = Gpu::new(&GpuOptions {
+        tuning: GpuTuning {
+            subgroups: false,
+            f32_atomics: false,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    assert_eq!(off.plane_sizes(), None);
+    assert!(!off.f32_atomic_add());
+    // lavapipe has float atomics (CubeCL reports no subgroups on CPU adapters).
+    let adapter = rust3r_gpu::list_adapters()
+        .into_iter()
+        .find(|a| a.name == full.name());
+    if adapter.is_some_and(|a| a.f32_atomics) {
+        assert!(full.f32_atomic_add(), "{}", full.name());
+    }
+    assert_eq!(full.tuning(), &GpuTuning::default());
+}
+
+/// The profiler of a device: host intervals per phase, nothing when off, totals cleared by reset.
+#[test]
+fn profiler_charges_named_phases() {
+    let gpu = Gpu::new(&GpuOptions {
+        tuning: GpuTuning {
+            profile: ProfileMode::Host,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("a GPU adapter is required (CI installs Mesa's lavapipe)");
+    let keys = gpu.upload(&(0..100_000u32).rev().collect::<Vec<_>>());
+    for _ in 0..3 {
+        rust3r_gpu::profile::start(&gpu);
+        drop(sort::sort_pairs(&gpu, &keys, &keys, 17));
+        rust3r_gpu::profile::mark(&gpu, "sort");
+        drop(scan::exclusive_scan(&gpu, &keys));
+        rust3r_gpu::profile::mark(&gpu, "scan");
+    }
+    let phases = gpu.profiler().phases();
+    assert_eq!(phases.keys().copied().collect::<Vec<_>>(), ["scan", "sort"]);
+    for (name, (secs, calls)) in &phases {
+        assert_eq!(*calls, 3, "{name}");
+        assert!(secs.is_finite() && *secs > 0.0, "{name}: {secs}");
+    }
+    let report = gpu.profiler().report().unwrap();
+    assert!(
+        report.contains("sort | 3 |") && report.contains("scan | 3 |"),
+        "{report}"
+    );
+    gpu.profiler().reset();
+    assert!(gpu.profiler().phases().is_empty());
+    // Off (the default): marks record nothing and there is no report.
+    let plain = self::gpu();
+    rust3r_gpu::profile::start(&plain);
+    rust3r_gpu::profile::mark(&plain, "sort");
+    assert!(plain.profiler().phases().is_empty() && plain.profiler().report().is_none());
 }

@@ -24,13 +24,13 @@ fn malformed(path: &Path, message: impl Into<String>) -> IoError {
 /// empty images are errors.
 pub(crate) fn decode(path: &Path) -> Result<DynamicImage, IoError> {
     let bytes = std::fs::read(path).map_err(|e| IoError::io(path, e))?;
-    if bytes.starts_with(&[0xFF, 0xD8]) {
-        if let Err(problem) = jpeg_complete(&bytes) {
-            return Err(malformed(
-                path,
-                format!("the JPEG is truncated or corrupt: {problem}"),
-            ));
-        }
+    if bytes.starts_with(&[0xFF, 0xD8])
+        && let Err(problem) = jpeg_complete(&bytes)
+    {
+        return Err(malformed(
+            path,
+            format!("the JPEG is truncated or corrupt: {problem}"),
+        ));
     }
     let reader = image::ImageReader::new(Cursor::new(&bytes))
         .with_guessed_format()

@@ -25,7 +25,8 @@
 //! rust3r_io::save_splats(Path::new("scene.ply"), &splats)?;
 //! # Ok::<(), rust3r_io::IoError>(())
 //! ```
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 pub mod atomic;

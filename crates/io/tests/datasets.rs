@@ -1107,6 +1107,49 @@ fn video_frames_decode_through_ffmpeg() {
     assert_eq!(strided.frame(1).unwrap().timestamp, 0.5);
     assert_eq!(strided.frame(0).unwrap().rgb_path, first);
     assert!(tmp.path().join("clip.mkv.frames").is_dir());
+
+    // Video options: the frames go to `frames_dir` (same pixels), and the programs are the ones
+    // named (a missing one is an error naming it and the video).
+    let cache = tmp.path().join("cache");
+    let with = |video: datasets::VideoOptions| OpenOptions {
+        video,
+        ..OpenOptions::default()
+    };
+    let elsewhere = datasets::open_with(
+        &video,
+        &with(datasets::VideoOptions {
+            frames_dir: Some(cache.clone()),
+            ..Default::default()
+        }),
+    )
+    .unwrap();
+    assert_eq!(elsewhere.len(), 12);
+    let f = elsewhere.frame(7).unwrap();
+    assert!(
+        f.rgb_path.starts_with(cache.join("clip.mkv.frames")),
+        "{}",
+        f.rgb_path.display()
+    );
+    let img = image::open(&f.rgb_path).unwrap().to_rgb8();
+    assert_eq!(img.get_pixel(3, 3).0, [140, 115, 49]);
+    let moved = tmp.path().join("moved.mkv");
+    std::fs::copy(&video, &moved).unwrap();
+    let missing = tmp.path().join("no-such-ffprobe");
+    let e = datasets::open_with(
+        &moved,
+        &with(datasets::VideoOptions {
+            ffprobe: missing.clone(),
+            ..Default::default()
+        }),
+    )
+    .err()
+    .expect("a missing ffprobe is an error")
+    .to_string();
+    assert!(
+        e.contains("no-such-ffprobe") && e.contains("moved.mkv"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("moved.mkv.frames").exists());
 }
 
 /// A truncated colour JPEG or depth PNG in a data set is an error naming the file when that

@@ -28,7 +28,8 @@
 //! println!("LPIPS {d:.4}");
 //! # Ok::<(), rust3r_lpips::Error>(())
 //! ```
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 mod model;

@@ -21,7 +21,8 @@
 //! normalised difference is 3.9e-6. Convolutions of the DPT head run channels-last as im2col +
 //! matrix products. Like the two decoder stacks, the two heads run together when both views have
 //! the same size: their weights are stacked on a leading axis, so each layer is one batched
-//! matrix product for both views. `RUST3R_PROFILE=1` times encoder, decoder, DPT, local features and post-processing.
+//! matrix product for both views. [`Mast3r::set_profiler`] times encoder, decoder, DPT, local
+//! features and post-processing.
 //!
 //! The checkpoint files are read by `rust3r_torch_checkpoint` (shared with the LPIPS metric): its
 //! pickle interpreter never imports or runs anything: globals outside a fixed allow-list
@@ -44,7 +45,8 @@
 //! println!("{} points, first {:?}", host.conf.len(), &host.pts3d[..3]);
 //! # Ok::<(), rust3r_mast3r::Error>(())
 //! ```
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 pub mod checkpoint;

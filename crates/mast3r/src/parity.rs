@@ -281,11 +281,8 @@ pub fn run_case(
                 &format!("{}.grid_cols", case.name),
             )?
             .unwrap_or_else(|| grid_indices(ww, stride));
-            let tokens = reference_indices(
-                reference.as_deref_mut(),
-                &format!("{}.local_feat_tokens", case.name),
-            )?
-            .unwrap_or_else(|| local_feat_tokens(h, w));
+            let tokens = reference_indices(reference, &format!("{}.local_feat_tokens", case.name))?
+                .unwrap_or_else(|| local_feat_tokens(h, w));
             let bad = |what: &str| {
                 Error::format(
                     inputs.path(),

@@ -94,8 +94,10 @@ fn pair_decoding_reuses_encodings_and_agrees_with_the_network() {
 fn slam_tracks_on_network_pairs() {
     let data = rust3r_io::datasets::open(Path::new(REDKITCHEN), None, 5).unwrap();
     let frames = 4;
-    let mut cfg = SlamConfig::default();
-    cfg.single_thread = true;
+    let mut cfg = SlamConfig {
+        single_thread: true,
+        ..Default::default()
+    };
     let mut fe = front_end(224);
     let res = run_slam(data.as_ref(), &mut fe, &cfg, Some(frames), |_| {}).unwrap();
     assert_eq!(res.frames.len(), frames);

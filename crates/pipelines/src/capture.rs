@@ -12,10 +12,12 @@
 //! between the Kinect's cameras is ignored, as the SLAM front end and its export do.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use rust3r_gpu::Gpu;
-use rust3r_io::datasets::{self, Dataset, DatasetKind, Intrinsics};
+use rust3r_io::datasets::{self, Dataset, DatasetKind, Frame, Intrinsics};
 use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
 use rust3r_slam::output::{self, pose_to_sim3};
 use rust3r_slam::{
@@ -25,8 +27,11 @@ use rust3r_slam::{
 use rust3r_splat::train::init::{InitSplats, SH_C0};
 
 use crate::error::{Context, PipelineError, invalid, io_err};
-use crate::pose;
-use crate::train::{EvalRecord, Refinement, SceneSetup, TrainEvent, TrainOptions, TrainSession};
+use crate::train::{
+    EvalRecord, Events, Interpolated, Refinement, SceneSetup, TrainEvent, TrainOptions,
+    TrainSession,
+};
+use crate::{online, pose};
 
 /// Options of [`run_capture`].
 #[derive(Clone, Debug)]
@@ -42,8 +47,18 @@ pub struct RunOptions {
     /// SLAM configuration (`SlamConfig::rgbd()` and any overrides).
     pub slam: SlamConfig,
     /// Training options; `out` is the run's output folder, `eval_every` the held-out spacing
-    /// (frames `k·N + N/2` never train), `init_count` the most initial Gaussians.
+    /// (frames `k·N + N/2` go through SLAM but never train; ignored with `hold_out`),
+    /// `init_count` the most initial Gaussians.
     pub train: TrainOptions,
+    /// Hold out input frames `k·N + N/2` (after the stride, within `max_frames`) before SLAM
+    /// (0: off): neither SLAM nor training sees them, and the outputs have no pose for them.
+    /// Each is evaluated at the pose interpolated between the final poses of its nearest tracked
+    /// neighbours (see [`crate::pose::interpolate`]; by timestamp), with their exposure
+    /// interpolated the same way. Replaces `train.eval_every`.
+    pub hold_out: usize,
+    /// Train while SLAM tracks ([`crate::online`]): from the first keyframe, on its own
+    /// thread, for at most half of `train.steps`; the final phase trains the rest on every view.
+    pub online: bool,
     pub refine: Refinement,
     /// A frame joins the training views when it is at least this far (metres) or
     /// `min_view_angle` (degrees) from every view picked so far; keyframes always train.
@@ -56,6 +71,8 @@ pub struct RunOptions {
     /// Tracking lost for good: the run stops with an error when the input ends with at least
     /// this many frames lost in a row (0: never; a shorter lost tail only loses those frames).
     pub max_lost_frames: usize,
+    /// How a video input is decoded (FFmpeg programs, frame cache).
+    pub video: datasets::VideoOptions,
 }
 
 impl RunOptions {
@@ -90,6 +107,9 @@ impl RunOptions {
             max_view_gap: 10,
             max_lost_frames: 30,
             calibration: None,
+            video: datasets::VideoOptions::default(),
+            hold_out: 0,
+            online: false,
         }
     }
 }
@@ -111,6 +131,13 @@ pub enum RunEvent<'a> {
     Slam(&'a Progress),
     /// An event of the training session.
     Train(TrainEvent<'a>),
+    /// Online training while SLAM runs (after each SLAM frame): steps taken, keyframe views,
+    /// Gaussians.
+    Online {
+        step: u64,
+        views: usize,
+        splats: usize,
+    },
 }
 
 /// What a run did.
@@ -121,6 +148,8 @@ pub struct RunSummary {
     pub lost: usize,
     pub train_views: usize,
     pub eval_views: usize,
+    /// Input frames held out before SLAM ([`RunOptions::hold_out`]).
+    pub held_out: usize,
     /// ATE RMSE (SE(3)-aligned, metres) of SLAM's trajectory and of the refined one, when the
     /// data set has ground truth.
     pub ate_slam: Option<f64>,
@@ -128,6 +157,10 @@ pub struct RunSummary {
     pub last_eval: Option<EvalRecord>,
     pub num_splats: usize,
     pub slam_seconds: f64,
+    /// Steps taken while SLAM ran (`--online`) and the keyframe views they used.
+    pub online_steps: u64,
+    pub online_views: usize,
+    /// Seconds of the final (or only) training phase.
     pub train_seconds: f64,
     pub total_seconds: f64,
     /// Output files.
@@ -173,17 +206,47 @@ pub fn run_capture_with(
                 kind: opts.kind,
                 stride: opts.stride,
                 calibration: opts.calibration,
+                video: opts.video.clone(),
             },
         )
     };
-    let dataset = open()?;
-    if dataset.is_empty() {
+    let raw = open()?;
+    if raw.is_empty() {
         return Err(invalid(format!("{}: no frames", opts.input.display())));
     }
+    // Held-out input frames never reach SLAM: it reads a subset of the data set.
+    let n_input = opts.max_frames.map_or(raw.len(), |m| m.min(raw.len()));
+    let held = held_out_frames(n_input, opts.hold_out);
+    let keep: Arc<Vec<usize>> = Arc::new(
+        (0..n_input)
+            .filter(|i| held.binary_search(i).is_err())
+            .collect(),
+    );
+    if keep.is_empty() {
+        return Err(invalid(format!(
+            "--hold-out {} holds out every frame of {}",
+            opts.hold_out,
+            opts.input.display()
+        )));
+    }
+    let subset = |d: Box<dyn Dataset>| -> Box<dyn Dataset> {
+        if held.is_empty() {
+            d
+        } else {
+            Box::new(Subset {
+                inner: d,
+                keep: keep.clone(),
+            })
+        }
+    };
+    let slam_max = if held.is_empty() {
+        opts.max_frames
+    } else {
+        None
+    };
+    let dataset = subset(raw);
     let cfg = &opts.slam;
-    let total = opts
-        .max_frames
-        .map_or(dataset.len(), |m| m.min(dataset.len()));
+    let total = slam_max.map_or(dataset.len(), |m| m.min(dataset.len()));
     let slam_dir = out.join("slam");
     let depth_k = match &front {
         FrontEnd::Rgbd => Some(dataset.depth_intrinsics().ok_or_else(|| {
@@ -200,35 +263,93 @@ pub fn run_capture_with(
     });
     // The poses of the tracked frames as SLAM reports them: what is left when it stops.
     let mut so_far = SoFar::default();
+    let rgbd_front = depth_k.map(|dk| {
+        RgbdFrontEnd::new(
+            dk,
+            cfg.rgbd.downsample,
+            cfg.rgbd.min_depth,
+            cfg.rgbd.max_depth,
+        )
+    });
+    // Online training: a trainer thread fed with keyframes from SLAM's progress callback.
+    let status = Arc::new(online::Status::default());
+    let (online_tx, online_thread) = if opts.online {
+        let colour = dataset.intrinsics().ok_or_else(|| {
+            invalid(format!(
+                "{}: --online needs the colour camera's calibration (the data set's or --calib)",
+                opts.input.display()
+            ))
+        })?;
+        let focal = match (&front, &rgbd_front) {
+            (FrontEnd::Network(f), _) => f.camera(),
+            (FrontEnd::Rgbd, Some(r)) => r.camera(),
+            (FrontEnd::Rgbd, None) => None,
+        }
+        .map(|c| c.fx.min(c.fy));
+        let setup = online::Setup {
+            gpu: gpu.clone(),
+            train: opts.train.clone(),
+            max_steps: opts.train.steps / 2,
+            points_per_keyframe: (opts.train.init_count / 8).max(1),
+            min_conf: cfg.rgbd.export_conf as f32,
+            focal,
+            colour,
+            dataset: subset(open()?),
+            delivered: dataset.colour_resampled().then(|| slam_dir.clone()),
+            input: opts.input.clone(),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let st = status.clone();
+        let thread = std::thread::Builder::new()
+            .name("rust3r-online-train".into())
+            .spawn(move || online::run(setup, rx, &st))
+            .map_err(|e| invalid(format!("cannot start the online training thread: {e}")))?;
+        (Some(tx), Some(thread))
+    } else {
+        (None, None)
+    };
     let mut record = |p: &Progress| {
         so_far.record(p);
-        on_event(RunEvent::Slam(p))
+        on_event(RunEvent::Slam(p));
+        if let Some(tx) = &online_tx {
+            // A send fails only when the trainer stopped with an error, reported at the join.
+            if let Some((_, pm)) = &p.new_keyframe {
+                let _ = tx.send(online::Msg::Keyframe {
+                    frame: p.frame.saturating_sub(1),
+                    rgb_path: p.rgb_path.clone(),
+                    c2w: p.pose,
+                    pointmap: pm.clone(),
+                });
+            }
+            if let Some((poses, _)) = &p.graph {
+                let _ = tx.send(online::Msg::Poses(poses.clone()));
+            }
+            on_event(RunEvent::Online {
+                step: status.steps.load(Ordering::Relaxed),
+                views: status.views.load(Ordering::Relaxed),
+                splats: status.splats.load(Ordering::Relaxed),
+            });
+        }
     };
     let t_slam = Instant::now();
-    let result = match (front, depth_k) {
+    let result = match (front, rgbd_front) {
         (FrontEnd::Network(front), _) => run_slam_source(
             FrameSource::Inline {
                 dataset: dataset.as_ref(),
                 front,
             },
             cfg,
-            opts.max_frames,
+            slam_max,
             None,
             &mut record,
         ),
-        (FrontEnd::Rgbd, dk) => {
-            let dk = dk.ok_or_else(|| invalid("the rgbd mode needs depth images"))?;
-            let front = RgbdFrontEnd::new(
-                dk,
-                cfg.rgbd.downsample,
-                cfg.rgbd.min_depth,
-                cfg.rgbd.max_depth,
-            );
+        (FrontEnd::Rgbd, front) => {
+            let front = front.ok_or_else(|| invalid("the rgbd mode needs depth images"))?;
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             let n_loaders = (cores / 4).clamp(1, 4);
             let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
             for _ in 0..n_loaders {
-                loaders.push((open()?, Box::new(front.clone())));
+                loaders.push((subset(open()?), Box::new(front.clone())));
             }
             run_slam_source(
                 FrameSource::Prefetch {
@@ -236,18 +357,34 @@ pub fn run_capture_with(
                     ahead: 4 * n_loaders,
                 },
                 cfg,
-                opts.max_frames,
+                slam_max,
                 None,
                 &mut record,
             )
         }
     };
-    drop(record);
+    let slam_seconds = t_slam.elapsed().as_secs_f64();
+    // The input ended: the online trainer finishes its step and hands its state back.
+    drop(online_tx);
+    let online = match online_thread.map(|t| t.join()) {
+        None => None,
+        Some(Ok(r)) => Some(r?),
+        Some(Err(_)) => return Err(invalid("the online training thread panicked")),
+    };
     let result = match result {
         Ok(r) => r,
         Err(e) => return Err(so_far.stopped(&slam_dir, total, e)),
     };
-    let slam_seconds = t_slam.elapsed().as_secs_f64();
+    let (online_steps, online_views) = online.as_ref().map_or((0, 0), |o| {
+        (o.trainer.as_ref().map_or(0, |t| t.step), o.views)
+    });
+    if let Some(o) = &online {
+        on_event(RunEvent::Train(TrainEvent::Info(format!(
+            "online training: {online_steps} steps on {} keyframe views in {:.1} s while SLAM ran {slam_seconds:.1} s",
+            o.views, o.seconds
+        ))));
+    }
+    let warm = online.and_then(|o| o.trainer);
     // The colour camera, and the camera of the pointmaps (depth supervision from the network).
     let first = result
         .frames
@@ -342,22 +479,64 @@ pub fn run_capture_with(
             f.rgb_path.clone()
         }
     };
-    // Scene views in frame order: training and held-out frames.
-    let mut scene_frames: Vec<usize> = train_frames.iter().chain(&eval_frames).copied().collect();
-    scene_frames.sort_unstable();
-    let images: Vec<PosedImage> = scene_frames
+    // Input frames held out before SLAM, each between its nearest tracked neighbours.
+    let held_views = if held.is_empty() {
+        Vec::new()
+    } else {
+        let raw = open()?;
+        let mut forward = |e: TrainEvent<'_>| on_event(RunEvent::Train(e));
+        forward(TrainEvent::Info(format!(
+            "{} input frames held out before SLAM (frames k*{n} + {h}), rendered at poses interpolated between their neighbours'",
+            held.len(),
+            n = opts.hold_out,
+            h = opts.hold_out / 2
+        )));
+        held_out_views(
+            &result,
+            &keep,
+            &held,
+            raw.as_ref(),
+            (cw, ch),
+            resampled.then(|| out.join("held_out")).as_deref(),
+            &mut forward,
+        )?
+    };
+    // Scene views in frame order: training and held-out frames, and the neighbours of the
+    // frames held out before SLAM; then those frames.
+    let mut scene_frames: Vec<usize> = train_frames
         .iter()
-        .map(|&f| PosedImage {
-            image_path: image_of(&result.frames[f]),
-            width: cw,
-            height: ch,
-            fx: colour_k.fx,
-            fy: colour_k.fy,
-            cx: colour_k.cx,
-            cy: colour_k.cy,
-            world_to_camera: frame_poses[f],
-        })
+        .chain(&eval_frames)
+        .copied()
+        .chain(held_views.iter().flat_map(|v| [v.before, v.after]))
         .collect();
+    scene_frames.sort_unstable();
+    scene_frames.dedup();
+    let posed = |path: PathBuf, w2c: [[f64; 4]; 4]| PosedImage {
+        image_path: path,
+        width: cw,
+        height: ch,
+        fx: colour_k.fx,
+        fy: colour_k.fy,
+        cx: colour_k.cx,
+        cy: colour_k.cy,
+        world_to_camera: w2c,
+    };
+    let mut images: Vec<PosedImage> = scene_frames
+        .iter()
+        .map(|&f| posed(image_of(&result.frames[f]), frame_poses[f]))
+        .collect();
+    let mut interpolated = Vec::new();
+    for v in &held_views {
+        let pos = |f: usize| scene_frames.binary_search(&f).unwrap_or(0);
+        interpolated.push(Interpolated {
+            view: images.len(),
+            before: pos(v.before),
+            after: pos(v.after),
+            t: v.t,
+        });
+        let w2c = pose::interpolate(&frame_poses[v.before], &frame_poses[v.after], v.t);
+        images.push(posed(v.image.clone(), w2c));
+    }
     let scene_opts = SceneOptions {
         downscale: opts.train.downscale,
         background: opts.train.background,
@@ -375,6 +554,7 @@ pub fn run_capture_with(
         .collect();
     let eval: Vec<usize> = (0..scene_frames.len())
         .filter(|&k| eval_frames.binary_search(&scene_frames[k]).is_ok())
+        .chain(interpolated.iter().map(|p| p.view))
         .collect();
     let mut depth = vec![None; scene.len()];
     if opts.refine.depth_weight > 0.0 {
@@ -427,7 +607,7 @@ pub fn run_capture_with(
         opts.train.sh_degree,
         focal,
     );
-    if init.is_empty() {
+    if init.is_empty() && warm.is_none() {
         return Err(invalid(format!(
             "{}: SLAM produced no points to start from",
             opts.input.display()
@@ -442,9 +622,11 @@ pub fn run_capture_with(
     let setup = SceneSetup {
         train,
         eval,
-        init: Some(init),
+        init: warm.is_none().then_some(init),
         depth,
         scale: None,
+        interpolated,
+        trainer: warm,
     };
 
     // Training.
@@ -552,15 +734,134 @@ pub fn run_capture_with(
         lost,
         train_views: n_train,
         eval_views: n_eval,
+        held_out: held.len(),
         ate_slam,
         ate_refined,
         last_eval: summary.last_eval,
         num_splats: summary.num_splats,
         slam_seconds,
+        online_steps,
+        online_views,
         train_seconds: summary.train_seconds,
         total_seconds: start.elapsed().as_secs_f64(),
         files,
     })
+}
+
+/// Input frames `k·n + n/2` below `len` (none when `n` is 0).
+pub fn held_out_frames(len: usize, n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    (n / 2..len).step_by(n).collect()
+}
+
+/// A data set without its held-out frames: frame `i` is frame `keep[i]` of `inner`.
+struct Subset {
+    inner: Box<dyn Dataset>,
+    keep: Arc<Vec<usize>>,
+}
+
+impl Dataset for Subset {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> usize {
+        self.keep.len()
+    }
+    fn intrinsics(&self) -> Option<Intrinsics> {
+        self.inner.intrinsics()
+    }
+    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+        self.inner.depth_intrinsics()
+    }
+    fn frame(&self, i: usize) -> Result<Frame, rust3r_io::IoError> {
+        // Past the end: the inner data set's own error for a frame it does not have.
+        let k = self.keep.get(i).copied().unwrap_or(self.inner.len());
+        let mut f = self.inner.frame(k)?;
+        f.index = i;
+        Ok(f)
+    }
+    fn colour_resampled(&self) -> bool {
+        self.inner.colour_resampled()
+    }
+    fn ground_truth(&self) -> Option<Vec<(f64, datasets::Pose)>> {
+        self.inner.ground_truth()
+    }
+}
+
+/// A frame held out before SLAM: its image and where it sits between two tracked frames.
+struct HeldView {
+    image: PathBuf,
+    /// Indices into `result.frames` of the nearest tracked frames before and after (the same
+    /// frame when only one side has one).
+    before: usize,
+    after: usize,
+    /// By timestamp (by input index when the timestamps do not increase).
+    t: f64,
+}
+
+/// The frames `held` (input indices; `keep[j]` is the input index of `result.frames[j]`) with
+/// their neighbours and images (`raw` is the whole data set; with `delivered`, the data set
+/// resamples its colour and the delivered images are written there, as SLAM's export does).
+/// A frame with no tracked frame on either side is skipped with a warning.
+fn held_out_views(
+    result: &SlamResult,
+    keep: &[usize],
+    held: &[usize],
+    raw: &dyn Dataset,
+    (cw, ch): (u32, u32),
+    delivered: Option<&Path>,
+    on_event: &mut Events<'_>,
+) -> Result<Vec<HeldView>, PipelineError> {
+    let tracked: Vec<usize> = (0..result.frames.len())
+        .filter(|&j| result.frames[j].tracked)
+        .collect();
+    let mut views = Vec::new();
+    for &h in held {
+        let before = tracked.iter().rev().find(|&&j| keep[j] < h).copied();
+        let after = tracked.iter().find(|&&j| keep[j] > h).copied();
+        let (a, b) = match (before, after) {
+            (Some(a), Some(b)) => (a, b),
+            (Some(a), None) => (a, a),
+            (None, Some(b)) => (b, b),
+            (None, None) => {
+                on_event(TrainEvent::Warning(format!(
+                    "held-out frame {h}: no tracked frame to take a pose from; not evaluated"
+                )));
+                continue;
+            }
+        };
+        let frame = raw
+            .frame(h)
+            .context_with(|| format!("held-out frame {h}"))?;
+        let (w, hh) = frame.rgb.dimensions();
+        if (w, hh) != (cw, ch) {
+            return Err(invalid(format!(
+                "held-out frame {h} ({}) is {w}x{hh}, but the capture's frames are {cw}x{ch}",
+                frame.rgb_path.display()
+            )));
+        }
+        let (ta, tb) = (result.frames[a].timestamp, result.frames[b].timestamp);
+        let t = if a == b {
+            0.0
+        } else if tb > ta && frame.timestamp.is_finite() {
+            ((frame.timestamp - ta) / (tb - ta)).clamp(0.0, 1.0)
+        } else {
+            (h - keep[a]) as f64 / (keep[b] - keep[a]) as f64
+        };
+        let image = match delivered {
+            Some(dir) => output::write_delivered_image(raw, h, &frame.rgb_path, dir)?,
+            None => frame.rgb_path.clone(),
+        };
+        views.push(HeldView {
+            image,
+            before: a,
+            after: b,
+            t,
+        });
+    }
+    Ok(views)
 }
 
 /// The tracked frames' poses reported during SLAM, written when it stops with an error.
@@ -741,7 +1042,7 @@ fn pointmap_depth(kf: &rust3r_slam::keyframes::Keyframe, min_conf: f32) -> datas
     })
 }
 
-fn w2c_of(t: &rust3r_geometry::Sim3) -> [[f64; 4]; 4] {
+pub(crate) fn w2c_of(t: &rust3r_geometry::Sim3) -> [[f64; 4]; 4] {
     let m = t.to_se3().matrix();
     let c2w: [[f64; 4]; 4] = std::array::from_fn(|r| std::array::from_fn(|c| m[(r, c)]));
     pose::rigid_inverse(&c2w)
@@ -767,7 +1068,11 @@ pub fn select_views(
     w2c: &[[[f64; 4]; 4]],
     opts: &RunOptions,
 ) -> (Vec<usize>, Vec<usize>) {
-    let e = opts.train.eval_every;
+    let e = if opts.hold_out > 0 {
+        0
+    } else {
+        opts.train.eval_every
+    };
     let held = |f: usize| e > 0 && f % e == e / 2;
     let is_kf: Vec<bool> = result
         .frames
@@ -849,9 +1154,25 @@ pub fn init_from_slam(
     sh_degree: u32,
     focal: f64,
 ) -> InitSplats {
+    splats_from_points(
+        &output::fused_points(result, min_conf),
+        max_points,
+        sh_degree,
+        focal,
+    )
+}
+
+/// Gaussians of [`init_from_slam`] from points (colour, scale of the pixel footprint at
+/// `focal`, opacity 0.1; at most `max_points`, evenly strided).
+pub(crate) fn splats_from_points(
+    points: &[output::FusedPoint],
+    max_points: usize,
+    sh_degree: u32,
+    focal: f64,
+) -> InitSplats {
     let f = focal.max(1e-6);
-    let pts: Vec<([f32; 3], [u8; 3], f32)> = output::fused_points(result, min_conf)
-        .into_iter()
+    let pts: Vec<([f32; 3], [u8; 3], f32)> = points
+        .iter()
         .map(|p| {
             (
                 p.world,

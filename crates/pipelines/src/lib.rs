@@ -5,11 +5,16 @@
 //!   [`train::TrainEvent`]s;
 //! * [`capture`]: capture to splat (`rust3r run`): SLAM, view selection, initialisation from the
 //!   fused pointmaps, training with sensor depth, exposure and pose refinement, outputs.
+//! * [`online`]: `rust3r run --online`'s trainer thread, fed with SLAM's keyframes while it
+//!   tracks.
 //!
 //! Dependencies go one way: pipelines → splat / slam / lpips → gpu / geometry / io.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod capture;
 pub mod error;
+pub mod online;
 pub mod pose;
 pub mod train;
 
@@ -18,6 +23,6 @@ pub use capture::{
 };
 pub use error::PipelineError;
 pub use train::{
-    EvalRecord, InitKind, Refinement, StrategyKind, TrainEvent, TrainOptions, TrainSession,
-    TrainSummary,
+    EvalRecord, InitKind, Interpolated, Refinement, StrategyKind, TrainEvent, TrainOptions,
+    TrainSession, TrainSummary, ViewScore,
 };

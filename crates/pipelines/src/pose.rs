@@ -140,3 +140,75 @@ pub fn pose_error(a: &M4, b: &M4) -> (f64, f64) {
         .sqrt();
     (angle, dist)
 }
+
+/// The pose at fraction `t` (0 at `a`, 1 at `b`) between two world-to-camera poses: the
+/// camera-to-world rotations slerped and the camera centres interpolated linearly.
+pub fn interpolate(a: &M4, b: &M4, t: f64) -> M4 {
+    use nalgebra::{Matrix3, Rotation3, UnitQuaternion, Vector3};
+    let (ca, cb) = (rigid_inverse(a), rigid_inverse(b));
+    let rot = |m: &M4| {
+        UnitQuaternion::from_rotation_matrix(&Rotation3::from_matrix_unchecked(Matrix3::from_fn(
+            |r, c| m[r][c],
+        )))
+    };
+    let (qa, qb) = (rot(&ca), rot(&cb));
+    // Shortest arc; opposite rotations (no unique arc) fall back to a.
+    let q = qa.try_slerp(&qb, t, 1e-12).unwrap_or(qa);
+    let r = q.to_rotation_matrix();
+    let centre = Vector3::from_fn(|k, _| (1.0 - t) * ca[k][3] + t * cb[k][3]);
+    let mut c2w = [[0.0; 4]; 4];
+    for i in 0..3 {
+        for j in 0..3 {
+            c2w[i][j] = r[(i, j)];
+        }
+        c2w[i][3] = centre[i];
+    }
+    c2w[3][3] = 1.0;
+    rigid_inverse(&c2w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// World-to-camera of a camera at `centre` turned by `angle` about z (camera to world).
+    fn w2c(angle: f64, centre: [f64; 3]) -> M4 {
+        let (s, c) = angle.sin_cos();
+        let c2w = [
+            [c, -s, 0.0, centre[0]],
+            [s, c, 0.0, centre[1]],
+            [0.0, 0.0, 1.0, centre[2]],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        rigid_inverse(&c2w)
+    }
+
+    #[test]
+    fn interpolation_matches_a_hand_computed_pose() {
+        // From the identity at the origin to 90 degrees about z at (2, 0, 4): a quarter of the
+        // way is 22.5 degrees about z at (0.5, 0, 1). By hand, camera to world:
+        // [[cos 22.5, -sin 22.5, 0, 0.5], [sin 22.5, cos 22.5, 0, 0], [0, 0, 1, 1]].
+        let a = w2c(0.0, [0.0; 3]);
+        let b = w2c(std::f64::consts::FRAC_PI_2, [2.0, 0.0, 4.0]);
+        let got = rigid_inverse(&interpolate(&a, &b, 0.25));
+        let (c, s) = (0.923_879_532_511_286_7, 0.382_683_432_365_089_8);
+        let want = [
+            [c, -s, 0.0, 0.5],
+            [s, c, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 1.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ];
+        for r in 0..4 {
+            for k in 0..4 {
+                let e = (got[r][k] - want[r][k]).abs();
+                assert!(e < 1e-12, "[{r}][{k}]: {} vs {}", got[r][k], want[r][k]);
+            }
+        }
+        // The ends are the neighbours themselves.
+        for (t, m) in [(0.0, a), (1.0, b)] {
+            let p = interpolate(&a, &b, t);
+            let (angle, dist) = pose_error(&p, &m);
+            assert!(angle < 1e-9 && dist < 1e-12, "t = {t}: {angle} {dist}");
+        }
+    }
+}

@@ -19,7 +19,7 @@ use rust3r_splat::train::{
     AdcConfig, DepthTarget, StepExtras, StepInfo, StepTarget, Strategy, TrainConfig, Trainer,
     images::PackedImage, init, mcmc::McmcConfig,
 };
-use rust3r_splat::{Camera, ShPrecision};
+use rust3r_splat::{Camera, RasterTuning, ShPrecision};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Context, PipelineError, invalid};
@@ -98,6 +98,8 @@ pub struct TrainOptions {
     pub lpips: Option<LpipsWeights>,
     /// Set to stop at the next step with a checkpoint written (Ctrl-C).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Rasterizer layout choices (default: per adapter).
+    pub raster: RasterTuning,
 }
 
 impl Default for TrainOptions {
@@ -132,6 +134,7 @@ impl Default for TrainOptions {
             image_cache_bytes: 4_000_000_000,
             lpips: None,
             stop: None,
+            raster: RasterTuning::default(),
         }
     }
 }
@@ -188,6 +191,20 @@ pub struct EvalRecord {
     pub train_seconds: f64,
     pub it_per_s: f64,
     pub peak_gpu_bytes: u64,
+    /// Each held-out view's scores (absent in files written before they were recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub views: Vec<ViewScore>,
+}
+
+/// One held-out view's scores in an [`EvalRecord`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ViewScore {
+    /// The view's image name.
+    pub name: String,
+    pub psnr: f64,
+    pub ssim: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lpips: Option<f64>,
 }
 
 /// Statistics of a step (every 100th step and the last).
@@ -258,6 +275,22 @@ pub struct SceneSetup {
     pub depth: Vec<Option<Vec<f32>>>,
     /// Scene scale (default: from the training cameras).
     pub scale: Option<f64>,
+    /// Views rendered at a pose interpolated between two other views' current poses (held-out
+    /// frames that SLAM never saw); their exposure is interpolated the same way.
+    pub interpolated: Vec<Interpolated>,
+    /// A trainer to go on with (online training's): its Gaussians, optimizer state and step
+    /// count replace `init`; its scene scale becomes the session's.
+    pub trainer: Option<Trainer>,
+}
+
+/// A view posed between two others: `pose::interpolate(camera(before), camera(after), t)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interpolated {
+    pub view: usize,
+    pub before: usize,
+    pub after: usize,
+    /// 0 at `before`, 1 at `after`.
+    pub t: f64,
 }
 
 pub type Events<'e> = dyn FnMut(TrainEvent<'_>) + 'e;
@@ -386,6 +419,8 @@ struct RefineState {
     exposure: Vec<[f32; 12]>,
     exposure_adam: Vec<pose::Adam<12>>,
     scale: f64,
+    /// Per view: posed between two others (`(before, after, t)`).
+    interpolated: Vec<Option<(usize, usize, f64)>>,
 }
 
 /// A training session (see the module docs).
@@ -452,6 +487,8 @@ impl TrainSession {
             init: None,
             depth: vec![None; n],
             scale: None,
+            interpolated: Vec::new(),
+            trainer: None,
         };
         Self::build(
             dataset.display().to_string(),
@@ -481,7 +518,18 @@ impl TrainSession {
         if setup.train.is_empty() {
             return Err(invalid(format!("{label}: no training views")));
         }
+        let interp_ok = setup.interpolated.iter().all(|p| {
+            let n = scene.len();
+            let plain = |i: usize| setup.interpolated.iter().all(|q| q.view != i);
+            p.view < n
+                && p.before < n
+                && p.after < n
+                && plain(p.before)
+                && plain(p.after)
+                && !setup.train.contains(&p.view)
+        });
         if setup.depth.len() != scene.len()
+            || !interp_ok
             || setup
                 .train
                 .iter()
@@ -511,6 +559,8 @@ impl TrainSession {
             init: init_override,
             depth,
             scale,
+            interpolated,
+            trainer: warm,
         } = setup;
         let scale = scale.unwrap_or_else(|| scene_scale(&scene, &train_idx));
         let kind = scene.kind;
@@ -542,48 +592,14 @@ impl TrainSession {
             Lpips::new(w, &Device::from(gpu.device().clone()))
         });
         let mcmc = opts.strategy == StrategyKind::Mcmc;
-        let strategy = if mcmc {
-            Strategy::Mcmc(McmcConfig {
-                cap_max: opts.max_splats.unwrap_or(1_000_000),
-                ..Default::default()
-            })
-        } else {
-            let adc = AdcConfig::default();
-            if opts.absgrad {
-                Strategy::Adc(AdcConfig {
-                    absgrad: true,
-                    grad2d_threshold: 8e-4,
-                    ..adc
-                })
-            } else {
-                Strategy::Adc(adc)
+        let cfg = train_config(&opts, scale);
+        let mut trainer = match (&opts.resume, warm) {
+            (_, Some(mut t)) => {
+                t.cfg.scene_scale = scale as f32;
+                t
             }
-        };
-        let sh_precision = opts.sh_precision.unwrap_or_default();
-        let cfg = TrainConfig {
-            sh_degree: opts.sh_degree,
-            background: opts.background,
-            antialiased: opts.antialiased,
-            scene_scale: scale as f32,
-            strategy,
-            max_splats: opts.max_splats,
-            memory_budget: opts.memory_budget,
-            visible_adam: opts.visible_adam,
-            seed: opts.seed,
-            deterministic: opts.deterministic,
-            alpha_loss_weight: opts.alpha_loss.unwrap_or(0.0),
-            adam: AdamConfig {
-                moments: opts
-                    .adam_moments
-                    .unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)),
-                ..Default::default()
-            },
-            sh_precision,
-            ..Default::default()
-        };
-        let trainer = match &opts.resume {
-            Some(ck) => resume(gpu, ck, &opts, on_event)?,
-            None => {
+            (Some(ck), None) => resume(gpu, ck, &opts, on_event)?,
+            (None, None) => {
                 let use_points = match opts.init {
                     InitKind::Auto => scene.points.as_ref().is_some_and(|p| p.xyz.len() >= 2),
                     InitKind::Points => true,
@@ -629,6 +645,7 @@ impl TrainSession {
                 Trainer::new(gpu, cfg, &init)?
             }
         };
+        trainer.set_raster_tuning(opts.raster);
 
         // Images: decode in parallel into RAM, pack onto the device when they fit. Alpha is kept
         // only for the alpha loss; masks are always used.
@@ -729,6 +746,13 @@ impl TrainSession {
             exposure: vec![EXPOSURE_IDENTITY; n],
             exposure_adam: vec![pose::Adam::default(); n],
             scale,
+            interpolated: {
+                let mut v = vec![None; n];
+                for p in &interpolated {
+                    v[p.view] = Some((p.before, p.after, p.t));
+                }
+                v
+            },
         };
 
         let eval_path = opts.out.join("eval.json");
@@ -783,11 +807,20 @@ impl TrainSession {
             .collect()
     }
 
-    /// Current exposure transform of every view (the nearest training view's for the others).
+    /// Current exposure transform of every view (the nearest training view's for the others,
+    /// interpolated for [`Interpolated`] views).
     pub fn exposures(&self) -> Vec<[f32; 12]> {
-        (0..self.scene.len())
-            .map(|i| self.refine.exposure[self.nearest_train(i)])
-            .collect()
+        (0..self.scene.len()).map(|i| self.exposure_at(i)).collect()
+    }
+
+    fn exposure_at(&self, i: usize) -> [f32; 12] {
+        match self.refine.interpolated[i] {
+            Some((a, b, t)) => {
+                let (ea, eb) = (self.exposure_at(a), self.exposure_at(b));
+                std::array::from_fn(|k| ((1.0 - t) * ea[k] as f64 + t * eb[k] as f64) as f32)
+            }
+            None => self.refine.exposure[self.nearest_train(i)],
+        }
     }
 
     /// The training view nearest to view `i` in the scene's order (itself when it trains).
@@ -802,7 +835,13 @@ impl TrainSession {
     /// The camera view `i` is rendered with.
     pub fn camera(&self, i: usize) -> Camera {
         let mut cam = camera_of(&self.scene, i);
-        if self.refine.cfg.pose {
+        if let Some((a, b, t)) = self.refine.interpolated[i] {
+            cam.world_to_camera = pose::interpolate(
+                &self.camera(a).world_to_camera,
+                &self.camera(b).world_to_camera,
+                t,
+            );
+        } else if self.refine.cfg.pose {
             let t = self.nearest_train(i);
             cam.world_to_camera = pose::transfer(
                 &self.scene.views[t].world_to_camera,
@@ -814,10 +853,7 @@ impl TrainSession {
     }
 
     fn exposure_of(&self, i: usize) -> Option<[f32; 12]> {
-        self.refine
-            .cfg
-            .exposure
-            .then(|| self.refine.exposure[self.nearest_train(i)])
+        self.refine.cfg.exposure.then(|| self.exposure_at(i))
     }
 
     /// Runs the step loop to `opts.steps` (see the module docs).
@@ -911,7 +947,7 @@ impl TrainSession {
                 gpu.sync()?;
                 train_s += seg.elapsed().as_secs_f64();
                 let render_dir = out.join("renders");
-                let (psnr, ssim, lpips_mean) =
+                let (psnr, ssim, lpips_mean, views) =
                     self.evaluate(last.then_some(render_dir.as_path()))?;
                 peak = peak.max(gpu.memory_reserved());
                 let rec = EvalRecord {
@@ -924,6 +960,7 @@ impl TrainSession {
                     train_seconds: train_s,
                     it_per_s: (s - start_step) as f64 / train_s.max(1e-9),
                     peak_gpu_bytes: peak,
+                    views,
                 };
                 self.records.push(rec.clone());
                 let json = serde_json::to_vec_pretty(&self.records)
@@ -1013,8 +1050,13 @@ impl TrainSession {
 
     /// Mean PSNR / SSIM (and LPIPS) over the held-out views, on renders clamped to [0, 1]; with
     /// `renders`, writes render | ground truth side by side for each view.
-    fn evaluate(&self, renders: Option<&Path>) -> Result<(f64, f64, Option<f64>), PipelineError> {
+    #[allow(clippy::type_complexity)]
+    fn evaluate(
+        &self,
+        renders: Option<&Path>,
+    ) -> Result<(f64, f64, Option<f64>, Vec<ViewScore>), PipelineError> {
         let (mut psnr, mut ssim, mut lp) = (0.0, 0.0, 0.0);
+        let mut views = Vec::with_capacity(self.eval.len());
         if let Some(dir) = renders {
             std::fs::create_dir_all(dir).map_err(crate::error::io_err(dir))?;
         }
@@ -1027,10 +1069,16 @@ impl TrainSession {
                     .evaluate_view_exposed(&cam, &gt.rgb, exposure.as_ref())?;
             psnr += p;
             ssim += s;
+            let mut score = ViewScore {
+                name: self.scene.views[i].name.clone(),
+                psnr: p,
+                ssim: s,
+                lpips: None,
+            };
             if let Some(net) = &self.lpips {
                 let (w, h) = (cam.width as usize, cam.height as usize);
                 let gt_f: Vec<f32> = gt.rgb.iter().map(|&v| v as f32 / 255.0).collect();
-                lp += net
+                let d = net
                     .distance(
                         Image {
                             rgb: &pred,
@@ -1046,7 +1094,10 @@ impl TrainSession {
                     .context_with(|| {
                         format!("LPIPS of held-out view {}", self.scene.views[i].name)
                     })?;
+                lp += d;
+                score.lpips = Some(d);
             }
+            views.push(score);
             if let Some(dir) = renders {
                 let name = Path::new(&self.scene.views[i].name).with_extension("png");
                 let path = dir.join(name.file_name().unwrap_or_default());
@@ -1054,7 +1105,12 @@ impl TrainSession {
             }
         }
         let n = self.eval.len().max(1) as f64;
-        Ok((psnr / n, ssim / n, self.lpips.as_ref().map(|_| lp / n)))
+        Ok((
+            psnr / n,
+            ssim / n,
+            self.lpips.as_ref().map(|_| lp / n),
+            views,
+        ))
     }
 }
 
@@ -1087,6 +1143,50 @@ pub fn write_side_by_side(
     .context_with(|| format!("cannot encode {}", path.display()))?;
     rust3r_io::atomic::write_atomic_with(path, |w| std::io::Write::write_all(w, &bytes))
         .context_with(|| format!("cannot write {}", path.display()))
+}
+
+/// The trainer configuration of `opts` for a scene of scale `scale`.
+pub fn train_config(opts: &TrainOptions, scale: f64) -> TrainConfig {
+    let mcmc = opts.strategy == StrategyKind::Mcmc;
+    let strategy = if mcmc {
+        Strategy::Mcmc(McmcConfig {
+            cap_max: opts.max_splats.unwrap_or(1_000_000),
+            ..Default::default()
+        })
+    } else {
+        let adc = AdcConfig::default();
+        if opts.absgrad {
+            Strategy::Adc(AdcConfig {
+                absgrad: true,
+                grad2d_threshold: 8e-4,
+                ..adc
+            })
+        } else {
+            Strategy::Adc(adc)
+        }
+    };
+    let sh_precision = opts.sh_precision.unwrap_or_default();
+    TrainConfig {
+        sh_degree: opts.sh_degree,
+        background: opts.background,
+        antialiased: opts.antialiased,
+        scene_scale: scale as f32,
+        strategy,
+        max_splats: opts.max_splats,
+        memory_budget: opts.memory_budget,
+        visible_adam: opts.visible_adam,
+        seed: opts.seed,
+        deterministic: opts.deterministic,
+        alpha_loss_weight: opts.alpha_loss.unwrap_or(0.0),
+        adam: AdamConfig {
+            moments: opts
+                .adam_moments
+                .unwrap_or_else(|| MomentPrecision::default().for_sh(sh_precision)),
+            ..Default::default()
+        },
+        sh_precision,
+        ..Default::default()
+    }
 }
 
 fn check_options(opts: &TrainOptions) -> Result<(), PipelineError> {

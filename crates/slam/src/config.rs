@@ -141,6 +141,14 @@ pub struct TrackingConfig {
     /// Predict each frame's pose with a constant-velocity motion model (the previous frame's
     /// motion repeated) instead of starting from the previous pose (RGB-D addition).
     pub motion_prior: bool,
+    /// Frame-to-model tracking (RGB-D addition, [`crate::model`]): the last this many
+    /// keyframes are rendered into the frame's predicted view and the frame is tracked against
+    /// that view instead of the current keyframe alone (fusion and the keyframe rule stay with
+    /// the current keyframe). 0: frame-to-keyframe tracking.
+    pub model_keyframes: usize,
+    /// Frame-to-model tracking: the last this many tracked frames (at their tracked poses)
+    /// join the model view of `model_keyframes` (RGB-D addition; 0: none).
+    pub model_frames: usize,
     /// Score for [`FusionMode::BestScore`].
     pub filtering_score: FilteringScore,
 }
@@ -301,6 +309,8 @@ impl Default for SlamConfig {
                 min_constraint: 0.0,
                 max_weak_frames: 15,
                 motion_prior: false,
+                model_keyframes: 0,
+                model_frames: 0,
             },
             local_opt: LocalOptConfig {
                 pin: 1,
@@ -555,6 +565,8 @@ impl SlamConfig {
                     "min_constraint" => t.min_constraint = f(value)?,
                     "max_weak_frames" => t.max_weak_frames = u(value)?,
                     "motion_prior" => t.motion_prior = b(value)?,
+                    "model_keyframes" => t.model_keyframes = u(value)?,
+                    "model_frames" => t.model_frames = u(value)?,
                     "filtering_score" => {
                         t.filtering_score = match value {
                             "median" => FilteringScore::Median,

@@ -19,7 +19,8 @@
 //!   `transforms.json`.
 //! * [`kernels`]: GPU (CubeCL) versions of iterative projection and the tracking reductions.
 //! * [`trajectory`] and [`ate`]: trajectory I/O (TUM, EuRoC) and evo-exact ATE.
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 pub mod appearance;
@@ -30,6 +31,7 @@ mod error;
 pub mod kernels;
 pub mod keyframes;
 pub mod matching;
+pub mod model;
 pub mod output;
 pub mod pair;
 pub mod par;

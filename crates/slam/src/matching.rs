@@ -310,8 +310,8 @@ pub fn match_iterative_proj(
 
 /// Descriptor refinement (MASt3R-SLAM `refine_matches`): for each query, search a window of
 /// radius `radius * d` with spacing `d` around its pixel for the reference descriptor with the
-/// largest dot product with the query's, recentring after each `d` from `dilation_max` down to
-/// 1. The best score is kept across dilations and starts at the smallest positive normal float
+/// largest dot product with the query's, recentring after each `d` from `dilation_max` down
+/// to 1. The best score is kept across dilations and starts at the smallest positive normal float
 /// (as upstream's `numeric_limits<scalar_t>::min()`), so a query whose every score is zero or
 /// negative keeps its pixel. `ref_desc` is `[h][w][dim]`, `query_desc` `[n][dim]`. Returns the
 /// refined linear pixels. Scores are summed in f32 (upstream: f16). Queries run in parallel.

@@ -222,7 +222,7 @@ pub fn delivered_image_path(out_dir: &Path, source: &Path) -> PathBuf {
 
 /// Writes frame `index` of `dataset` as delivered (e.g. colour registered to depth) to
 /// `out_dir/images/<stem of source>.jpg` (quality 95, atomically); returns its path.
-fn write_delivered_image(
+pub fn write_delivered_image(
     dataset: &dyn Dataset,
     index: usize,
     source: &Path,

@@ -55,9 +55,14 @@ use crate::SlamError;
 use crate::backend::{Edge, KeyframeView, match_fraction, optimize};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
+use crate::model::{ModelSource, render_model};
 use crate::pair::PairFrontEnd;
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 use crate::tracker::{LevelView, ResidualParams, Tracker};
+
+/// Smallest fraction of pixels the frame-to-model view must cover; below it the frame is
+/// tracked against the keyframe alone.
+const MODEL_MIN_COVERAGE: f64 = 0.3;
 
 /// What the system is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +181,7 @@ pub struct Progress {
     pub new_keyframe: Option<(usize, Arc<Pointmap>)>,
     /// Every keyframe's camera-to-world pose and the back-end edges `(i, j)`, reported when a
     /// keyframe was added or the back end finished an optimisation since the previous report.
+    #[allow(clippy::type_complexity)]
     pub graph: Option<(Vec<Sim3>, Vec<(usize, usize)>)>,
 }
 
@@ -520,6 +526,7 @@ fn spread_correction(views: &mut [KeyframeView], j: usize, k: usize, t_jk: &Sim3
     true
 }
 
+#[allow(clippy::large_enum_variant)] // one per SLAM run
 enum BackendRunner {
     Inline(Backend),
     Thread {
@@ -590,7 +597,7 @@ fn spawn_backend(mut b: Backend, shared: Arc<Mutex<Shared>>, rx: Receiver<Msg>) 
                 // and optimised once, so the back end never falls behind tracking.
                 pending.extend(rx.try_iter());
                 let mut batch = Vec::new();
-                let mut rest = pending.drain(..).collect::<Vec<_>>().into_iter();
+                let mut rest = std::mem::take(&mut pending).into_iter();
                 let mut next = None;
                 for m in rest.by_ref() {
                     match m {
@@ -1039,6 +1046,9 @@ fn run_frames(
     // Learned retrieval is on (the front end answered a query), and what it found.
     let mut learned = false;
     let (mut relocalisations, mut loop_closures) = (0usize, 0usize);
+    // Frame-to-model: the last tracked frames (keyframe, pose in it, pointmap), oldest first.
+    let mut recent: std::collections::VecDeque<(usize, Sim3, Arc<Pointmap>)> =
+        std::collections::VecDeque::new();
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
     for i in 0..total {
@@ -1109,10 +1119,28 @@ fn run_frames(
             }
             TrackingState::Tracking => {
                 let last = records.last().expect("a frame precedes tracking").clone();
-                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last, t_wc_prev) = {
+                let use_model = (cfg.tracking.model_keyframes > 0 || cfg.tracking.model_frames > 0)
+                    && cam.is_some()
+                    && cfg.matching.projective
+                    && source.pairs().is_none();
+                let (k, kf_index, kf_pm, kf_conf, t_wck, t_wc_last, t_wc_prev, model_kfs) = {
                     let s = lock(shared)?;
                     let k = s.store.len() - 1;
                     let kf = &s.store.frames[k];
+                    // Frame-to-model: the last keyframes (newest first), for the model view.
+                    let model_kfs: Vec<(Sim3, Arc<Pointmap>, Vec<f32>)> = if use_model {
+                        s.store.frames[(k + 1).saturating_sub(cfg.tracking.model_keyframes)..=k]
+                            .iter()
+                            .rev()
+                            .map(|f| (f.t_wc, f.pointmap.clone(), f.average_conf()))
+                            .chain(recent.iter().rev().map(|(kf, t_kf_frame, pm)| {
+                                let t_wc = s.store.frames[*kf].t_wc.compose(t_kf_frame);
+                                (t_wc, pm.clone(), pm.conf.clone())
+                            }))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     let world =
                         |r: &FrameRecord| s.store.frames[r.keyframe].t_wc.compose(&r.t_kf_frame);
                     // The frame before the last one, when both were tracked (motion model).
@@ -1129,6 +1157,7 @@ fn run_frames(
                         kf.t_wc,
                         world(&last),
                         prev.map(world),
+                        model_kfs,
                     )
                 };
                 // Start from the previous frame's pose, moved on by the previous frame's motion
@@ -1175,8 +1204,47 @@ fn run_frames(
                         let pm = timed(&mut decode_s, || source.pointmap(i, pm))?;
                         let conf = pm.conf.clone();
                         let t_track = std::time::Instant::now();
-                        let res = match (gpu, cam) {
-                            (Some(g), Some(c)) => crate::kernels::track_gpu(
+                        // Frame-to-model: the model view at the predicted pose, when it covers
+                        // enough of the image to track on.
+                        let model = cam.filter(|_| !model_kfs.is_empty()).and_then(|c| {
+                            let sources: Vec<ModelSource<'_>> = model_kfs
+                                .iter()
+                                .map(|(t_wc, pm, conf)| ModelSource {
+                                    t_wc: *t_wc,
+                                    pointmap: pm,
+                                    conf,
+                                })
+                                .collect();
+                            let t_wc_model = t_wck.compose(&t_init);
+                            let view = render_model(&sources, &c, pm.width, pm.height, &t_wc_model);
+                            let covered = view.conf.iter().filter(|c| **c > 0.0).count();
+                            (covered as f64 >= MODEL_MIN_COVERAGE * view.len() as f64)
+                                .then_some(view)
+                        });
+                        let res = match (gpu, cam, model) {
+                            (Some(g), Some(c), Some(view)) => {
+                                let on_model = crate::kernels::track_gpu(
+                                    g,
+                                    tracker,
+                                    &pm,
+                                    &conf,
+                                    &view,
+                                    &view.conf,
+                                    c,
+                                    &Sim3::identity(),
+                                )?;
+                                let t = t_init.compose(&on_model.t_kf_frame);
+                                let mut res =
+                                    tracker.evaluate(&pm, &conf, &kf_pm, &kf_conf, cam, &t);
+                                res.iterations = on_model.iterations;
+                                res.cost = on_model.cost;
+                                res.constraint = on_model.constraint;
+                                res.weak = !res.lost && on_model.weak;
+                                res
+                            }
+                            (None, _, Some(view)) => tracker
+                                .track_model(&pm, &conf, &view, &kf_pm, &kf_conf, cam, &t_init),
+                            (Some(g), Some(c), None) => crate::kernels::track_gpu(
                                 g, tracker, &pm, &conf, &kf_pm, &kf_conf, c, &t_init,
                             )?,
                             _ => tracker.track(&pm, &conf, &kf_pm, &kf_conf, cam, &t_init),
@@ -1231,6 +1299,7 @@ fn run_frames(
                         rgb_path: frame.rgb_path.clone(),
                     });
                     state = TrackingState::Relocalising;
+                    recent.clear();
                 } else {
                     let mut s = lock(shared)?;
                     if let Some((pts, c)) = &res.observation {
@@ -1240,6 +1309,12 @@ fn run_frames(
                             cfg.tracking.filtering_mode,
                             cfg.tracking.filtering_score,
                         );
+                    }
+                    if cfg.tracking.model_frames > 0 {
+                        if recent.len() == cfg.tracking.model_frames {
+                            recent.pop_front();
+                        }
+                        recent.push_back((k, res.t_kf_frame, Arc::new(pm.clone())));
                     }
                     if res.new_keyframe {
                         let t_wc = s.store.frames[k].t_wc.compose(&res.t_kf_frame);

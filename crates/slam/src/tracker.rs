@@ -498,12 +498,12 @@ pub fn point_info_weighted(
             &dh.fixed_view::<1, 3>(2, 0).into_owned(),
             p.sigma_depth * zs_log,
         );
-        if p.sigma_plane > 0.0 {
-            if let Some(Some(n)) = meas.normals.get(q) {
-                let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
-                let r = n.dot(&(xq - y));
-                add(r, &n.transpose(), p.sigma_plane * zs_plane);
-            }
+        if p.sigma_plane > 0.0
+            && let Some(Some(n)) = meas.normals.get(q)
+        {
+            let n = Vector3::new(n[0] as f64, n[1] as f64, n[2] as f64);
+            let r = n.dot(&(xq - y));
+            add(r, &n.transpose(), p.sigma_plane * zs_plane);
         }
     } else {
         let norm = xq.norm();
@@ -734,6 +734,66 @@ impl Tracker {
         res.cost = cost;
         self.judge(&mut res, last_eq.as_ref(), kf, kf_conf);
         res
+    }
+
+    /// Frame-to-model tracking ([`crate::model`]): tracks `frame` against `model` (a view
+    /// rendered at the predicted pose, so starting from the identity), then associates the
+    /// frame with the keyframe `kf` at the resulting pose for the match statistics, the
+    /// keyframe rule and the fusion observation. `t_kf_model` is `T_CkCm`, the rendered view
+    /// in the keyframe's camera. Calibrated projective association only; other set-ups track
+    /// against `kf` from `t_kf_model` ([`Tracker::track`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn track_model(
+        &self,
+        frame: &Pointmap,
+        frame_conf: &[f32],
+        model: &Pointmap,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t_kf_model: &Sim3,
+    ) -> TrackResult {
+        if cam.is_none() || !self.matching.projective {
+            return self.track(frame, frame_conf, kf, kf_conf, cam, t_kf_model);
+        }
+        let on_model = self.track(
+            frame,
+            frame_conf,
+            model,
+            &model.conf,
+            cam,
+            &Sim3::identity(),
+        );
+        let t = t_kf_model.compose(&on_model.t_kf_frame);
+        let mut res = self.evaluate(frame, frame_conf, kf, kf_conf, cam, &t);
+        res.iterations = on_model.iterations;
+        res.cost = on_model.cost;
+        res.constraint = on_model.constraint;
+        res.weak = !res.lost && on_model.weak;
+        res
+    }
+
+    /// The final association of [`Tracker::track`] alone, at the pose `t` (`T_CkCf`):
+    /// statistics, keyframe decision and fusion observation, no optimisation.
+    pub fn evaluate(
+        &self,
+        frame: &Pointmap,
+        frame_conf: &[f32],
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t: &Sim3,
+    ) -> TrackResult {
+        let p = ResidualParams::tracking(&self.cfg);
+        let projective = cam.is_some() && self.matching.projective;
+        let fv = LevelView::build(frame, frame_conf, cam, 0, &p, false, !projective);
+        let kv = LevelView::build(kf, kf_conf, cam, 0, &p, false, !projective);
+        if projective {
+            let m = crate::projective::associate(&fv, &kv, &t.inverse(), &self.matching);
+            self.finish_with(&fv, &kv, frame_conf, t, &m)
+        } else {
+            self.finish(&fv, &kv, frame_conf, t)
+        }
     }
 
     /// The photometric term's pyramids and settings, when `tracking.sigma_photo` is positive.

@@ -100,3 +100,86 @@ fn nothing_to_optimise_when_every_pose_is_pinned() {
         .is_none()
     );
 }
+
+/// Keyframes that slide along a lone wall leave the slide free in the (geometric) back end: a
+/// camera coming back to the start with its pose off along the wall keeps that error through
+/// the chain of edges, and only a loop edge to the first keyframe can remove it. Measured: 5 cm
+/// injected, 3.4 cm left by the chain alone, 2.8 cm with the loop edge (the test expects under
+/// 0.5 cm and fails). (With fully
+/// constrained geometry the chain alone recovers every pose, as the test above shows: a loop
+/// edge matters where the sequential edges leave a direction free.)
+#[test]
+#[ignore = "known limitation: the loop edge pulls out only 0.6 of 3.4 cm left by the chain (5 cm injected); see docs/slam-rgbd.md"]
+fn a_loop_edge_removes_drift_the_chain_cannot_see() {
+    let cam = common::camera(96, 72);
+    let scene = common::room();
+    let mut cfg = SlamConfig::rgbd();
+    cfg.local_opt.depth_noise = false;
+    let mut local = cfg.local_opt.clone();
+    local.max_iters = 20;
+    let p = ResidualParams::local_opt(&cfg.local_opt, cfg.tracking.huber);
+    let look = |x: f64, y: f64, z: f64| common::se3([0.0, 1.0, 0.0], 0.0, [x, y, z]);
+    // Start and end 2 m from the back wall, seeing its corners with the left wall and the floor
+    // (a wall and the floor alone would leave a slide along their edge free, as redkitchen's
+    // cabinet front and floor do); in between 0.8 m from it (the wall alone).
+    let truth = [
+        look(-1.6, 0.5, 1.0),
+        look(-1.75, 0.6, 2.2),
+        look(-1.7, 0.6, 2.2),
+        look(-1.65, 0.6, 2.2),
+        look(-1.6, 0.6, 2.2),
+        look(-1.5, 0.5, 1.0),
+    ];
+    let views: Vec<LevelView> = truth
+        .iter()
+        .map(|t| {
+            let pm = common::render(&scene, &cam, t, 10.0);
+            LevelView::new(&pm, &pm.conf, Some(cam), 0, &p, true)
+        })
+        .collect();
+    // Drift along the wall (x), growing along the chain: 1 cm per keyframe.
+    let drifted = |k: usize| {
+        let t = truth[k];
+        Sim3::new(
+            t.rotation,
+            t.translation + nalgebra::Vector3::new(0.01 * k as f64, 0.0, 0.0),
+            1.0,
+        )
+    };
+    let run = |edges: &[Edge]| {
+        let mut kfs: Vec<KeyframeView> = (0..truth.len())
+            .map(|k| KeyframeView {
+                t_wc: drifted(k),
+                view: views[k].clone(),
+            })
+            .collect();
+        optimize(
+            &mut kfs,
+            edges,
+            1,
+            &local,
+            &cfg.matching,
+            cfg.tracking.huber,
+            false,
+        )
+        .expect("poses are free");
+        common::pose_error(&kfs[5].t_wc, &truth[5]).1
+    };
+    let chain: Vec<Edge> = (0..5).map(|i| Edge { i, j: i + 1 }).collect();
+    let mut with_loop = chain.clone();
+    with_loop.push(Edge { i: 0, j: 5 });
+    let before = common::pose_error(&drifted(5), &truth[5]).1;
+    let e_chain = run(&chain);
+    let e_loop = run(&with_loop);
+    eprintln!(
+        "last keyframe: {before:.4} m drifted, {e_chain:.4} m after the chain alone, {e_loop:.4} m with the loop edge"
+    );
+    assert!(
+        e_chain > 0.5 * before,
+        "the chain should not see the slide along the wall: {e_chain} m of {before} m left"
+    );
+    assert!(
+        e_loop < 0.005,
+        "the loop edge left {e_loop} m (chain alone: {e_chain} m)"
+    );
+}

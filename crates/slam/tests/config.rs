@@ -74,6 +74,25 @@ fn yaml_overrides_keys_and_rejects_unknown_ones() {
     assert_eq!(c.tracking.filtering_mode, FusionMode::IndepConf);
     assert_eq!(c.local_opt.window_size, 1_000_000);
     assert_eq!(c.rgbd.pyramid_levels, 2);
+    // Frame-to-model tracking: off in the RGB-D defaults, set per key.
+    assert_eq!(
+        (c.tracking.model_keyframes, c.tracking.model_frames),
+        (0, 0)
+    );
+    c.apply_yaml(
+        "tracking:\n  model_keyframes: 3\n  model_frames: 4\n",
+        Path::new("model.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.tracking.model_keyframes, c.tracking.model_frames),
+        (3, 4)
+    );
+    let err = c
+        .apply_yaml("tracking:\n  model_frames: -1\n", Path::new("bad.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bad.yaml:2") && err.contains("-1"), "{err}");
     let err = c
         .apply_yaml("tracking:\n  max_itres: 3\n", Path::new("bad.yaml"))
         .unwrap_err()

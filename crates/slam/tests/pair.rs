@@ -17,6 +17,7 @@ use rust3r_slam::tracker::Tracker;
 /// columns outer, the first strictly larger dot product winning; the best score carries over
 /// between dilations and starts at the smallest positive normal float (upstream's
 /// `numeric_limits<float>::min()`); the centre moves to the best pixel after each dilation.
+#[allow(clippy::too_many_arguments)] // mirrors `refine_matches`' signature
 fn reference_refine(
     desc: &[f32],
     w: usize,
@@ -135,8 +136,8 @@ fn refinement_equals_a_plain_window_search() {
     );
 
     // Every score zero or negative: the match stays where it is (upstream's initial score).
-    let flat = vec![1.0f32, 0.0].repeat(w * h);
-    let away = vec![-1.0f32, 0.0].repeat(3);
+    let flat = [1.0f32, 0.0].repeat(w * h);
+    let away = [-1.0f32, 0.0].repeat(3);
     let start = [0u32, 17, (w * h - 1) as u32];
     assert_eq!(
         refine_matches(&flat, w, h, 2, &away, &start, 3, 5),

@@ -165,7 +165,7 @@ fn log_ratio_matches_ln() {
         (1.0, 3.0),
         (5.0, 0.7),
     ] {
-        let (x, y) = (projective::ln_ratio(a, b), (a / b as f64).ln());
+        let (x, y) = (projective::ln_ratio(a, b), (a / b).ln());
         assert!(
             (x - y).abs() <= 1e-14 * y.abs().max(1e-300) + 1e-16,
             "ln({a}/{b}): {x} vs {y}"

@@ -51,6 +51,8 @@ pub trait SplatBackend: Backend {
     ) -> FloatTensor<Self>;
 
     /// Gradients of all six inputs given the gradient of the packed image.
+    // Burn backend operations take their tensors as separate arguments and return tuples.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn rasterize_backward(
         means: FloatTensor<Self>,
         log_scales: FloatTensor<Self>,

@@ -1,5 +1,7 @@
 //! Differentiable Gaussian-splatting rasterizer (project, sort, bin,
 //! rasterize, backward) on portable CubeCL kernels.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 pub mod autodiff;
 pub mod camera;
@@ -9,9 +11,9 @@ pub mod train;
 
 pub use camera::Camera;
 pub use render::{
-    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RenderOptions, RenderOutput, RenderState,
-    ShCoeffs, ShPrecision, SplatGrads, TileStats, parse_background, render, render_backward,
-    render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
+    BackwardKernel, ChunkedGrads, GpuSplats, ParamGrads, RasterTuning, RenderOptions, RenderOutput,
+    RenderState, ShCoeffs, ShPrecision, SplatGrads, TileStats, parse_background, render,
+    render_backward, render_backward_chunks, render_backward_with, render_chunks, rows_per_chunk,
 };
 
 /// Errors of the splat crate.

@@ -435,6 +435,21 @@ pub struct RenderOptions {
     /// it where it needs it from [`RenderState::sh_grad_inputs`] and the projected gradient
     /// (the trainer's fused SH Adam step). Default on.
     pub sh_grad: bool,
+    /// Kernel layout choices, `Default` picking them per adapter.
+    pub tuning: RasterTuning,
+}
+
+/// The rasterizer's kernel layout choices that depend on the adapter. `Default` (every field
+/// `None`) chooses them per adapter as measured (docs/tuning.md); a value forces one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RasterTuning {
+    /// The forward pass stages each batch of Gaussians in shared memory as 4-vectors (`true`)
+    /// or as scalar arrays (`false`). `None`: 4-vectors through CUDA, scalars elsewhere (the
+    /// vectors were slower through Vulkan).
+    pub vec_shared: Option<bool>,
+    /// Upper bound on the Gaussians per batch of the portable backward kernel, which takes
+    /// the largest of 16, 8 and 4 that fits the adapter's shared memory. `None`: 16.
+    pub backward_batch_cap: Option<usize>,
 }
 
 /// The rasterizer's backward kernels.
@@ -465,6 +480,7 @@ impl Default for RenderOptions {
             backward_kernel: BackwardKernel::Auto,
             forward_only: false,
             sh_grad: true,
+            tuning: RasterTuning::default(),
         }
     }
 }
@@ -516,6 +532,7 @@ pub struct RenderState {
     absgrad: bool,
     backward_kernel: BackwardKernel,
     sh_grad: bool,
+    tuning: RasterTuning,
 }
 
 /// What the SH coefficients' gradient is computed from, besides the means and the projected
@@ -694,31 +711,34 @@ pub fn render_chunks(
     let mut row0 = 0;
     for splats in chunks.iter().filter(|c| !c.is_empty()) {
         let rows = splats.len();
-        rust3r_gpu::launch!(project::project_forward(
-            client,
-            gpu.grid(rows.div_ceil(project::PROJECT_CUBE)),
-            CubeDim::new_1d(project::PROJECT_CUBE as u32),
-            splats.means.arg(),
-            splats.log_scales.arg(),
-            splats.quats.arg(),
-            splats.opacity_logits.arg(),
-            splats.sh.f32_part().arg(),
-            splats.sh.rest_arg(gpu),
-            cam.arg(),
-            proj.arg(),
-            radii.arg(),
-            rects.arg(),
-            tiles_touched.arg(),
-            depth_keys.arg(),
-            rows as u32,
-            row0 as u32,
-            w,
-            h,
-            num_coeffs,
-            active_coeffs,
-            opts.antialiased,
-            splats.sh.is_half(),
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            project::project_forward(
+                client,
+                gpu.grid(rows.div_ceil(project::PROJECT_CUBE)),
+                CubeDim::new_1d(project::PROJECT_CUBE as u32),
+                splats.means.arg(),
+                splats.log_scales.arg(),
+                splats.quats.arg(),
+                splats.opacity_logits.arg(),
+                splats.sh.f32_part().arg(),
+                splats.sh.rest_arg(gpu),
+                cam.arg(),
+                proj.arg(),
+                radii.arg(),
+                rects.arg(),
+                tiles_touched.arg(),
+                depth_keys.arg(),
+                rows as u32,
+                row0 as u32,
+                w,
+                h,
+                num_coeffs,
+                active_coeffs,
+                opts.antialiased,
+                splats.sh.is_half(),
+            )
+        );
         row0 += rows;
     }
 
@@ -731,16 +751,19 @@ pub fn render_chunks(
     } else {
         let isect_total = reduce_columns(gpu, &tiles_touched, 1, ReduceOp::Sum);
         let totals = gpu.alloc::<u32>(2);
-        rust3r_gpu::launch!(tiles::visible_totals(
-            client,
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d(1),
-            tiles_touched.arg(),
-            positions.arg(),
-            isect_total.arg(),
-            totals.arg(),
-            n as u32,
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            tiles::visible_totals(
+                client,
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(1),
+                tiles_touched.arg(),
+                positions.arg(),
+                isect_total.arg(),
+                totals.arg(),
+                n as u32,
+            )
+        );
         let t = gpu.read(&totals)?;
         (t[0] as usize, t[1] as usize)
     };
@@ -766,18 +789,21 @@ pub fn render_chunks(
     let isect_tiles = gpu.alloc::<u32>(num_isects);
     let isect_gids = gpu.alloc::<u32>(num_isects);
     if num_isects > 0 {
-        rust3r_gpu::launch!(tiles::emit_intersections(
-            client,
-            gpu.grid(blocks(num_visible)),
-            CubeDim::new_1d(256),
-            sorted_ids.arg(),
-            offsets.arg(),
-            rects.arg(),
-            isect_tiles.arg(),
-            isect_gids.arg(),
-            num_visible as u32,
-            tiles_x,
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            tiles::emit_intersections(
+                client,
+                gpu.grid(blocks(num_visible)),
+                CubeDim::new_1d(256),
+                sorted_ids.arg(),
+                offsets.arg(),
+                rects.arg(),
+                isect_tiles.arg(),
+                isect_gids.arg(),
+                num_visible as u32,
+                tiles_x,
+            )
+        );
     }
     rust3r_gpu::profile::mark(gpu, "fwd 3a emit");
     // Stable sort by tile keeps the depth order inside each tile. The backward pass that keeps
@@ -806,15 +832,18 @@ pub fn render_chunks(
         gpu.zeros::<u32>(num_tiles * 2)
     };
     if num_isects > 0 {
-        rust3r_gpu::launch!(tiles::tile_ranges(
-            client,
-            gpu.grid(blocks(num_isects)),
-            CubeDim::new_1d(256),
-            sorted_tiles.arg(),
-            ranges.arg(),
-            num_isects as u32,
-            num_tiles as u32,
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            tiles::tile_ranges(
+                client,
+                gpu.grid(blocks(num_isects)),
+                CubeDim::new_1d(256),
+                sorted_tiles.arg(),
+                ranges.arg(),
+                num_isects as u32,
+                num_tiles as u32,
+            )
+        );
     }
 
     rust3r_gpu::profile::mark(gpu, "fwd 3c tile ranges");
@@ -835,14 +864,17 @@ pub fn render_chunks(
         bound
     } else {
         let lengths = gpu.alloc::<u32>(num_tiles);
-        rust3r_gpu::launch!(tiles::tile_lengths(
-            client,
-            gpu.grid(blocks(num_tiles)),
-            CubeDim::new_1d(256),
-            ranges.arg(),
-            lengths.arg(),
-            num_tiles as u32,
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            tiles::tile_lengths(
+                client,
+                gpu.grid(blocks(num_tiles)),
+                CubeDim::new_1d(256),
+                ranges.arg(),
+                lengths.arg(),
+                num_tiles as u32,
+            )
+        );
         gpu.read(&reduce_columns(gpu, &lengths, 1, ReduceOp::Max))?[0] as usize
     };
     let carry = gpu.alloc::<f32>(npix * 5);
@@ -862,32 +894,35 @@ pub fn render_chunks(
     )?;
     let checkpoints = gpu.alloc::<f32>((slots * rasterize::CHECKPOINT).max(1));
     for d in 0..max_tile.div_ceil(per_dispatch).max(1) as u32 {
-        rust3r_gpu::launch!(rasterize::rasterize_forward(
-            client,
-            CubeCount::Static(tiles_x, tiles_y, 1),
-            CubeDim::new_1d(256),
-            ranges.arg(),
-            sorted_gids.arg(),
-            proj.arg(),
-            cam.arg(),
-            rgb.arg(),
-            alpha.arg(),
-            depth.arg(),
-            last.arg(),
-            tile_last.arg(),
-            carry.arg(),
-            carry_done.arg(),
-            checkpoints.arg(),
-            w,
-            h,
-            tiles_x,
-            d * k,
-            (d + 1) * k,
-            chunk,
-            row_skip,
-            !opts.forward_only,
-            vec_shared(gpu),
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_forward(
+                client,
+                CubeCount::Static(tiles_x, tiles_y, 1),
+                CubeDim::new_1d(256),
+                ranges.arg(),
+                sorted_gids.arg(),
+                proj.arg(),
+                cam.arg(),
+                rgb.arg(),
+                alpha.arg(),
+                depth.arg(),
+                last.arg(),
+                tile_last.arg(),
+                carry.arg(),
+                carry_done.arg(),
+                checkpoints.arg(),
+                w,
+                h,
+                tiles_x,
+                d * k,
+                (d + 1) * k,
+                chunk,
+                row_skip,
+                !opts.forward_only,
+                vec_shared(gpu, &opts.tuning),
+            )
+        );
     }
 
     rust3r_gpu::profile::mark(gpu, "fwd 4 rasterize");
@@ -922,6 +957,7 @@ pub fn render_chunks(
         deterministic: opts.deterministic,
         absgrad: opts.absgrad,
         backward_kernel: opts.backward_kernel,
+        tuning: opts.tuning,
         sh_grad: opts.sh_grad,
     };
     Ok((out, state))
@@ -959,10 +995,6 @@ fn row_skip(visible: usize, isects: usize) -> bool {
     isects < 4 * visible
 }
 
-/// Whether the forward rasterizer stages each batch as 4-vectors in shared memory
-/// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (docs/benchmarks/journal.md,
-/// 2026-11-27). `RUST3R_VEC_SHARED=0|1` overrides it (read per pass: the tests check both
-/// layouts on one adapter).
 /// Batches of 256 intersections a tile's forward workgroup blends per dispatch:
 /// `max_batches_per_dispatch`, at most [`LLVMPIPE_MAX_BATCHES`] on lavapipe
 /// ([`Gpu::is_llvmpipe`]). There one workgroup looping over 256 or more batches (three barriers
@@ -980,12 +1012,11 @@ fn batches_per_dispatch(gpu: &Gpu, opts: &RenderOptions) -> u32 {
 /// See [`batches_per_dispatch`]: half the longest loop measured exact on lavapipe.
 const LLVMPIPE_MAX_BATCHES: u32 = 96;
 
-fn vec_shared(gpu: &Gpu) -> bool {
-    match std::env::var("RUST3R_VEC_SHARED").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => gpu.is_cuda(),
-    }
+/// Whether the forward rasterizer stages each batch as 4-vectors in shared memory
+/// (`rasterize::rasterize_forward`): through CUDA, not through Vulkan (docs/benchmarks/journal.md,
+/// 2026-11-27), unless [`RasterTuning::vec_shared`] says otherwise.
+fn vec_shared(gpu: &Gpu, tuning: &RasterTuning) -> bool {
+    tuning.vec_shared.unwrap_or_else(|| gpu.is_cuda())
 }
 
 /// Whether the backward pass keeps one gradient row per intersection (summed per Gaussian in a
@@ -995,12 +1026,10 @@ fn row_mode_backward(gpu: &Gpu, deterministic: bool) -> bool {
 }
 
 /// Gaussians per backward batch that fit the device's shared memory: the largest of 16, 8, 4
-/// that fits, at most `RUST3R_BACKWARD_BATCH` when set (A/B runs of the shared-memory footprint).
-fn backward_batch(gpu: &Gpu) -> usize {
-    let cap = std::env::var("RUST3R_BACKWARD_BATCH")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(16);
+/// that fits, at most [`RasterTuning::backward_batch_cap`] (A/B runs of the shared-memory
+/// footprint).
+fn backward_batch(gpu: &Gpu, tuning: &RasterTuning) -> usize {
+    let cap = tuning.backward_batch_cap.unwrap_or(16);
     let bytes = gpu.max_shared_memory();
     // floats: 12 B (staged Gaussians) + max(2 * 256 B, 2560) (pairs) + 1024 (pixel grads) + 512 (absgrad)
     let need = |b: usize| 4 * (12 * b + (2 * 256 * b).max(2560) + 1024 + 512);
@@ -1015,7 +1044,7 @@ fn backward_batch(gpu: &Gpu) -> usize {
 const PLANE_BATCH: usize = 16;
 
 /// `Some(max planes per 256-unit cube)` when the plane-reduction backward runs
-/// (`RUST3R_NO_PLANES=1` turns subgroups off for the whole process).
+/// (`GpuTuning::subgroups` off turns subgroups off for the device).
 fn plane_backward(gpu: &Gpu, kernel: BackwardKernel) -> Option<usize> {
     match kernel {
         BackwardKernel::Portable => return None,
@@ -1164,7 +1193,7 @@ pub fn render_backward_chunks(
     let batch = if plane.is_some() {
         PLANE_BATCH
     } else {
-        backward_batch(gpu)
+        backward_batch(gpu, &state.tuning)
     };
     // One cube per chunk of each tile's intersections up to its last contributor, found from
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
@@ -1172,7 +1201,7 @@ pub fn render_backward_chunks(
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
     macro_rules! launch {
         ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
-            rust3r_gpu::launch!(rasterize::$kernel::<$elem>(
+            rust3r_gpu::launch!(gpu, rasterize::$kernel::<$elem>(
                 client, gpu.grid(cubes), CubeDim::new_1d(256),
                 state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
                 state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
@@ -1198,20 +1227,23 @@ pub fn render_backward_chunks(
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     if !atomic && out.num_visible > 0 {
-        rust3r_gpu::launch!(tiles::sum_isect_grads(
-            client,
-            gpu.grid(blocks(out.num_visible)),
-            CubeDim::new_1d(256),
-            state.sorted_ids.arg(),
-            state.offsets.arg(),
-            state.tiles_touched.arg(),
-            isect_grads.arg(),
-            v_proj.arg(),
-            isect_abs.arg(),
-            v_abs.arg(),
-            out.num_visible as u32,
-            absgrad,
-        ));
+        rust3r_gpu::launch!(
+            gpu,
+            tiles::sum_isect_grads(
+                client,
+                gpu.grid(blocks(out.num_visible)),
+                CubeDim::new_1d(256),
+                state.sorted_ids.arg(),
+                state.offsets.arg(),
+                state.tiles_touched.arg(),
+                isect_grads.arg(),
+                v_proj.arg(),
+                isect_abs.arg(),
+                v_abs.arg(),
+                out.num_visible as u32,
+                absgrad,
+            )
+        );
     }
     rust3r_gpu::profile::mark(gpu, "bwd 2 sum intersections");
     let mut params = Vec::with_capacity(chunks.len());
@@ -1237,52 +1269,58 @@ pub fn render_backward_chunks(
         rust3r_gpu::profile::mark(gpu, "bwd 3a gradient buffers");
         if rows > 0 {
             if state.sh_grad {
-                rust3r_gpu::launch!(project::sh_backward_coeffs(
+                rust3r_gpu::launch!(
+                    gpu,
+                    project::sh_backward_coeffs(
+                        client,
+                        gpu.grid(blocks(rows * k)),
+                        CubeDim::new_1d(256),
+                        splats.means.arg(),
+                        state.cam.arg(),
+                        state.tiles_touched.arg(),
+                        state.proj.arg(),
+                        v_proj.arg(),
+                        p.sh.arg(),
+                        rows as u32,
+                        row0 as u32,
+                        k as u32,
+                        state.active_coeffs,
+                    )
+                );
+            }
+            rust3r_gpu::profile::mark(gpu, "bwd 3b SH coefficients");
+            rust3r_gpu::launch!(
+                gpu,
+                project::project_backward(
                     client,
-                    gpu.grid(blocks(rows * k)),
+                    gpu.grid(blocks(rows)),
                     CubeDim::new_1d(256),
                     splats.means.arg(),
+                    splats.log_scales.arg(),
+                    splats.quats.arg(),
+                    splats.opacity_logits.arg(),
+                    splats.sh.f32_part().arg(),
+                    splats.sh.rest_arg(gpu),
                     state.cam.arg(),
                     state.tiles_touched.arg(),
                     state.proj.arg(),
                     v_proj.arg(),
-                    p.sh.arg(),
+                    p.means.arg(),
+                    p.log_scales.arg(),
+                    p.quats.arg(),
+                    p.opacity_logits.arg(),
+                    v_cam.arg(),
                     rows as u32,
                     row0 as u32,
+                    out.width,
+                    out.height,
                     k as u32,
                     state.active_coeffs,
-                ));
-            }
-            rust3r_gpu::profile::mark(gpu, "bwd 3b SH coefficients");
-            rust3r_gpu::launch!(project::project_backward(
-                client,
-                gpu.grid(blocks(rows)),
-                CubeDim::new_1d(256),
-                splats.means.arg(),
-                splats.log_scales.arg(),
-                splats.quats.arg(),
-                splats.opacity_logits.arg(),
-                splats.sh.f32_part().arg(),
-                splats.sh.rest_arg(gpu),
-                state.cam.arg(),
-                state.tiles_touched.arg(),
-                state.proj.arg(),
-                v_proj.arg(),
-                p.means.arg(),
-                p.log_scales.arg(),
-                p.quats.arg(),
-                p.opacity_logits.arg(),
-                v_cam.arg(),
-                rows as u32,
-                row0 as u32,
-                out.width,
-                out.height,
-                k as u32,
-                state.active_coeffs,
-                state.antialiased,
-                pose_grad,
-                splats.sh.is_half(),
-            ));
+                    state.antialiased,
+                    pose_grad,
+                    splats.sh.is_half(),
+                )
+            );
             if pose_grad {
                 cam_sums.push(reduce_columns(gpu, &v_cam, project::VCAM, ReduceOp::Sum));
             }

@@ -3,13 +3,15 @@
 mod common;
 
 use common::{
-    RefOpts, Scene, compare_forward, one_tile_pile, random_scene, round_camera, test_camera,
+    RefOpts, Scene, compare_forward, compare_forward_tuned, one_tile_pile, random_scene,
+    round_camera, test_camera,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::half::{f16_nearest, f16_value};
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_splat::{
-    BackwardKernel, Camera, GpuSplats, RenderOptions, ShPrecision, render, render_backward,
+    BackwardKernel, Camera, GpuSplats, RasterTuning, RenderOptions, ShPrecision, render,
+    render_backward,
 };
 
 fn gpu() -> Gpu {
@@ -184,16 +186,29 @@ fn gradient_check_with(
     };
     let splats = upload(&gpu, &s);
     // Both backward kernels, whatever the adapter would pick: the portable shared-memory one
-    // (CUDA's) and the subgroup one (wgpu's; the portable one again without subgroups).
-    let kernels = [BackwardKernel::Portable, BackwardKernel::Subgroup];
+    // (CUDA's) and the subgroup one (wgpu's; the portable one again without subgroups); the
+    // portable one also with its smallest batch (4 Gaussians, `RasterTuning::backward_batch_cap`).
+    let kernels = [
+        (BackwardKernel::Portable, None),
+        (BackwardKernel::Subgroup, None),
+        (BackwardKernel::Portable, Some(4)),
+    ];
     let mut results = vec![];
-    for kernel in kernels {
+    for (kernel, cap) in kernels {
         let opts = RenderOptions {
             background: bg.map(|v| v as f32),
             antialiased: aa,
             checkpoint_every,
             backward_kernel: kernel,
+            tuning: RasterTuning {
+                backward_batch_cap: cap,
+                ..Default::default()
+            },
             ..Default::default()
+        };
+        let kernel = match cap {
+            Some(c) => format!("{kernel:?} batch <= {c}"),
+            None => format!("{kernel:?}"),
         };
         let (out, state) = render(&gpu, &splats, &cam, &opts).unwrap();
         inspect(&state.tile_stats(&gpu).unwrap());
@@ -252,7 +267,7 @@ fn gradient_check_with(
         for (i, fd) in fds {
             for (kernel, arrays, _) in &results {
                 check(
-                    &format!("{kernel:?} {name}[{i}]"),
+                    &format!("{kernel} {name}[{i}]"),
                     arrays[a].1[i] as f64,
                     fd,
                     scale,
@@ -280,7 +295,7 @@ fn gradient_check_with(
     for ((r, c), fd) in fds {
         for (kernel, _, world_to_camera) in &results {
             check(
-                &format!("{kernel:?} world_to_camera[{r}][{c}]"),
+                &format!("{kernel} world_to_camera[{r}][{c}]"),
                 world_to_camera[r][c] as f64,
                 fd,
                 scale,
@@ -446,8 +461,7 @@ fn forward_only_renders_the_same_image_and_refuses_a_backward_pass() {
         &gpu.upload(&vec![0.0f32; npix]),
         &gpu.upload(&vec![0.0f32; npix]),
     )
-    .err()
-    .expect("a backward pass over a forward-only render must be refused");
+    .expect_err("a backward pass over a forward-only render must be refused");
     assert!(err.to_string().contains("forward_only"), "{err}");
     compare_forward(&gpu, &s, &cam, false, [0.1, 0.2, 0.3]);
 }
@@ -777,4 +791,61 @@ fn tiles_before_the_first_intersection_render_background() {
         at = r[1];
     }
     assert_eq!(at as usize, out.num_intersections);
+}
+
+/// The forward rasterizer's two shared-memory layouts (4-vectors, CUDA's default; scalar arrays,
+/// the default elsewhere), forced through [`RasterTuning::vec_shared`], against the CPU float64
+/// reference and each other.
+#[test]
+fn both_shared_memory_layouts_render_the_reference_image() {
+    let gpu = gpu();
+    let cam = round_camera(test_camera(67, 45));
+    let mut images = vec![];
+    for vec in [true, false] {
+        let tuning = RasterTuning {
+            vec_shared: Some(vec),
+            ..Default::default()
+        };
+        let mut paths = vec![];
+        // Small and large Gaussians (with and without the row-reach test), SH degrees 0-3,
+        // antialiased or not.
+        for (seed, degree, aa, grow) in [
+            (1u64, 0u32, false, 0.0),
+            (4, 3, true, 0.0),
+            (6, 1, false, -1.0),
+            (7, 2, true, 1.5),
+        ] {
+            let mut s = random_scene(seed, 1500, degree);
+            s.log_scales.iter_mut().for_each(|v| *v += grow);
+            paths.push(compare_forward_tuned(
+                &gpu,
+                &s.rounded(),
+                &cam,
+                aa,
+                [0.1, 0.5, 0.9],
+                tuning,
+            ));
+        }
+        assert!(
+            paths.contains(&true) && paths.contains(&false),
+            "row-skip paths taken: {paths:?}"
+        );
+        // Thousands of faint Gaussians on one tile: many batches and early termination.
+        let s = one_tile_pile(11, 5000);
+        let tile_cam = round_camera(test_camera(16, 16));
+        compare_forward_tuned(&gpu, &s, &tile_cam, false, [0.0; 3], tuning);
+        let splats = s.upload(&gpu, ShPrecision::F32);
+        let opts = RenderOptions {
+            tuning,
+            ..Default::default()
+        };
+        let (out, _) = render(&gpu, &splats, &tile_cam, &opts).unwrap();
+        images.push(gpu.read(&out.rgb).unwrap());
+    }
+    // Same arithmetic in the same order: the layouts agree to rounding.
+    let scale = images[0].iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    for (a, b) in images[0].iter().zip(&images[1]) {
+        assert!((a - b).abs() <= 1e-6 * scale, "layouts differ: {a} vs {b}");
+    }
 }

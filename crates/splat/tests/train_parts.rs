@@ -411,7 +411,7 @@ fn mcmc_relocation_preserves_opacity_and_plans_consistently() {
     assert_eq!(plan.parent.len(), 525);
     for i in (0..n).step_by(10) {
         let p = plan.parent[i] as usize;
-        assert!(p % 10 != 0, "dead row {i} copies a live one");
+        assert!(!p.is_multiple_of(10), "dead row {i} copies a live one");
         assert_eq!(
             plan.variant[i], 4,
             "relocated rows keep their own optimizer state"
@@ -1929,4 +1929,89 @@ fn too_many_gaussians_for_one_binding_is_a_clear_error() {
         "capacity {}",
         t.capacity()
     );
+}
+
+/// `Trainer::add_splats` (online training's new keyframe points): the trained rows keep their
+/// parameters and Adam moments, the new rows carry exactly the given parameters (half-float SH:
+/// higher orders zero) with zero moments, and the next step trains them.
+#[test]
+fn added_splats_keep_old_state_and_start_fresh() {
+    use rust3r_splat::train::init::InitSplats;
+    let gpu = gpu();
+    let init_of = |s: &common::Scene| InitSplats {
+        means: common::Scene::f32(&s.means),
+        log_scales: common::Scene::f32(&s.log_scales),
+        quats: common::Scene::f32(&s.quats),
+        opacity_logits: common::Scene::f32(&s.opacity_logits),
+        sh: common::Scene::f32(&s.sh),
+        sh_degree: 1,
+    };
+    let (old, new) = (
+        init_of(&common::random_scene(7, 50, 1)),
+        init_of(&common::random_scene(8, 20, 1)),
+    );
+    let cam = common::test_camera(32, 24);
+    let mut rng = StdRng::seed_from_u64(3);
+    let rgb = gpu.upload(
+        &(0..32 * 24 * 3)
+            .map(|_| rng.random::<f32>())
+            .collect::<Vec<_>>(),
+    );
+    let cfg = TrainConfig {
+        sh_degree: 1,
+        deterministic: true,
+        ..Default::default()
+    };
+    let mut t = Trainer::new(&gpu, cfg, &old).unwrap();
+    for _ in 0..3 {
+        t.step(&cam, &rgb).unwrap();
+    }
+    let before = t.to_host().unwrap();
+    let moments_before: Vec<(Vec<f32>, Vec<f32>)> =
+        t.moments().iter().map(|m| m.read(&gpu).unwrap()).collect();
+    assert!(
+        moments_before[0].0.iter().any(|&v| v != 0.0),
+        "the steps left moments to keep"
+    );
+    t.add_splats(&new).unwrap();
+    let after = t.to_host().unwrap();
+    assert_eq!(after.means.len(), 70);
+    assert_eq!(after.means[..50], before.means[..]);
+    assert_eq!(after.log_scales[..50], before.log_scales[..]);
+    assert_eq!(after.rotations[..50], before.rotations[..]);
+    assert_eq!(after.opacity_logits[..50], before.opacity_logits[..]);
+    assert_eq!(after.sh[..50 * 12], before.sh[..]);
+    for j in 0..20 {
+        assert_eq!(after.means[50 + j][..], new.means[3 * j..3 * j + 3]);
+        assert_eq!(
+            after.log_scales[50 + j][..],
+            new.log_scales[3 * j..3 * j + 3]
+        );
+        assert_eq!(after.rotations[50 + j][..], new.quats[4 * j..4 * j + 4]);
+        assert_eq!(after.opacity_logits[50 + j], new.opacity_logits[j]);
+        let sh = &after.sh[(50 + j) * 12..(51 + j) * 12];
+        assert_eq!(sh[..3], new.sh[12 * j..12 * j + 3], "DC of new row {j}");
+        assert!(sh[3..].iter().all(|&v| v == 0.0), "half SH rest of row {j}");
+    }
+    let rows = [3, 3, 4, 1, 12];
+    for (g, (m0, v0)) in moments_before.iter().enumerate() {
+        let (m1, v1) = t.moments()[g].read(&gpu).unwrap();
+        let r = rows[g];
+        assert_eq!(m1.len(), 70 * r, "group {g}");
+        assert_eq!(m1[..50 * r], m0[..], "first moments of group {g}");
+        assert_eq!(v1[..50 * r], v0[..], "second moments of group {g}");
+        assert!(m1[50 * r..].iter().chain(&v1[50 * r..]).all(|&x| x == 0.0));
+    }
+    t.step(&cam, &rgb).unwrap();
+    let stepped = t.to_host().unwrap();
+    assert!(t.last_loss().unwrap().unwrap().is_finite());
+    assert!(
+        (50..70).any(|j| stepped.means[j] != after.means[j]),
+        "the added Gaussians train"
+    );
+    let wrong = InitSplats {
+        sh_degree: 0,
+        ..new.clone()
+    };
+    assert!(t.add_splats(&wrong).is_err(), "SH degree mismatch rejected");
 }

@@ -13,7 +13,8 @@
 //! `torch.device`) are errors that name the global. Every length read from a file is checked
 //! against what remains of it before anything is allocated. Every error names the file;
 //! malformed input never panics.
-
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
 mod error;

@@ -22,6 +22,8 @@
 //! exactly `width` x `height` CSS pixels), `token`. The page keeps the count of frames drawn in
 //! `document.body.dataset.frames` and sets `document.body.dataset.settled` to `"1"` once the frame
 //! shown is the full-resolution one for the current camera. See `docs/viewer.md`.
+// Library code returns errors; `expect` states the invariant that makes it unreachable.
+#![warn(clippy::unwrap_used)]
 
 mod frame;
 mod http;

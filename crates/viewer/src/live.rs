@@ -471,21 +471,21 @@ fn slam_worker(
         // The current frame's image at most every interval while a page is open, and the last
         // one at the end (for pages that open later).
         let image_due = last_image.is_none_or(|t| t.elapsed() >= opts.current_frame_interval);
-        if (image_due && handle.clients() > 0) || !open {
-            if let Some(im) = image.take() {
-                last_image = Some(Instant::now());
-                match current_frame(&im) {
-                    Ok(f) => handle.set_current_frame(&f),
-                    // Skipped: the run goes on, and one warning says why the inset stays old.
-                    Err(e) if !image_warned => {
-                        image_warned = true;
-                        tracing::warn!(
-                            "live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}",
-                            im.frame
-                        );
-                    }
-                    Err(e) => tracing::debug!("live view: cannot show frame {}: {e}", im.frame),
+        if ((image_due && handle.clients() > 0) || !open)
+            && let Some(im) = image.take()
+        {
+            last_image = Some(Instant::now());
+            match current_frame(&im) {
+                Ok(f) => handle.set_current_frame(&f),
+                // Skipped: the run goes on, and one warning says why the inset stays old.
+                Err(e) if !image_warned => {
+                    image_warned = true;
+                    tracing::warn!(
+                        "live view: cannot show frame {} (further unreadable frames are only logged at debug level): {e}",
+                        im.frame
+                    );
                 }
+                Err(e) => tracing::debug!("live view: cannot show frame {}: {e}", im.frame),
             }
         }
         // Publish at most every interval, while a page is open, and once at the end.

@@ -61,6 +61,7 @@ pub fn random_token() -> String {
 
 /// What the viewer serves: a scene rendered on `gpu`, or an error page (a missing or malformed
 /// file, no GPU) that says what went wrong.
+#[allow(clippy::large_enum_variant)] // one per server
 pub enum Content {
     Scene { gpu: Gpu, scene: Scene },
     Error(String),
@@ -127,6 +128,7 @@ pub(crate) fn base64(bytes: &[u8]) -> String {
     out
 }
 
+#[allow(clippy::large_enum_variant)] // a handful in flight at a time
 enum Job {
     Render {
         req: FrameRequest,
@@ -833,6 +835,7 @@ fn serve_client(ws: &mut WebSocket<TcpStream>, shared: &Shared) {
     let mut seen_stats = 0;
     let mut seen_current_frame = 0;
     let mut pending: Option<(u64, u8, FrameRequest)> = None;
+    #[allow(clippy::type_complexity)] // (request id, kind, the render thread's answer)
     let mut in_flight: Option<(u64, u8, Receiver<Result<RenderedFrame, String>>)> = None;
     loop {
         if shared.shutdown.load(Ordering::SeqCst) {

@@ -9,7 +9,7 @@ mod runtime;
 
 pub use compiler::{CudaCompilationOptions, CudaCompiler, CudaRepresentation};
 /// rust3r: per-kernel minimum resident blocks (RUST3R_PATCH.md).
-pub use compute::context::set_min_blocks_per_sm;
+pub use compute::context::{set_min_blocks_overrides, set_min_blocks_per_sm};
 // rust3r: the server and its resource type, so `ComputeClient::get_resource::<CudaServer>` can hand
 // a raw pointer and its stream to foreign libraries (cuBLAS).
 pub use compute::CudaServer;

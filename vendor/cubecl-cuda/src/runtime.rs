@@ -247,10 +247,10 @@ impl DeviceService for CudaServer {
             comp_opts.supports_features.fast_tanh = CUDA_VERSION >= 12080;
         }
 
-        // rust3r: `RUST3R_CUDA_TF32=0` keeps binary32 matmuls in binary32 (no TF32 tensor
+        // rust3r: `set_tf32(false)` keeps binary32 matmuls in binary32 (no TF32 tensor
         // cores): parity checks against a float32 reference (1e-4) need it. Default on, as
         // PyTorch's `allow_tf32` in MASt3R-SLAM.
-        let tf32 = !std::env::var("RUST3R_CUDA_TF32").is_ok_and(|v| v == "0");
+        let tf32 = tf32_enabled();
         if arch_version >= 80 && tf32 {
             device_props
                 .register_type_usage(ElemType::Float(FloatKind::TF32), TypeUsage::Conversion);
@@ -260,10 +260,10 @@ impl DeviceService for CudaServer {
         }
 
         if arch_version >= 90 {
-            // rust3r: TMA is not advertised unless RUST3R_CUDA_TMA=1. On an H100 an autotuned f16
+            // rust3r: TMA is not advertised unless `set_tma(true)`. On an H100 an autotuned f16
             // matmul candidate asked for a TMA tile over 256 ("Tile shape must be non-zero and
             // <= 256") and the process never recovered; without TMA the other candidates run.
-            if std::env::var("RUST3R_CUDA_TMA").is_ok_and(|v| v == "1") {
+            if TMA_ADVERTISED.load(std::sync::atomic::Ordering::Relaxed) {
                 device_props.features.tma.insert(Tma::Base);
             }
             device_props.register_opaque_type(OpaqueType::TensorMap);
@@ -516,4 +516,27 @@ impl DeviceProbe {
         }
         Self { name, physical }
     }
+}
+
+/// rust3r: whether binary32 matmuls may run on TF32 tensor cores (default on). Read when a
+/// device's client is created.
+static TF32_ALLOWED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+/// rust3r: whether Hopper's TMA is advertised (default off). Read when a device's client is
+/// created.
+static TMA_ADVERTISED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// rust3r: allow (default) or forbid TF32 tensor cores for binary32 matmuls of clients created
+/// afterwards.
+pub fn set_tf32(on: bool) {
+    TF32_ALLOWED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// rust3r: the setting of [`set_tf32`].
+pub fn tf32_enabled() -> bool {
+    TF32_ALLOWED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// rust3r: advertise Hopper's TMA (default off) to clients created afterwards.
+pub fn set_tma(on: bool) {
+    TMA_ADVERTISED.store(on, std::sync::atomic::Ordering::Relaxed);
 }

@@ -49,6 +49,7 @@ pub use folder::ImageFolderDataset;
 pub use register::{ColourRegistration, register_colour_to_depth};
 pub use seven_scenes::SevenScenesDataset;
 pub use tum::{MAX_TIME_DIFFERENCE, TumDataset, tum_intrinsics};
+pub use video::VideoOptions;
 
 /// A depth map in metres (`f32`); `0.0` marks pixels without a valid measurement.
 pub type DepthImage = image::ImageBuffer<image::Luma<f32>, Vec<f32>>;
@@ -299,6 +300,8 @@ pub struct OpenOptions {
     /// first image; a non-zero size must match the images. For TUM, ETH3D and 7-Scenes it also
     /// becomes the depth calibration.
     pub calibration: Option<Intrinsics>,
+    /// How video files are decoded (the FFmpeg programs, where frames are cached).
+    pub video: VideoOptions,
 }
 
 impl Default for OpenOptions {
@@ -307,6 +310,7 @@ impl Default for OpenOptions {
             kind: None,
             stride: 1,
             calibration: None,
+            video: VideoOptions::default(),
         }
     }
 }
@@ -327,7 +331,7 @@ pub fn open(
         &OpenOptions {
             kind,
             stride,
-            calibration: None,
+            ..OpenOptions::default()
         },
     )
 }
@@ -352,7 +356,7 @@ pub fn open_with(path: &Path, options: &OpenOptions) -> Result<Box<dyn Dataset>,
         DatasetKind::SevenScenes => Box::new(SevenScenesDataset::open(path, stride, calib)?),
         DatasetKind::Euroc => Box::new(EurocDataset::open(path, stride, calib)?),
         DatasetKind::ImageFolder => Box::new(ImageFolderDataset::open(path, stride, calib)?),
-        DatasetKind::Video => Box::new(video::open(path, stride, calib)?),
+        DatasetKind::Video => Box::new(video::open(path, stride, calib, &options.video)?),
     })
 }
 

@@ -1,11 +1,10 @@
 //! Video files, decoded by the `ffmpeg` program (run as a separate process, found on `PATH` or
-//! through `RUST3R_FFMPEG` / `RUST3R_FFPROBE`): nothing is linked, so every build reads videos
-//! wherever FFmpeg is installed (`apt install ffmpeg`, `brew install ffmpeg`,
-//! `winget install ffmpeg`).
+//! where [`VideoOptions`] says): nothing is linked, so every build reads videos wherever FFmpeg
+//! is installed (`apt install ffmpeg`, `brew install ffmpeg`, `winget install ffmpeg`).
 //!
 //! Opening a video extracts every frame once, losslessly, into a folder of PNGs next to it
-//! (`clip.mp4.frames/`, or `RUST3R_VIDEO_FRAMES/<name>` when that variable is set, or the system
-//! temporary folder when the video's folder is read-only), with a list file of
+//! (`clip.mp4.frames/`, or `<frames_dir>/clip.mp4.frames` with [`VideoOptions::frames_dir`], or
+//! the system temporary folder when the video's folder is read-only), with a list file of
 //! `timestamp path` lines (frame times from the stream's frame rate). The folder is reused while
 //! the video's size and modification time match; extraction goes to a temporary sibling that is
 //! renamed into place only when complete, so an interrupted run never leaves a partial cache.
@@ -27,10 +26,26 @@ pub(crate) fn is_video_extension(ext: &str) -> bool {
     VIDEO_EXTENSIONS.contains(&ext)
 }
 
-fn tool(var: &str, name: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(name))
+/// How videos are decoded and where their frames are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VideoOptions {
+    /// The `ffmpeg` program (default: `ffmpeg`, found on `PATH`).
+    pub ffmpeg: PathBuf,
+    /// The `ffprobe` program (default: `ffprobe`, found on `PATH`).
+    pub ffprobe: PathBuf,
+    /// Folder that holds the frame caches (`<frames_dir>/clip.mp4.frames`); `None` keeps each
+    /// next to its video (or in the system temporary folder when that is read-only).
+    pub frames_dir: Option<PathBuf>,
+}
+
+impl Default for VideoOptions {
+    fn default() -> Self {
+        Self {
+            ffmpeg: PathBuf::from("ffmpeg"),
+            ffprobe: PathBuf::from("ffprobe"),
+            frames_dir: None,
+        }
+    }
 }
 
 /// Runs `cmd`, returning stdout; errors name the video and quote the tool's last words.
@@ -39,7 +54,7 @@ fn run(mut cmd: Command, video: &Path, what: &str) -> Result<String, IoError> {
     let out = cmd.output().map_err(|e| IoError::Unsupported {
         path: video.to_path_buf(),
         message: format!(
-            "cannot read video: running `{program}` failed ({e}); install FFmpeg (apt install ffmpeg, brew install ffmpeg, winget install ffmpeg) or set RUST3R_FFMPEG / RUST3R_FFPROBE, or extract the frames yourself (`ffmpeg -i {} frames/%06d.png`) and open that folder",
+            "cannot read video: running `{program}` failed ({e}); install FFmpeg (apt install ffmpeg, brew install ffmpeg, winget install ffmpeg) or name the programs (rust3r: RUST3R_FFMPEG / RUST3R_FFPROBE or the tuning file's video.ffmpeg / video.ffprobe), or extract the frames yourself (`ffmpeg -i {} frames/%06d.png`) and open that folder",
             video.display()
         ),
     })?;
@@ -58,8 +73,8 @@ fn run(mut cmd: Command, video: &Path, what: &str) -> Result<String, IoError> {
 }
 
 /// Frames per second of the first video stream (`avg_frame_rate`, else `r_frame_rate`).
-fn frame_rate(video: &Path) -> Result<f64, IoError> {
-    let mut cmd = Command::new(tool("RUST3R_FFPROBE", "ffprobe"));
+fn frame_rate(video: &Path, opts: &VideoOptions) -> Result<f64, IoError> {
+    let mut cmd = Command::new(&opts.ffprobe);
     cmd.args([
         "-v",
         "error",
@@ -96,7 +111,7 @@ fn signature(video: &Path) -> Result<String, IoError> {
     Ok(format!("{}-{mtime}", m.len()))
 }
 
-fn cache_dir(video: &Path) -> PathBuf {
+fn cache_dir(video: &Path, opts: &VideoOptions) -> PathBuf {
     let name = format!(
         "{}.frames",
         video
@@ -104,14 +119,14 @@ fn cache_dir(video: &Path) -> PathBuf {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "video".into())
     );
-    match std::env::var_os("RUST3R_VIDEO_FRAMES") {
-        Some(root) => PathBuf::from(root).join(name),
+    match &opts.frames_dir {
+        Some(root) => root.join(name),
         None => video.with_file_name(name),
     }
 }
 
 /// Extracts (or reuses) the frames of `video` and returns the list file.
-fn extract(video: &Path, dir: &Path) -> Result<PathBuf, IoError> {
+fn extract(video: &Path, dir: &Path, opts: &VideoOptions) -> Result<PathBuf, IoError> {
     let sig = signature(video)?;
     let stem = video
         .file_stem()
@@ -122,7 +137,7 @@ fn extract(video: &Path, dir: &Path) -> Result<PathBuf, IoError> {
     if std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == sig) && list.is_file() {
         return Ok(list);
     }
-    let fps = frame_rate(video)?;
+    let fps = frame_rate(video, opts)?;
     let parent = dir.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| IoError::io(parent, e))?;
     let tmp = parent.join(format!(
@@ -133,7 +148,7 @@ fn extract(video: &Path, dir: &Path) -> Result<PathBuf, IoError> {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| IoError::io(&tmp, e))?;
     let result = (|| {
-        let mut cmd = Command::new(tool("RUST3R_FFMPEG", "ffmpeg"));
+        let mut cmd = Command::new(&opts.ffmpeg);
         cmd.args(["-v", "error", "-nostdin", "-y", "-i"])
             .arg(video)
             .args(["-map", "0:v:0", "-fps_mode", "passthrough"])
@@ -169,16 +184,18 @@ pub(crate) fn open(
     video: &Path,
     stride: usize,
     calibration: Option<Intrinsics>,
+    opts: &VideoOptions,
 ) -> Result<ImageFolderDataset, IoError> {
     if !video.is_file() {
         return Err(dataset_error(video, "no such video file"));
     }
-    let dir = cache_dir(video);
-    let list = match extract(video, &dir) {
+    let dir = cache_dir(video, opts);
+    let list = match extract(video, &dir, opts) {
         // A read-only folder: extract into the temporary folder instead.
-        Err(IoError::Io { .. }) if std::env::var_os("RUST3R_VIDEO_FRAMES").is_none() => {
+        Err(IoError::Io { .. }) if opts.frames_dir.is_none() => {
             let name = dir.file_name().unwrap_or_default().to_owned();
-            extract(video, &std::env::temp_dir().join("rust3r-video").join(name))?
+            let tmp = std::env::temp_dir().join("rust3r-video").join(name);
+            extract(video, &tmp, opts)?
         }
         other => other?,
     };

@@ -397,7 +397,10 @@ pub(crate) fn last_dim_max<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 fn last_dim_reduce<const D: usize>(x: Tensor<D>, max: bool) -> Tensor<D> {
     let dims = x.dims();
     let n = dims[D - 1];
-    let Some(piece) = [32usize, 16, 8].into_iter().find(|p| n % p == 0 && n > *p) else {
+    let Some(piece) = [32usize, 16, 8]
+        .into_iter()
+        .find(|p| n.is_multiple_of(*p) && n > *p)
+    else {
         return if max {
             x.max_dim(D - 1)
         } else {

@@ -25,13 +25,13 @@ mod layers;
 mod local_feat;
 mod patch_embed;
 mod postprocess;
-pub mod profile;
 mod rope;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use rust3r_gpu::profile::Profiler;
 
 pub use graph::Replayer;
 pub use layers::{Precision, Trace};
@@ -190,6 +190,9 @@ pub struct Mast3r {
     /// Run both heads in one set of launches when the views have one size (the default).
     stack_heads: bool,
     rope: Mutex<HashMap<(usize, usize, usize), RopeTables>>,
+    /// Phase timing of encoder, decoder, DPT, local features and post-processing (host time,
+    /// synchronised per phase); off by default.
+    profiler: Profiler,
 }
 
 impl std::fmt::Debug for Mast3r {
@@ -309,6 +312,7 @@ impl Mast3r {
             heads,
             stack_heads: true,
             rope: Mutex::new(HashMap::new()),
+            profiler: Profiler::default(),
         })
     }
 
@@ -387,6 +391,25 @@ impl Mast3r {
         self.stack_heads = on;
     }
 
+    /// Time the forward pass's phases with `profiler` (e.g. the device's, [`rust3r_gpu::Gpu::profiler`]):
+    /// host intervals, synchronised per phase, whatever its mode but off.
+    pub fn set_profiler(&mut self, profiler: Profiler) {
+        self.profiler = profiler;
+    }
+
+    /// The profiler the forward pass charges its phases to.
+    pub fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+
+    fn profile_start(&self) {
+        self.profiler.start_with(|| drop(self.device.sync()));
+    }
+
+    fn profile_mark(&self, phase: &'static str) {
+        self.profiler.mark_with(|| drop(self.device.sync()), phase);
+    }
+
     /// The network's configuration.
     pub fn config(&self) -> &Mast3rConfig {
         &self.cfg
@@ -446,7 +469,7 @@ impl Mast3r {
             self.cfg.in_chans
         );
         let grid = [hh / p, ww / p];
-        profile::start(&self.device);
+        self.profile_start();
         let img = self.to_precision(img);
         let mut x = self.patch_embed.forward(img);
         trace.record("patch_embed", &x);
@@ -457,14 +480,14 @@ impl Mast3r {
         }
         let feat = self.enc_norm.forward(x);
         trace.record("enc_out", &feat);
-        profile::mark(&self.device, "encoder");
+        self.profile_mark("encoder");
         Encoded { feat, grid }
     }
 
     /// The two decoder stacks: the token lists `[enc, dec_1, ..., dec_norm(dec_L)]` of both views.
     fn decoder_tokens(&self, a: &Encoded, b: &Encoded, trace: &mut Trace) -> [Vec<Tensor<3>>; 2] {
         assert_eq!(a.batch(), b.batch(), "both views need the same batch size");
-        profile::start(&self.device);
+        self.profile_start();
         let hd = self.cfg.dec_head_dim();
         let ropes = [self.rope(a.grid, hd), self.rope(b.grid, hd)];
         let mut x = [
@@ -516,7 +539,7 @@ impl Mast3r {
             trace.record(&format!("view{}.dec_out", v + 1), &out);
             t.push(out);
         }
-        profile::mark(&self.device, "decoder");
+        self.profile_mark("decoder");
         tokens
     }
 
@@ -568,13 +591,13 @@ impl Mast3r {
         let [h, w] = grid;
         let dpt_out = heads.dpt.forward(tokens, h, w, views, trace);
         trace.record_views(views, "dpt_out", &dpt_out.clone().permute([0, 3, 1, 2]));
-        profile::mark(&self.device, "dpt");
+        self.profile_mark("dpt");
         let raw = heads
             .local
             .raw(tokens[0].clone(), tokens[tokens.len() - 1].clone());
         trace.record_views(views, "local_feat_raw", &raw);
         let local = heads.local.shuffle(raw, h, w);
-        profile::mark(&self.device, "local_feat");
+        self.profile_mark("local_feat");
         let pred = postprocess::postprocess(
             dpt_out,
             local,
@@ -587,7 +610,7 @@ impl Mast3r {
                 None
             },
         );
-        profile::mark(&self.device, "postprocess");
+        self.profile_mark("postprocess");
         pred
     }
 

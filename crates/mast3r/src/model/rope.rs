@@ -15,7 +15,10 @@ pub(crate) struct RopeTables {
 /// Host values of the tables (`[N * d]` each), computed like upstream: `inv_freq` and
 /// `theta = p * inv_freq` in binary32.
 pub(crate) fn host_tables(h: usize, w: usize, head_dim: usize, base: f32) -> (Vec<f32>, Vec<f32>) {
-    assert!(head_dim % 4 == 0, "RoPE2D needs a head size divisible by 4");
+    assert!(
+        head_dim.is_multiple_of(4),
+        "RoPE2D needs a head size divisible by 4"
+    );
     let m = head_dim / 2;
     let q = m / 2;
     let inv_freq: Vec<f32> = (0..q)

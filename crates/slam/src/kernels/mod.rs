@@ -234,6 +234,7 @@ impl GpuPair {
 
 /// [`Tracker::track`] with matching and reductions on the GPU (calibrated cameras only). The
 /// per-iteration 7x7 solve and the final statistics run on the host.
+#[allow(clippy::too_many_arguments)] // [`Tracker::track`]'s arguments plus the GPU context
 pub fn track_gpu(
     gpu: &Gpu,
     tracker: &Tracker,

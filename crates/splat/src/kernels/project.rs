@@ -9,6 +9,17 @@
 //! Camera buffer layout (f32): 0..9 world-to-camera rotation (row-major),
 //! 9..12 translation, 12 fx, 13 fy, 14 cx, 15 cy, 16..19 camera centre,
 //! 19..22 background, 22 near, 23 far. See [`crate::camera::CAM_LEN`].
+// `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
+// and with the flat argument lists their launchers pass.
+#![allow(
+    clippy::manual_div_ceil,
+    clippy::assign_op_pattern,
+    clippy::collapsible_if,
+    clippy::manual_range_contains,
+    clippy::excessive_precision,
+    clippy::too_many_arguments
+)]
 
 use cubecl::prelude::*;
 
@@ -223,6 +234,9 @@ pub fn sh_coeff(
 /// Units per cube of [`project_forward`].
 pub const PROJECT_CUBE: usize = 256;
 
+// `loop { ... break }` runs once: the kernel's early exits for culled Gaussians (CubeCL has no
+// labelled blocks or early `return` past the shared-memory write-back below).
+#[allow(clippy::never_loop)]
 #[cube(launch, launch_unchecked)]
 pub fn project_forward(
     means: &[f32],

@@ -14,6 +14,17 @@
 //! the element index, the step and the seed) is added to the f32 bits before truncation, so
 //! the rounding is unbiased. Round-to-nearest would lose the EMA decrements of `v`
 //! (`β2 = 0.999`: 0.1 % per step, below half a bf16 step of 0.39 %) and freeze it.
+// `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
+// and with the flat argument lists their launchers pass.
+#![allow(
+    clippy::manual_div_ceil,
+    clippy::assign_op_pattern,
+    clippy::collapsible_if,
+    clippy::manual_range_contains,
+    clippy::excessive_precision,
+    clippy::too_many_arguments
+)]
 
 use cubecl::prelude::*;
 use rust3r_gpu::fp8::{
@@ -800,7 +811,7 @@ impl Moments {
             return Self::from_host(gpu, m, v, precision);
         }
         assert!(
-            m.len() == v.len() && m.len() % row == 0 && row >= 3,
+            m.len() == v.len() && m.len().is_multiple_of(row) && row >= 3,
             "moment lengths"
         );
         let mut dc = Vec::with_capacity(m.len() / row * 3);

@@ -30,7 +30,7 @@ use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::render::{
-    GpuSplats, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
+    GpuSplats, RasterTuning, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
 };
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
@@ -287,6 +287,8 @@ pub struct Trainer {
     zeros_cache: Option<GpuBuffer<f32>>,
     /// Largest device bytes in use sampled inside steps ([`Trainer::track_memory`]).
     peak_in_use: Option<u64>,
+    /// Rasterizer layout choices of every render ([`Trainer::set_raster_tuning`]).
+    raster: RasterTuning,
 }
 
 fn logit(p: f32) -> f32 {
@@ -362,7 +364,14 @@ impl Trainer {
             last_depth_loss: None,
             zeros_cache: None,
             peak_in_use: None,
+            raster: RasterTuning::default(),
         }
+    }
+
+    /// Render with these rasterizer layout choices (default: per adapter). Not part of the
+    /// run's definition: checkpoints do not keep it.
+    pub fn set_raster_tuning(&mut self, tuning: RasterTuning) {
+        self.raster = tuning;
     }
 
     /// The f32 parameter buffers of the first four groups (SH: [`GpuSplats::sh`]).
@@ -568,6 +577,7 @@ impl Trainer {
             absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
             // Half-float SH: Adam computes the SH gradient itself (not stored).
             sh_grad: !self.splats.sh.is_half(),
+            tuning: self.raster,
             ..Default::default()
         };
         rust3r_gpu::profile::start(&gpu);
@@ -733,18 +743,21 @@ impl Trainer {
                         w,
                         h,
                     );
-                    if s > adc.refine_start && s % adc.refine_every.max(1) == 0 {
+                    if s > adc.refine_start && s.is_multiple_of(adc.refine_every.max(1)) {
                         drop(grads);
                         refined = Some(self.refine_adc(&adc, s)?);
                     }
-                    if adc.reset_every > 0 && s > 0 && s % adc.reset_every == 0 {
+                    if adc.reset_every > 0 && s > 0 && s.is_multiple_of(adc.reset_every) {
                         self.reset_opacity(2.0 * adc.prune_opacity);
                     }
                 }
             }
             Strategy::Mcmc(mc) => {
                 drop(grads);
-                if s < mc.refine_stop && s > mc.refine_start && s % mc.refine_every.max(1) == 0 {
+                if s < mc.refine_stop
+                    && s > mc.refine_start
+                    && s.is_multiple_of(mc.refine_every.max(1))
+                {
                     refined = Some(self.refine_mcmc(&mc)?);
                 }
                 let scale = self.means_lr(s + 1) * mc.noise_lr;
@@ -953,6 +966,82 @@ impl Trainer {
         })
     }
 
+    /// Appends Gaussians (e.g. a new keyframe's points in online training): new rows after the
+    /// current ones, with zero Adam moments and densification statistics; the current rows keep
+    /// theirs. With half-float SH storage the added Gaussians' higher-order coefficients start
+    /// at zero (their DC terms are `add`'s).
+    pub fn add_splats(&mut self, add: &init::InitSplats) -> Result<(), SplatError> {
+        let m = add.len();
+        if m == 0 {
+            return Ok(());
+        }
+        if add.sh_degree != self.cfg.sh_degree {
+            return Err(SplatError::InvalidSplats(format!(
+                "added splats have SH degree {}, the trainer has {}",
+                add.sh_degree, self.cfg.sh_degree
+            )));
+        }
+        let n = self.splats.len();
+        if n == 0 {
+            return Err(SplatError::InvalidSplats(
+                "cannot add Gaussians to a trainer with none".into(),
+            ));
+        }
+        Self::check_config(&self.gpu, &self.cfg, n + m)?;
+        self.check_budget(n + m)?;
+        let rows = self.rows();
+        let want = [
+            add.means.len(),
+            add.log_scales.len(),
+            add.quats.len(),
+            add.opacity_logits.len(),
+            add.sh.len(),
+        ];
+        if want != rows.map(|r| r * m) {
+            return Err(SplatError::InvalidSplats(format!(
+                "added splats have inconsistent lengths {want:?} for {m} Gaussians"
+            )));
+        }
+        let gpu = self.gpu.clone();
+        // Old rows keep their place; new rows copy row 0 (variant 1: fresh, zero moments and
+        // statistics), then get their own parameters.
+        let parent: Vec<u32> = (0..n as u32).chain(std::iter::repeat_n(0, m)).collect();
+        let variant: Vec<u32> = std::iter::repeat_n(0u32, n)
+            .chain(std::iter::repeat_n(1, m))
+            .collect();
+        let (parent, variant) = (gpu.upload(&parent), gpu.upload(&variant));
+        let new_rows = gpu.upload(&(n as u32..(n + m) as u32).collect::<Vec<u32>>());
+        let grow = |src: &GpuBuffer<f32>, row: usize, values: &[f32]| {
+            let dst = densify::rebuild(&gpu, src, &parent, &variant, row, false);
+            densify::scatter(&gpu, &dst, &new_rows, &gpu.upload(values), row);
+            dst
+        };
+        let s = &mut self.splats;
+        s.means = grow(&s.means, rows[0], &add.means);
+        s.log_scales = grow(&s.log_scales, rows[1], &add.log_scales);
+        s.quats = grow(&s.quats, rows[2], &add.quats);
+        s.opacity_logits = grow(&s.opacity_logits, rows[3], &add.opacity_logits);
+        s.sh = match &s.sh {
+            ShCoeffs::F32(sh) => ShCoeffs::F32(grow(sh, rows[4], &add.sh)),
+            ShCoeffs::Half { dc, rest } => {
+                let dc_values: Vec<f32> = add
+                    .sh
+                    .chunks(rows[4])
+                    .flat_map(|c| c[..3].to_vec())
+                    .collect();
+                let dc = grow(dc, 3, &dc_values);
+                let rest = densify::rebuild_half(&gpu, rest, &parent, Some(&variant), rows[4] - 3);
+                ShCoeffs::Half { dc, rest }
+            }
+        };
+        for g in 0..5 {
+            self.moments[g] = self.moments[g].rebuild(&gpu, &parent, &variant, rows[g]);
+        }
+        self.grad2d = densify::rebuild(&gpu, &self.grad2d, &parent, &variant, 1, true);
+        self.count = densify::rebuild(&gpu, &self.count, &parent, &variant, 1, true);
+        Ok(())
+    }
+
     /// Clamp opacities to at most `value` and zero their Adam moments.
     pub fn reset_opacity(&mut self, value: f32) {
         let n = self.splats.len();
@@ -1014,6 +1103,7 @@ impl Trainer {
             background: self.cfg.background,
             antialiased: self.cfg.antialiased,
             forward_only: true,
+            tuning: self.raster,
             ..Default::default()
         };
         let (out, _) = render(&self.gpu, &self.splats, camera, &opts)?;

@@ -415,9 +415,22 @@ pub fn compare_forward(
     aa: bool,
     bg: [f64; 3],
 ) -> bool {
+    compare_forward_tuned(gpu, s, cam, aa, bg, Default::default())
+}
+
+/// [`compare_forward`] with the rasterizer's layout choices forced by `tuning`.
+pub fn compare_forward_tuned(
+    gpu: &rust3r_gpu::Gpu,
+    s: &Scene,
+    cam: &Camera,
+    aa: bool,
+    bg: [f64; 3],
+    tuning: rust3r_splat::RasterTuning,
+) -> bool {
     let opts = rust3r_splat::RenderOptions {
         background: bg.map(|v| v as f32),
         antialiased: aa,
+        tuning,
         ..Default::default()
     };
     let (out, state) = rust3r_splat::render(

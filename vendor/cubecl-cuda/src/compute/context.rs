@@ -543,18 +543,31 @@ pub fn set_min_blocks_per_sm(fragment: &str, blocks: u32) {
     rules.push((fragment.to_string(), blocks));
 }
 
-/// Applies the rules of [`set_min_blocks_per_sm`], then those of
-/// `RUST3R_CUDA_MIN_BLOCKS=name:blocks[,name:blocks]` (an override for experiments; `name:0`
-/// drops a rule). Without a matching rule the source is compiled as upstream emits it.
+/// rust3r: overrides of the rules of [`set_min_blocks_per_sm`] (experiments), applied after them.
+static MIN_BLOCKS_OVERRIDES: std::sync::Mutex<Vec<(String, u32)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// rust3r: replace the overrides of the minimum-blocks rules: `(fragment, blocks)` pairs applied
+/// after the rules of [`set_min_blocks_per_sm`] (`blocks = 0` drops a rule). Applies to kernels
+/// compiled afterwards.
+pub fn set_min_blocks_overrides(overrides: &[(String, u32)]) {
+    *MIN_BLOCKS_OVERRIDES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = overrides.to_vec();
+}
+
+/// Applies the rules of [`set_min_blocks_per_sm`], then the overrides of
+/// [`set_min_blocks_overrides`] (`name:0` drops a rule). Without a matching rule the source is
+/// compiled as upstream emits it.
 fn min_blocks_per_sm(source: &str) -> std::borrow::Cow<'_, str> {
     let mut rules = MIN_BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if let Ok(spec) = std::env::var("RUST3R_CUDA_MIN_BLOCKS") {
-        for item in spec.split(',') {
-            let Some((name, blocks)) = item.split_once(':') else { continue };
-            let Ok(blocks) = blocks.trim().parse::<u32>() else { continue };
-            rules.retain(|(f, _)| f != name);
-            rules.push((name.to_string(), blocks));
-        }
+    for (name, blocks) in MIN_BLOCKS_OVERRIDES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
+        rules.retain(|(f, _)| f != name);
+        rules.push((name.clone(), *blocks));
     }
     for (name, blocks) in rules {
         if blocks == 0 || name.is_empty() || !source.contains(name.as_str()) {
