@@ -75,8 +75,10 @@ fn revisit_closes_a_loop_and_lost_frames_relocalise() {
     // and is verified on the decoded pair (match threshold relaxed for random weights).
     let (_d, path) = folder(&[0, 20, 40, 0]);
     let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
-    let mut cfg = SlamConfig::default();
-    cfg.single_thread = true;
+    let mut cfg = SlamConfig {
+        single_thread: true,
+        ..Default::default()
+    };
     cfg.tracking.match_frac_thresh = 2.0;
     cfg.tracking.min_match_frac = 0.0;
     cfg.local_opt.min_match_frac = 0.0;
@@ -100,8 +102,10 @@ fn revisit_closes_a_loop_and_lost_frames_relocalise() {
     // and relocalises on it; frame 1, lost in between, gets no pose.
     let (_d, path) = folder(&[0, 20, 0]);
     let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
-    let mut cfg = SlamConfig::default();
-    cfg.single_thread = true;
+    let mut cfg = SlamConfig {
+        single_thread: true,
+        ..Default::default()
+    };
     cfg.tracking.min_match_frac = 2.0;
     cfg.reloc.min_match_frac = 0.0;
     let mut fe = front_end();

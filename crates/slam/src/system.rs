@@ -526,6 +526,9 @@ fn spread_correction(views: &mut [KeyframeView], j: usize, k: usize, t_jk: &Sim3
     true
 }
 
+/// A relocalisation candidate: sort key, keyframe, its pose, pointmap and image.
+type RelocCandidate<K> = (K, usize, Sim3, Arc<Pointmap>, Vec<f32>);
+
 #[allow(clippy::large_enum_variant)] // one per SLAM run
 enum BackendRunner {
     Inline(Backend),
@@ -1418,7 +1421,7 @@ fn run_frames(
                         let t_last = s.store.frames[last_good.keyframe]
                             .t_wc
                             .compose(&last_good.t_kf_frame);
-                        let mut c: Vec<(f64, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = s
+                        let mut c: Vec<RelocCandidate<f64>> = s
                             .store
                             .frames
                             .iter()
@@ -1437,7 +1440,7 @@ fn run_frames(
                         c.truncate(cfg.retrieval.k.max(1));
                         // Candidates by pose (`false`), tried from the last pose, then by appearance
                         // (RGB-D, `true`), tried from the identity (a similar view) whatever the last pose.
-                        let mut c: Vec<(bool, usize, Sim3, Arc<Pointmap>, Vec<f32>)> = c
+                        let mut c: Vec<RelocCandidate<bool>> = c
                             .into_iter()
                             .map(|(_, j, t, p, conf)| (false, j, t, p, conf))
                             .collect();

@@ -20,7 +20,7 @@ pub struct Codebook {
 impl Codebook {
     /// Centroids `[k, dim]` row-major.
     pub fn new(centroids: Vec<f32>, dim: usize) -> Result<Self, RetrievalError> {
-        if dim == 0 || centroids.is_empty() || centroids.len() % dim != 0 {
+        if dim == 0 || centroids.is_empty() || !centroids.len().is_multiple_of(dim) {
             return Err(RetrievalError::Features(format!(
                 "{} centroid values are not a whole number of {dim}-wide rows",
                 centroids.len()
@@ -287,7 +287,7 @@ mod tests {
         // check the layout by construction: 10 values, bits MSB first, shifted to the top.
         let v = [1.0, -1.0, 1.0, 1.0, 0.0, -0.5, 2.0, 0.0, 0.0, 3.0];
         let packed = binarize_and_pack(&v);
-        assert_eq!(packed, vec![0b1011_0010_01u32 << 22]);
+        assert_eq!(packed, vec![0b10_1100_1001_u32 << 22]);
         // 33 values: two words, the second holds one bit at the top.
         let mut w = vec![-1.0; 33];
         w[0] = 1.0;

@@ -52,7 +52,7 @@ enum Layer {
         d_in: usize,
         d_out: usize,
     },
-    LayerNorm {
+    Norm {
         w: Vec<f32>,
         b: Vec<f32>,
     },
@@ -69,7 +69,7 @@ impl Layer {
                     (s + b[o] as f64) as f32
                 })
                 .collect(),
-            Layer::LayerNorm { w, b } => {
+            Layer::Norm { w, b } => {
                 let n = x.len() as f64;
                 let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
                 let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
@@ -231,7 +231,7 @@ impl RetrievalHead {
                 if ws.len() != 1 {
                     return Err(layout(format!("projector.{}: not a LayerNorm", i - 2)));
                 }
-                projector.push(Layer::LayerNorm { w, b });
+                projector.push(Layer::Norm { w, b });
                 projector.push(Layer::Gelu);
             }
             let (ws, w) = read(&format!("projector.{i}.weight"))?;
@@ -301,7 +301,7 @@ impl RetrievalHead {
     /// row by row, so it is applied to the selected rows only.
     pub fn select(&self, feat: &[f32]) -> Result<LocalFeatures, RetrievalError> {
         let e = self.dim_in;
-        if feat.is_empty() || feat.len() % e != 0 {
+        if feat.is_empty() || !feat.len().is_multiple_of(e) {
             return Err(RetrievalError::Features(format!(
                 "{} encoder values are not a whole number of {e}-wide tokens",
                 feat.len()
