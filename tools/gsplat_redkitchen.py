@@ -164,14 +164,13 @@ def main():
     strategy = DefaultStrategy()
     state = strategy.initialize_state(scene_scale=scene_scale)
     strategy.check_sanity(params, opts)
-    bg = torch.zeros(1, 3, device=device)
     vms = {i: viewmat(poses[i]) for i in ids}
 
     def render(vm, sh_deg):
         colors = torch.cat([params["sh0"], params["shN"]], 1)
         return rasterization(params["means"], params["quats"], torch.exp(params["scales"]),
                              torch.sigmoid(params["opacities"]), colors, vm, K, W, H, sh_degree=sh_deg,
-                             backgrounds=bg)
+                             packed=False, absgrad=False, rasterize_mode="classic")  # black background
 
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.synchronize()

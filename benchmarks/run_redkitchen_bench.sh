@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #22's benchmark on the device machine: `rust3r run` on the bundled redkitchen (500 frames,
+# Issue #22's benchmark on a GPU machine: `rust3r run` on the bundled redkitchen (500 frames,
 # every 20th from frame 10 held out before SLAM) against gsplat 1.5.3 trained on the same frames
 # with ground-truth poses and depth-initialised points (tools/gsplat_redkitchen.py), both scored
 # on the held-out frames at poses interpolated between their neighbours'. Same resolution and
@@ -38,8 +38,10 @@ for job in "$@"; do
     run)
       name="run_${a}_${b}${c:+_$(echo "$c" | tr -d ' -')}"
       # shellcheck disable=SC2086
-      peak_mem /usr/bin/time -f "wall %e s, max RSS %M KiB" "$RUST3R" run "$RK" --backend cuda \
-        --out "$OUT/$name" --preset "$a" --steps "$b" --hold-out 20 $c 2>&1 | grep -v "^\s*$" | tail -12 ;;
+      t=$(date +%s.%N)
+      peak_mem "$RUST3R" run "$RK" --backend cuda --out "$OUT/$name" --preset "$a" --steps "$b" \
+        --hold-out 20 $c 2>&1 | grep -v "^\s*$" | tail -14
+      echo "wall $(python3 -c "import time; print(round(time.time() - $t, 1))") s" ;;
     *) echo "unknown job $job" ;;
   esac
 done
