@@ -105,6 +105,27 @@ pub struct FrameRecord {
     pub rgb_path: std::path::PathBuf,
 }
 
+impl FrameRecord {
+    /// The record of frame `index` that has just become keyframe `keyframe` (tracked, at the
+    /// keyframe's own pose).
+    fn new_keyframe(
+        index: usize,
+        timestamp: f64,
+        keyframe: usize,
+        rgb_path: &std::path::Path,
+    ) -> Self {
+        Self {
+            index,
+            timestamp,
+            keyframe,
+            t_kf_frame: Sim3::identity(),
+            tracked: true,
+            weak: false,
+            rgb_path: rgb_path.to_path_buf(),
+        }
+    }
+}
+
 /// Result of a run.
 #[derive(Debug, Clone)]
 pub struct SlamResult {
@@ -1096,15 +1117,12 @@ fn run_frames(
                     cfg.tracking.filtering_score,
                 );
                 let k = lock(shared)?.store.push(kf);
-                records.push(FrameRecord {
-                    index: i,
-                    timestamp: frame.timestamp,
-                    keyframe: k,
-                    t_kf_frame: Sim3::identity(),
-                    tracked: true,
-                    weak: false,
-                    rgb_path: frame.rgb_path.clone(),
-                });
+                records.push(FrameRecord::new_keyframe(
+                    i,
+                    frame.timestamp,
+                    k,
+                    &frame.rgb_path,
+                ));
                 let nk = retrieved_keyframe(
                     &mut source,
                     shared,
@@ -1331,15 +1349,12 @@ fn run_frames(
                         );
                         let nk = s.store.push(kf);
                         drop(s);
-                        records.push(FrameRecord {
-                            index: i,
-                            timestamp: frame.timestamp,
-                            keyframe: nk,
-                            t_kf_frame: Sim3::identity(),
-                            tracked: true,
-                            weak: false,
-                            rgb_path: frame.rgb_path.clone(),
-                        });
+                        records.push(FrameRecord::new_keyframe(
+                            i,
+                            frame.timestamp,
+                            nk,
+                            &frame.rgb_path,
+                        ));
                         let nk = retrieved_keyframe(
                             &mut source,
                             shared,
@@ -1502,15 +1517,12 @@ fn run_frames(
                         cfg.tracking.filtering_score,
                     );
                     let nk = lock(shared)?.store.push(kf);
-                    records.push(FrameRecord {
-                        index: i,
-                        timestamp: frame.timestamp,
-                        keyframe: nk,
-                        t_kf_frame: Sim3::identity(),
-                        tracked: true,
-                        weak: false,
-                        rgb_path: frame.rgb_path.clone(),
-                    });
+                    records.push(FrameRecord::new_keyframe(
+                        i,
+                        frame.timestamp,
+                        nk,
+                        &frame.rgb_path,
+                    ));
                     tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
                     relocalisations += 1;
                     let retrieved = if learned {
