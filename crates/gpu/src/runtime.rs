@@ -380,9 +380,9 @@ impl Gpu {
         self.client.properties().identity.name.clone()
     }
     /// Whether this is Mesa's software Vulkan (lavapipe, which reports itself as "llvmpipe").
-    /// It runs a workgroup as one coroutine per 8- or 16-lane slice and stops resuming them
-    /// shortly after the first one finishes, so a kernel whose workgroups cross several hundred
-    /// barriers can lose the last slice's work; launchers bound such loops per dispatch here.
+    /// There a workgroup looping through several hundred barriers lost the last 8 lanes' work
+    /// (the rasterizer's forward pass; llvmpipe runs a workgroup as coroutines, one per SIMD
+    /// slice, which may be the cause: not confirmed); launchers bound such loops per dispatch.
     pub fn is_llvmpipe(&self) -> bool {
         self.name().to_ascii_lowercase().contains("llvmpipe")
     }
