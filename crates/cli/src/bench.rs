@@ -27,6 +27,10 @@ pub enum BenchCommand {
     TrainStep(TrainStepArgs),
     /// MASt3R per tracked frame (encoder + mono or pair decode + heads), random weights.
     Mast3r(crate::mast3r_cmd::BenchArgs),
+    /// The monocular (MASt3R) SLAM system end to end on an RGB-D sequence with ground truth:
+    /// the network (random weights unless --checkpoint) and learned retrieval run on every
+    /// frame, the pointmaps come from depth + ground truth; frames per second, memory, ATE.
+    SlamMono(crate::bench_slam::SlamMonoArgs),
     /// Host cost of one small GPU operation (an allocation and one launch of a 256-element
     /// kernel): the floor under every pass made of many launches.
     Launch(LaunchArgs),
@@ -288,6 +292,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Raster(a) => raster(&a),
         BenchCommand::TrainStep(a) => train_step(&a),
         BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
+        BenchCommand::SlamMono(a) => crate::bench_slam::slam_mono(&a),
         BenchCommand::Launch(a) => launch(&a),
         BenchCommand::Sort(a) => sort(&a),
         BenchCommand::Scene(a) => scene(&a),

@@ -3,6 +3,7 @@
 #![warn(clippy::unwrap_used)]
 
 mod bench;
+mod bench_slam;
 mod live;
 mod lpips_cmd;
 mod mast3r_cmd;

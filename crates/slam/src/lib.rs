@@ -27,6 +27,7 @@ pub mod appearance;
 pub mod ate;
 pub mod backend;
 pub mod config;
+pub mod depth_pairs;
 mod error;
 pub mod kernels;
 pub mod keyframes;

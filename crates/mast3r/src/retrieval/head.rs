@@ -281,6 +281,54 @@ impl RetrievalHead {
         })
     }
 
+    /// A head of the released model's shape with random weights, for timing without the
+    /// checkpoint: pre-whitening `[dim_in, dim_in]`, one `Linear(dim_in, dim)`, the residual
+    /// when the widths agree, post-whitening `[dim, dim]`; `nfeat` local features. The weights
+    /// are a deterministic function of `seed` (uniform, scaled by `1/sqrt(fan_in)`).
+    pub fn random(dim_in: usize, dim: usize, nfeat: NFeat, seed: u64) -> Self {
+        let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+        let mut uniform = |n: usize, scale: f64| -> Vec<f64> {
+            (0..n)
+                .map(|_| {
+                    // SplitMix64.
+                    state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut z = state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    z ^= z >> 31;
+                    ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
+                })
+                .collect()
+        };
+        let whitener = |d: usize, u: &mut dyn FnMut(usize, f64) -> Vec<f64>| Whitener {
+            m: u(d, 0.1),
+            p: u(d * d, 1.0 / (d as f64).sqrt()),
+            dim: d,
+        };
+        let prewhiten = Some(whitener(dim_in, &mut uniform));
+        let s = 1.0 / (dim_in as f64).sqrt();
+        let w = uniform(dim * dim_in, s)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let b = uniform(dim, s).into_iter().map(|v| v as f32).collect();
+        let postwhiten = Some(whitener(dim, &mut uniform));
+        Self {
+            prewhiten,
+            projector: vec![Layer::Linear {
+                w,
+                b,
+                d_in: dim_in,
+                d_out: dim,
+            }],
+            residual: dim == dim_in,
+            postwhiten,
+            nfeat,
+            dim_in,
+            dim,
+        }
+    }
+
     /// Encoder width the head takes.
     pub fn dim_in(&self) -> usize {
         self.dim_in

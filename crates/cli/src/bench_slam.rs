@@ -1,0 +1,296 @@
+//! `rust3r bench slam-mono`: the monocular (MASt3R) SLAM system end to end, without the released
+//! weights. The network (random weights of the released architecture, or a given checkpoint)
+//! encodes every frame, decodes every pair and feeds learned retrieval (a random head and codebook
+//! of the released shape, or given files), so its cost is paid as in a real run; the pointmaps
+//! the tracker, the back end and loop closure work on are made from the sequence's depth and
+//! ground truth (`rust3r_slam::depth_pairs`), with optional per-frame scale error and depth noise,
+//! so tracking succeeds as it would with trained weights. The sequence is played forwards and
+//! backwards (`PingPong`) to any length: every return is a loop, and long runs show whether memory
+//! grows with keyframes only.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Args;
+use rust3r_io::datasets::{self, Dataset};
+use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
+use rust3r_mast3r::retrieval::{AsmkParams, Codebook, NFeat, RetrievalDatabase, RetrievalHead};
+use rust3r_mast3r::{Mast3r, Mast3rConfig, Precision};
+use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
+use rust3r_slam::trajectory::Trajectory;
+use rust3r_slam::{Align, AteOptions, FrameSource, SlamConfig, ate_from_trajectories, output};
+
+use crate::DeviceArgs;
+
+#[derive(Args)]
+pub struct SlamMonoArgs {
+    /// An RGB-D sequence with ground truth (7-Scenes, TUM): its depth and poses make the pointmaps.
+    data: PathBuf,
+    /// Frames to run; the sequence is played forwards and backwards to reach it.
+    #[arg(long, default_value_t = 500)]
+    frames: usize,
+    /// Take every n-th frame of the sequence.
+    #[arg(long, default_value_t = 1)]
+    stride: usize,
+    /// Network architecture with random weights: full (the released ViT-L/ViT-B), tiny (the
+    /// parity fixture's) or none (no network: the depth pairs alone, loop candidates by pose
+    /// proximity). Ignored with --checkpoint.
+    #[arg(long, default_value = "full")]
+    size: String,
+    /// A MASt3R checkpoint instead of random weights.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// Network input size (long side, as MASt3R-SLAM's 512).
+    #[arg(long, default_value_t = 512)]
+    net_size: usize,
+    /// A retrieval checkpoint (and its codebook next to it) instead of the random head.
+    #[arg(long)]
+    retrieval: Option<PathBuf>,
+    /// Words of the random codebook (the released one has 65536); 0 turns learned retrieval
+    /// off (loop candidates by pose proximity).
+    #[arg(long, default_value_t = 65536)]
+    words: usize,
+    /// Standard deviation of the log of each frame's scale error.
+    #[arg(long, default_value_t = 0.0)]
+    scale_sigma: f64,
+    /// Standard deviation of the per-pixel multiplicative depth noise.
+    #[arg(long, default_value_t = 0.0)]
+    depth_sigma: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// A SLAM configuration YAML (MASt3R-SLAM's keys) over MASt3R-SLAM's base configuration.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print frames per second, keyframes and memory every this many frames.
+    #[arg(long, default_value_t = 500)]
+    report_every: usize,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+/// Resident and peak resident memory of this process in MiB (Linux; zeros elsewhere).
+fn rss_mib() -> (f64, f64) {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return (0.0, 0.0);
+    };
+    let field = |name: &str| {
+        s.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+pub fn slam_mono(a: &SlamMonoArgs) -> Result<()> {
+    ensure!(a.frames >= 2, "--frames must be at least 2");
+    let (device, name) = crate::mast3r_cmd::burn_device(&a.device)?;
+    let t = Instant::now();
+    let (model, arch) = match &a.checkpoint {
+        None if a.size == "none" => {
+            return run(a, None, name, "no network".into(), None);
+        }
+        Some(p) => (
+            Mast3r::load(p, &device, Precision::F32)
+                .with_context(|| format!("--checkpoint {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => {
+            let cfg = match a.size.as_str() {
+                "full" => Mast3rConfig::released(),
+                "tiny" => Mast3rConfig::tiny_fixture(),
+                other => bail!("--size {other}: expected full, tiny or none"),
+            };
+            (
+                Mast3r::random(&cfg, &device, Precision::F32, a.seed),
+                format!("{} architecture, random weights", a.size),
+            )
+        }
+    };
+    let enc_dim = model.config().enc_embed_dim;
+    let mut front = Mast3rMonoFrontEnd::new(model, a.net_size).map_err(anyhow::Error::msg)?;
+    let retrieval = match (&a.retrieval, a.words) {
+        (Some(r), _) => Some((
+            RetrievalDatabase::load(r, None, AsmkParams::default())
+                .with_context(|| format!("--retrieval {}", r.display()))?,
+            r.display().to_string(),
+        )),
+        (None, 0) => None,
+        (None, words) => {
+            // The released head's shape: 1024-wide features, 300 per image.
+            let dim = 1024;
+            let head = RetrievalHead::random(enc_dim, dim, NFeat::Count(300), a.seed);
+            let codebook = Codebook::new(random_unit_rows(words, dim, a.seed ^ 0xC0DE), dim)?;
+            Some((
+                RetrievalDatabase::new(head, codebook, AsmkParams::default())?,
+                format!("random head, {words}-word codebook"),
+            ))
+        }
+    };
+    let retrieval_name = retrieval.as_ref().map(|r| r.1.clone());
+    if let Some((db, _)) = retrieval {
+        front = front.with_retrieval(db).map_err(anyhow::Error::msg)?;
+    }
+    eprintln!("set-up {:.1} s", t.elapsed().as_secs_f64());
+    run(a, Some(Box::new(front)), name, arch, retrieval_name)
+}
+
+fn run(
+    a: &SlamMonoArgs,
+    front: Option<Box<dyn rust3r_slam::PointmapFrontEnd>>,
+    name: String,
+    arch: String,
+    retrieval_name: Option<String>,
+) -> Result<()> {
+    let inner = datasets::open(&a.data, None, 1)?;
+    let depth_k = inner
+        .depth_intrinsics()
+        .with_context(|| format!("{}: no depth images", a.data.display()))?;
+    let ds = PingPong::new(inner, a.stride, a.frames)?;
+    let gt = ds
+        .ground_truth()
+        .with_context(|| format!("{}: no ground truth", a.data.display()))?;
+    // The network's image: the long side at --net-size, MASt3R-SLAM's 4:3 frames -> 512x384.
+    let (dw, dh) = (depth_k.width as usize, depth_k.height as usize);
+    let (w, h) = if dw >= dh {
+        (a.net_size, a.net_size * dh / dw / 16 * 16)
+    } else {
+        (a.net_size * dw / dh / 16 * 16, a.net_size)
+    };
+    let noise = DepthNoise {
+        scale_sigma: a.scale_sigma,
+        depth_sigma: a.depth_sigma,
+        seed: a.seed,
+    };
+    let mut pairs = DepthPairs::new(front, depth_k, w, h, noise)?;
+    let mut cfg = SlamConfig::default();
+    if let Some(p) = &a.config {
+        cfg.apply_yaml_file(p)?;
+    }
+    eprintln!(
+        "{}: {} frames ({}), network {arch} on {name} at {w}x{h}, retrieval: {}",
+        a.data.display(),
+        a.frames,
+        ds.name(),
+        retrieval_name.as_deref().unwrap_or("off (pose proximity)"),
+    );
+    let start = Instant::now();
+    let mut last = (Instant::now(), 0usize);
+    let mut reports = Vec::new();
+    let every = a.report_every.max(1);
+    let result = rust3r_slam::run_slam_source(
+        FrameSource::Inline {
+            dataset: &ds,
+            front: &mut pairs,
+        },
+        &cfg,
+        None,
+        None,
+        |p| {
+            if p.frame % every == 0 || p.frame == a.frames {
+                let dt = last.0.elapsed().as_secs_f64();
+                let fps = (p.frame - last.1) as f64 / dt.max(1e-9);
+                let (rss, peak) = rss_mib();
+                eprintln!(
+                    "frame {}: {fps:.1} FPS since the last report, {} keyframes, {}, RSS {rss:.0} MiB (peak {peak:.0})",
+                    p.frame, p.keyframes, p.state
+                );
+                reports.push(serde_json::json!({
+                    "frame": p.frame, "fps": fps, "keyframes": p.keyframes,
+                    "rss_mib": rss, "peak_rss_mib": peak,
+                }));
+                last = (Instant::now(), p.frame);
+            }
+        },
+    )?;
+    let secs = start.elapsed().as_secs_f64();
+    let to_traj = |poses: &[(f64, rust3r_geometry::Sim3)]| {
+        let mut t = Trajectory::default();
+        for (ts, p) in poses {
+            t.push(*ts, p.to_se3());
+        }
+        t
+    };
+    let est: Vec<_> = result
+        .frame_poses()
+        .into_iter()
+        .zip(&result.frames)
+        .filter(|(_, f)| f.tracked)
+        .map(|(p, _)| p)
+        .collect();
+    let gt_t = to_traj(
+        &gt.iter()
+            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
+            .collect::<Vec<_>>(),
+    );
+    let ate = ate_from_trajectories(
+        &to_traj(&est),
+        &gt_t,
+        &AteOptions {
+            align: Align::Sim3,
+            ..Default::default()
+        },
+    )
+    .ok();
+    let tm = &result.timings;
+    let lost = result.frames.iter().filter(|f| !f.tracked).count();
+    println!(
+        "{} frames in {secs:.1} s: {:.1} FPS; {} keyframes, {} loop closures, {} relocalisations, {lost} frames without a pose; ATE Sim(3) {}",
+        result.frames.len(),
+        result.frames.len() as f64 / secs,
+        result.keyframes.frames.len(),
+        result.loop_closures,
+        result.relocalisations,
+        ate.as_ref()
+            .map_or("n/a".into(), |r| format!("{:.2} cm", r.rmse * 100.0))
+    );
+    println!(
+        "time: network + depth pairs {:.1} s, tracking {:.1} s, mapping {:.1} s, back end {:.1} s (its own thread), waiting for the back end {:.1} s",
+        tm.load_s, tm.track_s, tm.map_s, tm.backend_s, tm.backend_wait_s
+    );
+    if let Some(path) = &a.json {
+        let json = serde_json::json!({
+            "data": a.data, "frames": result.frames.len(), "seconds": secs,
+            "fps": result.frames.len() as f64 / secs, "device": name, "network": arch,
+            "image": [w, h], "retrieval": retrieval_name,
+            "keyframes": result.keyframes.frames.len(), "loop_closures": result.loop_closures,
+            "relocalisations": result.relocalisations, "frames_without_pose": lost,
+            "ate_sim3_m": ate.as_ref().map(|r| r.rmse),
+            "timings": {"load_s": tm.load_s, "track_s": tm.track_s, "map_s": tm.map_s,
+                "backend_s": tm.backend_s, "backend_wait_s": tm.backend_wait_s},
+            "scale_sigma": a.scale_sigma, "depth_sigma": a.depth_sigma, "seed": a.seed,
+            "reports": reports,
+        });
+        let text = serde_json::to_string_pretty(&json)?;
+        rust3r_io::atomic::write_atomic_with(path, |w| w.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `n` rows of `dim` values, unit-norm, uniform on the sphere's directions (deterministic in
+/// `seed`): a codebook's shape without its training.
+fn random_unit_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    let mut out: Vec<f32> = (0..n * dim)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (z >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    for row in out.chunks_exact_mut(dim) {
+        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        row.iter_mut().for_each(|v| *v /= norm);
+    }
+    out
+}

@@ -1,0 +1,530 @@
+//! A pair front end made from depth images and ground-truth poses, for measuring the monocular
+//! (MASt3R) system without the released weights.
+//!
+//! [`DepthPairs`] answers [`PairFrontEnd`] the way a perfect network would, up to chosen errors:
+//! a frame's points `Xff` are its depth image back-projected (resampled to the network's image
+//! size), and the keyframe's points in the frame's camera `Xkf` are the keyframe's back-projected
+//! depth moved by the ground-truth relative pose `T_f⁻¹ T_k`. Both views of a pair share the
+//! pair's scale, as a network prediction does. The errors a real network makes are modelled by
+//! [`DepthNoise`]: a per-frame scale error (log-normal) and per-pixel multiplicative depth noise,
+//! both deterministic functions of the seed and the frame index. Descriptors are the 24
+//! neighbours of a pixel in a 5x5 grey patch, zero-mean and unit-norm (MASt3R's descriptors have
+//! 24 channels too), so the descriptor refinement of the matching works on real texture.
+//!
+//! Around it, an inner front end (the MASt3R network with any weights) still encodes every frame,
+//! decodes every pair and answers retrieval: its cost is paid as in a real run (so the system's
+//! throughput can be measured with random full-size weights), and loop closure and
+//! relocalisation use its encoder features. Its predictions are dropped.
+//!
+//! The poses are uncalibrated (`camera()` is `None`: ray + distance residuals) and not metric
+//! (Sim(3)), as in MASt3R-SLAM's base configuration.
+
+use std::collections::HashMap;
+
+use nalgebra::{Matrix4, Vector3};
+use rust3r_geometry::PinholeCamera;
+use rust3r_io::IoError;
+use rust3r_io::datasets::{Dataset, Frame, Intrinsics, Pose};
+
+use crate::SlamError;
+use crate::pair::{PairFrontEnd, PairPrediction};
+use crate::pointmap::{Pointmap, PointmapFrontEnd};
+
+/// Descriptor channels: a 5x5 patch without its centre.
+pub const DESC_DIM: usize = 24;
+
+/// Errors put on the depth-made predictions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DepthNoise {
+    /// Standard deviation of the log of each frame's scale error (0: every frame at scale 1).
+    pub scale_sigma: f64,
+    /// Standard deviation of the per-pixel multiplicative depth noise.
+    pub depth_sigma: f64,
+    /// Seed of both.
+    pub seed: u64,
+}
+
+impl Default for DepthNoise {
+    fn default() -> Self {
+        Self {
+            scale_sigma: 0.0,
+            depth_sigma: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+/// One encoded frame: its back-projected depth at scale 1 (before the frame's scale error),
+/// descriptors and ground-truth camera-to-world pose.
+struct Encoded {
+    pm: Pointmap,
+    desc: Vec<f32>,
+    c2w: Matrix4<f64>,
+}
+
+/// See the module documentation.
+pub struct DepthPairs {
+    inner: Option<Box<dyn PointmapFrontEnd>>,
+    depth_camera: Intrinsics,
+    width: usize,
+    height: usize,
+    noise: DepthNoise,
+    encoded: HashMap<usize, Encoded>,
+}
+
+impl DepthPairs {
+    /// Predictions of `width` x `height` pixels from depth images calibrated by `depth_camera`,
+    /// with `inner` run alongside when given (it must decode pairs:
+    /// [`PointmapFrontEnd::pairs`]); without it, nothing else runs and loop candidates come from
+    /// pose proximity.
+    pub fn new(
+        mut inner: Option<Box<dyn PointmapFrontEnd>>,
+        depth_camera: Intrinsics,
+        width: usize,
+        height: usize,
+        noise: DepthNoise,
+    ) -> Result<Self, SlamError> {
+        if let Some(f) = inner.as_mut()
+            && f.pairs().is_none()
+        {
+            return Err(SlamError::InvalidInput(format!(
+                "the '{}' front end does not decode pairs",
+                f.name()
+            )));
+        }
+        if width < 5 || height < 5 {
+            return Err(SlamError::InvalidInput(format!(
+                "depth pairs of {width}x{height} pixels: need at least 5x5"
+            )));
+        }
+        Ok(Self {
+            inner,
+            depth_camera,
+            width,
+            height,
+            noise,
+            encoded: HashMap::new(),
+        })
+    }
+
+    fn inner_pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
+        self.inner.as_mut().and_then(|f| f.pairs())
+    }
+
+    /// The pinhole camera of the predictions (the depth camera resampled to their size).
+    pub fn camera_model(&self) -> PinholeCamera {
+        let k = &self.depth_camera;
+        let (sx, sy) = (
+            self.width as f64 / k.width as f64,
+            self.height as f64 / k.height as f64,
+        );
+        PinholeCamera::new(
+            k.fx * sx,
+            k.fy * sy,
+            (k.cx + 0.5) * sx - 0.5,
+            (k.cy + 0.5) * sy - 0.5,
+            self.width as u32,
+            self.height as u32,
+        )
+    }
+
+    fn encode_depth(&self, frame: &Frame) -> Result<Encoded, SlamError> {
+        let what = || format!("{} (frame {})", frame.rgb_path.display(), frame.index);
+        let depth = frame.depth.as_ref().ok_or_else(|| {
+            SlamError::InvalidInput(format!("{}: no depth image for depth pairs", what()))
+        })?;
+        let gt = frame.gt_pose.as_ref().ok_or_else(|| {
+            SlamError::InvalidInput(format!("{}: no ground-truth pose for depth pairs", what()))
+        })?;
+        let (dw, dh) = (depth.width() as usize, depth.height() as usize);
+        if (dw, dh)
+            != (
+                self.depth_camera.width as usize,
+                self.depth_camera.height as usize,
+            )
+        {
+            return Err(SlamError::InvalidInput(format!(
+                "{}: depth image is {dw}x{dh} but the calibration is for {}x{}",
+                what(),
+                self.depth_camera.width,
+                self.depth_camera.height
+            )));
+        }
+        let cam = self.camera_model();
+        let (w, h) = (self.width, self.height);
+        let (rw, rh) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
+        let mut pm = Pointmap {
+            width: w,
+            height: h,
+            points: Vec::with_capacity(w * h),
+            conf: Vec::with_capacity(w * h),
+            colors: Vec::with_capacity(w * h),
+        };
+        let mut grey = Vec::with_capacity(w * h);
+        let mut valid_z = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                // Nearest source pixel (pixel centres aligned).
+                let sx = (((x as f64 + 0.5) * dw as f64 / w as f64) as usize).min(dw - 1);
+                let sy = (((y as f64 + 0.5) * dh as f64 / h as f64) as usize).min(dh - 1);
+                let z = depth.get_pixel(sx as u32, sy as u32)[0];
+                let ray = [
+                    (x as f64 - cam.cx) / cam.fx,
+                    (y as f64 - cam.cy) / cam.fy,
+                    1.0,
+                ];
+                let noise = if self.noise.depth_sigma > 0.0 {
+                    (self.noise.depth_sigma
+                        * normal(self.noise.seed, frame.index as u64, (y * w + x) as u64 + 1))
+                    .exp()
+                } else {
+                    1.0
+                };
+                if z.is_finite() && z > 0.0 {
+                    let z = z as f64 * noise;
+                    valid_z.push(z);
+                    pm.points
+                        .push([(ray[0] * z) as f32, (ray[1] * z) as f32, z as f32]);
+                    pm.conf.push(5.0);
+                } else {
+                    pm.points.push([ray[0] as f32, ray[1] as f32, -1.0]);
+                    pm.conf.push(0.0);
+                }
+                let cx = ((x as f64 + 0.5) * rw as f64 / w as f64) as usize;
+                let cy = ((y as f64 + 0.5) * rh as f64 / h as f64) as usize;
+                let c = frame
+                    .rgb
+                    .get_pixel(cx.min(rw - 1) as u32, cy.min(rh - 1) as u32)
+                    .0;
+                pm.colors.push(c);
+                grey.push((c[0] as f32 + c[1] as f32 + c[2] as f32) / 765.0);
+            }
+        }
+        // Invalid pixels: finite points on their rays at the median depth (confidence 0).
+        let median = if valid_z.is_empty() {
+            1.0
+        } else {
+            let mid = valid_z.len() / 2;
+            *valid_z.select_nth_unstable_by(mid, f64::total_cmp).1
+        } as f32;
+        for (p, c) in pm.points.iter_mut().zip(&pm.conf) {
+            if *c == 0.0 {
+                *p = [p[0] * median, p[1] * median, median];
+            }
+        }
+        let c2w = Matrix4::from_fn(|r, c| gt[r][c]);
+        Ok(Encoded {
+            desc: patch_descriptors(&grey, w, h),
+            pm,
+            c2w,
+        })
+    }
+
+    fn cached(&self, index: usize) -> Result<&Encoded, SlamError> {
+        self.encoded
+            .get(&index)
+            .ok_or_else(|| SlamError::Backend(format!("frame {index} was not encoded")))
+    }
+
+    /// Frame `index`'s scale error.
+    fn scale(&self, index: usize) -> f64 {
+        if self.noise.scale_sigma > 0.0 {
+            (self.noise.scale_sigma * normal(self.noise.seed, index as u64, 0)).exp()
+        } else {
+            1.0
+        }
+    }
+}
+
+/// A frame's points scaled by `s`.
+fn scaled(pm: &Pointmap, s: f64) -> Pointmap {
+    let s = s as f32;
+    Pointmap {
+        points: pm
+            .points
+            .iter()
+            .map(|p| [p[0] * s, p[1] * s, p[2] * s])
+            .collect(),
+        ..pm.clone()
+    }
+}
+
+impl PointmapFrontEnd for DepthPairs {
+    fn name(&self) -> &str {
+        "depth-pairs"
+    }
+
+    fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError> {
+        let e = self.encode_depth(frame)?;
+        Ok(scaled(&e.pm, self.scale(frame.index)))
+    }
+
+    fn camera(&self) -> Option<PinholeCamera> {
+        None
+    }
+
+    fn is_metric(&self) -> bool {
+        false
+    }
+
+    fn pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
+        Some(self)
+    }
+}
+
+impl PairFrontEnd for DepthPairs {
+    fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError> {
+        if let Some(p) = self.inner_pairs() {
+            p.encode(index, frame)?;
+        }
+        let e = self.encode_depth(frame)?;
+        self.encoded.insert(index, e);
+        Ok(())
+    }
+
+    fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
+        if let Some(p) = self.inner_pairs() {
+            p.mono(index)?;
+        }
+        Ok(scaled(&self.cached(index)?.pm, self.scale(index)))
+    }
+
+    fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError> {
+        if let Some(p) = self.inner_pairs() {
+            p.pair(frame, keyframe)?;
+        }
+        let (f, k) = (self.cached(frame)?, self.cached(keyframe)?);
+        let s = self.scale(frame);
+        let t = f
+            .c2w
+            .try_inverse()
+            .ok_or_else(|| SlamError::InvalidInput(format!("frame {frame}: singular pose")))?
+            * k.c2w;
+        let r = t.fixed_view::<3, 3>(0, 0);
+        let tr = t.fixed_view::<3, 1>(0, 3);
+        let keyframe_points =
+            k.pm.points
+                .iter()
+                .map(|p| {
+                    let q = r * Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64) + tr;
+                    [(q.x * s) as f32, (q.y * s) as f32, (q.z * s) as f32]
+                })
+                .collect();
+        let q = |pm: &Pointmap| pm.conf.iter().map(|&c| c.min(1.0) * 5.0).collect();
+        Ok(PairPrediction {
+            frame: scaled(&f.pm, s),
+            frame_desc: f.desc.clone(),
+            frame_desc_conf: q(&f.pm),
+            keyframe_points,
+            keyframe_conf: k.pm.conf.clone(),
+            keyframe_desc: k.desc.clone(),
+            keyframe_desc_conf: q(&k.pm),
+            desc_dim: DESC_DIM,
+        })
+    }
+
+    fn retain(&mut self, keep: &[usize]) {
+        if let Some(p) = self.inner_pairs() {
+            p.retain(keep);
+        }
+        self.encoded.retain(|i, _| keep.contains(i));
+    }
+
+    fn retrieve(
+        &mut self,
+        frame: usize,
+        add_as: Option<usize>,
+        k: usize,
+        min_thresh: f64,
+    ) -> Result<Option<Vec<usize>>, SlamError> {
+        match self.inner_pairs() {
+            Some(p) => p.retrieve(frame, add_as, k, min_thresh),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A data set played forwards and backwards: frames `0, s, 2s, ..` up to the last, then back
+/// down to 0, and so on, `len` frames in all. Every return revisits the places seen on the way
+/// out (a loop by construction) and the input never ends (long runs). Frame `i` is timestamped
+/// `i / 30` s; its ground-truth pose is that of the frame it replays, and
+/// [`Dataset::ground_truth`] lists the replayed poses at those timestamps.
+pub struct PingPong {
+    inner: Box<dyn Dataset>,
+    order: Vec<usize>,
+    /// Ground-truth pose of each inner frame that is replayed.
+    gt: Vec<Option<Pose>>,
+    name: String,
+}
+
+impl PingPong {
+    /// `len` frames of `inner` taken every `stride` frames, forwards then backwards.
+    pub fn new(inner: Box<dyn Dataset>, stride: usize, len: usize) -> Result<Self, SlamError> {
+        let n = inner.len();
+        if n < 2 || stride == 0 || stride >= n {
+            return Err(SlamError::InvalidInput(format!(
+                "ping-pong over '{}' ({n} frames) with stride {stride}: need 2 frames per sweep",
+                inner.name()
+            )));
+        }
+        let out: Vec<usize> = (0..n).step_by(stride).collect();
+        let back: Vec<usize> = out.iter().rev().skip(1).copied().collect();
+        let sweep: Vec<usize> = out.iter().skip(1).chain(&back).copied().collect();
+        let order = std::iter::once(0)
+            .chain(sweep.into_iter().cycle())
+            .take(len)
+            .collect();
+        // The replayed frames' poses, read once (decodes each swept frame once).
+        let mut gt = vec![None; n];
+        for &k in &out {
+            gt[k] = inner.frame(k)?.gt_pose;
+        }
+        Ok(Self {
+            gt,
+            name: format!(
+                "{} (ping-pong, stride {stride}, {len} frames)",
+                inner.name()
+            ),
+            inner,
+            order,
+        })
+    }
+
+    /// The inner frame replayed as frame `i`.
+    pub fn source(&self, i: usize) -> usize {
+        self.order[i]
+    }
+}
+
+impl Dataset for PingPong {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn intrinsics(&self) -> Option<Intrinsics> {
+        self.inner.intrinsics()
+    }
+
+    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+        self.inner.depth_intrinsics()
+    }
+
+    fn frame(&self, i: usize) -> Result<Frame, IoError> {
+        let src = *self.order.get(i).ok_or_else(|| IoError::Malformed {
+            path: self.name.clone().into(),
+            message: format!("no frame {i} of {}", self.order.len()),
+        })?;
+        let mut f = self.inner.frame(src)?;
+        f.index = i;
+        f.timestamp = i as f64 / 30.0;
+        Ok(f)
+    }
+
+    fn colour_resampled(&self) -> bool {
+        self.inner.colour_resampled()
+    }
+
+    fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
+        self.order
+            .iter()
+            .enumerate()
+            .map(|(i, &src)| Some((i as f64 / 30.0, self.gt[src]?)))
+            .collect()
+    }
+}
+
+/// Per pixel, the 24 neighbours of its 5x5 grey patch (clamped at the border) minus their mean,
+/// scaled to unit norm (all zeros on flat patches).
+pub fn patch_descriptors(grey: &[f32], w: usize, h: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(w * h * DESC_DIM);
+    for y in 0..h as isize {
+        for x in 0..w as isize {
+            let start = out.len();
+            for dy in -2..=2isize {
+                for dx in -2..=2isize {
+                    if dx == 0 && dy == 0 {
+                        continue;
+                    }
+                    let sx = (x + dx).clamp(0, w as isize - 1) as usize;
+                    let sy = (y + dy).clamp(0, h as isize - 1) as usize;
+                    out.push(grey[sy * w + sx]);
+                }
+            }
+            let d = &mut out[start..];
+            let mean = d.iter().sum::<f32>() / DESC_DIM as f32;
+            d.iter_mut().for_each(|v| *v -= mean);
+            let norm = d.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if norm > 1e-6 {
+                d.iter_mut().for_each(|v| *v /= norm);
+            }
+        }
+    }
+    out
+}
+
+/// A standard normal sample, a deterministic function of `(seed, a, b)` (SplitMix64 hashes and
+/// the Box-Muller transform).
+fn normal(seed: u64, a: u64, b: u64) -> f64 {
+    let h1 = splitmix(seed ^ splitmix(a ^ splitmix(b)));
+    let h2 = splitmix(h1);
+    let u1 = ((h1 >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let u2 = (h2 >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normal_samples_have_unit_variance() {
+        let n = 20000;
+        let xs: Vec<f64> = (0..n).map(|i| normal(7, 3, i)).collect();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        assert!(mean.abs() < 0.03, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.05, "variance {var}");
+        assert_eq!(normal(7, 3, 5), normal(7, 3, 5));
+        assert_ne!(normal(7, 3, 5), normal(8, 3, 5));
+    }
+
+    #[test]
+    fn patch_descriptors_are_unit_and_shift_with_the_image() {
+        let (w, h) = (12, 9);
+        let img = |dx: usize| -> Vec<f32> {
+            (0..w * h)
+                .map(|i| {
+                    let (x, y) = ((i % w + dx) as f32, (i / w) as f32);
+                    (0.3 * x).sin() + (0.7 * y).cos() * 0.5
+                })
+                .collect()
+        };
+        let (a, b) = (
+            patch_descriptors(&img(0), w, h),
+            patch_descriptors(&img(1), w, h),
+        );
+        let at = |d: &[f32], x: usize, y: usize| d[(y * w + x) * DESC_DIM..][..DESC_DIM].to_vec();
+        let norm: f32 = at(&a, 5, 4).iter().map(|v| v * v).sum();
+        assert!((norm - 1.0).abs() < 1e-5);
+        // Pixel (5, 4) of the shifted image is pixel (6, 4) of the first.
+        let (p, q) = (at(&b, 5, 4), at(&a, 6, 4));
+        assert!(p.iter().zip(&q).all(|(u, v)| (u - v).abs() < 1e-5));
+        assert!(
+            at(&a, 5, 4)
+                .iter()
+                .zip(&q)
+                .any(|(u, v)| (u - v).abs() > 1e-2)
+        );
+    }
+}
