@@ -257,6 +257,80 @@ fn descriptor_refinement_matches_upstream() {
     );
 }
 
+/// The whole of `pair::match_pair` (iterative projection, occlusion check, refinement) against
+/// upstream's `match_iterative_proj`. rust3r rounds the sub-pixel match to the nearest pixel
+/// where upstream truncates (module docs of `pair.rs`), so the two start the refinement from
+/// the same pixel only where rounding and truncation agree: there, the refined pixel and the
+/// validity must be identical; elsewhere the difference is counted.
+#[test]
+fn match_pair_matches_upstream_where_rounding_agrees() {
+    let t = Tensors::open("matching.safetensors");
+    let cfg = upstream_config();
+    let (w, h) = size(&t);
+    let n = w * h;
+    let dim = t.shape("D11")[2];
+    let pred = rust3r_slam::pair::PairPrediction {
+        frame: Pointmap {
+            width: w,
+            height: h,
+            points: t.points("X11"),
+            conf: vec![1.0; n],
+            colors: vec![[0; 3]; n],
+        },
+        frame_desc: t.f("D11").to_vec(),
+        frame_desc_conf: vec![1.0; n],
+        keyframe_points: t.points("X21"),
+        keyframe_conf: vec![1.0; n],
+        keyframe_desc: t.f("D21").to_vec(),
+        keyframe_desc_conf: vec![1.0; n],
+        desc_dim: dim,
+    };
+    pred.check().unwrap();
+    let m = rust3r_slam::pair::match_pair(&pred, &cfg.matching, None);
+    // rust3r's pixel before the refinement (rounded), from its own sub-pixel positions.
+    let rays = ray_image(w, h, &pred.frame.points, |_| None, |_| true);
+    let pts: Vec<[f32; 3]> = pred
+        .keyframe_points
+        .iter()
+        .map(|p| {
+            let l = (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]).sqrt();
+            [p[0] / l, p[1] / l, p[2] / l]
+        })
+        .collect();
+    let init: Vec<[f32; 2]> = (0..n).map(|i| [(i % w) as f32, (i / w) as f32]).collect();
+    let (pos, _) = iter_proj(&rays, &pts, &init, &cfg.matching);
+    let trunc = t.ints("refine_in");
+    let same: Vec<bool> = (0..n)
+        .map(|i| {
+            rust3r_slam::matching::round_pixel(pos[i], w, h)
+                == (trunc[2 * i + 1] as usize) * w + trunc[2 * i] as usize
+        })
+        .collect();
+    let want_idx = t.ints("idx_1_to_2");
+    let want_valid = t.bools("valid");
+    let n_same = same.iter().filter(|s| **s).count();
+    let (mut idx_diff, mut valid_diff, mut idx_other, mut valid_other) = (0, 0, 0, 0);
+    for i in 0..n {
+        let di = m.idx[i] as i64 != want_idx[i];
+        let dv = m.valid[i] != want_valid[i];
+        if same[i] {
+            idx_diff += di as usize;
+            valid_diff += dv as usize;
+        } else {
+            idx_other += di as usize;
+            valid_other += dv as usize;
+        }
+    }
+    println!(
+        "match_pair: rounding agrees with truncation for {n_same}/{n} points: {idx_diff} pixels \
+         and {valid_diff} validity flags differ there; elsewhere ({}) {idx_other} pixels and \
+         {valid_other} validity flags differ",
+        n - n_same
+    );
+    assert!(n_same > n / 5, "the comparison should cover many points");
+    assert_eq!((idx_diff, valid_diff), (0, 0));
+}
+
 /// One tracking solve (`opt_pose_ray_dist_sim3` / `opt_pose_calib_sim3`) on the fixture's
 /// fixed matches, as `Tracker::track_pair` runs it after the matching: validity and match
 /// quality as `FrameTracker.track`, then Gauss-Newton with `pair_normal_eq`, `solve_pose`,
