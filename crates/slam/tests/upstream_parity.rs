@@ -8,7 +8,8 @@
 //! MASt3R-SLAM"). Floats compare within `1e-4 * max|ref|`, discrete results exactly.
 //!
 //! Pieces: the ray image with its gradients, iterative projection (sub-pixel positions and
-//! convergence flags), descriptor refinement (exact pixels), one tracking solve in both
+//! convergence flags), descriptor refinement (exact pixels), the whole `match_pair` where its
+//! rounding and upstream's truncation agree (exact), one tracking solve in both
 //! residual models (validity, match quality, every Gauss-Newton iteration's normal equations,
 //! cost and update, the iteration count and the final pose), and the back end's global solve
 //! over four keyframes with a loop edge in both residual models. The back end is compared
