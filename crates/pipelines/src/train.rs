@@ -727,7 +727,7 @@ impl TrainSession {
         let n = scene.len();
         let mut depth_dev: Vec<Option<DeviceDepth>> = (0..n).map(|_| None).collect();
         if refine.depth_weight > 0.0 {
-            let mut with_depth = 0;
+            let (mut with_depth, mut weighted) = (0, 0);
             for &i in &train_idx {
                 let v = &scene.views[i];
                 let Some(vd) = &depth[i] else { continue };
@@ -775,9 +775,15 @@ impl TrainSession {
                     k: k as f32,
                 });
                 with_depth += 1;
+                weighted += vd.weight.is_some() as usize;
             }
+            let per_pixel = if weighted > 0 {
+                format!(" ({weighted} with per-pixel weights)")
+            } else {
+                String::new()
+            };
             on_event(TrainEvent::Info(format!(
-                "depth supervision (weight {}): {with_depth} of {} training views have depth",
+                "depth supervision (weight {}): {with_depth} of {} training views have depth{per_pixel}",
                 refine.depth_weight,
                 train_idx.len()
             )));

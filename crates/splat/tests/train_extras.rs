@@ -1,11 +1,14 @@
 //! The optional training terms of `train::extras` against float64 references: the depth term's
 //! value and its depth / alpha gradients, unweighted and with per-pixel weights (finite
 //! differences; the rasterizer's own depth and alpha backward is checked in `raster.rs`), and
-//! the exposure transform's forward and its render / parameter gradients (finite differences).
+//! the exposure transform's forward and its render / parameter gradients (finite differences);
+//! the trainer's depth step passes its per-pixel weights through.
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuOptions};
+use rust3r_splat::Camera;
 use rust3r_splat::train::extras::{self, EXPOSURE_IDENTITY};
+use rust3r_splat::train::{DepthTarget, StepExtras, StepTarget, TrainConfig, Trainer, init};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -170,6 +173,81 @@ fn depth_term_matches_finite_differences() {
 #[test]
 fn weighted_depth_term_matches_finite_differences() {
     check_depth_term(true);
+}
+
+/// The trainer hands `DepthTarget::pixel_weight` to the depth term: on one rendered view, weights
+/// of 2 double the unweighted term, zeros remove it, and complementary half-image masks add up
+/// to it (each case on a fresh trainer from the same Gaussians; the term is taken on the render
+/// before the step's update).
+#[test]
+fn trainer_applies_depth_pixel_weights() {
+    let gpu = gpu();
+    let mut splats = init::random_box(600, 1.0, 0.8, 1.0, 5, 0);
+    for p in splats.means.chunks_exact_mut(3) {
+        p[2] += 3.0;
+    }
+    let cfg = TrainConfig {
+        sh_degree: 0,
+        background: [0.0; 3],
+        ..TrainConfig::default()
+    };
+    let cam = Camera {
+        fx: 60.0,
+        fy: 60.0,
+        cx: 40.0,
+        cy: 30.0,
+        width: 80,
+        height: 60,
+        world_to_camera: [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ],
+    };
+    let npix = 80 * 60;
+    let rgb = gpu.upload(&vec![0.5f32; npix * 3]);
+    let depth = gpu.upload(&vec![2.5f32; npix]);
+    let term = |weight: Option<Vec<f32>>| -> f64 {
+        let mut trainer = Trainer::new(&gpu, cfg.clone(), &splats).unwrap();
+        let w = weight.map(|w| gpu.upload(&w));
+        let extras = StepExtras {
+            depth: Some(DepthTarget {
+                depth: &depth,
+                weight: 0.3,
+                pixel_weight: w.as_ref(),
+                min_alpha: 0.1,
+            }),
+            ..Default::default()
+        };
+        trainer
+            .step_extras(&cam, &StepTarget::rgb(&rgb), &extras)
+            .unwrap();
+        trainer.last_depth_loss().unwrap().expect("a depth term") as f64
+    };
+    let plain = term(None);
+    let half = |left: bool| -> Vec<f32> {
+        (0..npix)
+            .map(|p| ((p % 80 < 40) == left) as u8 as f32)
+            .collect()
+    };
+    let (double, zero) = (term(Some(vec![2.0; npix])), term(Some(vec![0.0; npix])));
+    let (left, right) = (term(Some(half(true))), term(Some(half(false))));
+    println!("depth term: plain {plain:.6}, x2 {double:.6}, left {left:.6} + right {right:.6}");
+    assert!(
+        plain > 1e-3,
+        "the view has a depth error to weigh ({plain})"
+    );
+    assert!(
+        (double - 2.0 * plain).abs() <= 1e-5 * plain,
+        "{double} vs 2 x {plain}"
+    );
+    assert_eq!(zero, 0.0);
+    assert!(left > 0.1 * plain && right > 0.1 * plain, "{left} {right}");
+    assert!(
+        (left + right - plain).abs() <= 1e-5 * plain,
+        "{left} + {right} vs {plain}"
+    );
 }
 
 fn exposure_ref(rgb: &[f64], p: &[f64; 12]) -> Vec<f64> {
