@@ -10,6 +10,12 @@
 //! more than 5% (edges). Data sets that register depth to colour (TUM, ETH3D) are exact; for
 //! 7-Scenes, whose reader gives both cameras the published calibration, the small baseline
 //! between the Kinect's cameras is ignored, as the SLAM front end and its export do.
+//!
+//! Sensor depth weighs every measured pixel equally. In mono mode each keyframe view is
+//! supervised by its fused pointmap's depth, weighted per pixel by the pointmap's fused
+//! confidence `conf / n` (linear in MASt3R's confidence, see `pointmap_depth`), carried into
+//! the view with the depth (a view pixel's weight is the mean of the pixels averaged into it);
+//! the session normalises each view's weights to mean 1 over its pixels with depth.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +35,7 @@ use rust3r_splat::train::init::{InitSplats, SH_C0};
 use crate::error::{Context, PipelineError, invalid, io_err};
 use crate::train::{
     EvalRecord, Events, Interpolated, Refinement, SceneSetup, TrainEvent, TrainOptions,
-    TrainSession,
+    TrainSession, ViewDepth,
 };
 use crate::{online, pose};
 
@@ -173,9 +179,10 @@ pub enum FrontEnd<'a> {
     /// supervision from the depth images.
     Rgbd,
     /// A network on the colour frames (MASt3R, `rust3r_mast3r::frontend::Mast3rMonoFrontEnd`),
-    /// run on the calling thread; depth supervision from the keyframes' pointmaps. Without a
-    /// calibration (neither the data set's nor `RunOptions::calibration`), the colour camera is
-    /// estimated from the pointmaps ([`estimate_camera`]).
+    /// run on the calling thread; depth supervision from the keyframes' pointmaps, weighted by
+    /// their confidence. Without a calibration (neither the data set's nor
+    /// `RunOptions::calibration`), the colour camera is estimated from the pointmaps
+    /// ([`estimate_camera`]).
     Network(&'a mut dyn PointmapFrontEnd),
 }
 
@@ -573,21 +580,27 @@ pub fn run_capture_with(
                             f.rgb_path.display()
                         ))
                     })?;
-                    depth[k] = Some(depth_to_view(&d, dk, v));
+                    // Sensor depth: every measured pixel weighs 1.
+                    depth[k] = Some(ViewDepth {
+                        depth: depth_to_view(&d, dk, v),
+                        weight: None,
+                    });
                 }
                 (None, Some(pk)) => {
-                    // The network's depth: a keyframe's fused pointmap, where it is confident.
+                    // The network's depth: a keyframe's fused pointmap, weighted by its
+                    // confidence.
                     if let Some(kf) = result
                         .keyframes
                         .frames
                         .iter()
                         .find(|kf| kf.frame_index == f.index)
                     {
-                        depth[k] = Some(depth_to_view(
-                            &pointmap_depth(kf, cfg.rgbd.export_conf as f32),
-                            pk,
-                            v,
-                        ));
+                        let (d, conf) = pointmap_depth(&kf.pointmap, kf.n, kf.t_wc.scale);
+                        let (depth_v, weight) = depth_to_view_weighted(&d, &conf, pk, v);
+                        depth[k] = Some(ViewDepth {
+                            depth: depth_v,
+                            weight: Some(weight),
+                        });
                     }
                 }
                 (None, None) => {}
@@ -1023,23 +1036,34 @@ pub fn pointmap_camera(
     Ok((colour, pk, fitted))
 }
 
-/// A keyframe's fused pointmap as a depth image (world units: z times the keyframe's scale),
-/// 0 where its average confidence is below `min_conf`.
-fn pointmap_depth(kf: &rust3r_slam::keyframes::Keyframe, min_conf: f32) -> datasets::DepthImage {
-    let pm = &kf.pointmap;
-    let n = kf.n.max(1) as f32;
-    let scale = kf.t_wc.scale as f32;
-    datasets::DepthImage::from_fn(pm.width as u32, pm.height as u32, |x, y| {
-        let i = y as usize * pm.width + x as usize;
+/// A keyframe's fused pointmap (`n` observations, scale `scale`) as a depth image (world units:
+/// z times the scale) and a confidence image (the fused confidence `conf / n`), both 0 where the
+/// pointmap has no point (confidence 0) or no positive finite depth.
+///
+/// The confidence weighs the depth term linearly (module docs): MASt3R trains its pointmaps
+/// with `C·ℓ − α log C`, whose optimum `C = α/ℓ` makes `C` inversely proportional to the
+/// expected error, so `C·|e − t|` is the Laplace log-likelihood of the depth under the network's
+/// own error model; MASt3R-SLAM fuses pointmaps with the same linear weights.
+fn pointmap_depth(
+    pm: &rust3r_slam::pointmap::Pointmap,
+    n: u32,
+    scale: f64,
+) -> (datasets::DepthImage, datasets::DepthImage) {
+    let n = n.max(1) as f32;
+    let scale = scale as f32;
+    let valid = |i: usize| {
         let z = pm.points[i][2] * scale;
-        image::Luma([
-            if pm.conf[i] > 0.0 && pm.conf[i] / n >= min_conf && z > 0.0 && z.is_finite() {
-                z
-            } else {
-                0.0
-            },
-        ])
-    })
+        (pm.conf[i] > 0.0 && pm.conf[i].is_finite() && z > 0.0 && z.is_finite()).then_some(z)
+    };
+    let (w, h) = (pm.width as u32, pm.height as u32);
+    let idx = |x: u32, y: u32| y as usize * pm.width + x as usize;
+    let depth =
+        datasets::DepthImage::from_fn(w, h, |x, y| image::Luma([valid(idx(x, y)).unwrap_or(0.0)]));
+    let conf = datasets::DepthImage::from_fn(w, h, |x, y| {
+        let i = idx(x, y);
+        image::Luma([valid(i).map_or(0.0, |_| pm.conf[i] / n)])
+    });
+    (depth, conf)
 }
 
 pub(crate) fn w2c_of(t: &rust3r_geometry::Sim3) -> [[f64; 4]; 4] {
@@ -1110,8 +1134,30 @@ pub fn select_views(
 
 /// A depth map carried into a view's pixel grid (module docs).
 pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView) -> Vec<f32> {
+    resample_to_view(depth, None, k, v).0
+}
+
+/// [`depth_to_view`] with a per-pixel weight image (`weight`, the size of `depth`) carried
+/// along: a view pixel's weight is the mean weight of the depth pixels averaged into it, 0
+/// where the view pixel has no depth.
+pub fn depth_to_view_weighted(
+    depth: &datasets::DepthImage,
+    weight: &datasets::DepthImage,
+    k: &Intrinsics,
+    v: &SceneView,
+) -> (Vec<f32>, Vec<f32>) {
+    resample_to_view(depth, Some(weight), k, v)
+}
+
+fn resample_to_view(
+    depth: &datasets::DepthImage,
+    weight: Option<&datasets::DepthImage>,
+    k: &Intrinsics,
+    v: &SceneView,
+) -> (Vec<f32>, Vec<f32>) {
     let (w, h) = (v.width as usize, v.height as usize);
     let mut sum = vec![0.0f64; w * h];
+    let mut wsum = vec![0.0f64; w * h];
     let mut lo = vec![f32::INFINITY; w * h];
     let mut hi = vec![0.0f32; w * h];
     let mut count = vec![0u32; w * h];
@@ -1128,19 +1174,27 @@ pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView
         }
         let i = vi as usize * w + ui as usize;
         sum[i] += z as f64;
+        if let Some(wi) = weight {
+            wsum[i] += wi.get_pixel_checked(x, y).map_or(0.0, |q| q.0[0] as f64);
+        }
         lo[i] = lo[i].min(z);
         hi[i] = hi[i].max(z);
         count[i] += 1;
     }
-    (0..w * h)
-        .map(|i| {
-            if count[i] > 0 && hi[i] <= 1.05 * lo[i] {
-                (sum[i] / count[i] as f64) as f32
-            } else {
-                0.0
-            }
-        })
-        .collect()
+    let keep = |i: usize| count[i] > 0 && hi[i] <= 1.05 * lo[i];
+    let mean = |s: &[f64], i: usize| {
+        if keep(i) {
+            (s[i] / count[i] as f64) as f32
+        } else {
+            0.0
+        }
+    };
+    let d = (0..w * h).map(|i| mean(&sum, i)).collect();
+    let wv = match weight {
+        Some(_) => (0..w * h).map(|i| mean(&wsum, i)).collect(),
+        None => Vec::new(),
+    };
+    (d, wv)
 }
 
 /// Initial Gaussians from the keyframes' fused pointmaps (points whose mean confidence is at
@@ -1233,4 +1287,81 @@ fn write_colmap(dir: &Path, views: &[SceneView]) -> Result<(), PipelineError> {
     std::fs::create_dir_all(&model).map_err(io_err(&model))?;
     rust3r_io::scene::write_colmap_text(&model, &named, None)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 4x2 pointmap at 2 m with confidences `conf` (2 observations fused).
+    fn pointmap(conf: [f32; 8], z: [f32; 8]) -> rust3r_slam::Pointmap {
+        rust3r_slam::Pointmap {
+            width: 4,
+            height: 2,
+            points: z.iter().map(|&z| [0.1, -0.1, z]).collect(),
+            conf: conf.to_vec(),
+            colors: vec![[0; 3]; 8],
+        }
+    }
+
+    fn view(width: u32, height: u32, f: f64, c: (f64, f64)) -> SceneView {
+        SceneView {
+            name: "v".into(),
+            image_path: PathBuf::from("v.png"),
+            width,
+            height,
+            fx: f,
+            fy: f,
+            cx: c.0,
+            cy: c.1,
+            world_to_camera: [
+                [1.0, 0.0, 0.0, 0.0],
+                [0.0, 1.0, 0.0, 0.0],
+                [0.0, 0.0, 1.0, 0.0],
+                [0.0, 0.0, 0.0, 1.0],
+            ],
+        }
+    }
+
+    #[test]
+    fn pointmap_weights_follow_the_fused_confidence() {
+        // Pixel 2 has no point (confidence 0), pixel 5 a point behind the camera.
+        let conf = [2.0, 4.0, 0.0, 8.0, 3.0, 6.0, 10.0, 20.0];
+        let z = [2.0, 2.0, 2.0, 2.0, 2.0, -1.0, 2.0, 2.0];
+        let (d, c) = pointmap_depth(&pointmap(conf, z), 2, 1.5);
+        let depth: Vec<f32> = d.pixels().map(|p| p.0[0]).collect();
+        let weight: Vec<f32> = c.pixels().map(|p| p.0[0]).collect();
+        assert_eq!(depth, [3.0, 3.0, 0.0, 3.0, 3.0, 0.0, 3.0, 3.0]);
+        assert_eq!(weight, [1.0, 2.0, 0.0, 4.0, 1.5, 0.0, 5.0, 10.0]);
+
+        // Carried into a view of the same camera: the same images.
+        let k = Intrinsics::pinhole(4.0, 4.0, 1.5, 0.5, 4, 2);
+        let (dv, wv) = depth_to_view_weighted(&d, &c, &k, &view(4, 2, 4.0, (1.5, 0.5)));
+        assert_eq!((dv, wv), (depth.clone(), weight.clone()));
+        assert_eq!(depth_to_view(&d, &k, &view(4, 2, 4.0, (1.5, 0.5))), depth);
+
+        // Into a 2x1 view at half the focal length: pixels (0,0),(1,0),(0,1),(1,1) land in view
+        // pixel 0, (2,0),(3,0),(2,1),(3,1) in view pixel 1 (u = (x − 1.5)/2 + 0.5, v = (y − 0.5)/2,
+        // rounded). Weights average over the pixels whose depth is averaged (not the empty ones),
+        // so the more confident pixels give the higher weight.
+        let (dv, wv) = depth_to_view_weighted(&d, &c, &k, &view(2, 1, 2.0, (0.5, 0.0)));
+        assert_eq!(dv, [3.0, 3.0]);
+        let want = [(1.0 + 2.0 + 1.5) / 3.0, (4.0 + 5.0 + 10.0) / 3.0];
+        assert!(
+            wv.len() == 2 && (0..2).all(|i| (wv[i] as f64 - want[i]).abs() < 1e-6),
+            "{wv:?} vs {want:?}"
+        );
+    }
+
+    #[test]
+    fn pointmap_weights_are_zero_where_depths_disagree() {
+        // The right half of the 4x2 map has depths 10% apart (an edge): that view pixel keeps
+        // neither depth nor weight, however confident its pixels.
+        let conf = [2.0, 2.0, 9.0, 9.0, 2.0, 2.0, 9.0, 9.0];
+        let z = [2.0, 2.0, 2.0, 2.2, 2.0, 2.0, 2.0, 2.0];
+        let (d, c) = pointmap_depth(&pointmap(conf, z), 1, 1.0);
+        let k = Intrinsics::pinhole(4.0, 4.0, 1.5, 0.5, 4, 2);
+        let (dv, wv) = depth_to_view_weighted(&d, &c, &k, &view(2, 1, 2.0, (0.5, 0.0)));
+        assert_eq!((dv, wv), (vec![2.0, 0.0], vec![2.0, 0.0]));
+    }
 }

@@ -139,11 +139,13 @@ impl Default for TrainOptions {
     }
 }
 
-/// Refinements for captures: sensor depth supervision, per-image exposure and camera poses.
+/// Refinements for captures: depth supervision, per-image exposure and camera poses.
 /// All off by default.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Refinement {
-    /// Weight of the depth term `w · mean_p |e_p − t_p| / mean(t)` (0: off; needs depth maps).
+    /// Weight of the depth term `w · mean_p ŵ_p |e_p − t_p| / mean(t)` (0: off; needs depth
+    /// maps), `ŵ` a view's [`ViewDepth::weight`] over its mean on the pixels with depth (1 when
+    /// the view has none).
     pub depth_weight: f32,
     /// Optimise an affine colour transform per training image.
     pub exposure: bool,
@@ -271,8 +273,8 @@ pub struct SceneSetup {
     pub eval: Vec<usize>,
     /// Initial Gaussians (instead of the scene's points / a random box).
     pub init: Option<InitSplats>,
-    /// Per view, a depth map at the view's delivered size (metres along z, 0 = unknown).
-    pub depth: Vec<Option<Vec<f32>>>,
+    /// Per view, a depth map at the view's delivered size.
+    pub depth: Vec<Option<ViewDepth>>,
     /// Scene scale (default: from the training cameras).
     pub scale: Option<f64>,
     /// Views rendered at a pose interpolated between two other views' current poses (held-out
@@ -281,6 +283,17 @@ pub struct SceneSetup {
     /// A trainer to go on with (online training's): its Gaussians, optimizer state and step
     /// count replace `init`; its scene scale becomes the session's.
     pub trainer: Option<Trainer>,
+}
+
+/// A view's depth map for the depth term, at the view's delivered size.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ViewDepth {
+    /// Depth along z per pixel (scene units), 0 = unknown.
+    pub depth: Vec<f32>,
+    /// Relative weight per pixel (finite, `>= 0`; `None`: every pixel 1, as for sensor depth).
+    /// The session divides them by their mean over the pixels with depth, so only their ratios
+    /// matter.
+    pub weight: Option<Vec<f32>>,
 }
 
 /// A view posed between two others: `pose::interpolate(camera(before), camera(after), t)`.
@@ -408,11 +421,19 @@ impl Targets {
     }
 }
 
+/// A view's depth map and pixel weights on the device, and the term's normalisation
+/// `k = 1 / (npix · mean depth · mean weight)` (means over the pixels with depth).
+struct DeviceDepth {
+    depth: GpuBuffer<f32>,
+    weight: Option<GpuBuffer<f32>>,
+    k: f32,
+}
+
 /// Per-view state of the refinements.
 struct RefineState {
     cfg: Refinement,
-    /// Depth maps on the device and `1 / (npix · mean depth)` per view.
-    depth: Vec<Option<(GpuBuffer<f32>, f32)>>,
+    /// Depth maps on the device, per view.
+    depth: Vec<Option<DeviceDepth>>,
     /// Current world-to-camera per view (refined for training views).
     poses: Vec<[[f64; 4]; 4]>,
     pose_adam: Vec<pose::Adam<6>>,
@@ -704,12 +725,13 @@ impl TrainSession {
         let targets = Targets { device, cache };
 
         let n = scene.len();
-        let mut depth_dev: Vec<Option<(GpuBuffer<f32>, f32)>> = (0..n).map(|_| None).collect();
+        let mut depth_dev: Vec<Option<DeviceDepth>> = (0..n).map(|_| None).collect();
         if refine.depth_weight > 0.0 {
-            let mut with_depth = 0;
+            let (mut with_depth, mut weighted) = (0, 0);
             for &i in &train_idx {
                 let v = &scene.views[i];
-                let Some(d) = &depth[i] else { continue };
+                let Some(vd) = &depth[i] else { continue };
+                let d = &vd.depth;
                 if d.len() != v.width as usize * v.height as usize {
                     return Err(invalid(format!(
                         "{label}: the depth map of view {} has {} values for a {}x{} image",
@@ -719,21 +741,49 @@ impl TrainSession {
                         v.height
                     )));
                 }
-                let valid: Vec<f32> = d
-                    .iter()
-                    .copied()
-                    .filter(|&z| z > 0.0 && z.is_finite())
+                if let Some(w) = &vd.weight
+                    && (w.len() != d.len() || !w.iter().all(|&x| x.is_finite() && x >= 0.0))
+                {
+                    return Err(invalid(format!(
+                        "{label}: the depth weights of view {} must be {} finite values >= 0",
+                        v.name,
+                        d.len()
+                    )));
+                }
+                let valid: Vec<usize> = (0..d.len())
+                    .filter(|&p| d[p] > 0.0 && d[p].is_finite())
                     .collect();
                 if valid.is_empty() {
                     continue;
                 }
-                let mean = valid.iter().map(|&z| z as f64).sum::<f64>() / valid.len() as f64;
-                let k = 1.0 / (d.len() as f64 * mean);
-                depth_dev[i] = Some((gpu.upload(d), k as f32));
+                let mean = |f: &dyn Fn(usize) -> f64| {
+                    valid.iter().map(|&p| f(p)).sum::<f64>() / valid.len() as f64
+                };
+                let mean_depth = mean(&|p| d[p] as f64);
+                let mean_weight = match &vd.weight {
+                    Some(w) => mean(&|p| w[p] as f64),
+                    None => 1.0,
+                };
+                if mean_weight <= 0.0 {
+                    // Every pixel with depth weighs 0.
+                    continue;
+                }
+                let k = 1.0 / (d.len() as f64 * mean_depth * mean_weight);
+                depth_dev[i] = Some(DeviceDepth {
+                    depth: gpu.upload(d),
+                    weight: vd.weight.as_ref().map(|w| gpu.upload(w)),
+                    k: k as f32,
+                });
                 with_depth += 1;
+                weighted += vd.weight.is_some() as usize;
             }
+            let per_pixel = if weighted > 0 {
+                format!(" ({weighted} with per-pixel weights)")
+            } else {
+                String::new()
+            };
             on_event(TrainEvent::Info(format!(
-                "depth supervision (weight {}): {with_depth} of {} training views have depth",
+                "depth supervision (weight {}): {with_depth} of {} training views have depth{per_pixel}",
                 refine.depth_weight,
                 train_idx.len()
             )));
@@ -1010,9 +1060,10 @@ impl TrainSession {
         let r = &self.refine;
         let pose_on = r.cfg.pose && s >= r.cfg.pose_start;
         let exposure_on = r.cfg.exposure && s >= r.cfg.exposure_start;
-        let depth = r.depth[i].as_ref().map(|(d, k)| DepthTarget {
-            depth: d,
-            weight: r.cfg.depth_weight * k,
+        let depth = r.depth[i].as_ref().map(|d| DepthTarget {
+            depth: &d.depth,
+            weight: r.cfg.depth_weight * d.k,
+            pixel_weight: d.weight.as_ref(),
             min_alpha: 0.5,
         });
         let extras = StepExtras {

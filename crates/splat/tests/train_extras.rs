@@ -1,11 +1,14 @@
 //! The optional training terms of `train::extras` against float64 references: the depth term's
-//! value and its depth / alpha gradients (finite differences; the rasterizer's own depth and
-//! alpha backward is checked in `raster.rs`), and the exposure transform's forward and its
-//! render / parameter gradients (finite differences).
+//! value and its depth / alpha gradients, unweighted and with per-pixel weights (finite
+//! differences; the rasterizer's own depth and alpha backward is checked in `raster.rs`), and
+//! the exposure transform's forward and its render / parameter gradients (finite differences);
+//! the trainer's depth step passes its per-pixel weights through.
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::{Gpu, GpuOptions};
+use rust3r_splat::Camera;
 use rust3r_splat::train::extras::{self, EXPOSURE_IDENTITY};
+use rust3r_splat::train::{DepthTarget, StepExtras, StepTarget, TrainConfig, Trainer, init};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -30,15 +33,25 @@ fn max_abs_err(a: &[f64], b: &[f64]) -> f64 {
         })
 }
 
-fn depth_loss_ref(d: &[f64], a: &[f64], t: &[f64], k: f64, min_alpha: f64) -> f64 {
+/// `k · Σ_p w_p |d_p/a_p − t_p|` over `t_p > 0`, `a_p > min_alpha` (`w` = 1 without weights).
+fn depth_loss_ref(
+    d: &[f64],
+    a: &[f64],
+    t: &[f64],
+    w: Option<&[f64]>,
+    k: f64,
+    min_alpha: f64,
+) -> f64 {
     (0..d.len())
         .filter(|&p| t[p] > 0.0 && a[p] > min_alpha)
-        .map(|p| k * (d[p] / a[p] - t[p]).abs())
+        .map(|p| k * w.map_or(1.0, |w| w[p]) * (d[p] / a[p] - t[p]).abs())
         .sum()
 }
 
-#[test]
-fn depth_term_matches_finite_differences() {
+/// The depth term's value against [`depth_loss_ref`] and its depth / alpha gradients against
+/// central differences of it, with or without per-pixel weights (random in [0, 3), 1 in 11
+/// exactly 0).
+fn check_depth_term(weighted: bool) {
     let gpu = gpu();
     let mut rng = StdRng::seed_from_u64(7);
     let npix = 300;
@@ -65,23 +78,42 @@ fn depth_term_matches_finite_differences() {
         })
         .collect();
     let g_in: Vec<f64> = (0..npix).map(|_| rng.random_range(-0.1..0.1)).collect();
+    let weight: Option<Vec<f64>> = weighted.then(|| {
+        (0..npix)
+            .map(|p| {
+                if p % 11 == 5 {
+                    0.0
+                } else {
+                    rng.random_range(0.0..3.0)
+                }
+            })
+            .collect()
+    });
+    let w = weight.as_deref();
     let f = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+    let w_dev = weight.as_ref().map(|w| gpu.upload(&f(w)));
     let out = extras::depth_loss(
         &gpu,
         &gpu.upload(&f(&depth)),
         &gpu.upload(&f(&alpha)),
         &gpu.upload(&f(&target)),
+        w_dev.as_ref(),
         Some(&gpu.upload(&f(&g_in))),
         k as f32,
         min_alpha as f32,
     )
     .unwrap();
     let value = out.value(&gpu).unwrap() as f64;
-    let want = depth_loss_ref(&depth, &alpha, &target, k, min_alpha);
+    let want = depth_loss_ref(&depth, &alpha, &target, w, k, min_alpha);
     assert!(
         (value - want).abs() <= 1e-4 * want,
         "loss {value} vs {want}"
     );
+    if weighted {
+        // The weights change the loss (an implementation that ignored them would fail above).
+        let plain = depth_loss_ref(&depth, &alpha, &target, None, k, min_alpha);
+        assert!((want - plain).abs() > 1e-2 * plain, "{want} vs {plain}");
+    }
     let vd: Vec<f64> = gpu
         .read(&out.v_depth)
         .unwrap()
@@ -101,27 +133,120 @@ fn depth_term_matches_finite_differences() {
         dp[p] += h;
         let mut dm = depth.clone();
         dm[p] -= h;
-        fd_d[p] = (depth_loss_ref(&dp, &alpha, &target, k, min_alpha)
-            - depth_loss_ref(&dm, &alpha, &target, k, min_alpha))
+        fd_d[p] = (depth_loss_ref(&dp, &alpha, &target, w, k, min_alpha)
+            - depth_loss_ref(&dm, &alpha, &target, w, k, min_alpha))
             / (2.0 * h);
         let mut ap = alpha.clone();
         ap[p] += h;
         let mut am = alpha.clone();
         am[p] -= h;
-        fd_a[p] = (depth_loss_ref(&depth, &ap, &target, k, min_alpha)
-            - depth_loss_ref(&depth, &am, &target, k, min_alpha))
+        fd_a[p] = (depth_loss_ref(&depth, &ap, &target, w, k, min_alpha)
+            - depth_loss_ref(&depth, &am, &target, w, k, min_alpha))
             / (2.0 * h)
             + g_in[p];
     }
     let (ed, ea) = (max_abs_err(&vd, &fd_d), max_abs_err(&va, &fd_a));
-    println!("depth term: max |analytic - FD| depth {ed:.3e}, alpha {ea:.3e}");
+    println!(
+        "depth term (weighted: {weighted}): max |analytic - FD| depth {ed:.3e}, alpha {ea:.3e}"
+    );
     assert!(ed <= 2e-6 && ea <= 2e-6, "depth {ed}, alpha {ea}");
     // Skipped pixels (no target, thin coverage) pass only the incoming alpha gradient.
     assert_eq!(vd[3], 0.0);
     assert_eq!(va[0] as f32, g_in[0] as f32);
+    if weighted {
+        // A zero weight (pixel 16: supervised, weight 0) passes only the incoming alpha gradient.
+        assert!(target[16] > 0.0 && alpha[16] > min_alpha);
+        assert_eq!(vd[16], 0.0);
+        assert_eq!(va[16] as f32, g_in[16] as f32);
+    }
     assert!(
         fd_d.iter().filter(|&&g| g != 0.0).count() > npix / 2,
         "most pixels are supervised"
+    );
+}
+
+#[test]
+fn depth_term_matches_finite_differences() {
+    check_depth_term(false);
+}
+
+#[test]
+fn weighted_depth_term_matches_finite_differences() {
+    check_depth_term(true);
+}
+
+/// The trainer hands `DepthTarget::pixel_weight` to the depth term: on one rendered view, weights
+/// of 2 double the unweighted term, zeros remove it, and complementary half-image masks add up
+/// to it (each case on a fresh trainer from the same Gaussians; the term is taken on the render
+/// before the step's update).
+#[test]
+fn trainer_applies_depth_pixel_weights() {
+    let gpu = gpu();
+    let mut splats = init::random_box(600, 1.0, 0.8, 1.0, 5, 0);
+    for p in splats.means.chunks_exact_mut(3) {
+        p[2] += 3.0;
+    }
+    let cfg = TrainConfig {
+        sh_degree: 0,
+        background: [0.0; 3],
+        ..TrainConfig::default()
+    };
+    let cam = Camera {
+        fx: 60.0,
+        fy: 60.0,
+        cx: 40.0,
+        cy: 30.0,
+        width: 80,
+        height: 60,
+        world_to_camera: [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 0.0, 0.0],
+            [0.0, 0.0, 1.0, 0.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ],
+    };
+    let npix = 80 * 60;
+    let rgb = gpu.upload(&vec![0.5f32; npix * 3]);
+    let depth = gpu.upload(&vec![2.5f32; npix]);
+    let term = |weight: Option<Vec<f32>>| -> f64 {
+        let mut trainer = Trainer::new(&gpu, cfg.clone(), &splats).unwrap();
+        let w = weight.map(|w| gpu.upload(&w));
+        let extras = StepExtras {
+            depth: Some(DepthTarget {
+                depth: &depth,
+                weight: 0.3,
+                pixel_weight: w.as_ref(),
+                min_alpha: 0.1,
+            }),
+            ..Default::default()
+        };
+        trainer
+            .step_extras(&cam, &StepTarget::rgb(&rgb), &extras)
+            .unwrap();
+        trainer.last_depth_loss().unwrap().expect("a depth term") as f64
+    };
+    let plain = term(None);
+    let half = |left: bool| -> Vec<f32> {
+        (0..npix)
+            .map(|p| ((p % 80 < 40) == left) as u8 as f32)
+            .collect()
+    };
+    let (double, zero) = (term(Some(vec![2.0; npix])), term(Some(vec![0.0; npix])));
+    let (left, right) = (term(Some(half(true))), term(Some(half(false))));
+    println!("depth term: plain {plain:.6}, x2 {double:.6}, left {left:.6} + right {right:.6}");
+    assert!(
+        plain > 1e-3,
+        "the view has a depth error to weigh ({plain})"
+    );
+    assert!(
+        (double - 2.0 * plain).abs() <= 1e-5 * plain,
+        "{double} vs 2 x {plain}"
+    );
+    assert_eq!(zero, 0.0);
+    assert!(left > 0.1 * plain && right > 0.1 * plain, "{left} {right}");
+    assert!(
+        (left + right - plain).abs() <= 1e-5 * plain,
+        "{left} + {right} vs {plain}"
     );
 }
 

@@ -1,10 +1,11 @@
 //! Optional per-view training terms for captures with a depth sensor and changing exposure:
 //!
-//! * **Depth** ([`depth_loss`]): `k · Σ_p |e_p − t_p|` over the pixels with a measurement
+//! * **Depth** ([`depth_loss`]): `k · Σ_p w_p |e_p − t_p|` over the pixels with a measurement
 //!   (`t_p > 0`) and enough coverage (`α_p > min_alpha`), where `e = D / α` is the rasterizer's
-//!   expected depth (its alpha-weighted depth `D` over the accumulated opacity `α`). The
-//!   gradients `∂/∂D = k s / α` and `∂/∂α = −k s e / α` (`s` the sign of `e − t`, 0 at ties)
-//!   feed the rasterizer's depth and alpha backward.
+//!   expected depth (its alpha-weighted depth `D` over the accumulated opacity `α`) and `w_p`
+//!   an optional per-pixel weight (1 without one; e.g. the network's confidence for predicted
+//!   depth). The gradients `∂/∂D = k w s / α` and `∂/∂α = −k w s e / α` (`s` the sign of
+//!   `e − t`, 0 at ties) feed the rasterizer's depth and alpha backward.
 //! * **Exposure** ([`apply_exposure`], [`exposure_backward`]): an affine colour transform per
 //!   image, `c' = A c + b` (`A` 3x3, `b` 3; parameters `[A row-major, b]`), applied to the render
 //!   before the photometric loss. Its backward gives the render's gradient `Aᵀ g` and the 12
@@ -71,6 +72,7 @@ fn depth_l1_kernel(
     depth: &[f32],
     alpha: &[f32],
     target: &[f32],
+    pixel_weight: &[f32],
     alpha_grad_in: &[f32],
     terms: &mut [f32],
     v_depth: &mut [f32],
@@ -78,6 +80,7 @@ fn depth_l1_kernel(
     npix: u32,
     k: f32,
     min_alpha: f32,
+    has_weight: u32,
     has_in: u32,
 ) {
     let p = rust3r_gpu::global_id();
@@ -89,6 +92,10 @@ fn depth_l1_kernel(
     let mut term = 0.0f32;
     let mut vd = 0.0f32;
     let mut va = 0.0f32;
+    let mut kw = k;
+    if has_weight != 0u32 {
+        kw = k * pixel_weight[p];
+    }
     if t > 0.0f32 && a > min_alpha {
         let e = depth[p] / a;
         let d = e - t;
@@ -99,9 +106,9 @@ fn depth_l1_kernel(
         if d < 0.0f32 {
             s = -1.0f32;
         }
-        term = k * f32::abs(d);
-        vd = k * s / a;
-        va = -k * s * e / a;
+        term = kw * f32::abs(d);
+        vd = kw * s / a;
+        va = -kw * s * e / a;
     }
     if has_in != 0u32 {
         va += alpha_grad_in[p];
@@ -193,14 +200,17 @@ impl DepthLossOutput {
     }
 }
 
-/// `k · Σ_p |D_p/α_p − t_p|` over pixels with `t_p > 0` and `α_p > min_alpha` (module docs),
-/// from the rasterizer's alpha-weighted depth `depth` and accumulated opacity `alpha`; the
-/// alpha gradient has `alpha_grad_in` (another term's, e.g. the alpha loss's) added.
+/// `k · Σ_p w_p |D_p/α_p − t_p|` over pixels with `t_p > 0` and `α_p > min_alpha` (module
+/// docs), from the rasterizer's alpha-weighted depth `depth` and accumulated opacity `alpha`;
+/// `pixel_weight` holds `w_p` (finite, `>= 0`; `None`: 1 everywhere). The alpha gradient has
+/// `alpha_grad_in` (another term's, e.g. the alpha loss's) added.
+#[allow(clippy::too_many_arguments)]
 pub fn depth_loss(
     gpu: &Gpu,
     depth: &GpuBuffer<f32>,
     alpha: &GpuBuffer<f32>,
     target: &GpuBuffer<f32>,
+    pixel_weight: Option<&GpuBuffer<f32>>,
     alpha_grad_in: Option<&GpuBuffer<f32>>,
     k: f32,
     min_alpha: f32,
@@ -208,6 +218,9 @@ pub fn depth_loss(
     let npix = depth.len();
     check_len("rendered alpha", alpha.len(), npix)?;
     check_len("depth target", target.len(), npix)?;
+    if let Some(w) = pixel_weight {
+        check_len("depth pixel weight", w.len(), npix)?;
+    }
     if let Some(g) = alpha_grad_in {
         check_len("alpha gradient", g.len(), npix)?;
     }
@@ -220,12 +233,19 @@ pub fn depth_loss(
     let v_depth = gpu.alloc::<f32>(npix);
     let v_alpha = gpu.alloc::<f32>(npix);
     if npix > 0 {
-        let unused;
+        let (unused_g, unused_w);
         let g_in = match alpha_grad_in {
             Some(g) => g,
             None => {
-                unused = gpu.alloc::<f32>(1);
-                &unused
+                unused_g = gpu.alloc::<f32>(1);
+                &unused_g
+            }
+        };
+        let w = match pixel_weight {
+            Some(w) => w,
+            None => {
+                unused_w = gpu.alloc::<f32>(1);
+                &unused_w
             }
         };
         depth_l1_kernel::launch(
@@ -235,6 +255,7 @@ pub fn depth_loss(
             depth.arg(),
             alpha.arg(),
             target.arg(),
+            w.arg(),
             g_in.arg(),
             terms.arg(),
             v_depth.arg(),
@@ -242,6 +263,7 @@ pub fn depth_loss(
             npix as u32,
             k,
             min_alpha,
+            pixel_weight.is_some() as u32,
             alpha_grad_in.is_some() as u32,
         );
     }

@@ -197,7 +197,7 @@ impl<'a> StepTarget<'a> {
 /// Optional terms of a step beyond the photometric loss ([`Trainer::step_extras`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StepExtras<'a> {
-    /// Sensor depth supervision (see [`extras::depth_loss`]).
+    /// Depth supervision (see [`extras::depth_loss`]).
     pub depth: Option<DepthTarget<'a>>,
     /// The view's exposure transform `[A row-major, b]`, applied to the render before the
     /// photometric loss (see [`extras`]); its gradient is returned.
@@ -211,8 +211,11 @@ pub struct StepExtras<'a> {
 pub struct DepthTarget<'a> {
     /// Metric depth along the camera's z axis per pixel of the view, 0 where unknown.
     pub depth: &'a GpuBuffer<f32>,
-    /// Weight `k` of `k · Σ|e − t|` (the caller folds in its normalisation).
+    /// Weight `k` of `k · Σ w_p |e − t|` (the caller folds in its normalisation).
     pub weight: f32,
+    /// Per-pixel weights `w_p` (finite, `>= 0`), e.g. the network's confidence for predicted
+    /// depth; `None` weighs every pixel 1 (sensor depth).
+    pub pixel_weight: Option<&'a GpuBuffer<f32>>,
     /// Pixels whose accumulated opacity is at most this are skipped.
     pub min_alpha: f32,
 }
@@ -622,6 +625,7 @@ impl Trainer {
                 &out.depth,
                 &out.alpha,
                 d.depth,
+                d.pixel_weight,
                 alpha_loss.as_ref().map(|a| &a.grad),
                 d.weight,
                 d.min_alpha,
