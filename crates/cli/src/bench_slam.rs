@@ -45,6 +45,9 @@ pub struct SlamMonoArgs {
     /// Network input size (long side, as MASt3R-SLAM's 512).
     #[arg(long, default_value_t = 512)]
     net_size: usize,
+    /// Long side of the depth-made pointmaps (default: --net-size).
+    #[arg(long)]
+    pairs_size: Option<usize>,
     /// A retrieval checkpoint (and its codebook next to it) instead of the random head.
     #[arg(long)]
     retrieval: Option<PathBuf>,
@@ -66,6 +69,10 @@ pub struct SlamMonoArgs {
     /// Print frames per second, keyframes and memory every this many frames.
     #[arg(long, default_value_t = 500)]
     report_every: usize,
+    /// Write the tracked frames' poses here (TUM), and the ground truth beside it
+    /// (`<file>.gt.txt`).
+    #[arg(long)]
+    trajectory: Option<PathBuf>,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -158,10 +165,11 @@ fn run(
         .with_context(|| format!("{}: no ground truth", a.data.display()))?;
     // The network's image: the long side at --net-size, MASt3R-SLAM's 4:3 frames -> 512x384.
     let (dw, dh) = (depth_k.width as usize, depth_k.height as usize);
+    let long = a.pairs_size.unwrap_or(a.net_size);
     let (w, h) = if dw >= dh {
-        (a.net_size, a.net_size * dh / dw / 16 * 16)
+        (long, long * dh / dw / 16 * 16)
     } else {
-        (a.net_size * dw / dh / 16 * 16, a.net_size)
+        (long * dw / dh / 16 * 16, long)
     };
     let noise = DepthNoise {
         scale_sigma: a.scale_sigma,
@@ -174,7 +182,7 @@ fn run(
         cfg.apply_yaml_file(p)?;
     }
     eprintln!(
-        "{}: {} frames ({}), network {arch} on {name} at {w}x{h}, retrieval: {}",
+        "{}: {} frames ({}), network {arch} on {name}, pointmaps {w}x{h}, retrieval: {}",
         a.data.display(),
         a.frames,
         ds.name(),
@@ -224,6 +232,11 @@ fn run(
         .filter(|(_, f)| f.tracked)
         .map(|(p, _)| p)
         .collect();
+    if let Some(path) = &a.trajectory {
+        output::write_tum_poses(path, &est)?;
+        let gt_poses: Vec<_> = gt.iter().map(|(t, m)| (*t, output::pose_to_sim3(m))).collect();
+        output::write_tum_poses(&path.with_extension("gt.txt"), &gt_poses)?;
+    }
     let gt_t = to_traj(
         &gt.iter()
             .map(|(t, m)| (*t, output::pose_to_sim3(m)))

@@ -7,9 +7,12 @@
 //! depth moved by the ground-truth relative pose `T_f⁻¹ T_k`. Both views of a pair share the
 //! pair's scale, as a network prediction does. The errors a real network makes are modelled by
 //! [`DepthNoise`]: a per-frame scale error (log-normal) and per-pixel multiplicative depth noise,
-//! both deterministic functions of the seed and the frame index. Descriptors are the 24
-//! neighbours of a pixel in a 5x5 grey patch, zero-mean and unit-norm (MASt3R's descriptors have
-//! 24 channels too), so the descriptor refinement of the matching works on real texture.
+//! both deterministic functions of the seed and the frame index. Descriptors (24 channels, as
+//! MASt3R's) identify the surface point a pixel sees, as a trained network's do: random Fourier
+//! features of its ground-truth world position ([`world_descriptors`]), so the descriptor
+//! refinement of the matching moves a match towards the pixel that sees the same point. (A
+//! patch of the colour image would not: 7-Scenes' colour is not registered to its depth, and
+//! on flat patches every candidate ties.)
 //!
 //! Around it, an inner front end (the MASt3R network with any weights) still encodes every frame,
 //! decodes every pair and answers retrieval: its cost is paid as in a real run (so the system's
@@ -160,7 +163,6 @@ impl DepthPairs {
             conf: Vec::with_capacity(w * h),
             colors: Vec::with_capacity(w * h),
         };
-        let mut grey = Vec::with_capacity(w * h);
         let mut valid_z = Vec::new();
         for y in 0..h {
             for x in 0..w {
@@ -197,7 +199,6 @@ impl DepthPairs {
                     .get_pixel(cx.min(rw - 1) as u32, cy.min(rh - 1) as u32)
                     .0;
                 pm.colors.push(c);
-                grey.push((c[0] as f32 + c[1] as f32 + c[2] as f32) / 765.0);
             }
         }
         // Invalid pixels: finite points on their rays at the median depth (confidence 0).
@@ -213,8 +214,15 @@ impl DepthPairs {
             }
         }
         let c2w = Matrix4::from_fn(|r, c| gt[r][c]);
+        let world: Vec<Vector3<f64>> = pm
+            .points
+            .iter()
+            .map(|p| {
+                (c2w * nalgebra::Vector4::new(p[0] as f64, p[1] as f64, p[2] as f64, 1.0)).xyz()
+            })
+            .collect();
         Ok(Encoded {
-            desc: patch_descriptors(&grey, w, h),
+            desc: world_descriptors(&world, &pm.conf),
             pm,
             c2w,
         })
@@ -437,30 +445,33 @@ impl Dataset for PingPong {
     }
 }
 
-/// Per pixel, the 24 neighbours of its 5x5 grey patch (clamped at the border) minus their mean,
-/// scaled to unit norm (all zeros on flat patches).
-pub fn patch_descriptors(grey: &[f32], w: usize, h: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(w * h * DESC_DIM);
-    for y in 0..h as isize {
-        for x in 0..w as isize {
-            let start = out.len();
-            for dy in -2..=2isize {
-                for dx in -2..=2isize {
-                    if dx == 0 && dy == 0 {
-                        continue;
-                    }
-                    let sx = (x + dx).clamp(0, w as isize - 1) as usize;
-                    let sy = (y + dy).clamp(0, h as isize - 1) as usize;
-                    out.push(grey[sy * w + sx]);
-                }
-            }
-            let d = &mut out[start..];
-            let mean = d.iter().sum::<f32>() / DESC_DIM as f32;
-            d.iter_mut().for_each(|v| *v -= mean);
-            let norm = d.iter().map(|v| v * v).sum::<f32>().sqrt();
-            if norm > 1e-6 {
-                d.iter_mut().for_each(|v| *v /= norm);
-            }
+/// Wavelengths (m) of the descriptors' Fourier features, eight directions each.
+const DESC_WAVELENGTHS: [f64; 3] = [0.03, 0.06, 0.12];
+
+/// Per point, 24 random Fourier features of its world position `x`: `sqrt(2/24) cos(w_j·x +
+/// b_j)` with fixed pseudo-random directions `w_j` (eight per wavelength of
+/// [`DESC_WAVELENGTHS`]) and phases `b_j`. The dot product of two descriptors approximates a
+/// kernel of the points' distance, 1 at the same point (unit norm on average); points with
+/// confidence 0 get zeros.
+pub fn world_descriptors(world: &[Vector3<f64>], conf: &[f32]) -> Vec<f32> {
+    let feats: Vec<(Vector3<f64>, f64)> = (0..DESC_DIM)
+        .map(|j| {
+            let g = |k: u64| normal(0xDE5C, j as u64, k);
+            let dir = Vector3::new(g(1), g(2), g(3)).normalize();
+            let lambda = DESC_WAVELENGTHS[j % DESC_WAVELENGTHS.len()];
+            let phase = std::f64::consts::PI * (1.0 + g(4).tanh());
+            (dir * (std::f64::consts::TAU / lambda), phase)
+        })
+        .collect();
+    let amp = (2.0 / DESC_DIM as f64).sqrt();
+    let mut out = Vec::with_capacity(world.len() * DESC_DIM);
+    for (x, &c) in world.iter().zip(conf) {
+        for (w, b) in &feats {
+            out.push(if c > 0.0 {
+                (amp * (w.dot(x) + b).cos()) as f32
+            } else {
+                0.0
+            });
         }
     }
     out
@@ -500,31 +511,49 @@ mod tests {
     }
 
     #[test]
-    fn patch_descriptors_are_unit_and_shift_with_the_image() {
-        let (w, h) = (12, 9);
-        let img = |dx: usize| -> Vec<f32> {
-            (0..w * h)
-                .map(|i| {
-                    let (x, y) = ((i % w + dx) as f32, (i / w) as f32);
-                    (0.3 * x).sin() + (0.7 * y).cos() * 0.5
+    fn world_descriptors_score_the_same_point_above_its_neighbours() {
+        let n = 400;
+        let pts: Vec<Vector3<f64>> = (0..n)
+            .map(|i| Vector3::new(normal(1, i, 0), normal(1, i, 1), 2.0 + normal(1, i, 2)))
+            .collect();
+        let moved = |d: f64| -> Vec<Vector3<f64>> {
+            pts.iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let dir = Vector3::new(
+                        normal(2, i as u64, 0),
+                        normal(2, i as u64, 1),
+                        normal(2, i as u64, 2),
+                    );
+                    p + dir.normalize() * d
                 })
                 .collect()
         };
-        let (a, b) = (
-            patch_descriptors(&img(0), w, h),
-            patch_descriptors(&img(1), w, h),
-        );
-        let at = |d: &[f32], x: usize, y: usize| d[(y * w + x) * DESC_DIM..][..DESC_DIM].to_vec();
-        let norm: f32 = at(&a, 5, 4).iter().map(|v| v * v).sum();
-        assert!((norm - 1.0).abs() < 1e-5);
-        // Pixel (5, 4) of the shifted image is pixel (6, 4) of the first.
-        let (p, q) = (at(&b, 5, 4), at(&a, 6, 4));
-        assert!(p.iter().zip(&q).all(|(u, v)| (u - v).abs() < 1e-5));
+        let conf = vec![1.0f32; n as usize];
+        let at = |d: &[f32], i: usize| d[i * DESC_DIM..(i + 1) * DESC_DIM].to_vec();
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let base = world_descriptors(&pts, &conf);
+        let mean_self: f32 = (0..n as usize)
+            .map(|i| dot(&at(&base, i), &at(&base, i)))
+            .sum::<f32>()
+            / n as f32;
         assert!(
-            at(&a, 5, 4)
-                .iter()
-                .zip(&q)
-                .any(|(u, v)| (u - v).abs() > 1e-2)
+            (mean_self - 1.0).abs() < 0.05,
+            "mean squared norm {mean_self}"
         );
+        for (d, min_wins) in [(0.003, 0.75), (0.02, 0.97)] {
+            let other = world_descriptors(&moved(d), &conf);
+            let (near, far) = (world_descriptors(&moved(d / 4.0), &conf), other);
+            let wins = (0..n as usize)
+                .filter(|&i| dot(&at(&base, i), &at(&near, i)) > dot(&at(&base, i), &at(&far, i)))
+                .count() as f64
+                / n as f64;
+            assert!(
+                wins >= min_wins,
+                "{d} m: the nearer point scored higher in {wins} of the cases"
+            );
+        }
+        let zero = world_descriptors(&pts[..1], &[0.0]);
+        assert!(zero.iter().all(|&v| v == 0.0));
     }
 }
