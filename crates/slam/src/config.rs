@@ -424,8 +424,8 @@ impl SlamConfig {
         c.local_opt.max_iters = 10;
         // The back end's edges carry tracking's photometric residual too, and a lighter pixel
         // residual (the rounding to the matched pixel: weighted as a measurement it holds
-        // keyframes in local minima a pixel wide; docs/slam-rgbd.md). Tuned on redkitchen 0-399
-        // with 0-299 kept at or below 1.82 cm: 0-499 3.65 -> 3.14 cm, 0-299 1.77 -> 1.75 cm.
+        // keyframes in local minima a pixel wide). Tuned on redkitchen 0-399 with 0-299 held at
+        // or below its former ATE; figures in docs/slam-rgbd.md, "What a loop edge can correct".
         c.local_opt.sigma_photo = 0.1;
         c.local_opt.sigma_pixel = 0.7;
         c.retrieval.k = 6;
