@@ -2,8 +2,8 @@
 //! and Sim(3)-aligned), the relative translation error per 10 frames by 50-frame segment (max
 //! and mean), the frames flagged as poorly constrained, and the frame rate.
 //!
-//! `target/release/examples/sequence_eval DATASET [FRAMES] [config.yaml] [--first N]`
-//! (`--first N`: report the ATE over the first N frames too, e.g. the tuning part).
+//! `target/release/examples/sequence_eval DATASET [FRAMES] [config.yaml] [--first N]...`
+//! (`--first N`, repeatable: report the ATE over the first N frames too, e.g. the tuning part).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -18,11 +18,11 @@ use rust3r_slam::{
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut pos = Vec::new();
-    let mut first = None;
+    let mut first = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a == "--first" {
-            first = it.next().and_then(|v| v.parse::<usize>().ok());
+            first.extend(it.next().and_then(|v| v.parse::<usize>().ok()));
         } else {
             pos.push(a.clone());
         }
@@ -107,7 +107,7 @@ fn main() {
         100.0 * ate(&est, Align::Se3),
         100.0 * ate(&est, Align::Sim3)
     );
-    if let Some(n) = first.filter(|n| *n < est.len()) {
+    for n in first.into_iter().filter(|n| *n < est.len()) {
         let sub = Trajectory {
             timestamps: est.timestamps[..n].to_vec(),
             poses: est.poses[..n].to_vec(),

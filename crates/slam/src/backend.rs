@@ -5,7 +5,11 @@
 //! `j` against `j`'s pixel measurements, and the reverse, with the residual model of tracking
 //! (pixel + log-depth + point-to-plane for a calibrated camera, ray + distance otherwise).
 //! As in tracking, the correspondences of an RGB-D pair depend on the poses, so they are
-//! re-associated at every iteration. The first `pin` keyframes are fixed (gauge), as are
+//! re-associated at every iteration. With `local_opt.sigma_photo` > 0 and keyframe intensity
+//! images, each direction also carries the photometric residual of tracking
+//! ([`crate::photometric`]), so that directions depth leaves free (a camera sliding along a
+//! wall) are held by the texture in the back end as in tracking. The first `pin` keyframes are
+//! fixed (gauge), as are
 //! keyframes outside the window of the `window_size` most recent ones.
 //!
 //! The Jacobians with respect to the world poses: for `y = T_WCj^-1 T_WCi X` and left
@@ -13,6 +17,7 @@
 //! `dy/dxi_j = -dy/dxi_i` ([`crate::residuals::world_point_jacobian`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use faer::Side;
 use faer::linalg::solvers::Solve;
@@ -21,8 +26,9 @@ use rust3r_geometry::{Matrix7, PinholeCamera, Sim3, Vector7};
 
 use crate::config::{LocalOptConfig, MatchingConfig};
 use crate::matching::Matches;
+use crate::photometric::{IntensityImage, PhotoParams, brightness, photometric_normal_eq};
 use crate::residuals;
-use crate::tracker::{LevelView, ResidualParams, associate, point_info};
+use crate::tracker::{LevelView, PHOTO_MAX_REL_DEPTH, ResidualParams, associate, point_info};
 
 /// An edge of the factor graph between keyframes `i < j`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,6 +59,8 @@ pub struct KeyframeView {
     pub t_wc: Sim3,
     /// Pointmap view at the back end's level.
     pub view: LevelView,
+    /// Intensity image at the same level (the photometric term; `None` leaves it out).
+    pub intensity: Option<Arc<IntensityImage>>,
 }
 
 /// Directed association of an edge: points of `src` matched to pixels of `meas`.
@@ -134,6 +142,31 @@ fn edge_terms(
     (h, g, cost)
 }
 
+/// `J^T W J`, `J^T W r` and the cost of the photometric residual of the directed edge `s -> m`
+/// (points of `s` moved into `m`, compared with `m`'s intensities after the brightness
+/// `gain_bias`), with the Jacobian with respect to `s`'s world pose. The relative pose
+/// `T_ms = T_m^-1 T_s` moves by `Ad(T_m^-1) xi_s` under a left perturbation `xi_s` of `T_s`,
+/// so the tracker's normal equations are mapped by that adjoint. `None` without images.
+fn photo_terms(
+    kfs: &[KeyframeView],
+    s: usize,
+    m: usize,
+    pp: &PhotoParams,
+    gains: &mut BTreeMap<(usize, usize), (f64, f64)>,
+) -> Option<(Matrix7, Vector7, f64)> {
+    let (si, mi) = (kfs[s].intensity.as_deref()?, kfs[m].intensity.as_deref()?);
+    let t_m_inv = kfs[m].t_wc.inverse();
+    let t_ms = t_m_inv.compose(&kfs[s].t_wc);
+    let (sv, mv) = (&kfs[s].view, &kfs[m].view);
+    // Fitted once per optimisation, at the starting poses (as tracking does per level).
+    let gb = *gains
+        .entry((s, m))
+        .or_insert_with(|| brightness(sv, si, mv, mi, &t_ms, pp));
+    let eq = photometric_normal_eq(sv, si, mv, mi, &t_ms, pp, gb);
+    let ad = t_m_inv.adjoint();
+    Some((ad.transpose() * eq.h * ad, ad.transpose() * eq.g, eq.cost))
+}
+
 /// Gauss-Newton over the poses of `kfs` along `edges`. Keyframes with index `< first_free`
 /// are held fixed. Returns `None` when nothing is free.
 pub fn optimize(
@@ -152,6 +185,12 @@ pub fn optimize(
     let p = ResidualParams::local_opt(cfg, huber);
     let dof = if optimize_scale { 7 } else { 6 };
     let nfree = n - first_free;
+    let photo = (cfg.sigma_photo > 0.0).then_some(PhotoParams {
+        sigma: cfg.sigma_photo,
+        huber,
+        max_rel_depth: PHOTO_MAX_REL_DEPTH,
+    });
+    let mut gains = BTreeMap::new();
     let mut report = OptReport {
         iterations: 0,
         initial_cost: 0.0,
@@ -165,7 +204,22 @@ pub fn optimize(
         let mut cost = 0.0;
         for e in edges {
             for (s, m) in [(e.i, e.j), (e.j, e.i)] {
-                let (h, g, c) = edge_terms(kfs, s, m, &p, matching, optimize_scale);
+                let (mut h, mut g, mut c) = edge_terms(kfs, s, m, &p, matching, optimize_scale);
+                if let Some((ph, pg, pc)) = photo
+                    .as_ref()
+                    .and_then(|pp| photo_terms(kfs, s, m, pp, &mut gains))
+                {
+                    h += ph;
+                    g += pg;
+                    c += pc;
+                    if !optimize_scale {
+                        for k in 0..7 {
+                            h[(6, k)] = 0.0;
+                            h[(k, 6)] = 0.0;
+                        }
+                        g[6] = 0.0;
+                    }
+                }
                 cost += c;
                 // d/dxi_s = D, d/dxi_m = -D.
                 *blocks.entry((s, s)).or_insert_with(Matrix7::zeros) += h;
@@ -241,6 +295,18 @@ pub fn optimize(
     Some(report)
 }
 
+/// Intensity image of a pointmap's colours at pyramid `level` (`None` without colours).
+pub fn intensity_at(pm: &crate::pointmap::Pointmap, level: usize) -> Option<Arc<IntensityImage>> {
+    if pm.colors.is_empty() {
+        return None;
+    }
+    crate::photometric::IntensityPyramid::from_pointmap(pm, level + 1)
+        .levels
+        .into_iter()
+        .nth(level)
+        .map(Arc::new)
+}
+
 /// Builds the back-end views of keyframes at `level`.
 pub fn keyframe_views(
     kfs: &[(Sim3, &crate::pointmap::Pointmap, Vec<f32>)],
@@ -252,6 +318,7 @@ pub fn keyframe_views(
         .map(|(t, pm, conf)| KeyframeView {
             t_wc: *t,
             view: LevelView::new(pm, conf, cam, level, p, p.sigma_plane > 0.0),
+            intensity: intensity_at(pm, level),
         })
         .collect()
 }

@@ -243,13 +243,21 @@ enum Msg {
     Stop,
 }
 
+/// A cached back-end view of a keyframe: the keyframe's `n_updates` it was built at, the view
+/// and its intensity image (when the back end's photometric term is on).
+type ViewCacheEntry = (
+    u32,
+    LevelView,
+    Option<Arc<crate::photometric::IntensityImage>>,
+);
+
 /// The back end: edge creation and optimisation, with a cache of keyframe views.
 struct Backend {
     cfg: SlamConfig,
     cam: Option<PinholeCamera>,
     optimize_scale: bool,
-    /// View cache: keyframe -> (n_updates it was built at, view).
-    cache: HashMap<(usize, usize), (u32, LevelView)>,
+    /// View cache: (keyframe, level) -> (n_updates it was built at, view, intensity image).
+    cache: HashMap<(usize, usize), ViewCacheEntry>,
 }
 
 impl Backend {
@@ -296,12 +304,13 @@ impl Backend {
         }
         let p = self.params();
         let level = self.cfg.rgbd.backend_level;
-        let views_at = |cache: &mut HashMap<(usize, usize), (u32, LevelView)>,
+        let photo = self.cfg.local_opt.sigma_photo > 0.0;
+        let views_at = |cache: &mut HashMap<(usize, usize), ViewCacheEntry>,
                         level: usize|
          -> Vec<KeyframeView> {
             let mut views = Vec::with_capacity(snapshot.len());
             for (i, (t, pm, nu, conf)) in snapshot.iter().enumerate() {
-                let fresh = matches!(cache.get(&(i, level)), Some((stamp, _)) if stamp == nu);
+                let fresh = matches!(cache.get(&(i, level)), Some((stamp, _, _)) if stamp == nu);
                 if !fresh {
                     let with_rays = !(self.cfg.matching.projective && self.cam.is_some());
                     let v = LevelView::build(
@@ -313,11 +322,18 @@ impl Backend {
                         p.sigma_plane > 0.0,
                         with_rays,
                     );
-                    cache.insert((i, level), (*nu, v));
+                    let intensity = if photo {
+                        crate::backend::intensity_at(pm, level)
+                    } else {
+                        None
+                    };
+                    cache.insert((i, level), (*nu, v, intensity));
                 }
+                let (_, view, intensity) = &cache[&(i, level)];
                 views.push(KeyframeView {
                     t_wc: *t,
-                    view: cache[&(i, level)].1.clone(),
+                    view: view.clone(),
+                    intensity: intensity.clone(),
                 });
             }
             views
