@@ -124,5 +124,5 @@ fn guitar_compressed_ply() {
 
 #[test]
 fn tarot_splat() {
-    check("academic_tarot_cards.splat", 64, 48);
+    check("academic_tarot_cards.splat", 64, 64);
 }

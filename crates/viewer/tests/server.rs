@@ -207,8 +207,9 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
             let pose: [[f64; 4]; 4] =
                 serde_json::from_value(v["default_world_to_camera"].clone()).unwrap();
             assert_eq!(
-                pose, camera.world_to_camera,
-                "the page's default camera is rust3r render's"
+                pose,
+                Camera::default_for_points(&splats.means, 16, 9).world_to_camera,
+                "the page's default camera is rust3r render's at 16:9"
             );
         }
         Reply::Frame { .. } => panic!("a frame before the scene"),
