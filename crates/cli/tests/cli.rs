@@ -307,6 +307,12 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
         stdout.contains("87 train / 13 held-out views, 40x40"),
         "{stdout}"
     );
+    // stderr is a pipe, not a terminal: progress comes as plain lines (the first at once).
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("[00:") && l.contains("] 0/20 ")),
+        "no progress line in {err}"
+    );
     let eval: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
     let recs = eval.as_array().unwrap();

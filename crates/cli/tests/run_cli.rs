@@ -334,6 +334,13 @@ fn run_hold_out_and_online_flags() {
     assert!(ok, "{stdout}\n{err}");
     assert!(stdout.contains("(2 held out before SLAM)"), "{stdout}");
     assert!(stdout.contains("during SLAM"), "{stdout}");
+    // stderr is a pipe, not a terminal: SLAM's and training's progress come as plain lines.
+    let progress = |slam: bool, what: &str| {
+        err.lines().any(|l| {
+            l.starts_with("[00:") && l.contains("] slam frame ") == slam && l.contains(what)
+        })
+    };
+    assert!(progress(true, "/10") && progress(false, "/2 "), "{err}");
     assert_eq!(tum_poses(&out.join("trajectory.txt")).len(), 10);
     let eval: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
