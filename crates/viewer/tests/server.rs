@@ -4,27 +4,21 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rust3r_gpu::Gpu;
 use rust3r_io::Splats;
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render_chunks};
+use rust3r_testdata::data;
 use rust3r_viewer::{Content, CurrentFrame, Scene, Stats, ViewerConfig, ViewerHandle};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
 type Client = WebSocket<MaybeTlsStream<TcpStream>>;
 
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(rel)
-}
-
 /// Every k-th Gaussian of biker.spz: about `n` of them.
 fn tiny_biker(n: usize) -> Splats {
-    let s = rust3r_io::load_splats(&shared("data/splats/biker.spz")).unwrap();
+    let s = rust3r_io::load_splats(&data("splats/biker.spz")).unwrap();
     let k = (s.len() / n).max(1);
     let per = s.sh.len() / s.len();
     let rows: Vec<usize> = (0..s.len()).step_by(k).collect();
