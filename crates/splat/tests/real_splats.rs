@@ -107,7 +107,7 @@ fn biker_spz() {
 }
 
 /// A tile of this view holds more than 256 batches of intersections: on lavapipe one long
-/// dispatch lost the last 8 pixels of it (see `render::batches_per_dispatch`).
+/// dispatch lost the last 8 pixels of it (see `render::policy::batches_per_dispatch`).
 #[test]
 fn guitar_compressed_ply() {
     check("guitar.compressed.ply", 48, 64);
