@@ -7,6 +7,7 @@ mod bench_slam;
 mod live;
 mod lpips_cmd;
 mod mast3r_cmd;
+mod progress;
 mod render_cmd;
 mod run_cmd;
 mod slam_cmd;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rust3r_pipelines::{FrontEnd, Phase, RunEvent, RunOptions, run_capture_with};
 
 use crate::slam_cmd::SlamInputArgs;
@@ -204,11 +204,10 @@ pub fn run(a: &RunArgs) -> Result<()> {
             match phase {
                 Phase::Slam => {
                     println!("SLAM over {} frames", total);
-                    let bar = ProgressBar::new(total);
-                    bar.set_style(
-                        ProgressStyle::with_template("slam  {bar:30} frame {pos}/{len} {msg}")
-                            .expect("valid template"),
-                    );
+                    let bar = crate::progress::bar(total);
+                    bar.set_style(crate::progress::style(
+                        "slam  {bar:30} frame {pos}/{len} {msg}",
+                    ));
                     slam_bar = Some(bar);
                 }
                 Phase::Prepare => {

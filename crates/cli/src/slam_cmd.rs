@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::live::{CameraView, Live, LiveSink};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rust3r_io::datasets::{self, DatasetKind};
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_slam::{
@@ -246,13 +246,9 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let bar = if args.quiet {
         ProgressBar::hidden()
     } else {
-        ProgressBar::new(total as u64)
+        crate::progress::bar(total as u64)
     };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} frame {pos}/{len} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
+    bar.set_style(crate::progress::style("{bar:30} frame {pos}/{len} {msg}").progress_chars("=> "));
     let gpu = if args.gpu {
         Some(args.device.open()?)
     } else {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rust3r_io::scene::{ImageCache, Scene};
 use rust3r_pipelines::train::camera_of;
 use rust3r_pipelines::{InitKind, StrategyKind, TrainEvent, TrainOptions, TrainSession};
@@ -286,11 +286,10 @@ impl<'a> TrainPrinter<'a> {
                 step,
                 steps,
             } => {
-                let bar = ProgressBar::new(steps);
-                bar.set_style(
-                    ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} {msg}")
-                        .expect("valid template"),
-                );
+                let bar = crate::progress::bar(steps);
+                bar.set_style(crate::progress::style(
+                    "{bar:30} {pos}/{len} {per_sec} {msg}",
+                ));
                 bar.set_position(step.min(steps));
                 self.bar = Some(bar);
                 if let Some(l) = self.live {

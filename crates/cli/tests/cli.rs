@@ -1,11 +1,8 @@
 //! End-to-end tests of the `rust3r` binary on the shared real data.
 
+use rust3r_testdata::{data, fixtures};
 use std::path::PathBuf;
 use std::process::Command;
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
-}
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
@@ -25,7 +22,7 @@ fn render_writes_a_picture_of_the_splat() {
     let png = dir.path().join("nested/plant.png");
     let (ok, _, err) = rust3r(&[
         "render",
-        shared("data/splats/plant.splat").to_str().unwrap(),
+        data("splats/plant.splat").to_str().unwrap(),
         "--out",
         png.to_str().unwrap(),
         "--width",
@@ -56,7 +53,7 @@ fn no_runtime_dir_noise_without_xdg_runtime_dir() {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
         .args([
             "render",
-            shared("data/splats/plant.splat").to_str().unwrap(),
+            data("splats/plant.splat").to_str().unwrap(),
             "--out",
             png.to_str().unwrap(),
             "--width",
@@ -86,7 +83,7 @@ fn render_with_camera_json() {
     let png = dir.path().join("out.png");
     let (ok, _, err) = rust3r(&[
         "render",
-        shared("data/splats/biker.spz").to_str().unwrap(),
+        data("splats/biker.spz").to_str().unwrap(),
         "--camera",
         cam.to_str().unwrap(),
         "--out",
@@ -99,7 +96,7 @@ fn render_with_camera_json() {
 #[test]
 fn convert_round_trips_through_every_writable_format() {
     let dir = tempfile::tempdir().unwrap();
-    let src = shared("data/splats/biker_from_spz.3dgs.ply");
+    let src = data("splats/biker_from_spz.3dgs.ply");
     let original = rust3r_io::load_splats(&src).unwrap();
     for ext in ["ply", "splat", "spz", "sog"] {
         let out = dir.path().join(format!("biker.{ext}"));
@@ -116,10 +113,10 @@ fn eval_ate_reproduces_evo() {
     // evo_ape tum freiburg1_xyz-groundtruth.txt freiburg1_xyz-rgbdslam.txt -as (evo 1.38.1): rmse 0.013389 m
     let (ok, stdout, err) = rust3r(&[
         "eval-ate",
-        shared("data/trajectories/freiburg1_xyz-rgbdslam.txt")
+        data("trajectories/freiburg1_xyz-rgbdslam.txt")
             .to_str()
             .unwrap(),
-        shared("data/trajectories/freiburg1_xyz-groundtruth.txt")
+        data("trajectories/freiburg1_xyz-groundtruth.txt")
             .to_str()
             .unwrap(),
         "--align",
@@ -136,8 +133,8 @@ fn eval_ate_reproduces_evo() {
         .parse()
         .unwrap();
     let expected = rust3r_slam::eval_ate(
-        &shared("data/trajectories/freiburg1_xyz-rgbdslam.txt"),
-        &shared("data/trajectories/freiburg1_xyz-groundtruth.txt"),
+        &data("trajectories/freiburg1_xyz-rgbdslam.txt"),
+        &data("trajectories/freiburg1_xyz-groundtruth.txt"),
         rust3r_slam::Align::Sim3,
     )
     .unwrap()
@@ -152,7 +149,7 @@ fn eval_ate_reproduces_evo() {
 fn convert_checkpoint_writes_loadable_safetensors() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("tiny.safetensors");
-    let pth = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let pth = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let (ok, _, err) = rust3r(&[
         "convert-checkpoint",
         pth.to_str().unwrap(),
@@ -177,7 +174,7 @@ fn bad_input_gives_a_clear_error_naming_the_file() {
     std::fs::write(&bad_cam, r#"{"fx": 1}"#).unwrap();
     let missing = dir.path().join("missing.spz");
     let out = dir.path().join("x.png");
-    let plant = shared("data/splats/plant.splat");
+    let plant = data("splats/plant.splat");
     let cases: Vec<(Vec<&str>, &PathBuf)> = vec![
         (
             vec![
@@ -233,7 +230,7 @@ fn bad_input_gives_a_clear_error_naming_the_file() {
 fn bad_device_choice_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.png");
-    let plant = shared("data/splats/plant.splat");
+    let plant = data("splats/plant.splat");
     for (flag, value, expect) in [
         ("--adapter", "99", "adapter 99"),
         ("--backend", "opengl-es", "unknown backend"),
@@ -281,7 +278,7 @@ fn bad_device_choice_is_an_error_not_a_panic() {
 fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lego");
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let common = [
         "--downscale",
         "20",
@@ -306,6 +303,12 @@ fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     assert!(
         stdout.contains("87 train / 13 held-out views, 40x40"),
         "{stdout}"
+    );
+    // stderr is a pipe, not a terminal: progress comes as plain lines (the first at once).
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("[00:") && l.contains("] 0/20 ")),
+        "no progress line in {err}"
     );
     let eval: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();
@@ -475,7 +478,7 @@ fn train_rejects_bad_input_with_the_file_named() {
     assert!(!ok && err.contains("transforms.json"), "{err}");
     // A checkpoint that is not one.
     std::fs::write(dir.path().join("ck.bin"), b"garbage").unwrap();
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let ck = dir.path().join("ck.bin");
     let (ok, _, err) = rust3r(&[
         "train",
@@ -509,7 +512,7 @@ fn train_rejects_bad_input_with_the_file_named() {
 fn slam_export_trains_directly() {
     let dir = tempfile::tempdir().unwrap();
     let slam_out = dir.path().join("slam");
-    let kitchen = shared("data/redkitchen");
+    let kitchen = data("redkitchen");
     let (ok, _, err) = rust3r(&[
         "slam",
         kitchen.to_str().unwrap(),
@@ -556,7 +559,7 @@ fn slam_export_trains_directly() {
 fn train_with_alpha_loss_and_masks() {
     let dir = tempfile::tempdir().unwrap();
     // Alpha loss on lego: every training view has alpha.
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let out = dir.path().join("lego_alpha");
     let (ok, stdout, err) = rust3r(&[
         "train",
@@ -676,7 +679,7 @@ fn profiling_reports_every_forward_phase_in_host_and_device_time() {
     // time (profiling windows); both must name every phase of the forward pass with a positive,
     // finite mean. Host mode through the flag, device mode through RUST3R_PROFILE (the flag
     // would win over it), both through a tuning file that forces the other layout.
-    let npz = shared("data/garden_points/test_garden.npz");
+    let npz = data("garden_points/test_garden.npz");
     let tmp = tempfile::tempdir().unwrap();
     let tuning = tmp.path().join("tuning.json");
     std::fs::write(

@@ -1,14 +1,8 @@
 //! `--rerun` / `--rerun-save`: with the `rerun` feature, `rust3r slam` and `rust3r train` record a
 //! live view that rerun can open; without it, both flags are a clear error, not a silent no-op.
 
-use std::path::PathBuf;
+use rust3r_testdata::data;
 use std::process::Command;
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(rel)
-}
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
@@ -53,11 +47,11 @@ fn slam_and_train_record_a_live_view() {
     let dir = tempfile::tempdir().unwrap();
     // SLAM: 30 frames of redkitchen; the recording holds frames (images), keyframe pointmaps and poses.
     let rrd = dir.path().join("slam.rrd");
-    let data = shared("data/redkitchen");
+    let kitchen = data("redkitchen");
     let out = dir.path().join("slam");
     let (ok, _, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--mode",
@@ -83,7 +77,7 @@ fn slam_and_train_record_a_live_view() {
     );
     // Train: a few steps on lego at 40x40.
     let rrd = dir.path().join("train.rrd");
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let out = dir.path().join("lego");
     let (ok, _, err) = rust3r(&[
         "train",
@@ -120,11 +114,11 @@ fn slam_and_train_record_a_live_view() {
 fn live_view_flags_are_a_clear_error_without_the_feature() {
     let dir = tempfile::tempdir().unwrap();
     let rrd = dir.path().join("x.rrd");
-    let data = shared("data/redkitchen");
+    let kitchen = data("redkitchen");
     let out = dir.path().join("slam");
     let (ok, _, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--max-frames",
@@ -136,7 +130,7 @@ fn live_view_flags_are_a_clear_error_without_the_feature() {
         !ok && err.contains("no rerun support") && err.contains("--features rust3r-cli/rerun"),
         "{err}"
     );
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let (ok, _, err) = rust3r(&[
         "train",
         lego.to_str().unwrap(),

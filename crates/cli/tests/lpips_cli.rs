@@ -1,6 +1,7 @@
 //! `rust3r lpips` and `rust3r train --lpips-*` end to end, with the small PyTorch-made networks of
 //! crates/lpips/tests/fixtures/lpips (legacy and zip `torch.save` files).
 
+use rust3r_testdata::data;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,10 +11,6 @@ fn fixture(name: &str) -> PathBuf {
         "/../lpips/tests/fixtures/lpips"
     ))
     .join(name)
-}
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
 }
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
@@ -218,7 +215,7 @@ fn lpips_command_errors_name_the_files() {
 fn train_reports_lpips_in_eval_json() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lego");
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let (bb, lin) = (
         fixture("alex_backbone_legacy.pth"),
         fixture("alex_lin_zip.pth"),

@@ -2,21 +2,11 @@
 //! and its errors on bad input.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use rust3r_mast3r::SafetensorsFile;
 use rust3r_mast3r::parity::{OutData, OutTensor, write_outputs};
-
-fn fixture(rel: &str) -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/mast3r_tiny"
-    ))
-    .join(rel);
-    assert!(p.exists(), "fixture file {} is missing", p.display());
-    p
-}
+use rust3r_testdata::fixtures;
 
 fn rust3r(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
@@ -33,7 +23,7 @@ fn rust3r(args: &[&str]) -> (bool, String) {
 fn mast3r_infer_reproduces_the_fixture_case() {
     let dir = tempfile::tempdir().unwrap();
     // An inputs file holding only the odd-sized pair.
-    let mut full = SafetensorsFile::open(fixture("inputs.safetensors")).unwrap();
+    let mut full = SafetensorsFile::open(fixtures("mast3r_tiny/inputs.safetensors")).unwrap();
     let mut inputs = BTreeMap::new();
     for v in 1..=2 {
         let name = format!("pairodd.view{v}.img");
@@ -49,7 +39,7 @@ fn mast3r_infer_reproduces_the_fixture_case() {
     let inp = dir.path().join("odd.safetensors");
     write_outputs(&inp, &inputs).unwrap();
     let out = dir.path().join("out.safetensors");
-    let ckpt = fixture("tiny_mast3r.pth");
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let (ok, err) = rust3r(&[
         "mast3r-infer",
         "--checkpoint",
@@ -61,7 +51,7 @@ fn mast3r_infer_reproduces_the_fixture_case() {
     ]);
     assert!(ok, "{err}");
     let mut ours = SafetensorsFile::open(&out).unwrap();
-    let mut reference = SafetensorsFile::open(fixture("outputs.safetensors")).unwrap();
+    let mut reference = SafetensorsFile::open(fixtures("mast3r_tiny/outputs.safetensors")).unwrap();
     let expected: Vec<String> = reference
         .tensor_names()
         .into_iter()
@@ -93,7 +83,7 @@ fn mast3r_infer_reproduces_the_fixture_case() {
 #[test]
 fn mast3r_infer_bad_input_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = fixture("tiny_mast3r.pth");
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let out = dir.path().join("out.safetensors");
     let garbage = dir.path().join("garbage.safetensors");
     std::fs::write(&garbage, b"not a safetensors file at all").unwrap();
@@ -124,7 +114,7 @@ fn mast3r_infer_bad_input_names_the_file() {
     .unwrap();
     let bad_ckpt = dir.path().join("bad.pth");
     std::fs::write(&bad_ckpt, b"PK\x03\x04 truncated").unwrap();
-    let inputs = fixture("inputs.safetensors");
+    let inputs = fixtures("mast3r_tiny/inputs.safetensors");
     for (c, i, named) in [
         (&ckpt, &garbage, &garbage),
         (&ckpt, &empty, &empty),

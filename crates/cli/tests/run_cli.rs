@@ -1,6 +1,7 @@
 //! `rust3r run` on bad input: clear errors naming the file or frame, and what SLAM finished
 //! (the trajectory so far) still written.
 
+use rust3r_testdata::{data, fixtures};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -16,13 +17,6 @@ fn rust3r(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-fn kitchen() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/redkitchen"
-    ))
-}
-
 /// A 7-Scenes folder with redkitchen's frames `0..n`.
 fn copy_frames(dir: &Path, n: usize) -> PathBuf {
     let seq = dir.join("kitchen");
@@ -30,7 +24,7 @@ fn copy_frames(dir: &Path, n: usize) -> PathBuf {
     for k in 0..n {
         for ext in ["color.jpg", "depth.png", "pose.txt"] {
             let name = format!("frame-{k:06}.{ext}");
-            std::fs::copy(kitchen().join(&name), seq.join(&name)).unwrap();
+            std::fs::copy(data("redkitchen").join(&name), seq.join(&name)).unwrap();
         }
     }
     seq
@@ -169,7 +163,7 @@ fn run_reports_tracking_lost_for_good() {
     for k in 3..7 {
         for ext in ["color.jpg", "pose.txt"] {
             std::fs::copy(
-                kitchen().join(format!("frame-000002.{ext}")),
+                data("redkitchen").join(format!("frame-000002.{ext}")),
                 seq.join(format!("frame-{k:06}.{ext}")),
             )
             .unwrap();
@@ -197,7 +191,7 @@ fn run_reports_tracking_lost_for_good() {
 fn run_mono_needs_a_mast3r_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let o = dir.path().join("out");
-    let k = kitchen();
+    let k = data("redkitchen");
     let (ok, _, err) = rust3r(&[
         "run",
         k.to_str().unwrap(),
@@ -245,7 +239,8 @@ fn run_mono_on_a_video_writes_a_splat() {
     let frames = dir.path().join("png");
     std::fs::create_dir_all(&frames).unwrap();
     for k in 0..3 {
-        let img = image::open(kitchen().join(format!("frame-{:06}.color.jpg", 4 * k))).unwrap();
+        let img =
+            image::open(data("redkitchen").join(format!("frame-{:06}.color.jpg", 4 * k))).unwrap();
         img.resize_exact(320, 240, image::imageops::FilterType::Triangle)
             .save(frames.join(format!("{k:03}.png")))
             .unwrap();
@@ -259,10 +254,7 @@ fn run_mono_on_a_video_writes_a_splat() {
         .status()
         .expect("ffmpeg is installed (.ci/run installs it)");
     assert!(st.success());
-    let ckpt = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.pth"
-    ));
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let out = dir.path().join("out");
     let (ok, stdout, err) = rust3r(&[
         "run",
@@ -342,6 +334,13 @@ fn run_hold_out_and_online_flags() {
     assert!(ok, "{stdout}\n{err}");
     assert!(stdout.contains("(2 held out before SLAM)"), "{stdout}");
     assert!(stdout.contains("during SLAM"), "{stdout}");
+    // stderr is a pipe, not a terminal: SLAM's and training's progress come as plain lines.
+    let progress = |slam: bool, what: &str| {
+        err.lines().any(|l| {
+            l.starts_with("[00:") && l.contains("] slam frame ") == slam && l.contains(what)
+        })
+    };
+    assert!(progress(true, "/10") && progress(false, "/2 "), "{err}");
     assert_eq!(tum_poses(&out.join("trajectory.txt")).len(), 10);
     let eval: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("eval.json")).unwrap()).unwrap();

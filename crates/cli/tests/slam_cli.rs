@@ -1,11 +1,8 @@
 //! End-to-end tests of `rust3r slam` on a short prefix of the real redkitchen sequence.
 
+use rust3r_testdata::{data, fixtures};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
-}
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
@@ -23,10 +20,10 @@ fn rust3r(args: &[&str]) -> (bool, String, String) {
 fn slam_writes_every_output_and_eval_ate_reads_them() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let data = shared("data/redkitchen");
+    let kitchen = data("redkitchen");
     let (ok, stdout, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--mode",
@@ -128,7 +125,7 @@ fn slam_bad_input_gives_an_error_naming_the_file() {
     // A 7-Scenes copy whose second depth image is corrupt.
     let seq = dir.path().join("seq");
     std::fs::create_dir(&seq).unwrap();
-    let src = shared("data/redkitchen");
+    let src = data("redkitchen");
     for i in 0..3 {
         for ext in ["color.jpg", "depth.png", "pose.txt"] {
             let name = format!("frame-{i:06}.{ext}");
@@ -181,11 +178,11 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     // the pipeline must run through and write finite poses (the geometry is meaningless).
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mono");
-    let data = shared("data/redkitchen");
-    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let kitchen = data("redkitchen");
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let (ok, stdout, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--mode",
@@ -220,7 +217,7 @@ fn mono_mode_runs_the_mast3r_front_end_through() {
     // Without a checkpoint: a clear error.
     let (ok, _, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--mode",
@@ -235,14 +232,14 @@ fn mono_mode_with_learned_retrieval_runs_and_checks_its_files() {
     // fixture (encoder width 64, as the tiny network's).
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mono");
-    let data = shared("data/redkitchen");
-    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let kitchen = data("redkitchen");
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../mast3r/tests/fixtures/retrieval/tiny_retrieval_trainingfree.pth");
     let base = |extra: &[&str]| {
         let mut a = vec![
             "slam".to_string(),
-            data.to_str().unwrap().into(),
+            kitchen.to_str().unwrap().into(),
             "--out".into(),
             out.to_str().unwrap().into(),
             "--mode".into(),
@@ -277,7 +274,7 @@ fn mono_mode_with_learned_retrieval_runs_and_checks_its_files() {
     // Retrieval is for the mono mode.
     let (ok, _, err) = rust3r(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--retrieval",
@@ -295,8 +292,8 @@ fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
     // known colour calibration (fx = fy = 585, centre 320, 240): finite poses for every frame.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("calib");
-    let data = shared("data/redkitchen");
-    let ckpt = shared("fixtures/mast3r_tiny/tiny_mast3r.pth");
+    let kitchen = data("redkitchen");
+    let ckpt = fixtures("mast3r_tiny/tiny_mast3r.pth");
     let yaml = dir.path().join("intrinsics.yaml");
     std::fs::write(
         &yaml,
@@ -306,7 +303,7 @@ fn calibrated_mono_mode_runs_through_and_checks_its_calibration() {
     let args = |calib: &std::path::Path, mode: &str| -> Vec<String> {
         [
             "slam",
-            data.to_str().unwrap(),
+            kitchen.to_str().unwrap(),
             "--out",
             out.to_str().unwrap(),
             "--mode",

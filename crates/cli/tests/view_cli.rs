@@ -8,13 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rust3r_testdata::data;
 use tungstenite::Message;
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(rel)
-}
 
 fn rust3r(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_rust3r"))
@@ -40,7 +35,7 @@ impl Drop for Kill {
 
 /// Every k-th Gaussian of biker.spz (about 4000), written as a PLY.
 fn tiny_biker(dir: &Path) -> PathBuf {
-    let s = rust3r_io::load_splats(&shared("data/splats/biker.spz")).unwrap();
+    let s = rust3r_io::load_splats(&data("splats/biker.spz")).unwrap();
     let k = (s.len() / 4000).max(1);
     let per = s.sh.len() / s.len();
     let rows: Vec<usize> = (0..s.len()).step_by(k).collect();

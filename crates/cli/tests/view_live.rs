@@ -4,20 +4,14 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rust3r_testdata::data;
 use tungstenite::Message;
 use tungstenite::stream::MaybeTlsStream;
 
 type Ws = tungstenite::WebSocket<MaybeTlsStream<TcpStream>>;
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(rel)
-}
 
 /// A child process killed when the test ends, however it ends.
 struct Kill(Option<Child>);
@@ -190,7 +184,7 @@ fn watch(ws: &mut Ws, seen: &mut Seen, done: impl Fn(&Seen) -> bool) {
 fn train_view_serves_frames_and_the_run_finishes_after_and_with_a_client() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lego");
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let steps = 600;
     let steps_s = steps.to_string();
     let (mut child, url, rest) = start(&[
@@ -256,7 +250,7 @@ fn train_view_without_a_client_and_train_sog() {
     // No page ever opens: the run is as without --view; --sog writes the bundle too.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lego");
-    let lego = shared("data/lego");
+    let lego = data("lego");
     let (mut child, _url, rest) = start(&[
         "train",
         lego.to_str().unwrap(),
@@ -286,10 +280,10 @@ fn train_view_without_a_client_and_train_sog() {
 fn slam_view_serves_the_map_and_the_trajectory() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("slam");
-    let data = shared("data/redkitchen");
+    let kitchen = data("redkitchen");
     let (mut child, url, rest) = start(&[
         "slam",
-        data.to_str().unwrap(),
+        kitchen.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
         "--mode",
@@ -345,7 +339,7 @@ fn slam_view_serves_the_map_and_the_trajectory() {
         );
         let name = header["name"].as_str().unwrap();
         assert!(!name.contains('/') && !name.contains('\\'), "{header}");
-        let src = image::open(data.join(name)).unwrap().to_rgb8();
+        let src = image::open(kitchen.join(name)).unwrap().to_rgb8();
         assert!(img.width() <= 320, "{header}");
         let aspect = |w: u32, h: u32| w as f64 / h as f64;
         assert!(

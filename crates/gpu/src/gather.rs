@@ -1,4 +1,4 @@
-//! Index utilities: `iota` and `gather`.
+//! Index utilities: `iota`, `gather`, and row-wise scatter / zeroing through an index.
 
 use cubecl::prelude::*;
 
@@ -63,4 +63,68 @@ pub fn gather<T: bytemuck::Pod>(
         );
     }
     out.cast::<T>()
+}
+
+#[cube(launch)]
+fn scatter_rows_kernel(dst: &mut [f32], index: &[u32], values: &[f32], n: u32, row: u32) {
+    let i = crate::global_id();
+    let r = row as usize;
+    if i >= (n as usize) * r {
+        terminate!();
+    }
+    let j = i / r;
+    let k = i - j * r;
+    dst[(index[j] as usize) * r + k] = values[i];
+}
+
+#[cube(launch)]
+fn zero_rows_kernel(dst: &mut [f32], index: &[u32], n: u32, row: u32) {
+    let i = crate::global_id();
+    let r = row as usize;
+    if i >= (n as usize) * r {
+        terminate!();
+    }
+    let j = i / r;
+    let k = i - j * r;
+    dst[(index[j] as usize) * r + k] = 0.0f32;
+}
+
+/// `dst[index[j]] = values[j]` row-wise (rows of `row` floats; `index` holds distinct rows).
+pub fn scatter_rows(
+    gpu: &Gpu,
+    dst: &GpuBuffer<f32>,
+    index: &GpuBuffer<u32>,
+    values: &GpuBuffer<f32>,
+    row: usize,
+) {
+    let n = index.len();
+    assert_eq!(values.len(), n * row, "scatter values");
+    if n > 0 {
+        scatter_rows_kernel::launch(
+            gpu.client(),
+            gpu.grid((n * row).div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            dst.arg(),
+            index.arg(),
+            values.arg(),
+            n as u32,
+            row as u32,
+        );
+    }
+}
+
+/// `dst[index[j]] = 0` row-wise (rows of `row` floats).
+pub fn zero_rows(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, row: usize) {
+    let n = index.len();
+    if n > 0 {
+        zero_rows_kernel::launch(
+            gpu.client(),
+            gpu.grid((n * row).div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            dst.arg(),
+            index.arg(),
+            n as u32,
+            row as u32,
+        );
+    }
 }

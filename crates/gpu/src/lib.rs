@@ -2,17 +2,21 @@
 //!
 //! Everything here is written once as CubeCL `#[cube]` kernels and runs on every
 //! backend CubeCL's wgpu runtime reaches (Vulkan, Metal, DX12, lavapipe).
-//! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction
-//! and reductions. Each kernel lives next to the host code that launches it.
+//! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction,
+//! reductions, gather / row scatter, counter-based random numbers and the compact storage
+//! codecs (bf16, binary16, 8-bit floats). Each kernel lives next to the host code that
+//! launches it.
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
 
+pub mod bf16;
 pub mod blas;
 pub mod compact;
 pub mod fp8;
 pub mod gather;
 pub mod half;
 pub mod profile;
+pub mod random;
 pub mod reduce;
 pub mod runtime;
 pub mod scan;

@@ -1,7 +1,10 @@
 //! GPU primitives against std on random data. Output buffers are poisoned
 //! (NaN-filled) before the kernels write them.
 
+use cubecl::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use rust3r_gpu::cubecl;
+use rust3r_gpu::random::{normal, pcg_hash, pcg_hash_host, uniform};
 use rust3r_gpu::reduce::{ReduceOp, reduce, reduce_columns};
 use rust3r_gpu::{Gpu, GpuOptions, GpuTuning, ProfileMode, compact, gather, scan, sort};
 
@@ -217,6 +220,105 @@ fn gather_and_iota() {
     assert_eq!(got, expect);
     let iota = gpu.read(&gather::iota(&gpu, 3000)).unwrap();
     assert_eq!(iota, (0..3000).collect::<Vec<u32>>());
+}
+
+#[test]
+fn scatter_and_zero_rows_through_an_index() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    for (rows, row, picked) in [
+        (1usize, 1usize, 1usize),
+        (700, 3, 250),
+        (3000, 4, 3000),
+        (50, 7, 0),
+    ] {
+        let dst: Vec<f32> = (0..rows * row).map(|_| rng.random()).collect();
+        // Distinct rows in random order.
+        let mut index: Vec<u32> = (0..rows as u32).collect();
+        for i in (1..index.len()).rev() {
+            index.swap(i, rng.random_range(0..=i));
+        }
+        index.truncate(picked);
+        let values: Vec<f32> = (0..picked * row)
+            .map(|_| rng.random::<f32>() + 2.0)
+            .collect();
+        let (mut scattered, mut zeroed) = (dst.clone(), dst.clone());
+        for (j, &r) in index.iter().enumerate() {
+            let r = r as usize;
+            scattered[r * row..(r + 1) * row].copy_from_slice(&values[j * row..(j + 1) * row]);
+            zeroed[r * row..(r + 1) * row].fill(0.0);
+        }
+        let (gdst, gidx) = (gpu.upload(&dst), gpu.upload(&index));
+        gather::scatter_rows(&gpu, &gdst, &gidx, &gpu.upload(&values), row);
+        assert_eq!(
+            gpu.read(&gdst).unwrap(),
+            scattered,
+            "scatter {rows}x{row}, {picked} rows"
+        );
+        let gdst = gpu.upload(&dst);
+        gather::zero_rows(&gpu, &gdst, &gidx, row);
+        assert_eq!(
+            gpu.read(&gdst).unwrap(),
+            zeroed,
+            "zero {rows}x{row}, {picked} rows"
+        );
+    }
+}
+
+#[cube(launch)]
+fn random_streams(hash: &mut [u32], unif: &mut [f32], norm: &mut [f32], seed: u32, n: u32) {
+    let i = rust3r_gpu::global_id();
+    if i < n as usize {
+        hash[i] = pcg_hash(i as u32);
+        unif[i] = uniform(i as u32 ^ seed);
+        norm[i] = normal(seed, i as u32);
+    }
+}
+
+#[test]
+fn random_streams_match_the_host_mirror_and_their_distributions() {
+    let gpu = gpu();
+    let n = 100_000usize;
+    let seed = 0x1234_5678u32;
+    let (hash, unif, norm) = (
+        gpu.alloc::<u32>(n),
+        gpu.alloc::<f32>(n),
+        gpu.alloc::<f32>(n),
+    );
+    random_streams::launch(
+        gpu.client(),
+        gpu.grid(n.div_ceil(256)),
+        CubeDim::new_1d(256),
+        hash.arg(),
+        unif.arg(),
+        norm.arg(),
+        seed,
+        n as u32,
+    );
+    let (hash, unif, norm) = (
+        gpu.read(&hash).unwrap(),
+        gpu.read(&unif).unwrap(),
+        gpu.read(&norm).unwrap(),
+    );
+    // Bit for bit the host mirror; the uniforms are its top 24 bits, in (0, 1].
+    for i in 0..n {
+        assert_eq!(hash[i], pcg_hash_host(i as u32), "pcg_hash({i})");
+        let want = ((pcg_hash_host(i as u32 ^ seed) >> 8) + 1) as f32 / 16_777_216.0;
+        assert_eq!(unif[i], want, "uniform({i})");
+    }
+    // Mean and variance of the uniforms (1/2, 1/12) and the normals (0, 1), NaN failing.
+    let moments = |v: &[f32]| {
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        (mean, var)
+    };
+    let (m, v) = moments(&unif);
+    assert!(
+        (m - 0.5).abs() < 0.005 && (v - 1.0 / 12.0).abs() < 0.002,
+        "uniform {m} {v}"
+    );
+    let (m, v) = moments(&norm);
+    assert!(m.abs() < 0.02 && (v - 1.0).abs() < 0.02, "normal {m} {v}");
 }
 
 #[test]

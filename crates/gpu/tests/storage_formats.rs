@@ -3,11 +3,13 @@
 
 use cubecl::prelude::*;
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use rust3r_gpu::bf16::{bf16_nearest, bf16_stochastic, bf16_to_f32};
 use rust3r_gpu::fp8;
 use rust3r_gpu::half::{
     f16_at, f16_nearest, f16_stochastic_bits, f16_stochastic_host, f16_to_f32, f16_value, pack_f16,
     unpack_f16,
 };
+use rust3r_gpu::random::pcg_hash_host;
 use rust3r_gpu::{Gpu, GpuOptions, cubecl};
 
 fn gpu() -> Gpu {
@@ -363,5 +365,94 @@ fn fp8_stochastic_rounding_is_unbiased() {
                 "x = {x:e}, m{man_bits}: mean {mean:e}"
             );
         }
+    }
+}
+
+/// One bf16 step (unit in the last place) at `x`: 2^(exponent - 7).
+fn bf16_ulp(x: f64) -> f64 {
+    if x == 0.0 {
+        return f64::from(f32::from_bits(1 << 16)); // smallest denormal bf16
+    }
+    2f64.powi(x.abs().log2().floor() as i32 - 7)
+        .max(f64::from(f32::from_bits(1 << 16)))
+}
+
+#[test]
+fn bf16_rounding_bounds_special_values_and_unbiased_stochastic_rounding_on_the_host() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for _ in 0..100_000 {
+        let x = (rng.random::<f64>() - 0.5) * 10f64.powi(rng.random_range(-30..30));
+        let x = x as f32;
+        // Round-trip error bound (8 significant bits): nearest within half a step, at most
+        // 2^-8 relative; stochastic within one step, below 2^-7 relative, to one of the two
+        // neighbours of the same sign.
+        let n = bf16_to_f32(bf16_nearest(x)) as f64;
+        let r = bf16_to_f32(bf16_stochastic(x, rng.random())) as f64;
+        let xd = x as f64;
+        assert!(
+            (n - xd).abs() <= xd.abs() * 2f64.powi(-8),
+            "{x}: nearest {n}"
+        );
+        assert!(
+            (r - xd).abs() < xd.abs() * 2f64.powi(-7),
+            "{x}: stochastic {r}"
+        );
+        let (lo, hi) = (
+            f32::from_bits(x.to_bits() & 0xFFFF_0000) as f64,
+            f32::from_bits((x.to_bits() & 0xFFFF_0000) + 0x1_0000) as f64,
+        );
+        assert!(
+            r == lo || r == hi,
+            "{x}: {r} is not a neighbour ({lo}, {hi})"
+        );
+    }
+    for (x, want) in [
+        (f32::INFINITY, 0x7F80u16),
+        (f32::NEG_INFINITY, 0xFF80),
+        (f32::MAX, 0x7F80), // rounds up past the largest bf16 only stochastically
+        (-0.0, 0x8000),
+        (0.0, 0x0000),
+    ] {
+        let got = bf16_stochastic(x, 0xFFFF);
+        assert_eq!(got, want, "{x}");
+    }
+    assert_eq!(bf16_stochastic(f32::MAX, 0), 0x7F7F);
+    assert_eq!(bf16_stochastic(f32::MAX, 0xFFFF), 0x7F80);
+    for nan in [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7F80_0001),
+        f32::from_bits(0xFFFF_FFFF),
+    ] {
+        for r in [0u16, 1, 0x8000, 0xFFFF] {
+            let got = bf16_stochastic(nan, r);
+            assert!(bf16_to_f32(got).is_nan(), "{nan:?} -> {got:#x}");
+            assert_eq!(
+                got & 0x8000,
+                ((nan.to_bits() >> 16) as u16) & 0x8000,
+                "sign kept"
+            );
+        }
+        assert!(bf16_to_f32(bf16_nearest(nan)).is_nan());
+    }
+    // Unbiased: the mean of many roundings of one value (with the kernels' random bits)
+    // converges to it. Truncation or nearest would be off by 0.3 of a step here.
+    let key = 0x9E37_79B9u32;
+    for x in [1.0f32 + 0.3 / 128.0, -3.7e-5, 0.001234, 2.5e-39] {
+        let count = 200_000u32;
+        let sum: f64 = (0..count)
+            .map(|i| {
+                let r = pcg_hash_host(pcg_hash_host(i) ^ key) as u16;
+                bf16_to_f32(bf16_stochastic(x, r)) as f64
+            })
+            .sum();
+        let mean = sum / count as f64;
+        let ulp = bf16_ulp(x as f64);
+        // One rounding has a standard deviation below ulp/2; 6 sigma of the mean.
+        assert!(
+            (mean - x as f64).abs() < 6.0 * 0.5 * ulp / (count as f64).sqrt(),
+            "{x}: mean of stochastic roundings {mean}, off by {:.4} steps",
+            (mean - x as f64) / ulp
+        );
     }
 }

@@ -4,16 +4,13 @@
 //! like the image, and missing, corrupt or wrongly sized masks are clear errors naming the file.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rust3r_geometry::nalgebra::Vector2;
 use rust3r_geometry::{PinholeCamera, RadTanDistortion, UndistortCriteria};
 use rust3r_io::scene::{ImageCache, Scene, SceneOptions, ViewImage, open_scene};
-
-fn data() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-}
+use rust3r_testdata::data;
 
 fn open(path: &Path, downscale: u32) -> Scene {
     open_scene(
@@ -49,7 +46,7 @@ fn expect_view_err(s: &Scene, i: usize, needles: &[&str]) -> String {
 
 #[test]
 fn lego_alpha_is_kept_and_survives_downscaling() {
-    let lego = data().join("lego");
+    let lego = data("lego");
     let raw = image::open(lego.join("train/r_0.png"))
         .unwrap()
         .into_rgba8();

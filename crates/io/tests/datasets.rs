@@ -13,13 +13,7 @@ use rust3r_io::datasets::{
     self, Dataset, DatasetKind, EurocDataset, Intrinsics, OpenOptions, Pose, detect, natural_cmp,
     open, open_with, tum_intrinsics,
 };
-
-fn redkitchen() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/redkitchen"
-    ))
-}
+use rust3r_testdata::data;
 
 fn write(path: &Path, text: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -87,7 +81,7 @@ fn assert_rotation(p: &Pose, tol: f64) {
 
 #[test]
 fn redkitchen_real() {
-    let dir = redkitchen();
+    let dir = data("redkitchen");
     assert_eq!(detect(&dir).unwrap(), DatasetKind::SevenScenes);
     let ds = open(&dir, None, 1).unwrap();
     assert_eq!(ds.name(), "redkitchen");
@@ -191,7 +185,7 @@ fn gradient_agreement(a: &[f64], b: &[f64], mask: &[bool], w: usize, h: usize) -
 /// colour camera (300-499), colour edges line up with depth edges better than in the file.
 #[test]
 fn redkitchen_colour_is_registered_to_depth() {
-    let dir = redkitchen();
+    let dir = data("redkitchen");
     let ds = open(&dir, None, 1).unwrap();
     assert!(ds.colour_resampled());
     let (mut registered, mut raw) = (0.0, 0.0);
@@ -1156,7 +1150,7 @@ fn video_frames_decode_through_ffmpeg() {
 /// frame is read (the JPEG decoder alone would fill the missing part with grey).
 #[test]
 fn truncated_frames_are_errors_naming_the_file() {
-    let src = redkitchen();
+    let src = data("redkitchen");
     let tmp = tempfile::tempdir().unwrap();
     for i in 0..3 {
         for ext in ["color.jpg", "depth.png", "pose.txt"] {

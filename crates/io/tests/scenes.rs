@@ -15,13 +15,10 @@ use rust3r_io::scene::{
     self, ImageCache, Scene, SceneKind, SceneOptions, ScenePoints, SceneView, colmap, detect_scene,
     open_scene, read_points_ply, write_colmap_text, write_points_ply, write_transforms_json,
 };
-
-fn data() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-}
+use rust3r_testdata::data;
 
 fn statuette_dense() -> PathBuf {
-    data().join("statuette/dense/0")
+    data("statuette/dense/0")
 }
 
 fn opts() -> SceneOptions {
@@ -46,7 +43,7 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 
 #[test]
 fn lego_view0_camera_matches_hand_computed_values() {
-    let lego = data().join("lego");
+    let lego = data("lego");
     assert_eq!(detect_scene(&lego), Some(SceneKind::NerfSynthetic));
     let s = open(&lego);
     assert_eq!(s.kind, SceneKind::NerfSynthetic);
@@ -134,7 +131,7 @@ fn lego_view0_camera_matches_hand_computed_values() {
 
 #[test]
 fn lego_split_every_8th() {
-    let s = open(&data().join("lego"));
+    let s = open(&data("lego"));
     let (train, eval) = s.split(8);
     assert_eq!((train.len(), eval.len()), (87, 13));
     assert_eq!(eval, (0..100).step_by(8).collect::<Vec<_>>());
@@ -147,7 +144,7 @@ fn lego_split_every_8th() {
 
 #[test]
 fn lego_alpha_compositing_and_downscale() {
-    let lego = data().join("lego");
+    let lego = data("lego");
     let bg = [0.2f32, 0.5, 1.0];
     let s = open_scene(
         &lego,
@@ -299,9 +296,9 @@ fn statuette_dense_reprojects_onto_colmap_keypoints() {
 
 #[test]
 fn statuette_distorted_model_opens_and_reprojects_through_undistortion() {
-    let model_dir = data().join("statuette/sparse/0");
+    let model_dir = data("statuette/sparse/0");
     let s = open(&model_dir);
-    assert_eq!(s.root, data().join("statuette"));
+    assert_eq!(s.root, data("statuette"));
     assert_eq!(s.views.len(), 23);
     assert!(s.is_undistorted(0));
     let model = colmap::read_model(&model_dir).unwrap();
@@ -355,17 +352,14 @@ fn statuette_distorted_model_opens_and_reprojects_through_undistortion() {
     // No images in this folder: opening works, loading names the missing file.
     let err = s.load_image(0).unwrap_err();
     assert!(matches!(err, IoError::Io { .. }), "{err}");
-    assert_eq!(err.path(), data().join("statuette/images/DSC_5283.jpg"));
+    assert_eq!(err.path(), data("statuette").join("images/DSC_5283.jpg"));
     assert!(err.to_string().contains("DSC_5283.jpg"), "{err}");
 }
 
 #[test]
 fn colmap_text_model_equals_binary_model() {
     let tmp = tempfile::tempdir().unwrap();
-    for src in [
-        statuette_dense().join("sparse"),
-        data().join("statuette/sparse/0"),
-    ] {
+    for src in [statuette_dense().join("sparse"), data("statuette/sparse/0")] {
         let bin = colmap::read_model(&src).unwrap();
         assert_eq!(bin.cameras.len(), 23);
         assert_eq!(bin.images.len(), 23);
@@ -630,7 +624,7 @@ fn downscale_uses_images_n_folder_and_real_sizes() {
 
 #[test]
 fn fox_undistortion_is_sane_and_round_trips() {
-    let fox = data().join("fox");
+    let fox = data("fox");
     assert_eq!(detect_scene(&fox), Some(SceneKind::Transforms));
     let mut s = open(&fox);
     assert_eq!(s.kind, SceneKind::Transforms);
@@ -800,7 +794,7 @@ fn write_transforms_json_round_trips() {
     assert!(back.points.is_none());
     assert_eq!(back.load_image(1).unwrap(), dense.load_image(1).unwrap());
     // Undistorted views with non-round intrinsics (fox) survive too.
-    let fox = open(&data().join("fox"));
+    let fox = open(&data("fox"));
     write_transforms_json(&json, &fox.views, None).unwrap();
     assert_views_equal(&open(&json).views, &fox.views, true, 1e-12);
 }
@@ -824,7 +818,7 @@ fn write_colmap_text_round_trips() {
     assert_eq!(model.images.len(), 23);
     assert!(model.cameras.iter().all(|c| c.model == "PINHOLE"));
     // Views from a json scene with arbitrary rotations (lego) survive the quaternion trip.
-    let lego = open(&data().join("lego"));
+    let lego = open(&data("lego"));
     write_colmap_text(&sparse, &lego.views, None).unwrap();
     let back = open(tmp.path());
     let mut sorted = lego.views.clone();
@@ -869,7 +863,7 @@ fn image_cache_keeps_first_images_within_budget() {
     assert_send_sync::<Scene>();
     let s = Arc::new(
         open_scene(
-            &data().join("lego"),
+            &data("lego"),
             &SceneOptions {
                 downscale: 4,
                 ..opts()
@@ -916,7 +910,7 @@ fn image_cache_keeps_first_images_within_budget() {
     assert!(cache.get(0).unwrap().alpha.is_none());
 
     // Decoding errors surface from preload.
-    let missing = Arc::new(open(&data().join("statuette/sparse/0")));
+    let missing = Arc::new(open(&data("statuette/sparse/0")));
     let cache = ImageCache::new(missing, u64::MAX);
     let err = cache.preload(&[0, 1]).unwrap_err();
     assert!(err.to_string().contains("DSC_528"), "{err}");
@@ -1013,11 +1007,8 @@ fn json_fuzzing_never_panics() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(0x0001_504e);
     for (src, name) in [
-        (data().join("fox/transforms.json"), "transforms.json"),
-        (
-            data().join("lego/transforms_train.json"),
-            "transforms_train.json",
-        ),
+        (data("fox/transforms.json"), "transforms.json"),
+        (data("lego/transforms_train.json"), "transforms_train.json"),
     ] {
         let original = std::fs::read(&src).unwrap();
         // Images are not next to the copy: lego needs their headers (w/h), fox does not.
@@ -1447,7 +1438,7 @@ fn truncated_images_are_errors_naming_the_file() {
     for (src, image, keep) in [
         (statuette_dense(), "images/DSC_5283.jpg", 1000),
         (statuette_dense(), "images/DSC_5283.jpg", 40_000),
-        (data().join("lego"), "train/r_0.png", 5000),
+        (data("lego"), "train/r_0.png", 5000),
     ] {
         let tmp = scene_with_truncated_image(&src, image, keep);
         let s = open(tmp.path());
@@ -1471,7 +1462,7 @@ fn truncated_images_are_errors_naming_the_file() {
 /// undistorted output) has both: the project folder opens the dense model, whose images load.
 #[test]
 fn colmap_project_without_images_opens_its_undistorted_dense_model() {
-    let s = open(&data().join("statuette"));
+    let s = open(&data("statuette"));
     assert_eq!(s.views.len(), 23);
     assert_eq!(
         s.views[0].image_path,

@@ -2,13 +2,8 @@
 //! x.ply x.sog` does) keep every property within the format's quantisation. (The shared splats
 //! have SH degree 0; the unit tests in `src/sog.rs` cover degrees 1-3 and the SH palette.)
 
-use std::path::PathBuf;
-
 use rust3r_io::{SplatFormat, load_splats, save_splats, sigmoid};
-
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")).join(rel)
-}
+use rust3r_testdata::data;
 
 #[test]
 fn real_splats_round_trip_through_sog() {
@@ -18,7 +13,7 @@ fn real_splats_round_trip_through_sog() {
 }
 
 fn round_trip(file: &str) {
-    let src = load_splats(&shared(&format!("data/splats/{file}"))).unwrap();
+    let src = load_splats(&data(&format!("splats/{file}"))).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.sog");
     save_splats(&path, &src).unwrap();

@@ -18,7 +18,7 @@ fn tiny_options() -> LoadOptions {
 
 #[test]
 fn pth_reader_sees_the_pickle() {
-    let f = PthFile::open(TINY_PTH).unwrap();
+    let f = PthFile::open(tiny_pth()).unwrap();
     assert_eq!(f.tensor_names().count(), 669);
     assert_eq!(f.tensor_names().next(), Some("mask_token"));
     assert_eq!(f.model_string(), Some(tiny_model_string().as_str()));
@@ -38,8 +38,8 @@ fn pth_reader_sees_the_pickle() {
 
 #[test]
 fn pth_and_safetensors_load_identical_tensors() {
-    let pth = Checkpoint::load(TINY_PTH).unwrap();
-    let st = Checkpoint::load_with(TINY_ST, &tiny_options()).unwrap();
+    let pth = Checkpoint::load(tiny_pth()).unwrap();
+    let st = Checkpoint::load_with(tiny_st(), &tiny_options()).unwrap();
     assert_eq!(pth.tensors().len(), 669);
     assert_eq!(
         pth.tensors().keys().collect::<Vec<_>>(),
@@ -58,7 +58,7 @@ fn pth_and_safetensors_load_identical_tensors() {
     assert_eq!(pth.config(), st.config());
 
     // Cross-check a few values against an independent read of the safetensors file.
-    let mut raw = SafetensorsFile::open(TINY_ST).unwrap();
+    let mut raw = SafetensorsFile::open(tiny_st()).unwrap();
     let t = raw
         .read_tensor("downstream_head2.head_local_features.fc2.bias")
         .unwrap();
@@ -71,8 +71,8 @@ fn pth_and_safetensors_load_identical_tensors() {
 
 #[test]
 fn tiny_config_matches_config_json() {
-    let c = json(CONFIG_JSON);
-    let ckpt = Checkpoint::load(TINY_PTH).unwrap();
+    let c = json(&tiny("config.json"));
+    let ckpt = Checkpoint::load(tiny_pth()).unwrap();
     let cfg = ckpt.config();
     let ctor = &c["constructor"];
     let derived = &c["derived"];
@@ -158,7 +158,7 @@ fn tiny_config_matches_config_json() {
 
 #[test]
 fn released_layout_matches_expected_layout_exactly() {
-    let j = json(LAYOUT_JSON);
+    let j = json(&tiny("released_checkpoint_layout.json"));
     let shapes: BTreeMap<String, Vec<usize>> = j["keys"]
         .as_object()
         .unwrap()
@@ -249,7 +249,7 @@ fn released_layout_matches_expected_layout_exactly() {
 #[test]
 fn round_trip_pth_to_safetensors() {
     let dir = tempfile::tempdir().unwrap();
-    let pth = Checkpoint::load(TINY_PTH).unwrap();
+    let pth = Checkpoint::load(tiny_pth()).unwrap();
     let out = dir.path().join("tiny.safetensors");
     pth.save_safetensors(&out).unwrap();
     // The constructor string travels in the metadata, so no options are needed.
@@ -279,7 +279,7 @@ fn config_without_string_uses_canonical_string_on_save() {
     // A safetensors file without metadata, loaded with an explicit string, then saved: the
     // original string is kept.
     let dir = tempfile::tempdir().unwrap();
-    let st = Checkpoint::load_with(TINY_ST, &tiny_options()).unwrap();
+    let st = Checkpoint::load_with(tiny_st(), &tiny_options()).unwrap();
     let out = dir.path().join("a.safetensors");
     st.save_safetensors(&out).unwrap();
     assert_eq!(Checkpoint::load(&out).unwrap().config(), st.config());
@@ -288,7 +288,7 @@ fn config_without_string_uses_canonical_string_on_save() {
 #[test]
 fn module_prefix_is_stripped() {
     let dir = tempfile::tempdir().unwrap();
-    let (cfg, tensors) = Checkpoint::load(TINY_PTH).unwrap().into_parts();
+    let (cfg, tensors) = Checkpoint::load(tiny_pth()).unwrap().into_parts();
     let prefixed: BTreeMap<_, _> = tensors
         .iter()
         .map(|(k, v)| (format!("module.{k}"), v.clone()))

@@ -56,7 +56,7 @@ fn garbage_empty_and_truncated_files() {
     expect_err(&write(dir.path(), "noise.bin", &noise), &["safetensors"]);
     expect_err(&dir.path().join("does-not-exist.pth"), &["No such file"]);
 
-    let pth = std::fs::read(TINY_PTH).unwrap();
+    let pth = std::fs::read(tiny_pth()).unwrap();
     // Truncated inside the data: the central directory is gone.
     let e = expect_err(
         &write(dir.path(), "trunc.pth", &pth[..pth.len() / 2]),
@@ -71,7 +71,7 @@ fn garbage_empty_and_truncated_files() {
     // Only the zip magic.
     expect_err(&write(dir.path(), "magic.pth", b"PK\x03\x04"), &["zip"]);
 
-    let st = std::fs::read(TINY_ST).unwrap();
+    let st = std::fs::read(tiny_st()).unwrap();
     expect_err(
         &write(dir.path(), "trunc.safetensors", &st[..st.len() - 1]),
         &["truncated"],
@@ -137,12 +137,12 @@ fn zip_without_pickle_or_with_missing_storage() {
     let z = build_zip(&[("x/readme.txt".into(), b"hello".to_vec())]);
     expect_err(&write(dir.path(), "nopkl.pth", &z), &["data.pkl"]);
 
-    let mut entries = zip_entries(&std::fs::read(TINY_PTH).unwrap());
+    let mut entries = zip_entries(&std::fs::read(tiny_pth()).unwrap());
     entries.retain(|(n, _)| n != "tiny_mast3r/data/5");
     let p = write(dir.path(), "nostorage.pth", &build_zip(&entries));
     expect_err(&p, &["tiny_mast3r/data/5", "missing"]);
 
-    let mut entries = zip_entries(&std::fs::read(TINY_PTH).unwrap());
+    let mut entries = zip_entries(&std::fs::read(tiny_pth()).unwrap());
     entries
         .iter_mut()
         .find(|(n, _)| n == "tiny_mast3r/data/5")
@@ -152,7 +152,7 @@ fn zip_without_pickle_or_with_missing_storage() {
     let p = write(dir.path(), "shortstorage.pth", &build_zip(&entries));
     expect_err(&p, &["storage `5`", "bytes"]);
 
-    let mut entries = zip_entries(&std::fs::read(TINY_PTH).unwrap());
+    let mut entries = zip_entries(&std::fs::read(tiny_pth()).unwrap());
     entries
         .iter_mut()
         .find(|(n, _)| n.ends_with("/byteorder"))
@@ -225,7 +225,7 @@ fn missing_extra_and_misshaped_keys_are_listed_together() {
     assert_eq!(report.mismatched.len(), 2);
 
     // In safetensors: drop, add and reshape tensors.
-    let (_, mut t) = Checkpoint::load(TINY_PTH).unwrap().into_parts();
+    let (_, mut t) = Checkpoint::load(tiny_pth()).unwrap().into_parts();
     t.remove("enc_blocks.1.attn.qkv.bias");
     t.remove("downstream_head2.head_local_features.fc1.weight");
     t.insert(
@@ -254,27 +254,28 @@ fn config_errors_name_the_file() {
     let dir = tempfile::tempdir().unwrap();
     // The fixture safetensors has no constructor string, and 48 is not a multiple of 64.
     expect_err(
-        Path::new(TINY_ST),
+        &tiny_st(),
         &["cannot derive", "dec_num_heads", "constructor string"],
     );
 
     // A constructor string that contradicts the shapes.
     let bad = tiny_model_string().replace("enc_depth=3", "enc_depth=4");
     let e = Checkpoint::load_with(
-        TINY_ST,
+        tiny_st(),
         &LoadOptions {
             model_string: Some(bad),
         },
     )
     .unwrap_err();
     assert!(
-        e.to_string().contains("enc_depth=4") && e.to_string().starts_with(TINY_ST),
+        e.to_string().contains("enc_depth=4")
+            && e.to_string().starts_with(tiny_st().to_str().unwrap()),
         "{e}"
     );
 
     // Code in the constructor string is not evaluated.
     let e = Checkpoint::load_with(
-        TINY_ST,
+        tiny_st(),
         &LoadOptions {
             model_string: Some("AsymmetricMASt3R(enc_depth=__import__('os').system('x'))".into()),
         },
@@ -284,7 +285,7 @@ fn config_errors_name_the_file() {
 
     // Wrong class.
     let e = Checkpoint::load_with(
-        TINY_ST,
+        tiny_st(),
         &LoadOptions {
             model_string: Some("AsymmetricCroCo3DStereo()".into()),
         },
@@ -293,7 +294,7 @@ fn config_errors_name_the_file() {
     assert!(e.to_string().contains("AsymmetricCroCo3DStereo"), "{e}");
 
     // Diverging aliases.
-    let (_, mut t) = Checkpoint::load(TINY_PTH).unwrap().into_parts();
+    let (_, mut t) = Checkpoint::load(tiny_pth()).unwrap().into_parts();
     t.get_mut("downstream_head1.dpt.scratch.layer_rn.2.weight")
         .unwrap()
         .data[0] += 1.0;
@@ -323,8 +324,8 @@ fn flip(rng: &mut Rng, data: &mut [u8], n: usize) {
 #[test]
 fn random_corruption_never_panics() {
     let dir = tempfile::tempdir().unwrap();
-    let pth = std::fs::read(TINY_PTH).unwrap();
-    let st = std::fs::read(TINY_ST).unwrap();
+    let pth = std::fs::read(tiny_pth()).unwrap();
+    let st = std::fs::read(tiny_st()).unwrap();
     let pkl_entries = zip_entries(&pth);
     let pkl_idx = pkl_entries
         .iter()

@@ -9,19 +9,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::tensor::{Device, DeviceKind};
-use common::{TINY_PTH, TINY_ST, tiny_model_string};
+use common::{tiny, tiny_model_string, tiny_pth, tiny_st};
 use rust3r_mast3r::parity::{OutTensor, run_cases};
 use rust3r_mast3r::preprocess::preprocess;
 use rust3r_mast3r::{Checkpoint, LoadOptions, Mast3r, Precision, SafetensorsFile, TensorF32};
-
-const INPUTS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/inputs.safetensors"
-);
-const OUTPUTS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/outputs.safetensors"
-);
 
 fn device() -> Device {
     assert!(
@@ -36,11 +27,10 @@ fn tiny_safetensors() -> Checkpoint {
     let opts = LoadOptions {
         model_string: Some(tiny_model_string()),
     };
-    Checkpoint::load_with(TINY_ST, &opts).unwrap()
+    Checkpoint::load_with(tiny_st(), &opts).unwrap()
 }
 
-fn read_all(path: &str) -> BTreeMap<String, TensorF32> {
-    assert!(Path::new(path).exists(), "fixture file {path} is missing");
+fn read_all(path: &Path) -> BTreeMap<String, TensorF32> {
     let mut f = SafetensorsFile::open(path).unwrap();
     f.tensor_names()
         .into_iter()
@@ -113,7 +103,7 @@ fn compare(
     worst
 }
 
-fn dtypes(path: &str) -> BTreeMap<String, String> {
+fn dtypes(path: &Path) -> BTreeMap<String, String> {
     let f = SafetensorsFile::open(path).unwrap();
     f.tensor_names()
         .into_iter()
@@ -127,12 +117,12 @@ fn dtypes(path: &str) -> BTreeMap<String, String> {
 #[test]
 fn every_fixture_tensor_matches() {
     let device = device();
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     // Sampling grids from the documented rule, not from the reference: they are compared too.
-    let ours = run_cases(&model, Path::new(INPUTS), None).unwrap();
-    let reference = read_all(OUTPUTS);
+    let ours = run_cases(&model, &tiny("inputs.safetensors"), None).unwrap();
+    let reference = read_all(&tiny("outputs.safetensors"));
     assert_eq!(reference.len(), 191);
-    let worst = compare(&ours, &reference, &dtypes(OUTPUTS));
+    let worst = compare(&ours, &reference, &dtypes(&tiny("outputs.safetensors")));
     println!("worst normalised difference per case: {worst:?}");
     assert_eq!(worst.len(), 4, "all four cases compared");
 }
@@ -142,8 +132,8 @@ fn heads_one_at_a_time_match_the_stacked_heads() {
     // The fixture checks the stacked heads (its views share one size); the per-head path, taken
     // when the views' sizes differ, must give the same outputs.
     let device = device();
-    let mut model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
-    let inputs = read_all(INPUTS);
+    let mut model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
+    let inputs = read_all(&tiny("inputs.safetensors"));
     let enc = |m: &Mast3r, v: usize| {
         let img = &inputs[&format!("pairodd.view{v}.img")];
         m.encode(m.image_tensor(img.data.clone(), [1, 3, 80, 112]))
@@ -184,9 +174,9 @@ fn heads_one_at_a_time_match_the_stacked_heads() {
 #[test]
 fn safetensors_checkpoint_gives_the_same_network() {
     let device = device();
-    let a = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let a = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     let b = Mast3r::from_checkpoint(&tiny_safetensors(), &device, Precision::F32).unwrap();
-    let inputs = read_all(INPUTS);
+    let inputs = read_all(&tiny("inputs.safetensors"));
     let img = &inputs["pairodd.view1.img"];
     let run = |m: &Mast3r| {
         let t = m.image_tensor(img.data.clone(), [1, 3, 80, 112]);
@@ -198,7 +188,7 @@ fn safetensors_checkpoint_gives_the_same_network() {
 
 #[test]
 fn preprocessing_reproduces_pillow() {
-    let inputs = read_all(INPUTS);
+    let inputs = read_all(&tiny("inputs.safetensors"));
     for v in 1..=2 {
         let rgb: Vec<u8> = inputs[&format!("rgb_u8.view{v}")]
             .data
@@ -234,7 +224,7 @@ fn preprocessing_reproduces_pillow() {
 fn batched_entry_points_agree_with_single_calls() {
     let device = device();
     let model = Mast3r::from_checkpoint(&tiny_safetensors(), &device, Precision::F32).unwrap();
-    let inputs = read_all(INPUTS);
+    let inputs = read_all(&tiny("inputs.safetensors"));
     let img = |v: usize| {
         model.image_tensor(
             inputs[&format!("pairodd.view{v}.img")].data.clone(),
@@ -290,12 +280,12 @@ fn half_precision_stays_within_documented_tolerance() {
     if !device.supports_dtype(burn::tensor::DType::F16) {
         panic!("the adapter has no f16 support (lavapipe has it)");
     }
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F16).unwrap();
-    let mut inputs = SafetensorsFile::open(INPUTS).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F16).unwrap();
+    let mut inputs = SafetensorsFile::open(tiny("inputs.safetensors")).unwrap();
     let case = &rust3r_mast3r::parity::CASES[3];
     assert_eq!(case.name, "asymodd");
     let ours = rust3r_mast3r::parity::run_case(&model, case, &mut inputs, None).unwrap();
-    let reference = read_all(OUTPUTS);
+    let reference = read_all(&tiny("outputs.safetensors"));
     let mut worst = 0.0f64;
     let mut failures = Vec::new();
     for (name, o) in &ours {
@@ -329,18 +319,14 @@ fn half_precision_stays_within_documented_tolerance() {
 /// the tiny checkpoint: a finite pointmap of the preprocessed size, positive confidences, colours.
 /// The first colour frame of the real redkitchen sequence in `../shared/data`.
 fn redkitchen_frame() -> rust3r_io::datasets::Frame {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/redkitchen/frame-000000.color.jpg"
-    );
-    assert!(Path::new(path).exists(), "{path} is missing");
+    let path = rust3r_testdata::data("redkitchen/frame-000000.color.jpg");
     rust3r_io::datasets::Frame {
         index: 0,
         timestamp: 0.0,
-        rgb: image::open(path).unwrap().to_rgb8(),
+        rgb: image::open(&path).unwrap().to_rgb8(),
         depth: None,
         gt_pose: None,
-        rgb_path: path.into(),
+        rgb_path: path,
     }
 }
 
@@ -348,7 +334,7 @@ fn redkitchen_frame() -> rust3r_io::datasets::Frame {
 fn slam_front_end_gives_a_finite_pointmap() {
     use rust3r_slam::PointmapFrontEnd;
     let device = device();
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 224).unwrap();
     let frame = redkitchen_frame();
     let pm = fe.pointmap(&frame).unwrap();
@@ -382,7 +368,7 @@ fn calibrated_slam_front_end_puts_points_on_the_rays() {
     let calib = SlamCalibration::read(&yaml).unwrap();
     let u = calib.undistorted;
     let device = device();
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     let mut fe = rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, 512)
         .unwrap()
         .with_calibration(calib)

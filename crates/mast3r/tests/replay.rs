@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use burn::tensor::{DType, Device, DeviceKind, Tensor};
-use common::{Rng, TINY_PTH};
+use common::{Rng, tiny_pth};
 use rust3r_mast3r::{Encoded, Mast3r, Precision, Prediction, Replayer};
 
 fn model() -> Arc<Mast3r> {
@@ -17,7 +17,7 @@ fn model() -> Arc<Mast3r> {
         "a GPU adapter is required (CI installs Mesa's lavapipe)"
     );
     let device = Device::wgpu(DeviceKind::DefaultDevice);
-    Arc::new(Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap())
+    Arc::new(Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap())
 }
 
 fn image(model: &Mast3r, seed: u64, h: usize, w: usize) -> Tensor<4> {
@@ -124,13 +124,10 @@ fn replays_match_the_network_across_inputs_sizes_and_pairs() {
 fn the_slam_front_end_gives_the_same_pointmaps_replayed_or_not() {
     use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
     use rust3r_slam::PointmapFrontEnd;
-    let dir = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/redkitchen"
-    );
-    let data = rust3r_io::datasets::open(std::path::Path::new(dir), None, 5).unwrap();
+    let dir = rust3r_testdata::data("redkitchen");
+    let data = rust3r_io::datasets::open(&dir, None, 5).unwrap();
     let device = model().device().clone();
-    let load = || Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let load = || Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     let mut replayed = Mast3rMonoFrontEnd::new(load(), 224).unwrap();
     let mut direct = Mast3rMonoFrontEnd::new(load(), 224).unwrap();
     direct.set_replay(false);

@@ -217,13 +217,8 @@ fn dump_encoder_features() {
     use rust3r_mast3r::{Mast3r, Precision};
     let out = std::env::var("RUST3R_RETRIEVAL_DUMP").expect("RUST3R_RETRIEVAL_DUMP=<file>");
     let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(common::TINY_PTH, &device, Precision::F32).unwrap();
-    let data = rust3r_io::datasets::open(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/redkitchen"),
-        None,
-        1,
-    )
-    .unwrap();
+    let model = Mast3r::load(common::tiny_pth(), &device, Precision::F32).unwrap();
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 1).unwrap();
     // Keyframes along the sequence, then revisits of the first ones.
     let frames = [0usize, 20, 40, 1, 41, 2];
     let mut t = BTreeMap::new();

@@ -5,18 +5,11 @@
 
 mod common;
 
-use std::path::Path;
-
 use burn::tensor::{Device, DeviceKind};
-use common::TINY_PTH;
+use common::tiny_pth;
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_mast3r::{Mast3r, Precision};
 use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
-
-const REDKITCHEN: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/data/redkitchen"
-);
 
 fn front_end(size: usize) -> Mast3rMonoFrontEnd {
     assert!(
@@ -24,13 +17,13 @@ fn front_end(size: usize) -> Mast3rMonoFrontEnd {
         "a GPU adapter is required (CI installs Mesa's lavapipe)"
     );
     let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     Mast3rMonoFrontEnd::new(model, size).unwrap()
 }
 
 #[test]
 fn pair_decoding_reuses_encodings_and_agrees_with_the_network() {
-    let data = rust3r_io::datasets::open(Path::new(REDKITCHEN), None, 5).unwrap();
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
     let mut fe = front_end(224);
     let (f0, f1) = (data.frame(0).unwrap(), data.frame(1).unwrap());
     let pairs = fe
@@ -92,7 +85,7 @@ fn pair_decoding_reuses_encodings_and_agrees_with_the_network() {
 
 #[test]
 fn slam_tracks_on_network_pairs() {
-    let data = rust3r_io::datasets::open(Path::new(REDKITCHEN), None, 5).unwrap();
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
     let frames = 4;
     let mut cfg = SlamConfig {
         single_thread: true,

@@ -8,17 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, DeviceKind};
-use common::TINY_PTH;
+use common::tiny_pth;
 use rust3r_io::datasets::DatasetKind;
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_mast3r::retrieval::{AsmkParams, RetrievalDatabase};
 use rust3r_mast3r::{Mast3r, Precision};
 use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
-
-const REDKITCHEN: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/data/redkitchen"
-);
 
 fn front_end() -> Mast3rMonoFrontEnd {
     assert!(
@@ -26,7 +21,7 @@ fn front_end() -> Mast3rMonoFrontEnd {
         "a GPU adapter is required (CI installs Mesa's lavapipe)"
     );
     let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(TINY_PTH, &device, Precision::F32).unwrap();
+    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
     let db = RetrievalDatabase::load(
         fixture.join("tiny_retrieval_trainingfree.pth"),
@@ -44,7 +39,7 @@ fn front_end() -> Mast3rMonoFrontEnd {
 fn folder(frames: &[usize]) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     for (j, i) in frames.iter().enumerate() {
-        let src = Path::new(REDKITCHEN).join(format!("frame-{i:06}.color.jpg"));
+        let src = rust3r_testdata::data("redkitchen").join(format!("frame-{i:06}.color.jpg"));
         std::fs::copy(src, dir.path().join(format!("{j:03}.jpg"))).unwrap();
     }
     let p = dir.path().to_path_buf();

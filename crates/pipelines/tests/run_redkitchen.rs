@@ -8,7 +8,7 @@ use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_pipelines::{Refinement, RunOptions, RunSummary, run_capture};
 
 fn kitchen() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/redkitchen")
+    rust3r_testdata::data("redkitchen")
 }
 
 fn run(gpu: &Gpu, out: &Path, refine: Refinement) -> RunSummary {

@@ -11,13 +11,8 @@ use std::path::PathBuf;
 
 use rust3r_slam::{Align, AteReport, eval_ate};
 
-const DATA: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/data/trajectories"
-);
-
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(DATA).join(name)
+    rust3r_testdata::data("trajectories").join(name)
 }
 
 /// evo statistics: rmse, mean, median, std, max, min, matched poses, scale.

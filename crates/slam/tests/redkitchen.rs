@@ -7,7 +7,7 @@ use rust3r_slam::trajectory::Trajectory;
 use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, output, run_slam};
 
 fn data() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/redkitchen")
+    rust3r_testdata::data("redkitchen")
 }
 
 fn run(

@@ -12,13 +12,8 @@ use rust3r_slam::{
     read_trajectory, read_trajectory_with_format, umeyama_alignment, write_tum,
 };
 
-const DATA: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/data/trajectories"
-);
-
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(DATA).join(name)
+    rust3r_testdata::data("trajectories").join(name)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

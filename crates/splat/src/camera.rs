@@ -128,7 +128,9 @@ impl Camera {
 
     /// A camera outside the bounding box of `points` looking at its centre
     /// (from the world -z side, world -y up as in COLMAP/OpenCV captures), with
-    /// a 60 degree horizontal field of view. The box is robust: 2nd to 98th
+    /// a 60 degree horizontal field of view, far enough back that the whole box
+    /// is in the image in both directions (a tall subject in a wide image is
+    /// framed by the vertical field of view). The box is robust: 2nd to 98th
     /// percentile per axis, so a few floaters do not push the camera away.
     pub fn default_for_points(points: &[[f32; 3]], width: u32, height: u32) -> Self {
         let mut lo = [0.0; 3];
@@ -160,7 +162,11 @@ impl Camera {
             .sqrt()
             .max(1e-3);
         let fov = 60f64.to_radians();
-        let dist = radius / (fov / 2.0).tan() * 1.1 + ext[2];
+        // Square pixels (fx = fy): the vertical half-angle tangent is the horizontal one
+        // scaled by the aspect; the sphere around the box must fit the narrower of the two.
+        let tan_x = (fov / 2.0).tan();
+        let tan_y = tan_x * height.max(1) as f64 / width.max(1) as f64;
+        let dist = radius / tan_x.min(tan_y) * 1.1 + ext[2];
         let eye = [center[0], center[1], center[2] - dist];
         Self::look_at(eye, center, [0.0, -1.0, 0.0], fov, width, height)
     }
@@ -217,6 +223,86 @@ impl Camera {
             width,
             height,
             world_to_camera: m,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Camera;
+
+    /// The 8 corners of an axis-aligned box.
+    fn corners(lo: [f32; 3], hi: [f32; 3]) -> Vec<[f32; 3]> {
+        (0..8)
+            .map(|i| {
+                [
+                    if i & 1 == 0 { lo[0] } else { hi[0] },
+                    if i & 2 == 0 { lo[1] } else { hi[1] },
+                    if i & 4 == 0 { lo[2] } else { hi[2] },
+                ]
+            })
+            .collect()
+    }
+
+    /// Pixel coordinates and depth of `p` seen by `cam`.
+    fn project(cam: &Camera, p: [f32; 3]) -> (f64, f64, f64) {
+        let m = &cam.world_to_camera;
+        let c: Vec<f64> = (0..3)
+            .map(|r| {
+                m[r][0] * p[0] as f64 + m[r][1] * p[1] as f64 + m[r][2] * p[2] as f64 + m[r][3]
+            })
+            .collect();
+        (
+            cam.fx * c[0] / c[2] + cam.cx,
+            cam.fy * c[1] / c[2] + cam.cy,
+            c[2],
+        )
+    }
+
+    /// Every corner of the box in front of the camera and inside the image; returns the
+    /// largest fraction of the half-width / half-height a corner reaches.
+    fn assert_framed(lo: [f32; 3], hi: [f32; 3], width: u32, height: u32) -> (f64, f64) {
+        let box_points = corners(lo, hi);
+        let cam = Camera::default_for_points(&box_points, width, height);
+        let (mut reach_x, mut reach_y) = (0.0f64, 0.0f64);
+        for p in box_points {
+            let (u, v, z) = project(&cam, p);
+            assert!(z > 0.0, "corner {p:?} behind the camera (depth {z})");
+            assert!(
+                (0.0..=width as f64).contains(&u) && (0.0..=height as f64).contains(&v),
+                "corner {p:?} projects to ({u:.1}, {v:.1}), outside the {width}x{height} image"
+            );
+            reach_x = reach_x.max((u - cam.cx).abs() / cam.cx);
+            reach_y = reach_y.max((v - cam.cy).abs() / cam.cy);
+        }
+        (reach_x, reach_y)
+    }
+
+    #[test]
+    fn default_camera_frames_a_tall_box_in_a_wide_image() {
+        // Biker-like: 0.8 wide, 2 tall, 0.6 deep, rendered at 1280x720.
+        let (_, reach_y) = assert_framed([-0.4, -1.0, -0.3], [0.4, 1.0, 0.3], 1280, 720);
+        // Framed by the vertical field of view: the box fills a good part of the height.
+        assert!(
+            reach_y > 0.5,
+            "tall box reaches only {reach_y:.2} of the half-height"
+        );
+    }
+
+    #[test]
+    fn default_camera_frames_a_wide_box_in_a_tall_image() {
+        let (reach_x, _) = assert_framed([-3.0, -0.5, -1.0], [3.0, 0.5, 1.0], 480, 960);
+        assert!(
+            reach_x > 0.5,
+            "wide box reaches only {reach_x:.2} of the half-width"
+        );
+    }
+
+    #[test]
+    fn default_camera_frames_off_centre_boxes_at_any_aspect() {
+        for (w, h) in [(1280, 720), (720, 1280), (64, 64), (2000, 100), (100, 2000)] {
+            assert_framed([10.0, -7.0, 3.0], [10.5, -2.0, 3.2], w, h);
+            assert_framed([-4.0, 1.0, -9.0], [4.0, 1.1, -8.0], w, h);
         }
     }
 }

@@ -3,8 +3,6 @@
 //! per-Gaussian buffer consistent and frees what it drops; the alpha loss makes the rendered
 //! alpha match the images' alpha.
 
-use std::path::Path;
-
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_io::scene::{SceneOptions, open_scene};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
@@ -23,7 +21,7 @@ struct View {
 
 /// Lego views composited on white and box-downscaled to SIZE x SIZE; OpenGL c2w -> OpenCV w2c.
 fn lego_views(count: usize) -> Vec<View> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lego");
+    let root = rust3r_testdata::data("lego");
     let meta: serde_json::Value = serde_json::from_slice(
         &std::fs::read(root.join("transforms_train.json")).expect("lego data"),
     )
@@ -389,7 +387,7 @@ const ALPHA_SIZE: u32 = 32;
 #[test]
 fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
     let gpu = gpu();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/lego");
+    let root = rust3r_testdata::data("lego");
     let black = [0.0f32; 3];
     let scene = open_scene(
         &root,

@@ -6,6 +6,7 @@
 mod common;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use rust3r_gpu::bf16::{bf16_nearest, bf16_to_f32};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuOptions};
 use rust3r_splat::train::adam::{MomentPrecision, Moments};
 use rust3r_splat::train::{TrainConfig, Trainer, adam, densify, init, loss, mcmc};
@@ -320,7 +321,7 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         ),
         (m * 3, m * 3, m * 4, m * 3, m * 3, m * 3)
     );
-    let bf = |x: f32| adam::bf16_to_f32(adam::bf16_nearest(x));
+    let bf = |x: f32| bf16_to_f32(bf16_nearest(x));
     let mut whitened = Vec::new();
     for (j, &(p, var)) in expect.iter().enumerate() {
         let p = p as usize;
@@ -944,86 +945,6 @@ fn bf16_ulp(x: f64) -> f64 {
         .max(f64::from(f32::from_bits(1 << 16)))
 }
 
-#[test]
-fn bf16_rounding_bounds_special_values_and_unbiased_stochastic_rounding_on_the_host() {
-    let mut rng = StdRng::seed_from_u64(3);
-    for _ in 0..100_000 {
-        let x = (rng.random::<f64>() - 0.5) * 10f64.powi(rng.random_range(-30..30));
-        let x = x as f32;
-        // Round-trip error bound (8 significant bits): nearest within half a step, at most
-        // 2^-8 relative; stochastic within one step, below 2^-7 relative, to one of the two
-        // neighbours of the same sign.
-        let n = adam::bf16_to_f32(adam::bf16_nearest(x)) as f64;
-        let r = adam::bf16_to_f32(adam::bf16_stochastic(x, rng.random())) as f64;
-        let xd = x as f64;
-        assert!(
-            (n - xd).abs() <= xd.abs() * 2f64.powi(-8),
-            "{x}: nearest {n}"
-        );
-        assert!(
-            (r - xd).abs() < xd.abs() * 2f64.powi(-7),
-            "{x}: stochastic {r}"
-        );
-        let (lo, hi) = (
-            f32::from_bits(x.to_bits() & 0xFFFF_0000) as f64,
-            f32::from_bits((x.to_bits() & 0xFFFF_0000) + 0x1_0000) as f64,
-        );
-        assert!(
-            r == lo || r == hi,
-            "{x}: {r} is not a neighbour ({lo}, {hi})"
-        );
-    }
-    for (x, want) in [
-        (f32::INFINITY, 0x7F80u16),
-        (f32::NEG_INFINITY, 0xFF80),
-        (f32::MAX, 0x7F80), // rounds up past the largest bf16 only stochastically
-        (-0.0, 0x8000),
-        (0.0, 0x0000),
-    ] {
-        let got = adam::bf16_stochastic(x, 0xFFFF);
-        assert_eq!(got, want, "{x}");
-    }
-    assert_eq!(adam::bf16_stochastic(f32::MAX, 0), 0x7F7F);
-    assert_eq!(adam::bf16_stochastic(f32::MAX, 0xFFFF), 0x7F80);
-    for nan in [
-        f32::NAN,
-        -f32::NAN,
-        f32::from_bits(0x7F80_0001),
-        f32::from_bits(0xFFFF_FFFF),
-    ] {
-        for r in [0u16, 1, 0x8000, 0xFFFF] {
-            let got = adam::bf16_stochastic(nan, r);
-            assert!(adam::bf16_to_f32(got).is_nan(), "{nan:?} -> {got:#x}");
-            assert_eq!(
-                got & 0x8000,
-                ((nan.to_bits() >> 16) as u16) & 0x8000,
-                "sign kept"
-            );
-        }
-        assert!(adam::bf16_to_f32(adam::bf16_nearest(nan)).is_nan());
-    }
-    // Unbiased: the mean of many roundings of one value (with the kernels' random bits)
-    // converges to it. Truncation or nearest would be off by 0.3 of a step here.
-    let key = adam::rounding_key(42, 1, 7);
-    for x in [1.0f32 + 0.3 / 128.0, -3.7e-5, 0.001234, 2.5e-39] {
-        let count = 200_000u32;
-        let sum: f64 = (0..count)
-            .map(|i| {
-                let r = adam::rounding_bits(i, key) as u16;
-                adam::bf16_to_f32(adam::bf16_stochastic(x, r)) as f64
-            })
-            .sum();
-        let mean = sum / count as f64;
-        let ulp = bf16_ulp(x as f64);
-        // One rounding has a standard deviation below ulp/2; 6 sigma of the mean.
-        assert!(
-            (mean - x as f64).abs() < 6.0 * 0.5 * ulp / (count as f64).sqrt(),
-            "{x}: mean of stochastic roundings {mean}, off by {:.4} steps",
-            (mean - x as f64) / ulp
-        );
-    }
-}
-
 /// Float64 reference of the compact Adam update with an error bound: `m`, `v` are the
 /// reference moments, `em`, `ev` bounds of how far the stored bf16 moments may be from them
 /// (each store rounds stochastically to a neighbour: at most one bf16 step away).
@@ -1089,10 +1010,10 @@ fn compact_adam_matches_float64_reference_within_the_bf16_bound() {
     let len = n * row;
     // Start from non-zero bf16 moments (as after earlier steps) and random parameters.
     let m0: Vec<f32> = (0..len)
-        .map(|_| adam::bf16_to_f32(adam::bf16_nearest((rng.random::<f32>() - 0.5) * 0.2)))
+        .map(|_| bf16_to_f32(bf16_nearest((rng.random::<f32>() - 0.5) * 0.2)))
         .collect();
     let v0: Vec<f32> = (0..len)
-        .map(|_| adam::bf16_to_f32(adam::bf16_nearest(rng.random::<f32>() * 0.01)))
+        .map(|_| bf16_to_f32(bf16_nearest(rng.random::<f32>() * 0.01)))
         .collect();
     let p0: Vec<f32> = (0..len).map(|_| rng.random::<f32>()).collect();
     let radii: Vec<u32> = (0..n * 2)
@@ -1242,7 +1163,7 @@ fn compact_adam_rounding_is_unbiased_and_keeps_the_second_moment_decaying() {
     let want = ((1.0f32 - 0.9f32) * (g * 10.0)) as f64;
     let mean = m.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
     let ulp = bf16_ulp(want);
-    let nearest = adam::bf16_to_f32(adam::bf16_nearest(want as f32)) as f64;
+    let nearest = bf16_to_f32(bf16_nearest(want as f32)) as f64;
     eprintln!(
         "m: {want} -> mean of {n} stochastic roundings {mean} ({:+.4} steps; nearest is {:+.3})",
         (mean - want) / ulp,
@@ -1378,7 +1299,7 @@ fn checkpoints_hold_either_moment_storage_and_resume_converts() {
     // Resuming it with compact moments converts (to the nearest bf16), and the compact
     // checkpoint stores the packed words: half the moment bytes.
     old_t.set_moment_precision(MomentPrecision::Bf16).unwrap();
-    let bf = |x: &f32| adam::bf16_to_f32(adam::bf16_nearest(*x));
+    let bf = |x: &f32| bf16_to_f32(bf16_nearest(*x));
     let rounded: Vec<(Vec<f32>, Vec<f32>)> = want
         .iter()
         .map(|(m, v)| (m.iter().map(bf).collect(), v.iter().map(bf).collect()))

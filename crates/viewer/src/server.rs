@@ -175,7 +175,7 @@ struct SceneInfo {
     splats: usize,
     sh_degree: u32,
     description: String,
-    /// Pose of `rust3r render`'s default camera (the same for every image size) and its
+    /// Pose of `rust3r render`'s default camera at 16:9 (see [`default_view`]) and its
     /// horizontal field of view in radians.
     default_world_to_camera: [[f64; 4]; 4],
     default_fov_x: f64,
@@ -463,8 +463,10 @@ impl Drop for ViewerHandle {
     }
 }
 
-/// `rust3r render`'s default camera pose for `means` and the median depth in front of it (a
-/// camera at -z looking at the origin when there are none yet).
+/// `rust3r render`'s default camera pose for `means` at a 16:9 image, and the median depth in
+/// front of it (a camera at -z looking at the origin when there are none yet). The page keeps
+/// the horizontal field of view whatever its size, so the pose is the one that frames the
+/// splats in a landscape window: a tall subject fits the narrower vertical field of view.
 fn default_view(means: &[[f32; 3]]) -> ([[f64; 4]; 4], f64) {
     if means.is_empty() {
         return (
@@ -473,7 +475,7 @@ fn default_view(means: &[[f32; 3]]) -> ([[f64; 4]; 4], f64) {
             3.0,
         );
     }
-    let cam = Camera::default_for_points(means, 2, 2);
+    let cam = Camera::default_for_points(means, 16, 9);
     (cam.world_to_camera, median_depth(&cam, means))
 }
 

@@ -4,27 +4,21 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rust3r_gpu::Gpu;
 use rust3r_io::Splats;
 use rust3r_splat::{Camera, GpuSplats, RenderOptions, render_chunks};
+use rust3r_testdata::data;
 use rust3r_viewer::{Content, CurrentFrame, Scene, Stats, ViewerConfig, ViewerHandle};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
 type Client = WebSocket<MaybeTlsStream<TcpStream>>;
 
-fn shared(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared")
-        .join(rel)
-}
-
 /// Every k-th Gaussian of biker.spz: about `n` of them.
 fn tiny_biker(n: usize) -> Splats {
-    let s = rust3r_io::load_splats(&shared("data/splats/biker.spz")).unwrap();
+    let s = rust3r_io::load_splats(&data("splats/biker.spz")).unwrap();
     let k = (s.len() / n).max(1);
     let per = s.sh.len() / s.len();
     let rows: Vec<usize> = (0..s.len()).step_by(k).collect();
@@ -207,8 +201,9 @@ fn frames_match_the_rasterizer_for_two_clients_and_the_screenshot_is_exact() {
             let pose: [[f64; 4]; 4] =
                 serde_json::from_value(v["default_world_to_camera"].clone()).unwrap();
             assert_eq!(
-                pose, camera.world_to_camera,
-                "the page's default camera is rust3r render's"
+                pose,
+                Camera::default_for_points(&splats.means, 16, 9).world_to_camera,
+                "the page's default camera is rust3r render's at 16:9"
             );
         }
         Reply::Frame { .. } => panic!("a frame before the scene"),

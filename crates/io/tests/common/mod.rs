@@ -6,12 +6,9 @@ use std::path::PathBuf;
 use rand::Rng;
 use rust3r_io::{SH_C0, Splats, num_coeffs_for_degree, sigmoid};
 
-/// `/work/shared/data/splats`, located relative to this crate.
+/// The shared real splats (`data/splats`, see `rust3r_testdata`).
 pub fn data_dir() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/data/splats"
-    ))
+    rust3r_testdata::data("splats")
 }
 
 /// Random splats whose values stay inside the ranges every format can represent.

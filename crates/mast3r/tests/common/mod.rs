@@ -5,30 +5,24 @@ use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 
-pub const TINY_PTH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.pth"
-);
-pub const TINY_ST: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/tiny_mast3r.safetensors"
-);
-pub const CONFIG_JSON: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/config.json"
-);
-pub const LAYOUT_JSON: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/mast3r_tiny/released_checkpoint_layout.json"
-);
+/// `name` in the tiny MASt3R fixture (`fixtures/mast3r_tiny` of the shared test data).
+pub fn tiny(name: &str) -> PathBuf {
+    rust3r_testdata::fixtures(&format!("mast3r_tiny/{name}"))
+}
+pub fn tiny_pth() -> PathBuf {
+    tiny("tiny_mast3r.pth")
+}
+pub fn tiny_st() -> PathBuf {
+    tiny("tiny_mast3r.safetensors")
+}
 
-pub fn json(path: &str) -> serde_json::Value {
+pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// The constructor string stored in the tiny checkpoint (config.json's copy of it).
 pub fn tiny_model_string() -> String {
-    json(CONFIG_JSON)["checkpoint_model_string"]
+    json(&tiny("config.json"))["checkpoint_model_string"]
         .as_str()
         .unwrap()
         .to_string()
@@ -77,7 +71,7 @@ pub fn build_zip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
 
 /// The tiny checkpoint with its `data.pkl` passed through `edit`.
 pub fn tiny_with_pickle(edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-    let mut entries = zip_entries(&std::fs::read(TINY_PTH).unwrap());
+    let mut entries = zip_entries(&std::fs::read(tiny_pth()).unwrap());
     let pkl = entries
         .iter_mut()
         .find(|(n, _)| n.ends_with("/data.pkl"))

@@ -27,15 +27,15 @@
 )]
 
 use cubecl::prelude::*;
+use rust3r_gpu::bf16::{bf16_nearest, bf16_stochastic_bits, bf16_to_f32};
 use rust3r_gpu::fp8::{
     fp8_signed_decode, fp8_signed_encode, fp8_unsigned_decode, fp8_unsigned_encode,
 };
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32, pack_pairs, pair_entry};
+use rust3r_gpu::random::{pcg_hash, pcg_hash_host};
 
 use crate::kernels::project::sh_value_grad;
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
-
-use super::densify::pcg_hash;
 
 /// [`Gpu::placeholder`] slots of the Adam kernels' unused arguments (one launch binds them all, so
 /// they are distinct).
@@ -114,25 +114,6 @@ fn adam_step(
     param[i] = adam_value(
         param[i], grad[i], i, m, v, mv, step, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
     );
-}
-
-/// bf16 bits (in the low 16 bits of the result) of `x` rounded stochastically with the
-/// random value `r` (its low 16 bits are used): `(bits(x) + r) >> 16`. On the sign-magnitude
-/// encoding this rounds the magnitude up with probability equal to the dropped fraction, for
-/// either sign, denormals included; a carry into the exponent is the correct next value (the
-/// largest finite values can round up to infinity, as in any rounding of an overflow).
-/// Infinities are kept, NaNs stay NaNs (quiet bit set) instead of carrying into the sign.
-#[cube]
-pub fn bf16_stochastic_bits(x: f32, r: u32) -> u32 {
-    let b = u32::reinterpret(x);
-    let mut out = (b + (r & 0xFFFFu32)) >> 16u32;
-    if (b & 0x7F80_0000u32) == 0x7F80_0000u32 {
-        out = b >> 16u32;
-        if (b & 0x007F_FFFFu32) != 0u32 {
-            out = out | 0x40u32;
-        }
-    }
-    out
 }
 
 /// Adam step of one value whose moments sit at index `mi` of `m` / `v` (f32) or, with
@@ -666,29 +647,6 @@ impl Default for AdamConfig {
     }
 }
 
-/// Host mirror of [`bf16_stochastic_bits`].
-pub fn bf16_stochastic(x: f32, r: u16) -> u16 {
-    let b = x.to_bits();
-    if b & 0x7F80_0000 == 0x7F80_0000 {
-        let t = (b >> 16) as u16;
-        return if b & 0x007F_FFFF != 0 { t | 0x40 } else { t };
-    }
-    ((b + r as u32) >> 16) as u16
-}
-
-/// bf16 nearest to `x`, ties to even (NaN stays NaN).
-pub fn bf16_nearest(x: f32) -> u16 {
-    let b = x.to_bits();
-    if b & 0x7F80_0000 == 0x7F80_0000 {
-        return bf16_stochastic(x, 0);
-    }
-    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
-}
-
-pub fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits((h as u32) << 16)
-}
-
 /// One packed word of moments: `m` in the high half, `v` in the low half.
 pub fn pack_moments(m: f32, v: f32) -> u32 {
     ((bf16_nearest(m) as u32) << 16) | bf16_nearest(v) as u32
@@ -707,13 +665,6 @@ pub fn rounding_key(seed: u64, group: usize, t: u64) -> u32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) as u32
-}
-
-/// Host mirror of the kernels' `pcg_hash`.
-pub fn pcg_hash_host(v: u32) -> u32 {
-    let state = v.wrapping_mul(747796405).wrapping_add(2891336453);
-    let word = ((state >> ((state >> 28) + 4)) ^ state).wrapping_mul(277803737);
-    (word >> 22) ^ word
 }
 
 /// The random bits the compact update uses for element `i` under `key`: the low 16 round

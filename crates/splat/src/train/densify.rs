@@ -21,31 +21,12 @@
 
 use cubecl::prelude::*;
 use rust3r_gpu::half::half_bits_at;
+use rust3r_gpu::random::normal;
 use rust3r_gpu::{Gpu, GpuBuffer};
 
-/// PCG hash (O'Neill), a stateless per-element random stream.
-#[cube]
-pub fn pcg_hash(v: u32) -> u32 {
-    let state = v * 747796405u32 + 2891336453u32;
-    let word = ((state >> ((state >> 28u32) + 4u32)) ^ state) * 277803737u32;
-    (word >> 22u32) ^ word
-}
-
-/// Uniform in (0, 1].
-#[cube]
-pub fn uniform(v: u32) -> f32 {
-    ((pcg_hash(v) >> 8u32) + 1u32) as f32 * (1.0f32 / 16777216.0f32)
-}
-
-/// A standard normal from two hashed uniforms (Box-Muller).
-// 2 pi as a literal: `#[cube]` code takes float literals, not paths to std constants.
-#[allow(clippy::approx_constant)]
-#[cube]
-pub fn normal(seed: u32, index: u32) -> f32 {
-    let u1 = uniform(seed ^ pcg_hash(index * 2u32));
-    let u2 = uniform(seed ^ pcg_hash(index * 2u32 + 1u32));
-    f32::sqrt(-2.0f32 * f32::ln(u1)) * f32::cos(6.283185307179586f32 * u2)
-}
+/// `dst[index[j]] = values[j]` row-wise: [`rust3r_gpu::gather::scatter_rows`], under the name
+/// the trainer calls it by.
+pub use rust3r_gpu::gather::scatter_rows as scatter;
 
 /// Rows of 32-bit words gathered from their parents, copied bit for bit (f32 parameters and
 /// packed bf16 moments alike); with `zero_fresh`, rows of new Gaussians become zero words
@@ -150,30 +131,6 @@ fn split_children(
     log_scales[j * 3] -= shrink;
     log_scales[j * 3 + 1] -= shrink;
     log_scales[j * 3 + 2] -= shrink;
-}
-
-#[cube(launch)]
-fn scatter_rows(dst: &mut [f32], index: &[u32], values: &[f32], n: u32, row: u32) {
-    let i = rust3r_gpu::global_id();
-    let r = row as usize;
-    if i >= (n as usize) * r {
-        terminate!();
-    }
-    let j = i / r;
-    let k = i - j * r;
-    dst[(index[j] as usize) * r + k] = values[i];
-}
-
-#[cube(launch)]
-fn zero_rows(dst: &mut [f32], index: &[u32], n: u32, row: u32) {
-    let i = rust3r_gpu::global_id();
-    let r = row as usize;
-    if i >= (n as usize) * r {
-        terminate!();
-    }
-    let j = i / r;
-    let k = i - j * r;
-    dst[(index[j] as usize) * r + k] = 0.0f32;
 }
 
 /// ADC statistics: `grad2d[i] += |d L / d mean2d| * (W/2, H/2)` (gsplat's normalisation to
@@ -477,46 +434,6 @@ pub fn apply_splits(
             variant.arg(),
             n as u32,
             seed,
-        );
-    }
-}
-
-/// `dst[index[j]] = values[j]` row-wise.
-pub fn scatter(
-    gpu: &Gpu,
-    dst: &GpuBuffer<f32>,
-    index: &GpuBuffer<u32>,
-    values: &GpuBuffer<f32>,
-    row: usize,
-) {
-    let n = index.len();
-    assert_eq!(values.len(), n * row, "scatter values");
-    if n > 0 {
-        scatter_rows::launch(
-            gpu.client(),
-            grid(gpu, n * row),
-            CubeDim::new_1d(256),
-            dst.arg(),
-            index.arg(),
-            values.arg(),
-            n as u32,
-            row as u32,
-        );
-    }
-}
-
-/// `dst[index[j]] = 0` row-wise.
-pub fn zero(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, row: usize) {
-    let n = index.len();
-    if n > 0 {
-        zero_rows::launch(
-            gpu.client(),
-            grid(gpu, n * row),
-            CubeDim::new_1d(256),
-            dst.arg(),
-            index.arg(),
-            n as u32,
-            row as u32,
         );
     }
 }
