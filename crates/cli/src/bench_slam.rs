@@ -232,16 +232,15 @@ fn run(
         .filter(|(_, f)| f.tracked)
         .map(|(p, _)| p)
         .collect();
+    let gt_poses: Vec<_> = gt
+        .iter()
+        .map(|(t, m)| (*t, output::pose_to_sim3(m)))
+        .collect();
     if let Some(path) = &a.trajectory {
         output::write_tum_poses(path, &est)?;
-        let gt_poses: Vec<_> = gt.iter().map(|(t, m)| (*t, output::pose_to_sim3(m))).collect();
         output::write_tum_poses(&path.with_extension("gt.txt"), &gt_poses)?;
     }
-    let gt_t = to_traj(
-        &gt.iter()
-            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-            .collect::<Vec<_>>(),
-    );
+    let gt_t = to_traj(&gt_poses);
     let ate = ate_from_trajectories(
         &to_traj(&est),
         &gt_t,
