@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 
 use nalgebra::{Matrix4, Vector3};
+use rayon::prelude::*;
 use rust3r_geometry::PinholeCamera;
 use rust3r_io::IoError;
 use rust3r_io::datasets::{Dataset, Frame, Intrinsics, Pose};
@@ -156,51 +157,45 @@ impl DepthPairs {
         let cam = self.camera_model();
         let (w, h) = (self.width, self.height);
         let (rw, rh) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
+        // Per pixel: point, confidence, colour (rows in parallel).
+        let mut px = vec![([0f32; 3], 0f32, [0u8; 3]); w * h];
+        let nz = self.noise;
+        crate::par::fill_rows(&mut px, w, |x, y, i| {
+            // Nearest source pixel (pixel centres aligned).
+            let sx = (((x as f64 + 0.5) * dw as f64 / w as f64) as usize).min(dw - 1);
+            let sy = (((y as f64 + 0.5) * dh as f64 / h as f64) as usize).min(dh - 1);
+            let z = depth.get_pixel(sx as u32, sy as u32)[0];
+            let ray = [(x as f64 - cam.cx) / cam.fx, (y as f64 - cam.cy) / cam.fy];
+            let noise = if nz.depth_sigma > 0.0 {
+                (nz.depth_sigma * normal(nz.seed, frame.index as u64, i as u64 + 1)).exp()
+            } else {
+                1.0
+            };
+            let cx = ((x as f64 + 0.5) * rw as f64 / w as f64) as usize;
+            let cy = ((y as f64 + 0.5) * rh as f64 / h as f64) as usize;
+            let c = frame
+                .rgb
+                .get_pixel(cx.min(rw - 1) as u32, cy.min(rh - 1) as u32)
+                .0;
+            if z.is_finite() && z > 0.0 {
+                let z = z as f64 * noise;
+                ([(ray[0] * z) as f32, (ray[1] * z) as f32, z as f32], 5.0, c)
+            } else {
+                ([ray[0] as f32, ray[1] as f32, -1.0], 0.0, c)
+            }
+        });
+        let mut valid_z: Vec<f64> = px
+            .iter()
+            .filter(|p| p.1 > 0.0)
+            .map(|p| p.0[2] as f64)
+            .collect();
         let mut pm = Pointmap {
             width: w,
             height: h,
-            points: Vec::with_capacity(w * h),
-            conf: Vec::with_capacity(w * h),
-            colors: Vec::with_capacity(w * h),
+            points: px.iter().map(|p| p.0).collect(),
+            conf: px.iter().map(|p| p.1).collect(),
+            colors: px.iter().map(|p| p.2).collect(),
         };
-        let mut valid_z = Vec::new();
-        for y in 0..h {
-            for x in 0..w {
-                // Nearest source pixel (pixel centres aligned).
-                let sx = (((x as f64 + 0.5) * dw as f64 / w as f64) as usize).min(dw - 1);
-                let sy = (((y as f64 + 0.5) * dh as f64 / h as f64) as usize).min(dh - 1);
-                let z = depth.get_pixel(sx as u32, sy as u32)[0];
-                let ray = [
-                    (x as f64 - cam.cx) / cam.fx,
-                    (y as f64 - cam.cy) / cam.fy,
-                    1.0,
-                ];
-                let noise = if self.noise.depth_sigma > 0.0 {
-                    (self.noise.depth_sigma
-                        * normal(self.noise.seed, frame.index as u64, (y * w + x) as u64 + 1))
-                    .exp()
-                } else {
-                    1.0
-                };
-                if z.is_finite() && z > 0.0 {
-                    let z = z as f64 * noise;
-                    valid_z.push(z);
-                    pm.points
-                        .push([(ray[0] * z) as f32, (ray[1] * z) as f32, z as f32]);
-                    pm.conf.push(5.0);
-                } else {
-                    pm.points.push([ray[0] as f32, ray[1] as f32, -1.0]);
-                    pm.conf.push(0.0);
-                }
-                let cx = ((x as f64 + 0.5) * rw as f64 / w as f64) as usize;
-                let cy = ((y as f64 + 0.5) * rh as f64 / h as f64) as usize;
-                let c = frame
-                    .rgb
-                    .get_pixel(cx.min(rw - 1) as u32, cy.min(rh - 1) as u32)
-                    .0;
-                pm.colors.push(c);
-            }
-        }
         // Invalid pixels: finite points on their rays at the median depth (confidence 0).
         let median = if valid_z.is_empty() {
             1.0
@@ -464,16 +459,16 @@ pub fn world_descriptors(world: &[Vector3<f64>], conf: &[f32]) -> Vec<f32> {
         })
         .collect();
     let amp = (2.0 / DESC_DIM as f64).sqrt();
-    let mut out = Vec::with_capacity(world.len() * DESC_DIM);
-    for (x, &c) in world.iter().zip(conf) {
-        for (w, b) in &feats {
-            out.push(if c > 0.0 {
-                (amp * (w.dot(x) + b).cos()) as f32
-            } else {
-                0.0
-            });
-        }
-    }
+    let mut out = vec![0f32; world.len() * DESC_DIM];
+    out.par_chunks_mut(DESC_DIM)
+        .zip(world.par_iter().zip(conf))
+        .for_each(|(d, (x, &c))| {
+            if c > 0.0 {
+                for (o, (w, b)) in d.iter_mut().zip(&feats) {
+                    *o = (amp * (w.dot(x) + b).cos()) as f32;
+                }
+            }
+        });
     out
 }
 
