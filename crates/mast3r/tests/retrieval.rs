@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use rust3r_mast3r::retrieval::{AsmkParams, Codebook, RetrievalDatabase, RetrievalError};
 use rust3r_mast3r::{SafetensorsFile, TensorF32};
+use rust3r_testdata::rel_err;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,23 +27,6 @@ fn tensors(path: &Path) -> (BTreeMap<String, TensorF32>, SafetensorsFile) {
         out.insert(n.clone(), f.read_tensor(&n).unwrap());
     }
     (out, f)
-}
-
-/// Largest |a - b| over max |b|, NaN counted as infinite.
-fn rel_err(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let scale = b
-        .iter()
-        .fold(0f64, |m, v| if v.abs() > m { v.abs() } else { m });
-    let mut worst = 0f64;
-    for (x, y) in a.iter().zip(b) {
-        let d = (x - y).abs();
-        if !d.is_finite() {
-            return f64::INFINITY;
-        }
-        worst = worst.max(d);
-    }
-    worst / scale.max(f64::MIN_POSITIVE)
 }
 
 fn ints(t: &TensorF32) -> Vec<i64> {

@@ -26,6 +26,7 @@ use rust3r_slam::SlamConfig;
 use rust3r_slam::matching::{iter_proj, ray_image, refine_matches};
 use rust3r_slam::pointmap::Pointmap;
 use rust3r_slam::tracker::{LevelView, ResidualParams, converged, point_info_weighted, solve_pose};
+use rust3r_testdata::rel_err;
 use rust3r_torch_checkpoint::SafetensorsFile;
 
 const TOL: f64 = 1e-4;
@@ -82,21 +83,6 @@ impl Tensors {
         }
         Sim3::from_data(&a)
     }
-}
-
-/// Largest |a - b| over max |b|, NaN counted as infinite.
-fn rel_err(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
-    let mut worst = 0f64;
-    for (x, y) in a.iter().zip(b) {
-        let d = (x - y).abs();
-        if !d.is_finite() {
-            return f64::INFINITY;
-        }
-        worst = worst.max(d);
-    }
-    worst / scale.max(f64::MIN_POSITIVE)
 }
 
 /// `[sR | t]` of a pose, row-major (compares poses without the quaternion's sign).

@@ -51,9 +51,33 @@ fn existing(path: PathBuf) -> PathBuf {
     path
 }
 
+/// Largest `|a - b|` over the largest `|b|` (`b` the reference), for parity comparisons with a
+/// relative tolerance; a NaN or infinite difference makes it infinite, so a value a kernel never
+/// wrote (poisoned with NaN) fails the comparison instead of being folded away.
+pub fn rel_err(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "compared arrays differ in length");
+    let scale = b.iter().fold(0f64, |m, v| m.max(v.abs()));
+    let mut worst = 0f64;
+    for (x, y) in a.iter().zip(b) {
+        let d = (x - y).abs();
+        if !d.is_finite() {
+            return f64::INFINITY;
+        }
+        worst = worst.max(d);
+    }
+    worst / scale.max(f64::MIN_POSITIVE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{data, fixtures, shared};
+
+    #[test]
+    fn rel_err_is_relative_and_propagates_nan() {
+        assert_eq!(super::rel_err(&[1.0, 2.5], &[1.0, 2.0]), 0.25);
+        assert_eq!(super::rel_err(&[f64::NAN, 2.0], &[1.0, 2.0]), f64::INFINITY);
+        assert_eq!(super::rel_err(&[0.0], &[0.0]), 0.0);
+    }
 
     #[test]
     fn finds_the_shared_data() {
