@@ -12,6 +12,32 @@ fn redkitchen() -> Box<dyn Dataset> {
     datasets::open(&rust3r_testdata::data("redkitchen"), None, 1).expect("redkitchen opens")
 }
 
+/// ATE (Sim(3) alignment) of a run's frame poses against the data set's ground truth.
+fn ate_sim3(r: &rust3r_slam::SlamResult, gt: &[(f64, rust3r_io::datasets::Pose)]) -> f64 {
+    let traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
+        let mut t = Trajectory::default();
+        for (ts, p) in poses {
+            t.push(ts, p.to_se3());
+        }
+        t
+    };
+    let gt_t = traj(
+        gt.iter()
+            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
+            .collect(),
+    );
+    ate_from_trajectories(
+        &traj(r.frame_poses()),
+        &gt_t,
+        &AteOptions {
+            align: Align::Sim3,
+            ..Default::default()
+        },
+    )
+    .expect("ate")
+    .rmse
+}
+
 #[test]
 fn ping_pong_plays_forwards_then_backwards() {
     let pp = PingPong::new(redkitchen(), 100, 12).expect("ping-pong");
@@ -112,28 +138,7 @@ fn mono_system_tracks_ideal_depth_pairs_out_and_back() {
         )
         .expect("slam runs");
         assert!(r.frames.iter().all(|f| f.tracked), "every frame is tracked");
-        let traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
-            let mut t = Trajectory::default();
-            for (ts, p) in poses {
-                t.push(ts, p.to_se3());
-            }
-            t
-        };
-        let gt_t = traj(
-            gt.iter()
-                .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-                .collect(),
-        );
-        let ate = ate_from_trajectories(
-            &traj(r.frame_poses()),
-            &gt_t,
-            &AteOptions {
-                align: Align::Sim3,
-                ..Default::default()
-            },
-        )
-        .expect("ate")
-        .rmse;
+        let ate = ate_sim3(&r, &gt);
         eprintln!(
             "back end {backend}: {} keyframes, ATE Sim(3) {ate:.4} m",
             r.keyframes.frames.len()
@@ -149,4 +154,31 @@ fn mono_system_tracks_ideal_depth_pairs_out_and_back() {
         "the back end gains {} m",
         without - with
     );
+}
+
+/// The back end keeps each edge's matches through an optimisation (as MASt3R-SLAM keeps them for
+/// good): re-associating them at every iteration let the keyframes slide on ideal pairs (frames
+/// 0-299 every 2nd at 256x192: 3.44 cm ATE Sim(3) before, 0.93 cm with the matches kept,
+/// measured 2026-11-28; 16.9 -> 0.97 cm on every frame of 0-299).
+#[test]
+fn mono_back_end_keeps_ideal_pairs_accurate() {
+    let ds = PingPong::new(redkitchen(), 2, 150).expect("ping-pong");
+    let k = ds.depth_intrinsics().expect("depth camera");
+    let gt = ds.ground_truth().expect("ground truth");
+    let mut pairs = DepthPairs::new(None, k, 256, 192, DepthNoise::default()).expect("pairs");
+    let r = rust3r_slam::run_slam_source(
+        FrameSource::Inline {
+            dataset: &ds,
+            front: &mut pairs,
+        },
+        &SlamConfig::default(),
+        None,
+        None,
+        |_| {},
+    )
+    .expect("slam runs");
+    assert!(r.frames.iter().all(|f| f.tracked), "every frame is tracked");
+    assert!(r.backend_runs > 0, "the back end ran");
+    let ate = ate_sim3(&r, &gt);
+    assert!(ate < 0.015, "ATE Sim(3) {ate} m");
 }
