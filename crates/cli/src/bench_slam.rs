@@ -133,7 +133,7 @@ pub fn slam_mono(a: &SlamMonoArgs) -> Result<()> {
             // The released head's shape: 1024-wide features, 300 per image.
             let dim = 1024;
             let head = RetrievalHead::random(enc_dim, dim, NFeat::Count(300), a.seed);
-            let codebook = Codebook::new(random_unit_rows(words, dim, a.seed ^ 0xC0DE), dim)?;
+            let codebook = Codebook::random(words, dim, a.seed ^ 0xC0DE)?;
             Some((
                 RetrievalDatabase::new(head, codebook, AsmkParams::default())?,
                 format!("random head, {words}-word codebook"),
@@ -284,25 +284,4 @@ fn run(
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
-}
-
-/// `n` rows of `dim` values, unit-norm, uniform on the sphere's directions (deterministic in
-/// `seed`): a codebook's shape without its training.
-fn random_unit_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed;
-    let mut out: Vec<f32> = (0..n * dim)
-        .map(|_| {
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            (z >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect();
-    for row in out.chunks_exact_mut(dim) {
-        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-        row.iter_mut().for_each(|v| *v /= norm);
-    }
-    out
 }

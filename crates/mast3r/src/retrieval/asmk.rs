@@ -39,6 +39,20 @@ impl Codebook {
         })
     }
 
+    /// `k` random unit-norm centroids of width `dim` (deterministic in `seed`): a codebook of the
+    /// released one's shape without its training, for timing.
+    pub fn random(k: usize, dim: usize, seed: u64) -> Result<Self, RetrievalError> {
+        let mut state = seed;
+        let mut c: Vec<f32> = (0..k * dim)
+            .map(|_| super::splitmix_symmetric(&mut state) as f32)
+            .collect();
+        for row in c.chunks_exact_mut(dim.max(1)) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+        Self::new(c, dim)
+    }
+
     /// Reads the codebook cache `asmk` writes (`pickle.dump(Codebook.state_dict())`:
     /// `{'type': 'Codebook', 'params': {'size': K}, 'state': {'centroids': float32 [K, D]}}`),
     /// or a pickle holding the bare `[K, D]` array.

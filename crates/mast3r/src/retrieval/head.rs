@@ -289,15 +289,7 @@ impl RetrievalHead {
         let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
         let mut uniform = |n: usize, scale: f64| -> Vec<f64> {
             (0..n)
-                .map(|_| {
-                    // SplitMix64.
-                    state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                    let mut z = state;
-                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                    z ^= z >> 31;
-                    ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-                })
+                .map(|_| super::splitmix_symmetric(&mut state) * scale)
                 .collect()
         };
         let whitener = |d: usize, u: &mut dyn FnMut(usize, f64) -> Vec<f64>| Whitener {

@@ -23,6 +23,17 @@ pub use database::{Query, RetrievalDatabase, codebook_path};
 pub use head::{LocalFeatures, NFeat, RetrievalHead};
 pub use ivf::InvertedFile;
 
+/// The next uniform value in `[-1, 1)` of a SplitMix64 stream (`state` advances): the random
+/// heads and codebooks made for timing without the released files.
+pub(crate) fn splitmix_symmetric(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+}
+
 /// ASMK's parameters as MASt3R's `Retriever` sets them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AsmkParams {
@@ -78,4 +89,33 @@ pub enum RetrievalError {
 fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
     use rayon::prelude::*;
     (0..n).into_par_iter().map(f).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Codebook, NFeat, RetrievalHead};
+
+    #[test]
+    fn random_codebook_and_head_have_the_released_shapes() {
+        let cb = Codebook::random(64, 32, 7).expect("codebook");
+        assert_eq!((cb.len(), cb.dim()), (64, 32));
+        for w in 0..cb.len() {
+            let n: f32 = cb.centroid(w).iter().map(|v| v * v).sum();
+            assert!((n - 1.0).abs() < 1e-5, "centroid {w} has squared norm {n}");
+        }
+        assert_eq!(
+            cb.centroid(3),
+            Codebook::random(64, 32, 7).unwrap().centroid(3)
+        );
+        assert_ne!(
+            cb.centroid(3),
+            Codebook::random(64, 32, 8).unwrap().centroid(3)
+        );
+        let head = RetrievalHead::random(16, 32, NFeat::Count(5), 1);
+        let feat: Vec<f32> = (0..16 * 10).map(|i| (i as f32 * 0.37).sin()).collect();
+        let local = head.select(&feat).expect("features");
+        assert_eq!((local.len(), local.dim), (5, 32));
+        assert!(local.attention.windows(2).all(|w| w[0] >= w[1]));
+        assert!(local.features.iter().all(|v| v.is_finite()));
+    }
 }
