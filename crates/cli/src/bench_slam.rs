@@ -218,13 +218,6 @@ fn run(
         },
     )?;
     let secs = start.elapsed().as_secs_f64();
-    let to_traj = |poses: &[(f64, rust3r_geometry::Sim3)]| {
-        let mut t = Trajectory::default();
-        for (ts, p) in poses {
-            t.push(*ts, p.to_se3());
-        }
-        t
-    };
     let est: Vec<_> = result
         .frame_poses()
         .into_iter()
@@ -232,18 +225,13 @@ fn run(
         .filter(|(_, f)| f.tracked)
         .map(|(p, _)| p)
         .collect();
-    let gt_poses: Vec<_> = gt
-        .iter()
-        .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-        .collect();
     if let Some(path) = &a.trajectory {
         output::write_tum_poses(path, &est)?;
-        output::write_tum_poses(&path.with_extension("gt.txt"), &gt_poses)?;
+        output::write_ground_truth(&path.with_extension("gt.txt"), &ds)?;
     }
-    let gt_t = to_traj(&gt_poses);
     let ate = ate_from_trajectories(
-        &to_traj(&est),
-        &gt_t,
+        &Trajectory::from_sim3(&est),
+        &Trajectory::from_matrices(&gt),
         &AteOptions {
             align: Align::Sim3,
             ..Default::default()

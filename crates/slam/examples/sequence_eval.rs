@@ -69,19 +69,8 @@ fn main() {
     )
     .expect("slam");
     let secs = start.elapsed().as_secs_f64();
-    let to_traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
-        let mut t = Trajectory::default();
-        for (ts, p) in poses {
-            t.push(ts, p.to_se3());
-        }
-        t
-    };
-    let gt_t = to_traj(
-        gt.iter()
-            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-            .collect(),
-    );
-    let est = to_traj(r.frame_poses());
+    let gt_t = Trajectory::from_matrices(&gt);
+    let est = Trajectory::from_sim3(&r.frame_poses());
     if let Ok(path) = std::env::var("SEQUENCE_EVAL_TRAJECTORY") {
         output::write_tum_poses(std::path::Path::new(&path), &r.frame_poses())
             .expect("writing the trajectory");

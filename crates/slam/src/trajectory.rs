@@ -60,6 +60,26 @@ impl Trajectory {
         Ok(Self { timestamps, poses })
     }
 
+    /// The trajectory of timestamped Sim(3) camera-to-world poses (a SLAM run's
+    /// [`crate::SlamResult::frame_poses`]): their rigid parts, i.e. rotations and camera centres.
+    pub fn from_sim3(poses: &[(f64, rust3r_geometry::Sim3)]) -> Self {
+        let mut t = Self::default();
+        for (ts, p) in poses {
+            t.push(*ts, p.to_se3());
+        }
+        t
+    }
+
+    /// The trajectory of timestamped 4x4 camera-to-world matrices (a data set's
+    /// [`rust3r_io::datasets::Dataset::ground_truth`]).
+    pub fn from_matrices(poses: &[(f64, rust3r_io::datasets::Pose)]) -> Self {
+        let mut t = Self::default();
+        for (ts, m) in poses {
+            t.push(*ts, crate::output::pose_to_sim3(m).to_se3());
+        }
+        t
+    }
+
     /// Number of poses.
     pub fn len(&self) -> usize {
         self.poses.len()

@@ -5,7 +5,7 @@ use rust3r_io::datasets::{self, Dataset};
 use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
 use rust3r_slam::trajectory::Trajectory;
 use rust3r_slam::{
-    Align, AteOptions, FrameSource, PairFrontEnd, SlamConfig, ate_from_trajectories, output,
+    Align, AteOptions, FrameSource, PairFrontEnd, SlamConfig, ate_from_trajectories,
 };
 
 fn redkitchen() -> Box<dyn Dataset> {
@@ -14,21 +14,9 @@ fn redkitchen() -> Box<dyn Dataset> {
 
 /// ATE (Sim(3) alignment) of a run's frame poses against the data set's ground truth.
 fn ate_sim3(r: &rust3r_slam::SlamResult, gt: &[(f64, rust3r_io::datasets::Pose)]) -> f64 {
-    let traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
-        let mut t = Trajectory::default();
-        for (ts, p) in poses {
-            t.push(ts, p.to_se3());
-        }
-        t
-    };
-    let gt_t = traj(
-        gt.iter()
-            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-            .collect(),
-    );
     ate_from_trajectories(
-        &traj(r.frame_poses()),
-        &gt_t,
+        &Trajectory::from_sim3(&r.frame_poses()),
+        &Trajectory::from_matrices(gt),
         &AteOptions {
             align: Align::Sim3,
             ..Default::default()

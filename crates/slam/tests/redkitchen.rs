@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use rust3r_io::datasets;
 use rust3r_slam::trajectory::Trajectory;
-use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, output, run_slam};
+use rust3r_slam::{Align, RgbdFrontEnd, SlamConfig, ate_from_trajectories, run_slam};
 
 fn data() -> PathBuf {
     rust3r_testdata::data("redkitchen")
@@ -32,20 +32,10 @@ fn run(
 fn trajectories(result: &rust3r_slam::SlamResult) -> (Trajectory, Trajectory) {
     let ds = datasets::open(&data(), None, 1).unwrap();
     let gt = ds.ground_truth().unwrap();
-    let to_traj = |poses: Vec<(f64, rust3r_geometry::Sim3)>| {
-        let mut t = Trajectory::default();
-        for (ts, p) in poses {
-            t.timestamps.push(ts);
-            t.poses.push(p.to_se3());
-        }
-        t
-    };
-    let gt_t = to_traj(
-        gt.iter()
-            .map(|(t, m)| (*t, output::pose_to_sim3(m)))
-            .collect(),
-    );
-    (to_traj(result.frame_poses()), gt_t)
+    (
+        Trajectory::from_sim3(&result.frame_poses()),
+        Trajectory::from_matrices(&gt),
+    )
 }
 
 fn ate(result: &rust3r_slam::SlamResult, align: Align) -> f64 {
