@@ -26,11 +26,8 @@ pub use ivf::InvertedFile;
 /// The next uniform value in `[-1, 1)` of a SplitMix64 stream (`state` advances): the random
 /// heads and codebooks made for timing without the released files.
 pub(crate) fn splitmix_symmetric(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
+    let z = rust3r_gpu::random::splitmix64(*state, 1);
+    *state = state.wrapping_add(rust3r_gpu::random::SPLITMIX_GAMMA);
     (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
 }
 

@@ -5,17 +5,10 @@
 
 use crate::SplatError;
 
-const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Zeroth-order SH basis constant.
 pub const SH_C0: f64 = 0.282_094_791_773_878_14;
 
-/// Element `i` of the SplitMix64 stream `seed` (counter-based: any element directly).
-pub fn splitmix(seed: u64, i: u64) -> u64 {
-    let mut z = seed.wrapping_add(i.wrapping_mul(GOLDEN));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub use rust3r_gpu::random::splitmix64 as splitmix;
 
 /// `n` uniforms in [0, 1) from stream `seed` (common.py: `splitmix_uniform`).
 pub fn splitmix_uniform(seed: u64, n: usize) -> Vec<f64> {

@@ -111,11 +111,9 @@ pub struct HostRng(pub u64);
 
 impl HostRng {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let v = rust3r_gpu::random::splitmix64(self.0, 1);
+        self.0 = self.0.wrapping_add(rust3r_gpu::random::SPLITMIX_GAMMA);
+        v
     }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f64 {
