@@ -46,7 +46,7 @@ pub struct RunArgs {
     /// also a video file, an image folder or EuRoC with --mode mono).
     pub input: PathBuf,
     /// Output folder (splats.ply, trajectory.txt, keyframes.txt, pointcloud.ply, transforms.json,
-    /// colmap/, eval.json, renders/, groundtruth.txt, slam/).
+    /// colmap/, eval.json, renders/, groundtruth.txt, slam/; held_out.json with --hold-out).
     #[arg(long)]
     pub out: PathBuf,
     #[command(flatten)]

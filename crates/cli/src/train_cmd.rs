@@ -36,6 +36,11 @@ pub struct TrainArgs {
     /// Hold out every Nth image for evaluation (0: none).
     #[arg(long, default_value_t = 8)]
     pub eval_every: usize,
+    /// Evaluate on this scene's views instead of holding out every Nth image (any scene format,
+    /// in the same world frame: e.g. the `held_out.json` that `rust3r run --hold-out` writes
+    /// beside its `slam/` export); every view of DATASET then trains.
+    #[arg(long, value_name = "SCENE")]
+    pub eval_scene: Option<PathBuf>,
     /// Extra steps at which to evaluate (comma list); the last step is always evaluated.
     #[arg(long, default_value = "7000")]
     pub eval_at: String,
@@ -198,6 +203,7 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         downscale: a.downscale,
         background: parse_background(&a.background)?,
         eval_every: a.eval_every,
+        eval_scene: a.eval_scene.clone(),
         eval_at: parse_steps(&a.eval_at)?,
         save_at: parse_steps(&a.save_at)?,
         checkpoint_every: a.checkpoint_every,

@@ -354,4 +354,52 @@ fn run_hold_out_and_online_flags() {
         "{eval}"
     );
     assert!(views[1]["psnr"].as_f64().unwrap().is_finite(), "{eval}");
+
+    // The held-out frames at their final poses: `rust3r train` on SLAM's export, scored on
+    // exactly those frames (the benchmark's `rust3r train` row).
+    let held = rust3r_io::scene::open_scene(&out.join("held_out.json"), &Default::default())
+        .unwrap()
+        .views;
+    let names: Vec<&str> = held.iter().map(|v| v.name.as_str()).collect();
+    assert!(
+        names.len() == 2 && names[0].contains("000003") && names[1].contains("000009"),
+        "{names:?}"
+    );
+    let train_out = dir.path().join("train");
+    let (ok, stdout, err) = rust3r(&[
+        "train",
+        out.join("slam").join("transforms.json").to_str().unwrap(),
+        "--eval-scene",
+        out.join("held_out.json").to_str().unwrap(),
+        "--out",
+        train_out.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--downscale",
+        "16",
+        "--background",
+        "black",
+    ]);
+    assert!(ok, "{stdout}\n{err}");
+    let eval: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(train_out.join("eval.json")).unwrap()).unwrap();
+    let scored: Vec<&str> = eval.as_array().unwrap().last().unwrap()["views"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(scored, names, "{eval}");
+    // A missing evaluation scene is named.
+    let (ok, _, err) = rust3r(&[
+        "train",
+        out.join("slam").join("transforms.json").to_str().unwrap(),
+        "--eval-scene",
+        dir.path().join("no_such_scene").to_str().unwrap(),
+        "--out",
+        train_out.to_str().unwrap(),
+        "--steps",
+        "1",
+    ]);
+    assert!(!ok && err.contains("no_such_scene"), "{err}");
 }

@@ -632,6 +632,7 @@ pub fn run_capture_with(
         scene.len(),
         result.frames.len()
     );
+    let held_scene_views: Vec<usize> = interpolated.iter().map(|p| p.view).collect();
     let setup = SceneSetup {
         train,
         eval,
@@ -708,29 +709,41 @@ pub fn run_capture_with(
     let cloud = out.join("pointcloud.ply");
     std::fs::copy(&slam_files.pointcloud, &cloud).map_err(io_err(&cloud))?;
     files.push(cloud.clone());
+    let scene_view = |image_path: PathBuf, world_to_camera: [[f64; 4]; 4]| SceneView {
+        name: image_path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        image_path,
+        width: cw,
+        height: ch,
+        fx: colour_k.fx,
+        fy: colour_k.fy,
+        cx: colour_k.cx,
+        cy: colour_k.cy,
+        world_to_camera,
+    };
     let views: Vec<SceneView> = result
         .frames
         .iter()
         .zip(&refined)
         .filter(|(f, _)| f.tracked)
-        .map(|(f, p)| SceneView {
-            name: image_of(f)
-                .file_name()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            image_path: image_of(f),
-            width: cw,
-            height: ch,
-            fx: colour_k.fx,
-            fy: colour_k.fy,
-            cx: colour_k.cx,
-            cy: colour_k.cy,
-            world_to_camera: *p,
-        })
+        .map(|(f, p)| scene_view(image_of(f), *p))
         .collect();
     let transforms = out.join("transforms.json");
     rust3r_io::scene::write_transforms_json(&transforms, &views, Some(&cloud))?;
     files.push(transforms);
+    // The frames held out before SLAM at their final (interpolated) poses, so that other
+    // trainers can be scored on them (`rust3r train --eval-scene`).
+    if !held_scene_views.is_empty() {
+        let held: Vec<SceneView> = held_scene_views
+            .iter()
+            .map(|&k| scene_view(images[k].image_path.clone(), refined_views[k]))
+            .collect();
+        let path = out.join("held_out.json");
+        rust3r_io::scene::write_transforms_json(&path, &held, None)?;
+        files.push(path);
+    }
     let colmap = out.join("colmap");
     write_colmap(&colmap, &views)?;
     files.push(colmap);

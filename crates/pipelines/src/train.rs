@@ -62,8 +62,12 @@ pub struct TrainOptions {
     pub max_splats: Option<usize>,
     /// Device bytes the trainer may use.
     pub memory_budget: Option<u64>,
-    /// Hold out every Nth image for evaluation (0: none).
+    /// Hold out every Nth image for evaluation (0: none; ignored with `eval_scene`).
     pub eval_every: usize,
+    /// Evaluate on this scene's views instead (a scene in the same world frame, e.g. the
+    /// held-out frames `rust3r run --hold-out` writes as `held_out.json`); every view of the
+    /// training scene then trains.
+    pub eval_scene: Option<PathBuf>,
     /// Extra evaluation steps (the last step is always evaluated).
     pub eval_at: Vec<u64>,
     /// Steps at which to also write splats_<step>.ply (and .spz / .sog with `spz` / `sog`).
@@ -113,6 +117,7 @@ impl Default for TrainOptions {
             max_splats: None,
             memory_budget: None,
             eval_every: 8,
+            eval_scene: None,
             eval_at: vec![7000],
             save_at: Vec::new(),
             checkpoint_every: 5000,
@@ -470,30 +475,36 @@ impl TrainSession {
         check_options(&opts)?;
         std::fs::create_dir_all(&opts.out)
             .context_with(|| format!("cannot create output folder {}", opts.out.display()))?;
-        let mut scene = open_scene(
-            dataset,
-            &SceneOptions {
-                downscale: opts.downscale,
-                background: opts.background,
-                kind: None,
-            },
-        )?;
-        let missing = scene.remove_missing_images();
-        if !missing.is_empty() {
-            on_event(TrainEvent::Warning(format!(
-                "{} views of {} have no image file and are skipped (first: {})",
-                missing.len(),
-                dataset.display(),
-                missing[0].image_path.display()
-            )));
-        }
-        if scene.is_empty() {
-            return Err(invalid(format!(
-                "{}: no views with images",
-                dataset.display()
-            )));
-        }
-        let (train, eval) = scene.split(opts.eval_every);
+        let scene_opts = SceneOptions {
+            downscale: opts.downscale,
+            background: opts.background,
+            kind: None,
+        };
+        let mut open_views = |path: &Path| -> Result<Scene, PipelineError> {
+            let mut scene = open_scene(path, &scene_opts)?;
+            let missing = scene.remove_missing_images();
+            if !missing.is_empty() {
+                on_event(TrainEvent::Warning(format!(
+                    "{} views of {} have no image file and are skipped (first: {})",
+                    missing.len(),
+                    path.display(),
+                    missing[0].image_path.display()
+                )));
+            }
+            if scene.is_empty() {
+                return Err(invalid(format!("{}: no views with images", path.display())));
+            }
+            Ok(scene)
+        };
+        let mut scene = open_views(dataset)?;
+        let (train, eval) = match &opts.eval_scene {
+            Some(path) => {
+                let own = scene.len();
+                scene.append(open_views(path)?)?;
+                ((0..own).collect(), (own..scene.len()).collect())
+            }
+            None => scene.split(opts.eval_every),
+        };
         if train.is_empty() {
             return Err(invalid(format!(
                 "{}: no training views left after holding out every {}th",

@@ -741,6 +741,33 @@ impl Scene {
             .retain(|_| *it.next().expect("one flag per view"));
     }
 
+    /// Appends `other`'s views after this scene's, with their decoding state (e.g. a separate
+    /// evaluation scene in the same world frame). The scenes must have been opened with the
+    /// same downscale and background; this scene's initial points are kept.
+    pub fn append(&mut self, other: Scene) -> Result<(), IoError> {
+        if other.downscale != self.downscale || other.background != self.background {
+            return Err(IoError::Dataset {
+                path: other.root.clone(),
+                message: format!(
+                    "opened with downscale {} and background {:?}, but {} with downscale {} and background {:?}",
+                    other.downscale,
+                    other.background,
+                    self.root.display(),
+                    self.downscale,
+                    self.background
+                ),
+            });
+        }
+        let offset = self.undistorters.len();
+        self.undistorters.extend(other.undistorters);
+        self.sources.extend(other.sources.into_iter().map(|mut s| {
+            s.undistorter = s.undistorter.map(|u| u + offset);
+            s
+        }));
+        self.views.extend(other.views);
+        Ok(())
+    }
+
     /// Indices of the views whose image file does not exist.
     pub fn missing_images(&self) -> Vec<usize> {
         (0..self.views.len())
