@@ -7,7 +7,11 @@
 #   $RK          a 7-Scenes folder with frames 0-499 (../shared/data/redkitchen)
 #   $RUST3R      the rust3r binary built with --features rust3r-cli/cuda
 #   .ref/        the gsplat harness and wheel (../shared/bench/gsplat/README.md)
-# and the jobs to run as arguments: gsplat:STEPS:DOWNSCALE:INIT, run:PRESET:STEPS[:extra flags].
+# and the jobs to run as arguments: gsplat:STEPS:DOWNSCALE:INIT, run:PRESET:STEPS[:extra flags],
+# train:STEPS:DOWNSCALE:RUN (plain `rust3r train` on the `slam/` export of the earlier run job
+# named RUN, e.g. run_quick_2000_noposerefinenoexposuredepthweight0, scored with --eval-scene on
+# that run's held_out.json: the same held-out frames at SLAM's poses when RUN had no pose
+# refinement).
 set -uo pipefail
 OUT=${OUT:-out/bench22}
 mkdir -p "$OUT"
@@ -41,6 +45,12 @@ for job in "$@"; do
       t=$(date +%s.%N)
       peak_mem "$RUST3R" run "$RK" --backend cuda --out "$OUT/$name" --preset "$a" --steps "$b" \
         --hold-out 20 $c 2>&1 | grep -v "^\s*$" | tail -14
+      echo "wall $(python3 -c "import time; print(round(time.time() - $t, 1))") s" ;;
+    train)
+      t=$(date +%s.%N)
+      peak_mem "$RUST3R" train "$OUT/$c/slam/transforms.json" --eval-scene "$OUT/$c/held_out.json" \
+        --backend cuda --out "$OUT/train_${a}_${b}" --steps "$a" --downscale "$b" \
+        --background black 2>&1 | grep -v "^\s*$" | tail -6
       echo "wall $(python3 -c "import time; print(round(time.time() - $t, 1))") s" ;;
     *) echo "unknown job $job" ;;
   esac
