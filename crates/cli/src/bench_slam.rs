@@ -66,6 +66,10 @@ pub struct SlamMonoArgs {
     /// A SLAM configuration YAML (MASt3R-SLAM's keys) over MASt3R-SLAM's base configuration.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Track the pairs with the GPU kernels (matching, descriptor refinement and the normal
+    /// equations; `rust3r_slam::kernels::track_pair_gpu`) instead of the CPU.
+    #[arg(long)]
+    gpu_tracking: bool,
     /// Print frames per second, keyframes and memory every this many frames.
     #[arg(long, default_value_t = 500)]
     report_every: usize,
@@ -188,6 +192,11 @@ fn run(
         ds.name(),
         retrieval_name.as_deref().unwrap_or("off (pose proximity)"),
     );
+    let gpu = if a.gpu_tracking {
+        Some(a.device.open()?)
+    } else {
+        None
+    };
     let start = Instant::now();
     let mut last = (Instant::now(), 0usize);
     let mut reports = Vec::new();
@@ -199,7 +208,7 @@ fn run(
         },
         &cfg,
         None,
-        None,
+        gpu.as_ref(),
         |p| {
             if p.frame % every == 0 || p.frame == a.frames {
                 let dt = last.0.elapsed().as_secs_f64();

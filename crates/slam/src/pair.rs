@@ -281,6 +281,40 @@ pub fn pair_normal_eq(
     eq.unwrap_or_default()
 }
 
+/// The normal equations of a pair at a pose: `(fv, kv, idx, used, qk, t)` as [`pair_normal_eq`].
+pub(crate) type PairNormalEq<'a> = dyn FnMut(&LevelView, &LevelView, &[u32], &[bool], &[f32], &Sim3) -> Result<NormalEq, SlamError>
+    + 'a;
+
+/// The pair prediction, the keyframe's pointmap and confidences, and the camera agree in size.
+pub(crate) fn check_pair(
+    pred: &PairPrediction,
+    kf: &Pointmap,
+    kf_conf: &[f32],
+    cam: Option<PinholeCamera>,
+) -> Result<(), SlamError> {
+    pred.check()?;
+    let f = &pred.frame;
+    if (kf.width, kf.height) != (f.width, f.height) || kf_conf.len() != kf.len() {
+        return Err(SlamError::InvalidInput(format!(
+            "the pair prediction is {}x{} but the keyframe's pointmap is {}x{} ({} confidences)",
+            f.width,
+            f.height,
+            kf.width,
+            kf.height,
+            kf_conf.len()
+        )));
+    }
+    if let Some(c) = cam
+        && (c.width as usize, c.height as usize) != (f.width, f.height)
+    {
+        return Err(SlamError::InvalidInput(format!(
+            "the pair prediction is {}x{} but the camera is {}x{}",
+            f.width, f.height, c.width, c.height
+        )));
+    }
+    Ok(())
+}
+
 impl Tracker {
     /// Tracks the frame of `pred` against the keyframe it was decoded with (fused pointmap `kf`
     /// with average confidences `kf_conf`), starting from `t_init` (`T_CkCf`), as
@@ -295,28 +329,36 @@ impl Tracker {
         t_init: &Sim3,
         idx_init: Option<&[u32]>,
     ) -> Result<PairTrack, SlamError> {
-        pred.check()?;
-        let f = &pred.frame;
-        if (kf.width, kf.height) != (f.width, f.height) || kf_conf.len() != kf.len() {
-            return Err(SlamError::InvalidInput(format!(
-                "the pair prediction is {}x{} but the keyframe's pointmap is {}x{} ({} confidences)",
-                f.width,
-                f.height,
-                kf.width,
-                kf.height,
-                kf_conf.len()
-            )));
-        }
-        if let Some(c) = cam
-            && (c.width as usize, c.height as usize) != (f.width, f.height)
-        {
-            return Err(SlamError::InvalidInput(format!(
-                "the pair prediction is {}x{} but the camera is {}x{}",
-                f.width, f.height, c.width, c.height
-            )));
-        }
+        check_pair(pred, kf, kf_conf, cam)?;
         let p = ResidualParams::tracking(&self.cfg);
         let matches = match_pair(pred, &self.matching, idx_init);
+        self.track_matched_pair(
+            pred,
+            kf,
+            kf_conf,
+            cam,
+            t_init,
+            matches,
+            &mut |fv, kv, idx, used, qk, t| Ok(pair_normal_eq(fv, kv, idx, used, qk, t, &p)),
+        )
+    }
+
+    /// The part of [`Tracker::track_pair`] after the matching: weighs and filters `matches`,
+    /// then optimises with `normal_eq(fv, kv, idx, used, qk, t)` giving the normal equations at
+    /// `t` (the CPU's [`pair_normal_eq`], or the GPU's in [`crate::kernels::track_pair_gpu`]).
+    #[allow(clippy::too_many_arguments)] // track_pair's arguments plus the matches and the sums
+    pub(crate) fn track_matched_pair(
+        &self,
+        pred: &PairPrediction,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        cam: Option<PinholeCamera>,
+        t_init: &Sim3,
+        matches: PairMatches,
+        normal_eq: &mut PairNormalEq<'_>,
+    ) -> Result<PairTrack, SlamError> {
+        let f = &pred.frame;
+        let p = ResidualParams::tracking(&self.cfg);
         // Frame: Xff with its confidence (a single observation, so average = Cff).
         let fv = LevelView::build(f, &f.conf, cam, 0, &p, false, false);
         let kv = LevelView::build(kf, kf_conf, cam, 0, &p, p.sigma_plane > 0.0, false);
@@ -351,13 +393,24 @@ impl Tracker {
         let lost = match_frac < self.cfg.min_match_frac;
         let mut t = *t_init;
         let (mut iterations, mut cost) = (0, 0.0);
+        let mut failed = None;
         let last_eq = if lost {
             None
         } else {
             self.iterate_level(0, &mut t, &mut iterations, &mut cost, |t| {
-                pair_normal_eq(&fv, &kv, &matches.idx, &used, &qk, t, &p)
+                match normal_eq(&fv, &kv, &matches.idx, &used, &qk, t) {
+                    Ok(eq) => eq,
+                    Err(e) => {
+                        // No equations: the iteration stops, and the error is returned below.
+                        failed = Some(e);
+                        NormalEq::default()
+                    }
+                }
             })
         };
+        if let Some(e) = failed {
+            return Err(e);
+        }
         let observation = (!lost).then(|| {
             let tq = crate::projective::Affine::from_sim3(&t);
             let mut obs = vec![[0.0f32; 3]; n];

@@ -19,7 +19,7 @@
 //! frame only encodes it; while tracking, the frame is decoded together with the current
 //! keyframe (whose encoding the front end keeps: [`PairFrontEnd::retain`] is called after
 //! every frame with the current keyframe's index) and tracked on that pair
-//! ([`Tracker::track_pair`], on the CPU); the first frame and relocalising frames are decoded
+//! ([`Tracker::track_pair`] on the CPU, or [`crate::kernels::track_pair_gpu`] when a GPU is given and the pair is uncalibrated); the first frame and relocalising frames are decoded
 //! with themselves. The network runs on the tracking thread because the keyframe a frame is
 //! decoded with is only known there, after the previous frame was tracked (and one model on
 //! one device gains nothing from a second thread); decode time is counted as
@@ -673,8 +673,8 @@ pub fn run_slam(
     run_slam_with(dataset, front, cfg, max_frames, None, progress)
 }
 
-/// [`run_slam`], with frame tracking on `gpu` when given (calibrated front ends; the back end
-/// stays on the CPU).
+/// [`run_slam`], with frame tracking on `gpu` when given (calibrated front ends, and network
+/// pairs without a calibration; the back end stays on the CPU).
 pub fn run_slam_with(
     dataset: &dyn Dataset,
     front: &mut dyn PointmapFrontEnd,
@@ -873,7 +873,7 @@ pub fn run_slam_source(
             handle: Some(handle),
         }
     };
-    let gpu = if cam.is_some() { gpu } else { None };
+    // The GPU tracks calibrated frames and uncalibrated network pairs (crate::kernels).
     let mut timings = Timings::default();
     let load_s = Arc::new(Mutex::new(0.0f64));
     let result = std::thread::scope(|scope| {
@@ -1220,7 +1220,12 @@ fn run_frames(
                             .as_ref()
                             .filter(|w| w.0 == k)
                             .map(|w| w.1.as_slice());
-                        let pt = tracker.track_pair(&pred, &kf_pm, &kf_conf, cam, &t_init, warm)?;
+                        let pt = match (gpu, cam) {
+                            (Some(g), None) => crate::kernels::track_pair_gpu(
+                                g, tracker, &pred, &kf_pm, &kf_conf, &t_init, warm,
+                            )?,
+                            _ => tracker.track_pair(&pred, &kf_pm, &kf_conf, cam, &t_init, warm)?,
+                        };
                         tracked_s += t_track.elapsed().as_secs_f64();
                         tracing::debug!(
                             "frame {i}: pair with keyframe {k}: {} matches used, {} moved by the descriptors",

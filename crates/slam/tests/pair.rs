@@ -1,5 +1,6 @@
 //! Tracking on network pairs ([`rust3r_slam::pair`]): the descriptor refinement against a plain
-//! window search, matching of a synthetic pair, and MASt3R-SLAM's Q weighting and filtering.
+//! window search, matching of a synthetic pair, and MASt3R-SLAM's Q weighting and filtering;
+//! the GPU's matching, normal equations and tracking against the CPU's (fails without an adapter).
 
 mod common;
 
@@ -446,5 +447,171 @@ fn descriptor_confidence_gates_and_weights_the_matches() {
             None,
         )
         .unwrap_err();
+    assert!(err.to_string().contains("48x36"), "{err}");
+}
+
+fn gpu() -> rust3r_gpu::Gpu {
+    rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter (lavapipe: apt-get install mesa-vulkan-drivers)")
+}
+
+/// The GPU's matching (iterative projection, occlusion check, descriptor refinement) against
+/// the CPU's on a pair whose descriptors move every match by a shift, cold and warm-started.
+#[test]
+fn gpu_pair_matching_equals_the_cpu_reference() {
+    let gpu = gpu();
+    let cam = common::camera(96, 72);
+    let t_wf = common::se3([0.2, 1.0, 0.1], 3.0, [0.06, -0.02, 0.04]);
+    let cfg = SlamConfig::default().matching;
+    let syn = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (2, -1), 2.0);
+    let cpu = match_pair(&syn.pred, &cfg, None);
+    for warm in [None, Some(cpu.idx.clone())] {
+        let c = match_pair(&syn.pred, &cfg, warm.as_deref());
+        let g =
+            rust3r_slam::kernels::match_pair_gpu(&gpu, &syn.pred, &cfg, warm.as_deref()).unwrap();
+        let n = c.idx.len();
+        let same_valid = (0..n).filter(|&q| g.valid[q] == c.valid[q]).count();
+        let nv = c.valid.iter().filter(|v| **v).count();
+        let same_idx = (0..n)
+            .filter(|&q| c.valid[q] && g.idx[q] == c.idx[q])
+            .count();
+        // f32 on both sides, but the GPU may fuse multiply-adds: a position within a hair of
+        // a pixel boundary may round the other way.
+        assert!(nv > n / 2, "{nv} valid of {n}");
+        assert!(
+            same_valid as f64 > 0.995 * n as f64,
+            "{same_valid} of {n} flags agree"
+        );
+        assert!(
+            same_idx as f64 > 0.995 * nv as f64,
+            "{same_idx} of {nv} indices agree"
+        );
+        assert!(
+            g.refined.abs_diff(c.refined) as f64 <= 0.005 * nv as f64 && c.refined > nv * 9 / 10,
+            "refined: GPU {}, CPU {}",
+            g.refined,
+            c.refined
+        );
+    }
+}
+
+/// The GPU's normal equations of a pair against the CPU's float64 sums at a pose off the truth,
+/// with Q weights that vary per pixel and Huber active on part of the residuals.
+#[test]
+fn gpu_pair_normal_equations_equal_the_cpu_reference() {
+    use rust3r_slam::tracker::{LevelView, ResidualParams};
+    let gpu = gpu();
+    let cam = common::camera(96, 72);
+    let t_wf = common::se3([0.2, 1.0, 0.1], 3.0, [0.06, -0.02, 0.04]);
+    let cfg = SlamConfig::default();
+    let syn = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (0, 0), 2.0);
+    let m = match_pair(&syn.pred, &cfg.matching, None);
+    let p = ResidualParams::tracking(&cfg.tracking);
+    let f = &syn.pred.frame;
+    let kf_conf = vec![1.0f32; syn.kf.len()];
+    let fv = LevelView::build(f, &f.conf, None, 0, &p, false, false);
+    let kv = LevelView::build(&syn.kf, &kf_conf, None, 0, &p, false, false);
+    let mut rng = StdRng::seed_from_u64(11);
+    let qk: Vec<f32> = (0..kv.len())
+        .map(|_| rng.random_range(1.5f32..4.0))
+        .collect();
+    let used: Vec<bool> = (0..kv.len())
+        .map(|q| m.valid[q] && fv.valid[m.idx[q] as usize] && kv.valid[q])
+        .collect();
+    let t = syn
+        .t_kf_frame
+        .retr(&rust3r_geometry::Vector7::from_column_slice(&[
+            0.01, -0.02, 0.015, 0.01, -0.005, 0.008, 0.02,
+        ]));
+    let c = rust3r_slam::pair::pair_normal_eq(&fv, &kv, &m.idx, &used, &qk, &t, &p);
+    let g = rust3r_slam::kernels::GpuPairNormalEq::new(
+        &gpu,
+        &f.points,
+        &syn.kf.points,
+        &m.idx,
+        &used,
+        &qk,
+        &p,
+    )
+    .at(&gpu, &t)
+    .unwrap();
+    assert!(c.count > 1000, "{} correspondences", c.count);
+    assert_eq!(g.count, c.count);
+    let rel = |a: f64, b: f64, scale: f64| (a - b).abs() / scale;
+    let hs = c.h.amax();
+    let gs = c.g.amax();
+    for r in 0..7 {
+        for k in 0..7 {
+            let e = rel(g.h[(r, k)], c.h[(r, k)], hs);
+            assert!(e < 1e-4, "H[{r},{k}]: {} vs {}", g.h[(r, k)], c.h[(r, k)]);
+        }
+        let e = rel(g.g[r], c.g[r], gs);
+        assert!(e < 1e-4, "g[{r}]: {} vs {}", g.g[r], c.g[r]);
+    }
+    assert!(
+        rel(g.cost, c.cost, c.cost) < 1e-4,
+        "cost {} vs {}",
+        g.cost,
+        c.cost
+    );
+}
+
+/// Whole-frame tracking of a pair on the GPU against the CPU's: the same pose, statistics and
+/// keyframe decision.
+#[test]
+fn gpu_pair_tracking_equals_the_cpu_reference() {
+    let gpu = gpu();
+    let cam = common::camera(160, 120);
+    let t_wk = common::se3([0.0, 1.0, 0.0], 2.0, [0.1, 0.0, -0.1]);
+    let motion = common::se3([0.3, 1.0, -0.2], 3.0, [0.05, 0.03, -0.04]);
+    let t_wf = t_wk.compose(&motion);
+    let cfg = SlamConfig::default();
+    let syn = synthetic(&cam, &t_wk, &t_wf, 1.4, (0, 0), 2.0);
+    let kf_conf = vec![1.0f32; syn.kf.len()];
+    let tr = tracker(&cfg);
+    let c = tr
+        .track_pair(&syn.pred, &syn.kf, &kf_conf, None, &Sim3::identity(), None)
+        .unwrap();
+    let g = rust3r_slam::kernels::track_pair_gpu(
+        &gpu,
+        &tr,
+        &syn.pred,
+        &syn.kf,
+        &kf_conf,
+        &Sim3::identity(),
+        None,
+    )
+    .unwrap();
+    let (ang, trans) = common::pose_error(&g.result.t_kf_frame, &c.result.t_kf_frame);
+    assert!(
+        ang < 2e-3 && trans < 2e-5,
+        "GPU vs CPU pose: {ang} deg, {trans}"
+    );
+    let (ang, trans) = common::pose_error(&g.result.t_kf_frame, &syn.t_kf_frame);
+    assert!(
+        ang < 0.08 && trans < 3e-3,
+        "GPU vs truth: {ang} deg, {trans}"
+    );
+    assert!((g.result.match_frac - c.result.match_frac).abs() < 0.005);
+    assert_eq!(
+        (g.result.lost, g.result.new_keyframe),
+        (c.result.lost, c.result.new_keyframe)
+    );
+    assert!(g.result.iterations > 1);
+    // A calibrated keyframe of another size is an error, not a panic.
+    let small = common::render(&common::room(), &common::camera(48, 36), &t_wk, 10.0);
+    let err = rust3r_slam::kernels::track_pair_gpu(
+        &gpu,
+        &tr,
+        &syn.pred,
+        &small,
+        &vec![1.0; small.len()],
+        &Sim3::identity(),
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("48x36"), "{err}");
 }

@@ -6,6 +6,7 @@
 //! `rust3r_gpu::reduce::reduce_columns` sums (WGSL has no float atomics); only the 37 sums
 //! come back to the host per Gauss-Newton iteration.
 
+pub mod pair;
 pub mod track;
 
 use cubecl::prelude::CubeDim;
@@ -216,19 +217,7 @@ impl GpuPair {
         let sums = gpu
             .read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum))
             .map_err(gerr)?;
-        let mut eq = NormalEq::default();
-        let mut k = 0;
-        for r in 0..7 {
-            for c in r..7 {
-                eq.h[(r, c)] = sums[k] as f64;
-                eq.h[(c, r)] = sums[k] as f64;
-                k += 1;
-            }
-        }
-        eq.g = Vector7::from_iterator(sums[28..35].iter().map(|v| *v as f64));
-        eq.cost = sums[35] as f64;
-        eq.count = sums[36].round() as usize;
-        Ok(eq)
+        Ok(normal_eq_of(&sums))
     }
 }
 
@@ -307,4 +296,215 @@ pub fn track_gpu(
     res.cost = cost;
     tracker.judge(&mut res, last_eq.as_ref(), kf, kf_conf);
     Ok(res)
+}
+
+/// [`Tracker::track_pair`] with the matching, the descriptor refinement and the per-iteration
+/// normal equations on the GPU; the weighting, the 7x7 solves, the statistics and the fusion
+/// observation stay on the host. Uncalibrated pairs only (MASt3R-SLAM's default ray + distance
+/// residual); a calibrated camera is an error (use [`Tracker::track_pair`]).
+#[allow(clippy::too_many_arguments)] // [`Tracker::track_pair`]'s arguments plus the GPU context
+pub fn track_pair_gpu(
+    gpu: &Gpu,
+    tracker: &Tracker,
+    pred: &crate::pair::PairPrediction,
+    kf: &Pointmap,
+    kf_conf: &[f32],
+    t_init: &Sim3,
+    idx_init: Option<&[u32]>,
+) -> Result<crate::pair::PairTrack, SlamError> {
+    crate::pair::check_pair(pred, kf, kf_conf, None)?;
+    let matches = match_pair_gpu(gpu, pred, &tracker.matching, idx_init)?;
+    let p = ResidualParams::tracking(&tracker.cfg);
+    // Built at the first iteration (`used` and `qk` are fixed for the frame).
+    let mut sums: Option<GpuPairNormalEq> = None;
+    tracker.track_matched_pair(
+        pred,
+        kf,
+        kf_conf,
+        None,
+        t_init,
+        matches,
+        &mut |_, _, idx, used, qk, t| {
+            sums.get_or_insert_with(|| {
+                GpuPairNormalEq::new(gpu, &pred.frame.points, &kf.points, idx, used, qk, &p)
+            })
+            .at(gpu, t)
+        },
+    )
+}
+
+/// The normal equations of a network pair on the GPU ([`pair::pair_normal_eq_kernel`], the
+/// uncalibrated residual of [`crate::pair::pair_normal_eq`]): the matches, their weights and
+/// both pointmaps stay on the device; each pose costs one launch, one column reduction and a
+/// read-back of 37 floats.
+pub struct GpuPairNormalEq {
+    src_pts: GpuBuffer<f32>,
+    meas_pts: GpuBuffer<f32>,
+    idx: GpuBuffer<u32>,
+    used: GpuBuffer<u32>,
+    qk: GpuBuffer<f32>,
+    params: GpuBuffer<f32>,
+    n: usize,
+}
+
+impl GpuPairNormalEq {
+    /// Uploads the frame's points (`Xff`), the keyframe's (`kf`), and for every keyframe pixel
+    /// its match `idx`, whether it is `used` and its quality `qk`.
+    pub fn new(
+        gpu: &Gpu,
+        frame_points: &[[f32; 3]],
+        kf_points: &[[f32; 3]],
+        idx: &[u32],
+        used: &[bool],
+        qk: &[f32],
+        p: &ResidualParams,
+    ) -> Self {
+        let mut params = [0.0f32; pair::PP_LEN];
+        params[pair::PP_ISR] = (1.0 / p.sigma_ray) as f32;
+        params[pair::PP_ISD] = (1.0 / p.sigma_dist) as f32;
+        params[pair::PP_HUBER] = p.huber as f32;
+        Self {
+            src_pts: gpu.upload(&flat3(frame_points)),
+            meas_pts: gpu.upload(&flat3(kf_points)),
+            idx: gpu.upload(idx),
+            used: gpu.upload(&mask(used)),
+            qk: gpu.upload(qk),
+            params: gpu.upload(&params),
+            n: kf_points.len(),
+        }
+    }
+
+    /// The normal equations at `t` (`T_CkCf`).
+    pub fn at(&self, gpu: &Gpu, t: &Sim3) -> Result<NormalEq, SlamError> {
+        let n = self.n;
+        let pose = gpu.upload(&pose_buffer(t));
+        let terms = gpu.alloc::<f32>(n * NE_COLS);
+        pair::pair_normal_eq_kernel::launch(
+            gpu.client(),
+            gpu.grid(n.div_ceil(BLOCK as usize)),
+            CubeDim::new_1d(BLOCK),
+            self.src_pts.arg(),
+            self.meas_pts.arg(),
+            self.idx.arg(),
+            self.used.arg(),
+            self.qk.arg(),
+            pose.arg(),
+            self.params.arg(),
+            terms.arg(),
+            n as u32,
+        );
+        let sums = gpu
+            .read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum))
+            .map_err(gerr)?;
+        Ok(normal_eq_of(&sums))
+    }
+}
+
+/// [`crate::pair::match_pair`] on the GPU: the iterative projection of every keyframe pixel's
+/// `Xkf` onto the ray image of `Xff` ([`track::match_kernel`] at the identity pose, warm-started
+/// from `idx_init`), the occlusion check, then the descriptor refinement
+/// ([`pair::refine_kernel`]) when `cfg.radius > 0`.
+pub fn match_pair_gpu(
+    gpu: &Gpu,
+    pred: &crate::pair::PairPrediction,
+    cfg: &MatchingConfig,
+    idx_init: Option<&[u32]>,
+) -> Result<crate::pair::PairMatches, SlamError> {
+    let f = &pred.frame;
+    let (w, h, n) = (f.width, f.height, f.len());
+    // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
+    let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
+    let init: Vec<f32> = match idx_init {
+        Some(idx) if idx.len() == n => idx
+            .iter()
+            .flat_map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32])
+            .collect(),
+        _ => (0..n)
+            .flat_map(|i| [(i % w) as f32, (i / w) as f32])
+            .collect(),
+    };
+    let mut params = [0.0f32; P_LEN];
+    params[track::P_LAMBDA] = cfg.lambda_init as f32;
+    params[track::P_CONV] = cfg.convergence_thresh as f32;
+    params[track::P_DIST] = cfg.dist_thresh as f32;
+    params[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
+    let all_src = gpu.upload(&vec![1u32; n]);
+    let all_meas = gpu.upload(&vec![1u32; n]);
+    let pos = gpu.upload(&init);
+    let idx = gpu.alloc::<u32>(n);
+    let valid = gpu.alloc::<u32>(n);
+    let src_pts = gpu.upload(&flat3(&f.points));
+    track::match_kernel::launch(
+        gpu.client(),
+        gpu.grid(n.div_ceil(BLOCK as usize)),
+        CubeDim::new_1d(BLOCK),
+        gpu.upload(&rays.data).arg(),
+        src_pts.arg(),
+        all_src.arg(),
+        gpu.upload(&flat3(&pred.keyframe_points)).arg(),
+        all_meas.arg(),
+        gpu.upload(&pose_buffer(&Sim3::identity())).arg(),
+        gpu.upload(&params).arg(),
+        pos.arg(),
+        idx.arg(),
+        valid.arg(),
+        n as u32,
+        w as u32,
+        h as u32,
+        cfg.max_iter as u32,
+    );
+    let valid: Vec<bool> = gpu
+        .read(&valid)
+        .map_err(gerr)?
+        .into_iter()
+        .map(|v| v != 0)
+        .collect();
+    if cfg.radius == 0 {
+        return Ok(crate::pair::PairMatches {
+            idx: gpu.read(&idx).map_err(gerr)?,
+            valid,
+            refined: 0,
+        });
+    }
+    let refined_idx = gpu.alloc::<u32>(n);
+    pair::refine_kernel::launch(
+        gpu.client(),
+        gpu.grid(n.div_ceil(BLOCK as usize)),
+        CubeDim::new_1d(BLOCK),
+        gpu.upload(&pred.frame_desc).arg(),
+        gpu.upload(&pred.keyframe_desc).arg(),
+        idx.arg(),
+        refined_idx.arg(),
+        n as u32,
+        w as u32,
+        h as u32,
+        pred.desc_dim as u32,
+        cfg.radius as u32,
+        cfg.dilation_max as u32,
+    );
+    let before = gpu.read(&idx).map_err(gerr)?;
+    let after = gpu.read(&refined_idx).map_err(gerr)?;
+    let refined = after.iter().zip(&before).filter(|(a, b)| a != b).count();
+    Ok(crate::pair::PairMatches {
+        idx: after,
+        valid,
+        refined,
+    })
+}
+
+/// The normal equations from the [`NE_COLS`] column sums.
+fn normal_eq_of(sums: &[f32]) -> NormalEq {
+    let mut eq = NormalEq::default();
+    let mut k = 0;
+    for r in 0..7 {
+        for c in r..7 {
+            eq.h[(r, c)] = sums[k] as f64;
+            eq.h[(c, r)] = sums[k] as f64;
+            k += 1;
+        }
+    }
+    eq.g = Vector7::from_iterator(sums[28..35].iter().map(|v| *v as f64));
+    eq.cost = sums[35] as f64;
+    eq.count = sums[36].round() as usize;
+    eq
 }

@@ -314,48 +314,75 @@ pub fn normal_eq_kernel(
                 v2 += wp * rp * n2;
                 cost += 0.5f32 * wp * rp * rp;
             }
-            // Columns of dy/dxi = [I, -[y]x, y].
-            // c0 (1,0,0) c1 (0,1,0) c2 (0,0,1) c3 (0,-z,y) c4 (z,0,-x) c5 (-y,x,0) c6 (x,y,z)
-            let o = 0.0f32;
-            let l = 1.0f32;
-            out[base] = quad(l, o, o, l, o, o, m00, m01, m02, m11, m12, m22);
-            out[base + 1] = quad(l, o, o, o, l, o, m00, m01, m02, m11, m12, m22);
-            out[base + 2] = quad(l, o, o, o, o, l, m00, m01, m02, m11, m12, m22);
-            out[base + 3] = quad(l, o, o, o, -z, y, m00, m01, m02, m11, m12, m22);
-            out[base + 4] = quad(l, o, o, z, o, -x, m00, m01, m02, m11, m12, m22);
-            out[base + 5] = quad(l, o, o, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 6] = quad(l, o, o, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 7] = quad(o, l, o, o, l, o, m00, m01, m02, m11, m12, m22);
-            out[base + 8] = quad(o, l, o, o, o, l, m00, m01, m02, m11, m12, m22);
-            out[base + 9] = quad(o, l, o, o, -z, y, m00, m01, m02, m11, m12, m22);
-            out[base + 10] = quad(o, l, o, z, o, -x, m00, m01, m02, m11, m12, m22);
-            out[base + 11] = quad(o, l, o, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 12] = quad(o, l, o, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 13] = quad(o, o, l, o, o, l, m00, m01, m02, m11, m12, m22);
-            out[base + 14] = quad(o, o, l, o, -z, y, m00, m01, m02, m11, m12, m22);
-            out[base + 15] = quad(o, o, l, z, o, -x, m00, m01, m02, m11, m12, m22);
-            out[base + 16] = quad(o, o, l, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 17] = quad(o, o, l, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 18] = quad(o, -z, y, o, -z, y, m00, m01, m02, m11, m12, m22);
-            out[base + 19] = quad(o, -z, y, z, o, -x, m00, m01, m02, m11, m12, m22);
-            out[base + 20] = quad(o, -z, y, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 21] = quad(o, -z, y, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 22] = quad(z, o, -x, z, o, -x, m00, m01, m02, m11, m12, m22);
-            out[base + 23] = quad(z, o, -x, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 24] = quad(z, o, -x, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 25] = quad(-y, x, o, -y, x, o, m00, m01, m02, m11, m12, m22);
-            out[base + 26] = quad(-y, x, o, x, y, z, m00, m01, m02, m11, m12, m22);
-            out[base + 27] = quad(x, y, z, x, y, z, m00, m01, m02, m11, m12, m22);
-            // g = D^T v.
-            out[base + 28] = v0;
-            out[base + 29] = v1;
-            out[base + 30] = v2;
-            out[base + 31] = -z * v1 + y * v2;
-            out[base + 32] = z * v0 - x * v2;
-            out[base + 33] = -y * v0 + x * v1;
-            out[base + 34] = x * v0 + y * v1 + z * v2;
-            out[base + 35] = cost;
-            out[base + 36] = 1.0f32;
+            write_normal_terms(
+                out, base, x, y, z, m00, m01, m02, m11, m12, m22, v0, v1, v2, cost,
+            );
         }
     }
+}
+
+/// Writes the [`NE_COLS`] normal-equation terms of one correspondence at `out[base..]`: the
+/// upper triangle of `H = D^T M D`, `g = D^T v`, the cost and a count of 1, for the point
+/// `(x, y, z)` whose `dy/dxi` is `D = [I, -[y]x, y]` and the symmetric 3x3 information `M`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub fn write_normal_terms(
+    out: &mut [f32],
+    base: usize,
+    x: f32,
+    y: f32,
+    z: f32,
+    m00: f32,
+    m01: f32,
+    m02: f32,
+    m11: f32,
+    m12: f32,
+    m22: f32,
+    v0: f32,
+    v1: f32,
+    v2: f32,
+    cost: f32,
+) {
+    // Columns of dy/dxi = [I, -[y]x, y].
+    // c0 (1,0,0) c1 (0,1,0) c2 (0,0,1) c3 (0,-z,y) c4 (z,0,-x) c5 (-y,x,0) c6 (x,y,z)
+    let o = 0.0f32;
+    let l = 1.0f32;
+    out[base] = quad(l, o, o, l, o, o, m00, m01, m02, m11, m12, m22);
+    out[base + 1] = quad(l, o, o, o, l, o, m00, m01, m02, m11, m12, m22);
+    out[base + 2] = quad(l, o, o, o, o, l, m00, m01, m02, m11, m12, m22);
+    out[base + 3] = quad(l, o, o, o, -z, y, m00, m01, m02, m11, m12, m22);
+    out[base + 4] = quad(l, o, o, z, o, -x, m00, m01, m02, m11, m12, m22);
+    out[base + 5] = quad(l, o, o, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 6] = quad(l, o, o, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 7] = quad(o, l, o, o, l, o, m00, m01, m02, m11, m12, m22);
+    out[base + 8] = quad(o, l, o, o, o, l, m00, m01, m02, m11, m12, m22);
+    out[base + 9] = quad(o, l, o, o, -z, y, m00, m01, m02, m11, m12, m22);
+    out[base + 10] = quad(o, l, o, z, o, -x, m00, m01, m02, m11, m12, m22);
+    out[base + 11] = quad(o, l, o, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 12] = quad(o, l, o, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 13] = quad(o, o, l, o, o, l, m00, m01, m02, m11, m12, m22);
+    out[base + 14] = quad(o, o, l, o, -z, y, m00, m01, m02, m11, m12, m22);
+    out[base + 15] = quad(o, o, l, z, o, -x, m00, m01, m02, m11, m12, m22);
+    out[base + 16] = quad(o, o, l, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 17] = quad(o, o, l, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 18] = quad(o, -z, y, o, -z, y, m00, m01, m02, m11, m12, m22);
+    out[base + 19] = quad(o, -z, y, z, o, -x, m00, m01, m02, m11, m12, m22);
+    out[base + 20] = quad(o, -z, y, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 21] = quad(o, -z, y, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 22] = quad(z, o, -x, z, o, -x, m00, m01, m02, m11, m12, m22);
+    out[base + 23] = quad(z, o, -x, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 24] = quad(z, o, -x, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 25] = quad(-y, x, o, -y, x, o, m00, m01, m02, m11, m12, m22);
+    out[base + 26] = quad(-y, x, o, x, y, z, m00, m01, m02, m11, m12, m22);
+    out[base + 27] = quad(x, y, z, x, y, z, m00, m01, m02, m11, m12, m22);
+    // g = D^T v.
+    out[base + 28] = v0;
+    out[base + 29] = v1;
+    out[base + 30] = v2;
+    out[base + 31] = -z * v1 + y * v2;
+    out[base + 32] = z * v0 - x * v2;
+    out[base + 33] = -y * v0 + x * v1;
+    out[base + 34] = x * v0 + y * v1 + z * v2;
+    out[base + 35] = cost;
+    out[base + 36] = 1.0f32;
 }

@@ -1,0 +1,177 @@
+#![allow(missing_docs)] // the #[cube(launch)] macro generates undocumented items
+//! CubeCL kernels of tracking on network pairs ([`crate::pair`]): the descriptor refinement of
+//! the matches and the per-pixel normal-equation terms of the uncalibrated (ray + distance)
+//! residual weighted by the match quality. The matching itself is [`super::track::match_kernel`]
+//! at the identity pose (the keyframe's points are already in the frame's camera). Their CPU
+//! references are [`crate::matching::refine_matches`] and [`crate::pair::pair_normal_eq`].
+//!
+//! Buffers (f32 unless noted, row-major):
+//! * `ref_desc`: `[height * width * dim]` the frame's descriptors, `query_desc`: `[n * dim]` the
+//!   keyframe's; `idx_in` / `idx_out`: u32 `[n]` linear frame pixels;
+//! * `src_pts`: `[src_n * 3]` the frame's points, `meas_pts`: `[n * 3]` the keyframe's;
+//! * `used`: u32 `[n]`, `qk`: `[n]` the match quality;
+//! * `pose`: `[12]` = `s R` (row-major 3x3) and `t` of `T_CkCf`;
+//! * `params`: `[1/sigma_ray, 1/sigma_dist, huber]`.
+
+use cubecl::prelude::*;
+
+use super::track::write_normal_terms;
+
+/// `params` index of `1/sigma_ray`.
+pub const PP_ISR: usize = 0;
+/// `params` index of `1/sigma_dist`.
+pub const PP_ISD: usize = 1;
+/// `params` index of the Huber threshold.
+pub const PP_HUBER: usize = 2;
+/// Length of `params`.
+pub const PP_LEN: usize = 3;
+
+/// Descriptor refinement (MASt3R-SLAM's `refine_matches`): per keyframe pixel `q`, the window
+/// of `2 radius + 1` samples `d` pixels apart around the current match, for `d` from
+/// `dilation_max` down to 1, each dilation re-centred on the best score so far; the best score
+/// starts at the smallest positive normal float and the first maximum wins (column outer).
+#[cube(launch)]
+pub fn refine_kernel(
+    ref_desc: &[f32],
+    query_desc: &[f32],
+    idx_in: &[u32],
+    idx_out: &mut [u32],
+    n: u32,
+    width: u32,
+    height: u32,
+    dim: u32,
+    radius: u32,
+    dilation_max: u32,
+) {
+    let q = rust3r_gpu::global_id();
+    if q >= n as usize {
+        terminate!();
+    }
+    let i = idx_in[q];
+    let w = i32::cast_from(width);
+    let h = i32::cast_from(height);
+    let mut u0 = i32::cast_from(i % width);
+    let mut v0 = i32::cast_from(i / width);
+    // f32::MIN_POSITIVE, the smallest positive normal float.
+    let mut best = 1.1754944e-38f32;
+    let mut ub = u0;
+    let mut vb = v0;
+    let qb = q * dim as usize;
+    let samples = 2u32 * radius + 1u32;
+    let mut d = dilation_max;
+    while d >= 1u32 {
+        let rd = i32::cast_from(radius * d);
+        for a in 0..samples {
+            let u = u0 - rd + i32::cast_from(a * d);
+            if u >= 0i32 && u < w {
+                for b in 0..samples {
+                    let v = v0 - rd + i32::cast_from(b * d);
+                    if v >= 0i32 && v < h {
+                        let base = (u32::cast_from(v * w + u) * dim) as usize;
+                        let mut score = 0.0f32;
+                        for k in 0..dim as usize {
+                            score += ref_desc[base + k] * query_desc[qb + k];
+                        }
+                        if score > best {
+                            best = score;
+                            ub = u;
+                            vb = v;
+                        }
+                    }
+                }
+            }
+        }
+        u0 = ub;
+        v0 = vb;
+        d -= 1u32;
+    }
+    idx_out[q] = u32::cast_from(vb * w + ub);
+}
+
+/// Huber weight of a whitened residual: 1 inside `k`, `k/|r|` outside.
+#[cube]
+fn huber_w(r: f32, k: f32) -> f32 {
+    let a = r.abs();
+    select(a < k, 1.0f32, k / a)
+}
+
+/// Normal-equation terms of each keyframe pixel `q` with `used[q]`: `y = pose * src_pts[idx[q]]`
+/// against the keyframe point `X_q`, residual `[X_q / |X_q| - y / |y|, |X_q| - |y|]` with
+/// square-root information `sqrt(qk[q]) / sigma` and Huber on the whitened residual, written
+/// as [`super::track::NE_COLS`] floats per pixel (zeros when it does not contribute).
+#[cube(launch)]
+pub fn pair_normal_eq_kernel(
+    src_pts: &[f32],
+    meas_pts: &[f32],
+    idx: &[u32],
+    used: &[u32],
+    qk: &[f32],
+    pose: &[f32],
+    params: &[f32],
+    out: &mut [f32],
+    n: u32,
+) {
+    let q = rust3r_gpu::global_id();
+    if q >= n as usize {
+        terminate!();
+    }
+    let base = q * 37;
+    #[unroll]
+    for k in 0..37usize {
+        out[base + k] = 0.0f32;
+    }
+    if used[q] != 0u32 {
+        let j = idx[q] as usize;
+        let px = src_pts[j * 3];
+        let py = src_pts[j * 3 + 1];
+        let pz = src_pts[j * 3 + 2];
+        let x = pose[0] * px + pose[1] * py + pose[2] * pz + pose[9];
+        let y = pose[3] * px + pose[4] * py + pose[5] * pz + pose[10];
+        let z = pose[6] * px + pose[7] * py + pose[8] * pz + pose[11];
+        let xq = meas_pts[q * 3];
+        let yq = meas_pts[q * 3 + 1];
+        let zq = meas_pts[q * 3 + 2];
+        let nq = (xq * xq + yq * yq + zq * zq).sqrt();
+        let d = (x * x + y * y + z * z).sqrt();
+        if nq > 0.0f32 && d > 0.0f32 {
+            let a0 = x / d;
+            let a1 = y / d;
+            let a2 = z / d;
+            let r0 = xq / nq - a0;
+            let r1 = yq / nq - a1;
+            let r2 = zq / nq - a2;
+            let r3 = nq - d;
+            let sq = qk[q].sqrt();
+            let k = params[PP_HUBER];
+            let sr = sq * params[PP_ISR];
+            let sd = sq * params[PP_ISD];
+            let w0 = sr * sr * huber_w(sr * r0, k);
+            let w1 = sr * sr * huber_w(sr * r1, k);
+            let w2 = sr * sr * huber_w(sr * r2, k);
+            let w3 = sd * sd * huber_w(sd * r3, k);
+            // Rows of dh/dy: the ray rows (I - a a^T) / d, then a^T for the distance.
+            let id = 1.0f32 / d;
+            let p00 = (1.0f32 - a0 * a0) * id;
+            let p01 = -a0 * a1 * id;
+            let p02 = -a0 * a2 * id;
+            let p11 = (1.0f32 - a1 * a1) * id;
+            let p12 = -a1 * a2 * id;
+            let p22 = (1.0f32 - a2 * a2) * id;
+            // M = sum_k w_k row_k^T row_k (rows 0-2 are P's rows; P is symmetric).
+            let m00 = w0 * p00 * p00 + w1 * p01 * p01 + w2 * p02 * p02 + w3 * a0 * a0;
+            let m01 = w0 * p00 * p01 + w1 * p01 * p11 + w2 * p02 * p12 + w3 * a0 * a1;
+            let m02 = w0 * p00 * p02 + w1 * p01 * p12 + w2 * p02 * p22 + w3 * a0 * a2;
+            let m11 = w0 * p01 * p01 + w1 * p11 * p11 + w2 * p12 * p12 + w3 * a1 * a1;
+            let m12 = w0 * p01 * p02 + w1 * p11 * p12 + w2 * p12 * p22 + w3 * a1 * a2;
+            let m22 = w0 * p02 * p02 + w1 * p12 * p12 + w2 * p22 * p22 + w3 * a2 * a2;
+            // v = sum_k w_k r_k row_k.
+            let v0 = w0 * r0 * p00 + w1 * r1 * p01 + w2 * r2 * p02 + w3 * r3 * a0;
+            let v1 = w0 * r0 * p01 + w1 * r1 * p11 + w2 * r2 * p12 + w3 * r3 * a1;
+            let v2 = w0 * r0 * p02 + w1 * r1 * p12 + w2 * r2 * p22 + w3 * r3 * a2;
+            let cost = 0.5f32 * (w0 * r0 * r0 + w1 * r1 * r1 + w2 * r2 * r2 + w3 * r3 * r3);
+            write_normal_terms(
+                out, base, x, y, z, m00, m01, m02, m11, m12, m22, v0, v1, v2, cost,
+            );
+        }
+    }
+}
