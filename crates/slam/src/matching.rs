@@ -68,30 +68,33 @@ pub fn ray_image(
         .min(len - 1)
     };
     const K: [[f32; 3]; 3] = [[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]];
-    for v in 0..height {
-        for u in 0..width {
-            let i = v * width + u;
-            let mut gx = [0.0f32; 3];
-            let mut gy = [0.0f32; 3];
-            for (a, row) in K.iter().enumerate() {
-                for (b, &kx) in row.iter().enumerate() {
-                    let vv = refl(v as isize + a as isize - 1, height);
-                    let uu = refl(u as isize + b as isize - 1, width);
-                    let r = rays[vv * width + uu];
-                    // gx uses K[a][b]; gy uses its transpose K[b][a].
-                    let ky = K[b][a];
-                    for c in 0..3 {
-                        gx[c] += kx / 32.0 * r[c];
-                        gy[c] += ky / 32.0 * r[c];
+    // Rows in parallel (each pixel's channels depend only on `rays`).
+    data.par_chunks_mut((width * RAY_CHANNELS).max(1))
+        .enumerate()
+        .for_each(|(v, row)| {
+            for u in 0..width {
+                let i = v * width + u;
+                let mut gx = [0.0f32; 3];
+                let mut gy = [0.0f32; 3];
+                for (a, row) in K.iter().enumerate() {
+                    for (b, &kx) in row.iter().enumerate() {
+                        let vv = refl(v as isize + a as isize - 1, height);
+                        let uu = refl(u as isize + b as isize - 1, width);
+                        let r = rays[vv * width + uu];
+                        // gx uses K[a][b]; gy uses its transpose K[b][a].
+                        let ky = K[b][a];
+                        for c in 0..3 {
+                            gx[c] += kx / 32.0 * r[c];
+                            gy[c] += ky / 32.0 * r[c];
+                        }
                     }
                 }
+                let d = &mut row[u * RAY_CHANNELS..(u + 1) * RAY_CHANNELS];
+                d[0..3].copy_from_slice(&rays[i]);
+                d[3..6].copy_from_slice(&gx);
+                d[6..9].copy_from_slice(&gy);
             }
-            let d = &mut data[i * RAY_CHANNELS..(i + 1) * RAY_CHANNELS];
-            d[0..3].copy_from_slice(&rays[i]);
-            d[3..6].copy_from_slice(&gx);
-            d[6..9].copy_from_slice(&gy);
-        }
-    }
+        });
     RayImage {
         width,
         height,

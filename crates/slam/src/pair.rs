@@ -331,7 +331,12 @@ impl Tracker {
     ) -> Result<PairTrack, SlamError> {
         check_pair(pred, kf, kf_conf, cam)?;
         let p = ResidualParams::tracking(&self.cfg);
+        let start = std::time::Instant::now();
         let matches = match_pair(pred, &self.matching, idx_init);
+        tracing::debug!(
+            "pair matched on the CPU in {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
         self.track_matched_pair(
             pred,
             kf,

@@ -313,11 +313,14 @@ pub fn track_pair_gpu(
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairTrack, SlamError> {
     crate::pair::check_pair(pred, kf, kf_conf, None)?;
+    let start = std::time::Instant::now();
     let matches = match_pair_gpu(gpu, pred, &tracker.matching, idx_init)?;
+    let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
     let mut sums: Option<GpuPairNormalEq> = None;
-    tracker.track_matched_pair(
+    let mut solve = std::time::Duration::ZERO;
+    let track = tracker.track_matched_pair(
         pred,
         kf,
         kf_conf,
@@ -325,12 +328,23 @@ pub fn track_pair_gpu(
         t_init,
         matches,
         &mut |_, _, idx, used, qk, t| {
-            sums.get_or_insert_with(|| {
-                GpuPairNormalEq::new(gpu, &pred.frame.points, &kf.points, idx, used, qk, &p)
-            })
-            .at(gpu, t)
+            let eq = sums
+                .get_or_insert_with(|| {
+                    GpuPairNormalEq::new(gpu, &pred.frame.points, &kf.points, idx, used, qk, &p)
+                })
+                .at(gpu, t);
+            solve = start.elapsed();
+            eq
         },
-    )
+    )?;
+    tracing::debug!(
+        "pair tracked on the GPU in {:.1} ms: matching {:.1} ms, up to the last normal equations {:.1} ms, {} iterations",
+        start.elapsed().as_secs_f64() * 1e3,
+        matched.as_secs_f64() * 1e3,
+        solve.as_secs_f64() * 1e3,
+        track.result.iterations
+    );
+    Ok(track)
 }
 
 /// The normal equations of a network pair on the GPU ([`pair::pair_normal_eq_kernel`], the
@@ -344,6 +358,8 @@ pub struct GpuPairNormalEq {
     used: GpuBuffer<u32>,
     qk: GpuBuffer<f32>,
     params: GpuBuffer<f32>,
+    /// Per-pixel terms, rewritten at every pose.
+    terms: GpuBuffer<f32>,
     n: usize,
 }
 
@@ -370,6 +386,7 @@ impl GpuPairNormalEq {
             used: gpu.upload(&mask(used)),
             qk: gpu.upload(qk),
             params: gpu.upload(&params),
+            terms: gpu.alloc(kf_points.len() * NE_COLS),
             n: kf_points.len(),
         }
     }
@@ -378,7 +395,7 @@ impl GpuPairNormalEq {
     pub fn at(&self, gpu: &Gpu, t: &Sim3) -> Result<NormalEq, SlamError> {
         let n = self.n;
         let pose = gpu.upload(&pose_buffer(t));
-        let terms = gpu.alloc::<f32>(n * NE_COLS);
+        let terms = &self.terms;
         pair::pair_normal_eq_kernel::launch(
             gpu.client(),
             gpu.grid(n.div_ceil(BLOCK as usize)),
@@ -394,7 +411,7 @@ impl GpuPairNormalEq {
             n as u32,
         );
         let sums = gpu
-            .read(&reduce_columns(gpu, &terms, NE_COLS, ReduceOp::Sum))
+            .read(&reduce_columns(gpu, terms, NE_COLS, ReduceOp::Sum))
             .map_err(gerr)?;
         Ok(normal_eq_of(&sums))
     }
@@ -413,7 +430,9 @@ pub fn match_pair_gpu(
     let f = &pred.frame;
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
+    let start = std::time::Instant::now();
     let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
+    let ray_ms = start.elapsed().as_secs_f64() * 1e3;
     let init: Vec<f32> = match idx_init {
         Some(idx) if idx.len() == n => idx
             .iter()
@@ -459,6 +478,10 @@ pub fn match_pair_gpu(
         .into_iter()
         .map(|v| v != 0)
         .collect();
+    tracing::trace!(
+        "pair matching: ray image {ray_ms:.1} ms, iterative projection done at {:.1} ms",
+        start.elapsed().as_secs_f64() * 1e3
+    );
     if cfg.radius == 0 {
         return Ok(crate::pair::PairMatches {
             idx: gpu.read(&idx).map_err(gerr)?,
