@@ -30,6 +30,7 @@ pub const PP_LEN: usize = 3;
 /// of `2 radius + 1` samples `d` pixels apart around the current match, for `d` from
 /// `dilation_max` down to 1, each dilation re-centred on the best score so far; the best score
 /// starts at the smallest positive normal float and the first maximum wins (column outer).
+/// `dim` (the descriptor length) is compiled in, so the dot products unroll.
 #[cube(launch)]
 pub fn refine_kernel(
     ref_desc: &[f32],
@@ -39,9 +40,9 @@ pub fn refine_kernel(
     n: u32,
     width: u32,
     height: u32,
-    dim: u32,
     radius: u32,
     dilation_max: u32,
+    #[comptime] dim: u32,
 ) {
     let q = rust3r_gpu::global_id();
     if q >= n as usize {
@@ -69,6 +70,7 @@ pub fn refine_kernel(
                     if v >= 0i32 && v < h {
                         let base = (u32::cast_from(v * w + u) * dim) as usize;
                         let mut score = 0.0f32;
+                        #[unroll]
                         for k in 0..dim as usize {
                             score += ref_desc[base + k] * query_desc[qb + k];
                         }
