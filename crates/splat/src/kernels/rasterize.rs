@@ -331,17 +331,8 @@ pub struct BackPixel {
 /// its end (slot `ch.slot`): the transmittance there, and the colour and depth behind it as the
 /// final front-to-back sums less the sums in front of it.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn back_pixel(
-    cam: &[f32],
-    out_rgb: &[f32],
-    out_alpha: &[f32],
-    out_depth: &[f32],
-    out_last: &[u32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    ck: &[f32],
+fn back_pixel<A: Numeric>(
+    args: &BackwardArgs<A>,
     ch: &BackChunk,
     pc: usize,
     inside: bool,
@@ -361,21 +352,22 @@ fn back_pixel(
         last: 0usize,
     };
     if inside {
-        px.t_final = 1.0f32 - out_alpha[pc];
-        px.last = ch.tile_start + out_last[pc] as usize;
-        px.vcr = v_rgb[pc * 3];
-        px.vcg = v_rgb[pc * 3 + 1];
-        px.vcb = v_rgb[pc * 3 + 2];
-        px.vd = v_depth[pc];
-        px.final_term = v_alpha[pc] - (cam[19] * px.vcr + cam[20] * px.vcg + cam[21] * px.vcb);
+        px.t_final = 1.0f32 - args.out_alpha[pc];
+        px.last = ch.tile_start + args.out_last[pc] as usize;
+        px.vcr = args.v_rgb[pc * 3];
+        px.vcg = args.v_rgb[pc * 3 + 1];
+        px.vcb = args.v_rgb[pc * 3 + 2];
+        px.vd = args.v_depth[pc];
+        px.final_term = args.v_alpha[pc]
+            - (args.cam[19] * px.vcr + args.cam[20] * px.vcg + args.cam[21] * px.vcb);
         px.tr = px.t_final;
         if ch.resume {
             let base = ch.slot * comptime![CHECKPOINT] + UNIT_POS as usize;
-            px.tr = ck[base];
-            px.sr = out_rgb[pc * 3] - px.t_final * cam[19] - ck[base + 256];
-            px.sg = out_rgb[pc * 3 + 1] - px.t_final * cam[20] - ck[base + 512];
-            px.sb = out_rgb[pc * 3 + 2] - px.t_final * cam[21] - ck[base + 768];
-            px.sd = out_depth[pc] - ck[base + 1024];
+            px.tr = args.ck[base];
+            px.sr = args.out_rgb[pc * 3] - px.t_final * args.cam[19] - args.ck[base + 256];
+            px.sg = args.out_rgb[pc * 3 + 1] - px.t_final * args.cam[20] - args.ck[base + 512];
+            px.sb = args.out_rgb[pc * 3 + 2] - px.t_final * args.cam[21] - args.ck[base + 768];
+            px.sd = args.out_depth[pc] - args.ck[base + 1024];
         }
     }
     px
@@ -399,38 +391,32 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk(
-    ranges: &[u32],
-    tile_last: &[u32],
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
-) -> BackChunk {
+fn back_chunk<A: Numeric>(args: &BackwardArgs<A>) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
     // First tile whose first cube is past g; the cube belongs to the tile before it.
     let mut lo = 1u32;
-    let mut hi = num_tiles;
+    let mut hi = args.num_tiles;
     while lo < hi {
         let mid = (lo + hi) / 2u32;
-        if ranges[mid as usize * 2] / chunk + mid > g {
+        if args.ranges[mid as usize * 2] / args.chunk + mid > g {
             hi = mid;
         } else {
             lo = mid + 1u32;
         }
     }
     let tile = (lo - 1u32) as usize;
-    let start = ranges[tile * 2];
-    let c = g - (start / chunk + tile as u32);
-    let walked = tile_last[tile];
-    let begin = min(c * chunk, walked);
+    let start = args.ranges[tile * 2];
+    let c = g - (start / args.chunk + tile as u32);
+    let walked = args.tile_last[tile];
+    let begin = min(c * args.chunk, walked);
     BackChunk {
-        x0: (tile as u32 % tiles_x) * 16,
-        y0: (tile as u32 / tiles_x) * 16,
+        x0: (tile as u32 % args.tiles_x) * 16,
+        y0: (tile as u32 / args.tiles_x) * 16,
         tile_start: start as usize,
         begin: (start + begin) as usize,
-        end: (start + min(begin + chunk, walked)) as usize,
-        resume: begin + chunk < walked,
-        slot: (start / chunk + c) as usize,
+        end: (start + min(begin + args.chunk, walked)) as usize,
+        resume: begin + args.chunk < walked,
+        slot: (start / args.chunk + c) as usize,
     }
 }
 
@@ -513,6 +499,47 @@ fn back_step(
     (took, va, vis, dx, dy, gk, raw)
 }
 
+/// The launch arguments of both backward rasterizers ([`rasterize_backward`],
+/// [`rasterize_backward_plane`]), in binding order: the forward pass's tile lists, projected
+/// Gaussians, images and checkpoints, the image gradients, the outputs of the row mode
+/// (`isect_grads`, `isect_abs`: one row per intersection) and of the atomic mode (`v_atomic`,
+/// `v_abs_atomic`: per-Gaussian sums), and the image and tile sizes.
+#[derive(CubeType, CubeLaunch)]
+pub struct BackwardArgs<A: Numeric> {
+    /// Per tile, its first and one-past-last intersection.
+    pub ranges: Box<[u32]>,
+    /// Gaussian of each tile-sorted intersection.
+    pub sorted_gids: Box<[u32]>,
+    /// Emission index of each tile-sorted intersection (its gradient row in the row mode).
+    pub isect_orig: Box<[u32]>,
+    /// Projected Gaussians ([`super::project::PROJ`] floats each).
+    pub proj: Box<[f32]>,
+    /// The camera block ([`crate::camera::CAM_LEN`] floats).
+    pub cam: Box<[f32]>,
+    pub out_alpha: Box<[f32]>,
+    /// Per pixel, its last contributor relative to the tile's first intersection.
+    pub out_last: Box<[u32]>,
+    /// Per tile, the intersections the forward pass walked.
+    pub tile_last: Box<[u32]>,
+    /// Forward checkpoints ([`CHECKPOINT`] floats each).
+    pub ck: Box<[f32]>,
+    pub out_rgb: Box<[f32]>,
+    pub out_depth: Box<[f32]>,
+    pub v_rgb: Box<[f32]>,
+    pub v_alpha: Box<[f32]>,
+    pub v_depth: Box<[f32]>,
+    pub isect_grads: Box<[f32]>,
+    pub v_atomic: Box<[Atomic<A>]>,
+    pub isect_abs: Box<[f32]>,
+    pub v_abs_atomic: Box<[Atomic<A>]>,
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    pub num_tiles: u32,
+    /// Intersections per backward cube (the forward checkpoint spacing).
+    pub chunk: u32,
+}
+
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
 ///
 /// With `atomic`, the per-(tile, Gaussian) sums are added into `v_atomic[gid * 10 + k]` (the
@@ -525,29 +552,7 @@ fn back_step(
 /// (2 per Gaussian).
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward<A: Numeric>(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    isect_orig: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_alpha: &[f32],
-    out_last: &[u32],
-    tile_last: &[u32],
-    ck: &[f32],
-    out_rgb: &[f32],
-    out_depth: &[f32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    isect_grads: &mut [f32],
-    v_atomic: &[Atomic<A>],
-    isect_abs: &mut [f32],
-    v_abs_atomic: &[Atomic<A>],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
+    mut args: BackwardArgs<A>,
     #[comptime] batch: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
@@ -558,11 +563,11 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
+    let ch = back_chunk::<A>(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     // Rows of intersections behind every pixel's last contributor stay zero.
@@ -574,11 +579,9 @@ pub fn rasterize_backward<A: Numeric>(
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
 
-    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
     // Bounded work per cube: one chunk of at most `chunk` intersections.
-    let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
-    );
+    let mut px = back_pixel::<A>(&args, &ch, pc, inside);
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
     pix[512 + t] = px.vcb;
@@ -592,8 +595,8 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(
-            sorted_gids,
-            proj,
+            &args.sorted_gids,
+            &args.proj,
             &mut s_pos,
             &mut s_conic,
             &mut s_rgb,
@@ -703,11 +706,11 @@ pub fn rasterize_backward<A: Numeric>(
                 sum += pair[(jw * group + l) * 10 + k];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + jw] as usize;
-                v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + jw] as usize;
+                args.v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + jw] as usize;
-                isect_grads[row * 10 + k] = sum;
+                let row = args.isect_orig[batch_start + jw] as usize;
+                args.isect_grads[row * 10 + k] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -718,11 +721,11 @@ pub fn rasterize_backward<A: Numeric>(
                 sum += pabs[(jw * group + l) * 2 + k];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + jw] as usize;
-                v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + jw] as usize;
+                args.v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + jw] as usize;
-                isect_abs[row * 2 + k] = sum;
+                let row = args.isect_orig[batch_start + jw] as usize;
+                args.isect_abs[row * 2 + k] = sum;
             }
         }
     }
@@ -776,39 +779,17 @@ pub fn unpack_image(
 /// `atomic` / `A` / `v_atomic` as in [`rasterize_backward`].
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward_plane<A: Numeric>(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    isect_orig: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_alpha: &[f32],
-    out_last: &[u32],
-    tile_last: &[u32],
-    ck: &[f32],
-    out_rgb: &[f32],
-    out_depth: &[f32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    isect_grads: &mut [f32],
-    v_atomic: &[Atomic<A>],
-    isect_abs: &mut [f32],
-    v_abs_atomic: &[Atomic<A>],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
+    mut args: BackwardArgs<A>,
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
+    let ch = back_chunk::<A>(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     let (start, end) = (ch.begin, ch.end);
@@ -825,17 +806,15 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let plane = t / (PLANE_DIM as usize);
     let leader = UNIT_POS_PLANE == 0u32;
 
-    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
-    let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
-    );
+    let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
+    let mut px = back_pixel::<A>(&args, &ch, pc, inside);
 
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
         let (batch_start, len) = stage_back_batch(
-            sorted_gids,
-            proj,
+            &args.sorted_gids,
+            &args.proj,
             &mut s_pos,
             &mut s_conic,
             &mut s_rgb,
@@ -936,11 +915,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 sum += part[q * comptime![batch * 10] + t];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + t / 10] as usize;
-                v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + t / 10] as usize;
+                args.v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + t / 10] as usize;
-                isect_grads[row * 10 + t % 10] = sum;
+                let row = args.isect_orig[batch_start + t / 10] as usize;
+                args.isect_grads[row * 10 + t % 10] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -950,11 +929,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 sum += pabs[q * comptime![batch * 2] + u];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + u / 2] as usize;
-                v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + u / 2] as usize;
+                args.v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + u / 2] as usize;
-                isect_abs[row * 2 + u % 2] = sum;
+                let row = args.isect_orig[batch_start + u / 2] as usize;
+                args.isect_abs[row * 2 + u % 2] = sum;
             }
         }
     }

@@ -147,31 +147,98 @@ pub fn render_backward_chunks(
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
     let num_tiles = tiles_x * tiles_y;
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
-    macro_rules! launch {
-        ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
-            rust3r_gpu::launch!(gpu, rasterize::$kernel::<$elem>(
-                client, gpu.grid(cubes), CubeDim::new_1d(256),
-                state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
-                state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
-                state.tile_last.arg(), state.checkpoints.arg(), out.rgb.arg(), out.depth.arg(),
-                v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
-                isect_grads.arg(), $target, isect_abs.arg(), $abs_target,
-                out.width, out.height, tiles_x, num_tiles, state.chunk, batch $(, $extra)*, atomic, absgrad,
-            ))
-        };
+    // The atomic-mode outputs: the per-Gaussian sums, or (typed `u32`) placeholders in the row
+    // mode. In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
+    let atomic_outputs = || {
+        if atomic {
+            (v_proj.arg(), v_abs.arg())
+        } else {
+            (unused.arg(), unused.arg())
+        }
+    };
+    // One `BackwardArgsLaunch` per launch (its element type follows the kernel's).
+    macro_rules! args {
+        () => {{
+            let (v_atomic, v_abs_atomic) = atomic_outputs();
+            rasterize::BackwardArgsLaunch {
+                ranges: state.ranges.arg(),
+                sorted_gids: state.sorted_gids.arg(),
+                isect_orig: state.isect_orig.arg(),
+                proj: state.proj.arg(),
+                cam: state.cam.arg(),
+                out_alpha: out.alpha.arg(),
+                out_last: state.last.arg(),
+                tile_last: state.tile_last.arg(),
+                ck: state.checkpoints.arg(),
+                out_rgb: out.rgb.arg(),
+                out_depth: out.depth.arg(),
+                v_rgb: v_rgb.arg(),
+                v_alpha: v_alpha.arg(),
+                v_depth: v_depth.arg(),
+                isect_grads: isect_grads.arg(),
+                v_atomic,
+                isect_abs: isect_abs.arg(),
+                v_abs_atomic,
+                width: out.width,
+                height: out.height,
+                tiles_x,
+                num_tiles,
+                chunk: state.chunk,
+            }
+        }};
     }
-    // In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
+    let (count, dim) = (gpu.grid(cubes), CubeDim::new_1d(256));
     match (plane, atomic) {
-        (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
-        (Some(mp), false) => launch!(
-            rasterize_backward_plane,
-            u32,
-            unused.arg(),
-            unused.arg(),
-            mp
+        (Some(mp), true) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward_plane::<f32>(
+                client,
+                count,
+                dim,
+                args!(),
+                batch,
+                mp,
+                atomic,
+                absgrad
+            )
         ),
-        (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
-        (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
+        (Some(mp), false) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward_plane::<u32>(
+                client,
+                count,
+                dim,
+                args!(),
+                batch,
+                mp,
+                atomic,
+                absgrad
+            )
+        ),
+        (None, true) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward::<f32>(
+                client,
+                count,
+                dim,
+                args!(),
+                batch,
+                atomic,
+                absgrad
+            )
+        ),
+        (None, false) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward::<u32>(
+                client,
+                count,
+                dim,
+                args!(),
+                batch,
+                atomic,
+                absgrad
+            )
+        ),
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     if !atomic && out.num_visible > 0 {
