@@ -12,15 +12,13 @@
 //! so no float atomics are needed (WGSL has none) and results are
 //! deterministic run to run.
 // `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
-// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
-// and with the flat argument lists their launchers pass.
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants).
 #![allow(
     clippy::manual_div_ceil,
     clippy::assign_op_pattern,
     clippy::collapsible_if,
     clippy::manual_range_contains,
-    clippy::excessive_precision,
-    clippy::too_many_arguments
+    clippy::excessive_precision
 )]
 
 use cubecl::prelude::*;
@@ -91,39 +89,58 @@ fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
     Staged { pos, conic, rgb }
 }
 
+/// The launch arguments of [`rasterize_forward`], in binding order: the tile lists and
+/// projected Gaussians it blends, the images and per-tile walk lengths it writes, the blend state
+/// carried between dispatches, the checkpoints, and the sizes and batch range of the dispatch.
+#[derive(CubeType, CubeLaunch)]
+pub struct ForwardArgs {
+    /// Per tile, its first and one-past-last intersection.
+    pub ranges: Box<[u32]>,
+    /// Gaussian of each tile-sorted intersection.
+    pub sorted_gids: Box<[u32]>,
+    /// Projected Gaussians ([`super::project::PROJ`] floats each).
+    pub proj: Box<[f32]>,
+    /// The camera block ([`crate::camera::CAM_LEN`] floats; the background at 19..22).
+    pub cam: Box<[f32]>,
+    pub out_rgb: Box<[f32]>,
+    pub out_alpha: Box<[f32]>,
+    pub out_depth: Box<[f32]>,
+    /// Per pixel, its last contributor relative to the tile's first intersection.
+    pub out_last: Box<[u32]>,
+    /// Per tile, the intersections walked (the largest `out_last` of its pixels).
+    pub tile_last: Box<[u32]>,
+    /// Per pixel, the blend state (transmittance, colour, depth) between dispatches.
+    pub carry: Box<[f32]>,
+    /// Per pixel, whether its transmittance ran out.
+    pub carry_done: Box<[u32]>,
+    /// Checkpoints ([`CHECKPOINT`] floats each), with `save_checkpoints`.
+    pub ck: Box<[f32]>,
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    /// This dispatch's batches of 256 intersections of each tile: `[batch_begin, batch_end)`.
+    pub batch_begin: u32,
+    pub batch_end: u32,
+    /// Intersections between checkpoints.
+    pub chunk: u32,
+}
+
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_forward(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_rgb: &mut [f32],
-    out_alpha: &mut [f32],
-    out_depth: &mut [f32],
-    out_last: &mut [u32],
-    tile_last: &mut [u32],
-    carry: &mut [f32],
-    carry_done: &mut [u32],
-    ck: &mut [f32],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    batch_begin: u32,
-    batch_end: u32,
-    chunk: u32,
+    mut args: ForwardArgs,
     #[comptime] row_skip: bool,
     #[comptime] save_checkpoints: bool,
     #[comptime] vec_shared: bool,
 ) {
-    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let tile = (CUBE_POS_Y * args.tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
     let x = CUBE_POS_X * 16 + UNIT_POS % 16;
     let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let start = ranges[tile * 2] as usize;
-    let end = ranges[tile * 2 + 1] as usize;
+    let start = args.ranges[tile * 2] as usize;
+    let end = args.ranges[tile * 2 + 1] as usize;
     // A batch's Gaussians in shared memory. With `vec_shared`, as three 4-vectors each, so
     // that the blend loop reads one with a single 16-byte broadcast load: `s_pos` = (x, y, row
     // reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour. Otherwise as 11
@@ -144,7 +161,7 @@ pub fn rasterize_forward(
         max_last[0].store(0u32);
     }
     sync_cube();
-    let p = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    let p = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
     let mut done = !inside;
     let mut tr = 1.0f32;
     let mut cr = 0.0f32;
@@ -154,21 +171,21 @@ pub fn rasterize_forward(
     let mut last = 0u32;
     // Work is bounded per dispatch: batches [batch_begin, batch_end) of each tile;
     // the blend state of every pixel is carried between dispatches.
-    if batch_begin > 0u32 && inside {
-        tr = carry[p * 5];
-        cr = carry[p * 5 + 1];
-        cg = carry[p * 5 + 2];
-        cb = carry[p * 5 + 3];
-        cd = carry[p * 5 + 4];
-        last = out_last[p];
-        done = carry_done[p] != 0u32;
+    if args.batch_begin > 0u32 && inside {
+        tr = args.carry[p * 5];
+        cr = args.carry[p * 5 + 1];
+        cg = args.carry[p * 5 + 2];
+        cb = args.carry[p * 5 + 3];
+        cd = args.carry[p * 5 + 4];
+        last = args.out_last[p];
+        done = args.carry_done[p] != 0u32;
     }
     if done {
         done_count[0].fetch_add(1u32);
     }
     let total = end - start;
-    let num_batches = min(total.div_ceil(256usize), batch_end as usize);
-    for b in (batch_begin as usize)..num_batches {
+    let num_batches = min(total.div_ceil(256usize), args.batch_end as usize);
+    for b in (args.batch_begin as usize)..num_batches {
         sync_cube();
         let finished = workgroup_uniform_load_atomic(&done_count[0]);
         if finished >= 256u32 {
@@ -179,28 +196,28 @@ pub fn rasterize_forward(
         // start / chunk + k - 1: the tiles' slots never overlap, and fewer than
         // (intersections / chunk) are used.
         if save_checkpoints {
-            if b > 0 && (b * 256) % (chunk as usize) == 0 {
-                let slot = start / (chunk as usize) + b * 256 / (chunk as usize) - 1;
+            if b > 0 && (b * 256) % (args.chunk as usize) == 0 {
+                let slot = start / (args.chunk as usize) + b * 256 / (args.chunk as usize) - 1;
                 let o = slot * comptime![CHECKPOINT] + t;
-                ck[o] = tr;
-                ck[o + 256] = cr;
-                ck[o + 512] = cg;
-                ck[o + 768] = cb;
-                ck[o + 1024] = cd;
+                args.ck[o] = tr;
+                args.ck[o + 256] = cr;
+                args.ck[o + 512] = cg;
+                args.ck[o + 768] = cb;
+                args.ck[o + 1024] = cd;
             }
         }
         let idx = start + b * 256 + t;
         if idx < end {
             if vec_shared {
-                let g = stage(proj, sorted_gids[idx] as usize, row_skip);
+                let g = stage(&args.proj, args.sorted_gids[idx] as usize, row_skip);
                 s_pos[t] = g.pos;
                 s_conic[t] = g.conic;
                 s_rgb[t] = g.rgb;
             } else {
-                let gid = sorted_gids[idx] as usize;
+                let gid = args.sorted_gids[idx] as usize;
                 #[unroll]
                 for k in 0..10usize {
-                    s_flat[k * 256 + t] = proj[gid * 10 + k];
+                    s_flat[k * 256 + t] = args.proj[gid * 10 + k];
                 }
                 if row_skip {
                     s_flat[2560 + t] = row_reach2(
@@ -285,25 +302,25 @@ pub fn rasterize_forward(
         }
     }
     if inside {
-        carry[p * 5] = tr;
-        carry[p * 5 + 1] = cr;
-        carry[p * 5 + 2] = cg;
-        carry[p * 5 + 3] = cb;
-        carry[p * 5 + 4] = cd;
-        carry_done[p] = select(done, 1u32, 0u32);
-        out_rgb[p * 3] = cr + tr * cam[19];
-        out_rgb[p * 3 + 1] = cg + tr * cam[20];
-        out_rgb[p * 3 + 2] = cb + tr * cam[21];
-        out_alpha[p] = 1.0f32 - tr;
-        out_depth[p] = cd;
-        out_last[p] = last;
+        args.carry[p * 5] = tr;
+        args.carry[p * 5 + 1] = cr;
+        args.carry[p * 5 + 2] = cg;
+        args.carry[p * 5 + 3] = cb;
+        args.carry[p * 5 + 4] = cd;
+        args.carry_done[p] = select(done, 1u32, 0u32);
+        args.out_rgb[p * 3] = cr + tr * args.cam[19];
+        args.out_rgb[p * 3 + 1] = cg + tr * args.cam[20];
+        args.out_rgb[p * 3 + 2] = cb + tr * args.cam[21];
+        args.out_alpha[p] = 1.0f32 - tr;
+        args.out_depth[p] = cd;
+        args.out_last[p] = last;
     }
     // Intersections past the last contributor of every pixel of the tile are
     // skipped by the backward pass.
     max_last[0].fetch_max(last);
     sync_cube();
     if t == 0 {
-        tile_last[tile] = max_last[0].load();
+        args.tile_last[tile] = max_last[0].load();
     }
 }
 
