@@ -249,13 +249,10 @@ pub struct ProjectGradArgs {
     pub v_cam: Box<[f32]>,
 }
 
-/// A Gaussian's mean in the world and camera frames, with the camera's rotation (row-major) and
+/// A Gaussian's mean in the camera frame, with the camera's rotation (row-major) and
 /// intrinsics: what both projection passes read first.
 #[derive(CubeType, Clone, Copy)]
 struct CameraPoint {
-    mx: f32,
-    my: f32,
-    mz: f32,
     r00: f32,
     r01: f32,
     r02: f32,
@@ -274,16 +271,13 @@ struct CameraPoint {
     cy: f32,
 }
 
+/// The world point `(mx, my, mz)` seen from the camera block.
 #[cube]
-fn camera_point(means: &[f32], cam: &[f32], g: usize) -> CameraPoint {
-    let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+fn camera_point(cam: &[f32], mx: f32, my: f32, mz: f32) -> CameraPoint {
     let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
     let (px, py, pz) = to_camera(cam, mx, my, mz);
     let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
     CameraPoint {
-        mx,
-        my,
-        mz,
         r00,
         r01,
         r02,
@@ -518,7 +512,12 @@ pub fn project_forward(
         // Culled Gaussians sort after every visible one.
         out.depth_keys[gg] = 4294967295u32;
 
-        let p = camera_point(&args.means, &args.cam, g);
+        let (mx, my, mz) = (
+            args.means[g * 3],
+            args.means[g * 3 + 1],
+            args.means[g * 3 + 2],
+        );
+        let p = camera_point(&args.cam, mx, my, mz);
         if p.pz < args.cam[22] || p.pz > args.cam[23] {
             break;
         }
@@ -595,7 +594,7 @@ pub fn project_forward(
         }
 
         // Colour from spherical harmonics, view direction from the camera centre.
-        let (ux, uy, uz, _) = view_dir(&args.cam, p.mx, p.my, p.mz);
+        let (ux, uy, uz, _) = view_dir(&args.cam, mx, my, mz);
         let mut cr = 0.5f32;
         let mut cg = 0.5f32;
         let mut cb = 0.5f32;
@@ -768,7 +767,11 @@ pub fn project_backward(
     let v_cc = grads.v_proj[gg * 10 + 4];
     let v_depth = grads.v_proj[gg * 10 + 5];
     let v_opacity = grads.v_proj[gg * 10 + 6];
-    let p = camera_point(&args.means, &args.cam, g);
+    let (mx, my, mz) = (
+        args.means[g * 3],
+        args.means[g * 3 + 1],
+        args.means[g * 3 + 2],
+    );
 
     // ---- colour: rgb = max(sum_k b_k(dir) sh_k + 0.5, 0), dir = (m - c) / |m - c| ----
     // The stored colour is zero exactly where the clamp cut the gradient.
@@ -791,7 +794,7 @@ pub fn project_backward(
             grads.v_proj[gg * 10 + 9],
             0.0f32,
         );
-        let (ux, uy, uz, inv_dn) = view_dir(&args.cam, p.mx, p.my, p.mz);
+        let (ux, uy, uz, inv_dn) = view_dir(&args.cam, mx, my, mz);
         let mut vux = 0.0f32;
         let mut vuy = 0.0f32;
         let mut vuz = 0.0f32;
@@ -811,6 +814,7 @@ pub fn project_backward(
     }
 
     // ---- recompute forward ----
+    let p = camera_point(&args.cam, mx, my, mz);
     let q = load_quat(&args.quats, g);
     let cv = covariance(&args.log_scales, &q, &p, g, args.width, args.height);
     let rz = 1.0f32 / p.pz;
@@ -944,15 +948,15 @@ pub fn project_backward(
     let mut vr21 = 2.0f32 * (e20 * cv.s01 + e21 * cv.s11 + e22 * cv.s12);
     let mut vr22 = 2.0f32 * (e20 * cv.s02 + e21 * cv.s12 + e22 * cv.s22);
     // mean_c = W m + t
-    vr00 += vpx * p.mx;
-    vr01 += vpx * p.my;
-    vr02 += vpx * p.mz;
-    vr10 += vpy * p.mx;
-    vr11 += vpy * p.my;
-    vr12 += vpy * p.mz;
-    vr20 += vpz * p.mx;
-    vr21 += vpz * p.my;
-    vr22 += vpz * p.mz;
+    vr00 += vpx * mx;
+    vr01 += vpx * my;
+    vr02 += vpx * mz;
+    vr10 += vpy * mx;
+    vr11 += vpy * my;
+    vr12 += vpy * mz;
+    vr20 += vpz * mx;
+    vr21 += vpz * my;
+    vr22 += vpz * mz;
     let mut vtx = vpx;
     let mut vty = vpy;
     let mut vtz = vpz;

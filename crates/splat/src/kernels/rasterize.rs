@@ -89,9 +89,9 @@ fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
     Staged { pos, conic, rgb }
 }
 
-/// The launch arguments of [`rasterize_forward`], in binding order: the tile lists and
-/// projected Gaussians it blends, the images and per-tile walk lengths it writes, the blend state
-/// carried between dispatches, the checkpoints, and the sizes and batch range of the dispatch.
+/// The launch arguments [`rasterize_forward`] reads, in binding order: the tile lists and
+/// projected Gaussians it blends, and the sizes and batch range of the dispatch. What it writes
+/// is [`ForwardOutputs`], bound after these.
 #[derive(CubeType, CubeLaunch)]
 pub struct ForwardArgs {
     /// Per tile, its first and one-past-last intersection.
@@ -102,6 +102,20 @@ pub struct ForwardArgs {
     pub proj: Box<[f32]>,
     /// The camera block ([`crate::camera::CAM_LEN`] floats; the background at 19..22).
     pub cam: Box<[f32]>,
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    /// This dispatch's batches of 256 intersections of each tile: `[batch_begin, batch_end)`.
+    pub batch_begin: u32,
+    pub batch_end: u32,
+    /// Intersections between checkpoints.
+    pub chunk: u32,
+}
+
+/// What [`rasterize_forward`] writes: the images, per-tile walk lengths, the blend state
+/// carried between dispatches and the checkpoints.
+#[derive(CubeType, CubeLaunch)]
+pub struct ForwardOutputs {
     pub out_rgb: Box<[f32]>,
     pub out_alpha: Box<[f32]>,
     pub out_depth: Box<[f32]>,
@@ -115,19 +129,12 @@ pub struct ForwardArgs {
     pub carry_done: Box<[u32]>,
     /// Checkpoints ([`CHECKPOINT`] floats each), with `save_checkpoints`.
     pub ck: Box<[f32]>,
-    pub width: u32,
-    pub height: u32,
-    pub tiles_x: u32,
-    /// This dispatch's batches of 256 intersections of each tile: `[batch_begin, batch_end)`.
-    pub batch_begin: u32,
-    pub batch_end: u32,
-    /// Intersections between checkpoints.
-    pub chunk: u32,
 }
 
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_forward(
-    mut args: ForwardArgs,
+    args: ForwardArgs,
+    mut out: ForwardOutputs,
     #[comptime] row_skip: bool,
     #[comptime] save_checkpoints: bool,
     #[comptime] vec_shared: bool,
@@ -172,13 +179,13 @@ pub fn rasterize_forward(
     // Work is bounded per dispatch: batches [batch_begin, batch_end) of each tile;
     // the blend state of every pixel is carried between dispatches.
     if args.batch_begin > 0u32 && inside {
-        tr = args.carry[p * 5];
-        cr = args.carry[p * 5 + 1];
-        cg = args.carry[p * 5 + 2];
-        cb = args.carry[p * 5 + 3];
-        cd = args.carry[p * 5 + 4];
-        last = args.out_last[p];
-        done = args.carry_done[p] != 0u32;
+        tr = out.carry[p * 5];
+        cr = out.carry[p * 5 + 1];
+        cg = out.carry[p * 5 + 2];
+        cb = out.carry[p * 5 + 3];
+        cd = out.carry[p * 5 + 4];
+        last = out.out_last[p];
+        done = out.carry_done[p] != 0u32;
     }
     if done {
         done_count[0].fetch_add(1u32);
@@ -199,11 +206,11 @@ pub fn rasterize_forward(
             if b > 0 && (b * 256) % (args.chunk as usize) == 0 {
                 let slot = start / (args.chunk as usize) + b * 256 / (args.chunk as usize) - 1;
                 let o = slot * comptime![CHECKPOINT] + t;
-                args.ck[o] = tr;
-                args.ck[o + 256] = cr;
-                args.ck[o + 512] = cg;
-                args.ck[o + 768] = cb;
-                args.ck[o + 1024] = cd;
+                out.ck[o] = tr;
+                out.ck[o + 256] = cr;
+                out.ck[o + 512] = cg;
+                out.ck[o + 768] = cb;
+                out.ck[o + 1024] = cd;
             }
         }
         let idx = start + b * 256 + t;
@@ -302,25 +309,25 @@ pub fn rasterize_forward(
         }
     }
     if inside {
-        args.carry[p * 5] = tr;
-        args.carry[p * 5 + 1] = cr;
-        args.carry[p * 5 + 2] = cg;
-        args.carry[p * 5 + 3] = cb;
-        args.carry[p * 5 + 4] = cd;
-        args.carry_done[p] = select(done, 1u32, 0u32);
-        args.out_rgb[p * 3] = cr + tr * args.cam[19];
-        args.out_rgb[p * 3 + 1] = cg + tr * args.cam[20];
-        args.out_rgb[p * 3 + 2] = cb + tr * args.cam[21];
-        args.out_alpha[p] = 1.0f32 - tr;
-        args.out_depth[p] = cd;
-        args.out_last[p] = last;
+        out.carry[p * 5] = tr;
+        out.carry[p * 5 + 1] = cr;
+        out.carry[p * 5 + 2] = cg;
+        out.carry[p * 5 + 3] = cb;
+        out.carry[p * 5 + 4] = cd;
+        out.carry_done[p] = select(done, 1u32, 0u32);
+        out.out_rgb[p * 3] = cr + tr * args.cam[19];
+        out.out_rgb[p * 3 + 1] = cg + tr * args.cam[20];
+        out.out_rgb[p * 3 + 2] = cb + tr * args.cam[21];
+        out.out_alpha[p] = 1.0f32 - tr;
+        out.out_depth[p] = cd;
+        out.out_last[p] = last;
     }
     // Intersections past the last contributor of every pixel of the tile are
     // skipped by the backward pass.
     max_last[0].fetch_max(last);
     sync_cube();
     if t == 0 {
-        args.tile_last[tile] = max_last[0].load();
+        out.tile_last[tile] = max_last[0].load();
     }
 }
 
@@ -348,12 +355,7 @@ pub struct BackPixel {
 /// its end (slot `ch.slot`): the transmittance there, and the colour and depth behind it as the
 /// final front-to-back sums less the sums in front of it.
 #[cube]
-fn back_pixel<A: Numeric>(
-    args: &BackwardArgs<A>,
-    ch: &BackChunk,
-    pc: usize,
-    inside: bool,
-) -> BackPixel {
+fn back_pixel(args: &BackwardArgs, ch: &BackChunk, pc: usize, inside: bool) -> BackPixel {
     let mut px = BackPixel {
         tr: 1.0f32,
         sr: 0.0f32,
@@ -408,7 +410,7 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk<A: Numeric>(args: &BackwardArgs<A>) -> BackChunk {
+fn back_chunk(args: &BackwardArgs) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
     // First tile whose first cube is past g; the cube belongs to the tile before it.
     let mut lo = 1u32;
@@ -516,13 +518,12 @@ fn back_step(
     (took, va, vis, dx, dy, gk, raw)
 }
 
-/// The launch arguments of both backward rasterizers ([`rasterize_backward`],
-/// [`rasterize_backward_plane`]), in binding order: the forward pass's tile lists, projected
-/// Gaussians, images and checkpoints, the image gradients, the outputs of the row mode
-/// (`isect_grads`, `isect_abs`: one row per intersection) and of the atomic mode (`v_atomic`,
-/// `v_abs_atomic`: per-Gaussian sums), and the image and tile sizes.
+/// The launch arguments both backward rasterizers ([`rasterize_backward`],
+/// [`rasterize_backward_plane`]) read, in binding order: the forward pass's tile lists,
+/// projected Gaussians, images and checkpoints, the image gradients, and the image and tile
+/// sizes. What they write is [`BackwardOutputs`], bound after these.
 #[derive(CubeType, CubeLaunch)]
-pub struct BackwardArgs<A: Numeric> {
+pub struct BackwardArgs {
     /// Per tile, its first and one-past-last intersection.
     pub ranges: Box<[u32]>,
     /// Gaussian of each tile-sorted intersection.
@@ -545,16 +546,24 @@ pub struct BackwardArgs<A: Numeric> {
     pub v_rgb: Box<[f32]>,
     pub v_alpha: Box<[f32]>,
     pub v_depth: Box<[f32]>,
-    pub isect_grads: Box<[f32]>,
-    pub v_atomic: Box<[Atomic<A>]>,
-    pub isect_abs: Box<[f32]>,
-    pub v_abs_atomic: Box<[Atomic<A>]>,
     pub width: u32,
     pub height: u32,
     pub tiles_x: u32,
     pub num_tiles: u32,
     /// Intersections per backward cube (the forward checkpoint spacing).
     pub chunk: u32,
+}
+
+/// What the backward rasterizers write: in the row mode one gradient row per intersection
+/// (`isect_grads`, and `isect_abs` with absgrad), in the atomic mode per-Gaussian sums
+/// (`v_atomic`, `v_abs_atomic`; see [`rasterize_backward`]). Buffers only: a `mut` struct
+/// parameter would copy scalar fields into variables.
+#[derive(CubeType, CubeLaunch)]
+pub struct BackwardOutputs<A: Numeric> {
+    pub isect_grads: Box<[f32]>,
+    pub v_atomic: Box<[Atomic<A>]>,
+    pub isect_abs: Box<[f32]>,
+    pub v_abs_atomic: Box<[Atomic<A>]>,
 }
 
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
@@ -569,7 +578,8 @@ pub struct BackwardArgs<A: Numeric> {
 /// (2 per Gaussian).
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward<A: Numeric>(
-    mut args: BackwardArgs<A>,
+    args: BackwardArgs,
+    mut out: BackwardOutputs<A>,
     #[comptime] batch: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
@@ -580,7 +590,7 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let ch = back_chunk::<A>(&args);
+    let ch = back_chunk(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
@@ -598,7 +608,7 @@ pub fn rasterize_backward<A: Numeric>(
 
     let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
     // Bounded work per cube: one chunk of at most `chunk` intersections.
-    let mut px = back_pixel::<A>(&args, &ch, pc, inside);
+    let mut px = back_pixel(&args, &ch, pc, inside);
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
     pix[512 + t] = px.vcb;
@@ -724,10 +734,10 @@ pub fn rasterize_backward<A: Numeric>(
             }
             if atomic {
                 let gid = args.sorted_gids[batch_start + jw] as usize;
-                args.v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
+                out.v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
             } else {
                 let row = args.isect_orig[batch_start + jw] as usize;
-                args.isect_grads[row * 10 + k] = sum;
+                out.isect_grads[row * 10 + k] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -739,10 +749,10 @@ pub fn rasterize_backward<A: Numeric>(
             }
             if atomic {
                 let gid = args.sorted_gids[batch_start + jw] as usize;
-                args.v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
+                out.v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
             } else {
                 let row = args.isect_orig[batch_start + jw] as usize;
-                args.isect_abs[row * 2 + k] = sum;
+                out.isect_abs[row * 2 + k] = sum;
             }
         }
     }
@@ -796,13 +806,14 @@ pub fn unpack_image(
 /// `atomic` / `A` / `v_atomic` as in [`rasterize_backward`].
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward_plane<A: Numeric>(
-    mut args: BackwardArgs<A>,
+    args: BackwardArgs,
+    mut out: BackwardOutputs<A>,
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let ch = back_chunk::<A>(&args);
+    let ch = back_chunk(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
@@ -824,7 +835,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let leader = UNIT_POS_PLANE == 0u32;
 
     let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
-    let mut px = back_pixel::<A>(&args, &ch, pc, inside);
+    let mut px = back_pixel(&args, &ch, pc, inside);
 
     let total = end - start;
     let num_batches = total.div_ceil(batch);
@@ -933,10 +944,10 @@ pub fn rasterize_backward_plane<A: Numeric>(
             }
             if atomic {
                 let gid = args.sorted_gids[batch_start + t / 10] as usize;
-                args.v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
+                out.v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
             } else {
                 let row = args.isect_orig[batch_start + t / 10] as usize;
-                args.isect_grads[row * 10 + t % 10] = sum;
+                out.isect_grads[row * 10 + t % 10] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -947,10 +958,10 @@ pub fn rasterize_backward_plane<A: Numeric>(
             }
             if atomic {
                 let gid = args.sorted_gids[batch_start + u / 2] as usize;
-                args.v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
+                out.v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
             } else {
                 let row = args.isect_orig[batch_start + u / 2] as usize;
-                args.isect_abs[row * 2 + u % 2] = sum;
+                out.isect_abs[row * 2 + u % 2] = sum;
             }
         }
     }

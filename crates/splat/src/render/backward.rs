@@ -147,45 +147,39 @@ pub fn render_backward_chunks(
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
     let num_tiles = tiles_x * tiles_y;
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
-    // The atomic-mode outputs: the per-Gaussian sums, or (typed `u32`) placeholders in the row
-    // mode. In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
-    let atomic_outputs = || {
-        if atomic {
-            (v_proj.arg(), v_abs.arg())
-        } else {
-            (unused.arg(), unused.arg())
-        }
+    let args = || rasterize::BackwardArgsLaunch {
+        ranges: state.ranges.arg(),
+        sorted_gids: state.sorted_gids.arg(),
+        isect_orig: state.isect_orig.arg(),
+        proj: state.proj.arg(),
+        cam: state.cam.arg(),
+        out_alpha: out.alpha.arg(),
+        out_last: state.last.arg(),
+        tile_last: state.tile_last.arg(),
+        ck: state.checkpoints.arg(),
+        out_rgb: out.rgb.arg(),
+        out_depth: out.depth.arg(),
+        v_rgb: v_rgb.arg(),
+        v_alpha: v_alpha.arg(),
+        v_depth: v_depth.arg(),
+        width: out.width,
+        height: out.height,
+        tiles_x,
+        num_tiles,
+        chunk: state.chunk,
     };
-    // One `BackwardArgsLaunch` per launch (its element type follows the kernel's).
-    macro_rules! args {
-        () => {{
-            let (v_atomic, v_abs_atomic) = atomic_outputs();
-            rasterize::BackwardArgsLaunch {
-                ranges: state.ranges.arg(),
-                sorted_gids: state.sorted_gids.arg(),
-                isect_orig: state.isect_orig.arg(),
-                proj: state.proj.arg(),
-                cam: state.cam.arg(),
-                out_alpha: out.alpha.arg(),
-                out_last: state.last.arg(),
-                tile_last: state.tile_last.arg(),
-                ck: state.checkpoints.arg(),
-                out_rgb: out.rgb.arg(),
-                out_depth: out.depth.arg(),
-                v_rgb: v_rgb.arg(),
-                v_alpha: v_alpha.arg(),
-                v_depth: v_depth.arg(),
+    // The atomic-mode outputs are the per-Gaussian sums, or (typed `u32`) placeholders in the
+    // row mode. In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never
+    // touched.
+    macro_rules! outputs {
+        ($v_atomic:expr, $v_abs_atomic:expr) => {
+            rasterize::BackwardOutputsLaunch {
                 isect_grads: isect_grads.arg(),
-                v_atomic,
+                v_atomic: $v_atomic,
                 isect_abs: isect_abs.arg(),
-                v_abs_atomic,
-                width: out.width,
-                height: out.height,
-                tiles_x,
-                num_tiles,
-                chunk: state.chunk,
+                v_abs_atomic: $v_abs_atomic,
             }
-        }};
+        };
     }
     let (count, dim) = (gpu.grid(cubes), CubeDim::new_1d(256));
     match (plane, atomic) {
@@ -195,7 +189,8 @@ pub fn render_backward_chunks(
                 client,
                 count,
                 dim,
-                args!(),
+                args(),
+                outputs!(v_proj.arg(), v_abs.arg()),
                 batch,
                 mp,
                 atomic,
@@ -208,7 +203,8 @@ pub fn render_backward_chunks(
                 client,
                 count,
                 dim,
-                args!(),
+                args(),
+                outputs!(unused.arg(), unused.arg()),
                 batch,
                 mp,
                 atomic,
@@ -221,7 +217,8 @@ pub fn render_backward_chunks(
                 client,
                 count,
                 dim,
-                args!(),
+                args(),
+                outputs!(v_proj.arg(), v_abs.arg()),
                 batch,
                 atomic,
                 absgrad
@@ -233,7 +230,8 @@ pub fn render_backward_chunks(
                 client,
                 count,
                 dim,
-                args!(),
+                args(),
+                outputs!(unused.arg(), unused.arg()),
                 batch,
                 atomic,
                 absgrad
