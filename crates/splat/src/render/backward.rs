@@ -8,7 +8,7 @@ use rust3r_gpu::reduce::reduce_columns;
 
 use super::policy::{PLANE_BATCH, backward_batch, plane_backward, row_mode_backward, slot};
 use super::splats::{GpuSplats, chunks_layout};
-use super::{ChunkedGrads, ParamGrads, RenderOutput, RenderState, SplatGrads, blocks};
+use super::{ChunkedGrads, ParamGrads, RenderOutput, RenderState, SplatGrads};
 use crate::SplatError;
 use crate::kernels::project;
 use crate::kernels::rasterize;
@@ -244,8 +244,8 @@ pub fn render_backward_chunks(
             gpu,
             tiles::sum_isect_grads(
                 client,
-                gpu.grid(blocks(out.num_visible)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(out.num_visible),
+                rust3r_gpu::BLOCK_DIM,
                 state.sorted_ids.arg(),
                 state.offsets.arg(),
                 state.tiles_touched.arg(),
@@ -286,8 +286,8 @@ pub fn render_backward_chunks(
                     gpu,
                     project::sh_backward_coeffs(
                         client,
-                        gpu.grid(blocks(rows * k)),
-                        CubeDim::new_1d(256),
+                        gpu.grid_1d(rows * k),
+                        rust3r_gpu::BLOCK_DIM,
                         splats.means.arg(),
                         state.cam.arg(),
                         state.tiles_touched.arg(),
@@ -306,8 +306,8 @@ pub fn render_backward_chunks(
                 gpu,
                 project::project_backward(
                     client,
-                    gpu.grid(blocks(rows)),
-                    CubeDim::new_1d(256),
+                    gpu.grid_1d(rows),
+                    rust3r_gpu::BLOCK_DIM,
                     splats.project_args(gpu, &state.cam, row0, out.width, out.height),
                     project::ProjectGradArgsLaunch {
                         tiles_touched: state.tiles_touched.arg(),

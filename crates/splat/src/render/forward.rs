@@ -15,7 +15,7 @@ use rust3r_io::num_coeffs_for_degree;
 
 use super::policy::{batches_per_dispatch, row_mode_backward, row_skip, slot, vec_shared};
 use super::splats::{GpuSplats, chunks_layout};
-use super::{RenderOptions, RenderOutput, RenderState, blocks};
+use super::{RenderOptions, RenderOutput, RenderState};
 use crate::Camera;
 use crate::SplatError;
 use crate::kernels::project;
@@ -138,8 +138,8 @@ pub fn render_chunks(
             gpu,
             tiles::emit_intersections(
                 client,
-                gpu.grid(blocks(num_visible)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(num_visible),
+                rust3r_gpu::BLOCK_DIM,
                 sorted_ids.arg(),
                 offsets.arg(),
                 rects.arg(),
@@ -181,8 +181,8 @@ pub fn render_chunks(
             gpu,
             tiles::tile_ranges(
                 client,
-                gpu.grid(blocks(num_isects)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(num_isects),
+                rust3r_gpu::BLOCK_DIM,
                 sorted_tiles.arg(),
                 ranges.arg(),
                 num_isects as u32,
@@ -213,8 +213,8 @@ pub fn render_chunks(
             gpu,
             tiles::tile_lengths(
                 client,
-                gpu.grid(blocks(num_tiles)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(num_tiles),
+                rust3r_gpu::BLOCK_DIM,
                 ranges.arg(),
                 lengths.arg(),
                 num_tiles as u32,

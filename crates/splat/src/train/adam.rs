@@ -468,8 +468,8 @@ pub fn adam_update_sh_half(
     let units = n * 3 + rest.len();
     adam_step_sh_half::launch(
         gpu.client(),
-        gpu.grid(units.div_ceil(256)),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(units),
+        rust3r_gpu::BLOCK_DIM,
         dc.arg(),
         rest.arg(),
         grad.arg(),
@@ -928,7 +928,7 @@ pub fn adam_update(
             &dummy
         }
     };
-    let grid = gpu.grid(len.div_ceil(256));
+    let grid = gpu.grid_1d(len);
     assert!(
         !matches!(moments, Moments::Sh8 { .. }),
         "8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"
@@ -939,7 +939,7 @@ pub fn adam_update(
     adam_step::launch(
         gpu.client(),
         grid,
-        CubeDim::new_1d(256),
+        rust3r_gpu::BLOCK_DIM,
         param.arg(),
         grad.arg(),
         m.arg(),
