@@ -639,6 +639,19 @@ pub fn project_forward(
     }
 }
 
+/// What the SH coefficients' gradient reads ([`sh_backward_coeffs`], [`sh_value_grad`] and
+/// the trainer's fused SH Adam step), in binding order: one chunk's means, and by global row
+/// the render's camera block, tiles touched, projected Gaussians and their gradient.
+#[derive(CubeType, CubeLaunch)]
+pub struct ShGradArgs {
+    pub means: Box<[f32]>,
+    pub cam: Box<[f32]>,
+    pub tiles_touched: Box<[u32]>,
+    pub proj: Box<[f32]>,
+    /// Gradients of the projected quantities ([`VPROJ`] floats per Gaussian).
+    pub v_proj: Box<[f32]>,
+}
+
 /// Gradient of the SH coefficients (`v_sh`, every coefficient; zero past the active degree and
 /// for culled Gaussians). One unit per (Gaussian, coefficient) writes that coefficient's three
 /// colour channels, so a cube stores one contiguous run of `v_sh`:
@@ -649,13 +662,8 @@ pub fn project_forward(
 /// memory (24 KiB per cube): 1.9 ms on the H100 through CUDA but 10-13 ms through Vulkan
 /// (docs/benchmarks/journal.md, 2026-11-26).
 #[cube(launch, launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn sh_backward_coeffs(
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: ShGradArgs,
     v_sh: &mut [f32],
     n: u32,
     row0: u32,
@@ -672,12 +680,17 @@ pub fn sh_backward_coeffs(
     let mut vr = 0.0f32;
     let mut vg = 0.0f32;
     let mut vb = 0.0f32;
-    if k < active_coeffs && tiles_touched[gg] != 0u32 {
-        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+    if k < active_coeffs && inputs.tiles_touched[gg] != 0u32 {
+        let (ux, uy, uz, _) = view_dir(
+            &inputs.cam,
+            inputs.means[g * 3],
+            inputs.means[g * 3 + 1],
+            inputs.means[g * 3 + 2],
+        );
         let b = sh_basis(k, ux, uy, uz);
-        vr = sh_channel_grad(b, proj, v_proj, gg, 0u32);
-        vg = sh_channel_grad(b, proj, v_proj, gg, 1u32);
-        vb = sh_channel_grad(b, proj, v_proj, gg, 2u32);
+        vr = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 0u32);
+        vg = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 1u32);
+        vb = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 2u32);
     }
     v_sh[i * 3] = vr;
     v_sh[i * 3 + 1] = vg;
@@ -697,13 +710,8 @@ fn sh_channel_grad(b: f32, proj: &[f32], v_proj: &[f32], gg: usize, c: u32) -> f
 /// writes: for consumers that need it once and should not store it (the trainer's fused SH
 /// Adam step).
 #[cube]
-#[allow(clippy::too_many_arguments)]
 pub fn sh_value_grad(
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: &ShGradArgs,
     g: usize,
     gg: usize,
     col: u32,
@@ -711,9 +719,20 @@ pub fn sh_value_grad(
 ) -> f32 {
     let k = col / 3u32;
     let mut out = 0.0f32;
-    if k < active_coeffs && tiles_touched[gg] != 0u32 {
-        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
-        out = sh_channel_grad(sh_basis(k, ux, uy, uz), proj, v_proj, gg, col - k * 3u32);
+    if k < active_coeffs && inputs.tiles_touched[gg] != 0u32 {
+        let (ux, uy, uz, _) = view_dir(
+            &inputs.cam,
+            inputs.means[g * 3],
+            inputs.means[g * 3 + 1],
+            inputs.means[g * 3 + 2],
+        );
+        out = sh_channel_grad(
+            sh_basis(k, ux, uy, uz),
+            &inputs.proj,
+            &inputs.v_proj,
+            gg,
+            col - k * 3u32,
+        );
     }
     out
 }

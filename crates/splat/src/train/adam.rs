@@ -34,7 +34,7 @@ use rust3r_gpu::fp8::{
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32, pack_pairs, pair_entry};
 use rust3r_gpu::random::{pcg_hash, pcg_hash_host};
 
-use crate::kernels::project::sh_value_grad;
+use crate::kernels::project::{ShGradArgs, ShGradArgsLaunch, sh_value_grad};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 /// [`Gpu::placeholder`] slots of the Adam kernels' unused arguments (one launch binds them all, so
@@ -193,11 +193,7 @@ fn adam_value_sh8(
 #[allow(clippy::too_many_arguments, unused_assignments)]
 fn sh_grad_at(
     grad: &[f32],
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: &ShGradArgs,
     g: usize,
     gi: usize,
     col: u32,
@@ -206,17 +202,7 @@ fn sh_grad_at(
 ) -> f32 {
     let mut out = 0.0f32;
     if fused {
-        out = sh_value_grad(
-            means,
-            cam,
-            tiles_touched,
-            proj,
-            v_proj,
-            g,
-            g,
-            col,
-            active_coeffs,
-        );
+        out = sh_value_grad(inputs, g, g, col, active_coeffs);
     } else {
         out = grad[gi];
     }
@@ -239,11 +225,7 @@ fn adam_step_sh_half(
     dc: &mut [f32],
     rest: &mut [u32],
     grad: &[f32],
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: ShGradArgs,
     active_coeffs: u32,
     m: &mut [f32],
     v: &mut [f32],
@@ -283,11 +265,7 @@ fn adam_step_sh_half(
         }
         let gr = sh_grad_at(
             grad,
-            means,
-            cam,
-            tiles_touched,
-            proj,
-            v_proj,
+            &inputs,
             g,
             gi,
             (u - g * 3) as u32,
@@ -326,11 +304,7 @@ fn adam_step_sh_half(
                     let mi = g * row + 3 + (vi - g * r);
                     let gr = sh_grad_at(
                         grad,
-                        means,
-                        cam,
-                        tiles_touched,
-                        proj,
-                        v_proj,
+                        &inputs,
                         g,
                         mi,
                         (3 + vi - g * r) as u32,
@@ -473,11 +447,13 @@ pub fn adam_update_sh_half(
         dc.arg(),
         rest.arg(),
         grad.arg(),
-        means.arg(),
-        cam.arg(),
-        tiles.arg(),
-        proj.arg(),
-        v_proj.arg(),
+        ShGradArgsLaunch {
+            means: means.arg(),
+            cam: cam.arg(),
+            tiles_touched: tiles.arg(),
+            proj: proj.arg(),
+            v_proj: v_proj.arg(),
+        },
         active,
         m.arg(),
         v.arg(),
