@@ -34,27 +34,60 @@ pub const VCAM: usize = 12;
 pub const TILE_SIZE: u32 = 16;
 pub const ALPHA_MIN: f32 = 1.0 / 255.0;
 
+/// A 3x3 matrix, row-major (`eij`: row `i`, column `j`).
+#[derive(CubeType, Clone, Copy)]
+struct Mat3 {
+    e00: f32,
+    e01: f32,
+    e02: f32,
+    e10: f32,
+    e11: f32,
+    e12: f32,
+    e20: f32,
+    e21: f32,
+    e22: f32,
+}
+
+/// A symmetric 3x3 matrix by its upper triangle.
+#[derive(CubeType, Clone, Copy)]
+struct Sym3 {
+    e00: f32,
+    e01: f32,
+    e02: f32,
+    e11: f32,
+    e12: f32,
+    e22: f32,
+}
+
 #[cube]
-fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        1.0f32 - 2.0f32 * (y * y + z * z),
-        2.0f32 * (x * y - w * z),
-        2.0f32 * (x * z + w * y),
-        2.0f32 * (x * y + w * z),
-        1.0f32 - 2.0f32 * (x * x + z * z),
-        2.0f32 * (y * z - w * x),
-        2.0f32 * (x * z - w * y),
-        2.0f32 * (y * z + w * x),
-        1.0f32 - 2.0f32 * (x * x + y * y),
-    )
+fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> Mat3 {
+    Mat3 {
+        e00: 1.0f32 - 2.0f32 * (y * y + z * z),
+        e01: 2.0f32 * (x * y - w * z),
+        e02: 2.0f32 * (x * z + w * y),
+        e10: 2.0f32 * (x * y + w * z),
+        e11: 1.0f32 - 2.0f32 * (x * x + z * z),
+        e12: 2.0f32 * (y * z - w * x),
+        e20: 2.0f32 * (x * z - w * y),
+        e21: 2.0f32 * (y * z + w * x),
+        e22: 1.0f32 - 2.0f32 * (x * x + y * y),
+    }
 }
 
 /// The world-to-camera rotation (row-major) of the camera block.
 #[cube]
-fn camera_rotation(cam: &[f32]) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        cam[0], cam[1], cam[2], cam[3], cam[4], cam[5], cam[6], cam[7], cam[8],
-    )
+fn camera_rotation(cam: &[f32]) -> Mat3 {
+    Mat3 {
+        e00: cam[0],
+        e01: cam[1],
+        e02: cam[2],
+        e10: cam[3],
+        e11: cam[4],
+        e12: cam[5],
+        e20: cam[6],
+        e21: cam[7],
+        e22: cam[8],
+    }
 }
 
 /// A world point in the camera frame of the camera block.
@@ -80,97 +113,55 @@ fn view_dir(cam: &[f32], x: f32, y: f32, z: f32) -> (f32, f32, f32, f32) {
 
 /// `M = R S` for a rotation `R` (row-major) and the scales `S = diag(sx, sy, sz)`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn scaled_rotation(
-    a00: f32,
-    a01: f32,
-    a02: f32,
-    a10: f32,
-    a11: f32,
-    a12: f32,
-    a20: f32,
-    a21: f32,
-    a22: f32,
-    sx: f32,
-    sy: f32,
-    sz: f32,
-) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        a00 * sx,
-        a01 * sy,
-        a02 * sz,
-        a10 * sx,
-        a11 * sy,
-        a12 * sz,
-        a20 * sx,
-        a21 * sy,
-        a22 * sz,
-    )
+fn scaled_rotation(a: &Mat3, sx: f32, sy: f32, sz: f32) -> Mat3 {
+    Mat3 {
+        e00: a.e00 * sx,
+        e01: a.e01 * sy,
+        e02: a.e02 * sz,
+        e10: a.e10 * sx,
+        e11: a.e11 * sy,
+        e12: a.e12 * sz,
+        e20: a.e20 * sx,
+        e21: a.e21 * sy,
+        e22: a.e22 * sz,
+    }
 }
 
 /// The upper triangle (00, 01, 02, 11, 12, 22) of `M M^T`: the world covariance `Sigma`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn gram(
-    m00: f32,
-    m01: f32,
-    m02: f32,
-    m10: f32,
-    m11: f32,
-    m12: f32,
-    m20: f32,
-    m21: f32,
-    m22: f32,
-) -> (f32, f32, f32, f32, f32, f32) {
-    (
-        m00 * m00 + m01 * m01 + m02 * m02,
-        m00 * m10 + m01 * m11 + m02 * m12,
-        m00 * m20 + m01 * m21 + m02 * m22,
-        m10 * m10 + m11 * m11 + m12 * m12,
-        m10 * m20 + m11 * m21 + m12 * m22,
-        m20 * m20 + m21 * m21 + m22 * m22,
-    )
+fn gram(m: &Mat3) -> Sym3 {
+    Sym3 {
+        e00: m.e00 * m.e00 + m.e01 * m.e01 + m.e02 * m.e02,
+        e01: m.e00 * m.e10 + m.e01 * m.e11 + m.e02 * m.e12,
+        e02: m.e00 * m.e20 + m.e01 * m.e21 + m.e02 * m.e22,
+        e11: m.e10 * m.e10 + m.e11 * m.e11 + m.e12 * m.e12,
+        e12: m.e10 * m.e20 + m.e11 * m.e21 + m.e12 * m.e22,
+        e22: m.e20 * m.e20 + m.e21 * m.e21 + m.e22 * m.e22,
+    }
 }
 
 /// The upper triangle of `W Sigma W^T` for a rotation `W` (row-major) and a symmetric `Sigma`
 /// given by its upper triangle.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn rotate_covariance(
-    r00: f32,
-    r01: f32,
-    r02: f32,
-    r10: f32,
-    r11: f32,
-    r12: f32,
-    r20: f32,
-    r21: f32,
-    r22: f32,
-    s00: f32,
-    s01: f32,
-    s02: f32,
-    s11: f32,
-    s12: f32,
-    s22: f32,
-) -> (f32, f32, f32, f32, f32, f32) {
+fn rotate_covariance(r: &Mat3, s: &Sym3) -> Sym3 {
     // B = W Sigma.
-    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
-    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
-    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
-    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
-    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
-    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
-    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
-    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
-    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
-    (
-        b00 * r00 + b01 * r01 + b02 * r02,
-        b00 * r10 + b01 * r11 + b02 * r12,
-        b00 * r20 + b01 * r21 + b02 * r22,
-        b10 * r10 + b11 * r11 + b12 * r12,
-        b10 * r20 + b11 * r21 + b12 * r22,
-        b20 * r20 + b21 * r21 + b22 * r22,
-    )
+    let b00 = r.e00 * s.e00 + r.e01 * s.e01 + r.e02 * s.e02;
+    let b01 = r.e00 * s.e01 + r.e01 * s.e11 + r.e02 * s.e12;
+    let b02 = r.e00 * s.e02 + r.e01 * s.e12 + r.e02 * s.e22;
+    let b10 = r.e10 * s.e00 + r.e11 * s.e01 + r.e12 * s.e02;
+    let b11 = r.e10 * s.e01 + r.e11 * s.e11 + r.e12 * s.e12;
+    let b12 = r.e10 * s.e02 + r.e11 * s.e12 + r.e12 * s.e22;
+    let b20 = r.e20 * s.e00 + r.e21 * s.e01 + r.e22 * s.e02;
+    let b21 = r.e20 * s.e01 + r.e21 * s.e11 + r.e22 * s.e12;
+    let b22 = r.e20 * s.e02 + r.e21 * s.e12 + r.e22 * s.e22;
+    Sym3 {
+        e00: b00 * r.e00 + b01 * r.e01 + b02 * r.e02,
+        e01: b00 * r.e10 + b01 * r.e11 + b02 * r.e12,
+        e02: b00 * r.e20 + b01 * r.e21 + b02 * r.e22,
+        e11: b10 * r.e10 + b11 * r.e11 + b12 * r.e12,
+        e12: b10 * r.e20 + b11 * r.e21 + b12 * r.e22,
+        e22: b20 * r.e20 + b21 * r.e21 + b22 * r.e22,
+    }
 }
 
 /// The 3DGS / gsplat frustum clamp of the projection's Jacobian: normalised image coordinates
@@ -253,15 +244,8 @@ pub struct ProjectGradArgs {
 /// intrinsics: what both projection passes read first.
 #[derive(CubeType, Clone, Copy)]
 struct CameraPoint {
-    r00: f32,
-    r01: f32,
-    r02: f32,
-    r10: f32,
-    r11: f32,
-    r12: f32,
-    r20: f32,
-    r21: f32,
-    r22: f32,
+    /// The world-to-camera rotation.
+    r: Mat3,
     px: f32,
     py: f32,
     pz: f32,
@@ -274,19 +258,11 @@ struct CameraPoint {
 /// The world point `(mx, my, mz)` seen from the camera block.
 #[cube]
 fn camera_point(cam: &[f32], mx: f32, my: f32, mz: f32) -> CameraPoint {
-    let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
+    let r = camera_rotation(cam);
     let (px, py, pz) = to_camera(cam, mx, my, mz);
     let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
     CameraPoint {
-        r00,
-        r01,
-        r02,
-        r10,
-        r11,
-        r12,
-        r20,
-        r21,
-        r22,
+        r,
         px,
         py,
         pz,
@@ -326,39 +302,17 @@ struct Covariance {
     qx: f32,
     qy: f32,
     qz: f32,
-    a00: f32,
-    a01: f32,
-    a02: f32,
-    a10: f32,
-    a11: f32,
-    a12: f32,
-    a20: f32,
-    a21: f32,
-    a22: f32,
+    /// The rotation of the unit quaternion.
+    a: Mat3,
     sx: f32,
     sy: f32,
     sz: f32,
-    m00: f32,
-    m01: f32,
-    m02: f32,
-    m10: f32,
-    m11: f32,
-    m12: f32,
-    m20: f32,
-    m21: f32,
-    m22: f32,
-    s00: f32,
-    s01: f32,
-    s02: f32,
-    s11: f32,
-    s12: f32,
-    s22: f32,
-    c00: f32,
-    c01: f32,
-    c02: f32,
-    c11: f32,
-    c12: f32,
-    c22: f32,
+    /// `M = A S`.
+    m: Mat3,
+    /// `Sigma = M M^T`.
+    s: Sym3,
+    /// `C = W Sigma W^T`.
+    c: Sym3,
     lim_x_pos: f32,
     lim_x_neg: f32,
     lim_y_pos: f32,
@@ -378,16 +332,13 @@ fn covariance(
     let qx = q.x / q.norm;
     let qy = q.y / q.norm;
     let qz = q.z / q.norm;
-    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw, qx, qy, qz);
+    let a = quat_to_rot(qw, qx, qy, qz);
     let sx = log_scales[g * 3].exp();
     let sy = log_scales[g * 3 + 1].exp();
     let sz = log_scales[g * 3 + 2].exp();
-    let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
-        scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
-    let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
-    let (c00, c01, c02, c11, c12, c22) = rotate_covariance(
-        p.r00, p.r01, p.r02, p.r10, p.r11, p.r12, p.r20, p.r21, p.r22, s00, s01, s02, s11, s12, s22,
-    );
+    let m = scaled_rotation(&a, sx, sy, sz);
+    let s = gram(&m);
+    let c = rotate_covariance(&p.r, &s);
     let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
         frustum_limits(width, height, p.fx, p.fy, p.cx, p.cy);
     Covariance {
@@ -395,39 +346,13 @@ fn covariance(
         qx,
         qy,
         qz,
-        a00,
-        a01,
-        a02,
-        a10,
-        a11,
-        a12,
-        a20,
-        a21,
-        a22,
+        a,
         sx,
         sy,
         sz,
-        m00,
-        m01,
-        m02,
-        m10,
-        m11,
-        m12,
-        m20,
-        m21,
-        m22,
-        s00,
-        s01,
-        s02,
-        s11,
-        s12,
-        s22,
-        c00,
-        c01,
-        c02,
-        c11,
-        c12,
-        c22,
+        m,
+        s,
+        c,
         lim_x_pos,
         lim_x_neg,
         lim_y_pos,
@@ -538,12 +463,12 @@ pub fn project_forward(
         let j11 = p.fy * rz;
         let j12 = -p.fy * ty * rz * rz;
         // cov2d = J C J^T with J = [[j00, 0, j02], [0, j11, j12]].
-        let u00 = j00 * cv.c00 + j02 * cv.c02;
-        let u01 = j00 * cv.c01 + j02 * cv.c12;
-        let u02 = j00 * cv.c02 + j02 * cv.c22;
-        let u10 = j11 * cv.c01 + j12 * cv.c02;
-        let u11 = j11 * cv.c11 + j12 * cv.c12;
-        let u12 = j11 * cv.c12 + j12 * cv.c22;
+        let u00 = j00 * cv.c.e00 + j02 * cv.c.e02;
+        let u01 = j00 * cv.c.e01 + j02 * cv.c.e12;
+        let u02 = j00 * cv.c.e02 + j02 * cv.c.e22;
+        let u10 = j11 * cv.c.e01 + j12 * cv.c.e02;
+        let u11 = j11 * cv.c.e11 + j12 * cv.c.e12;
+        let u12 = j11 * cv.c.e12 + j12 * cv.c.e22;
         let v00 = u00 * j00 + u02 * j02;
         let v01 = u01 * j11 + u02 * j12;
         let v11 = u11 * j11 + u12 * j12;
@@ -847,11 +772,11 @@ pub fn project_backward(
     let j02 = -p.fx * ucx * rz;
     let j11 = p.fy * rz;
     let j12 = -p.fy * ucy * rz;
-    let u00 = j00 * cv.c00 + j02 * cv.c02;
-    let u01 = j00 * cv.c01 + j02 * cv.c12;
-    let u02 = j00 * cv.c02 + j02 * cv.c22;
-    let u11 = j11 * cv.c11 + j12 * cv.c12;
-    let u12 = j11 * cv.c12 + j12 * cv.c22;
+    let u00 = j00 * cv.c.e00 + j02 * cv.c.e02;
+    let u01 = j00 * cv.c.e01 + j02 * cv.c.e12;
+    let u02 = j00 * cv.c.e02 + j02 * cv.c.e22;
+    let u11 = j11 * cv.c.e11 + j12 * cv.c.e12;
+    let u12 = j11 * cv.c.e12 + j12 * cv.c.e22;
     let v00 = u00 * j00 + u02 * j02;
     let v01 = u01 * j11 + u02 * j12;
     let v11 = u11 * j11 + u12 * j12;
@@ -913,10 +838,10 @@ pub fn project_backward(
     let vc12 = j11 * vj12;
     let vc22 = j02 * vj02 + j12 * vj12;
     // dL/dJ = 2 (VJ) C ; only entries (0,0), (0,2), (1,1), (1,2) of J are live.
-    let dj00 = 2.0f32 * (vj00 * cv.c00 + vj01 * cv.c01 + vj02 * cv.c02);
-    let dj02 = 2.0f32 * (vj00 * cv.c02 + vj01 * cv.c12 + vj02 * cv.c22);
-    let dj11 = 2.0f32 * (vj10 * cv.c01 + vj11 * cv.c11 + vj12 * cv.c12);
-    let dj12 = 2.0f32 * (vj10 * cv.c02 + vj11 * cv.c12 + vj12 * cv.c22);
+    let dj00 = 2.0f32 * (vj00 * cv.c.e00 + vj01 * cv.c.e01 + vj02 * cv.c.e02);
+    let dj02 = 2.0f32 * (vj00 * cv.c.e02 + vj01 * cv.c.e12 + vj02 * cv.c.e22);
+    let dj11 = 2.0f32 * (vj10 * cv.c.e01 + vj11 * cv.c.e11 + vj12 * cv.c.e12);
+    let dj12 = 2.0f32 * (vj10 * cv.c.e02 + vj11 * cv.c.e12 + vj12 * cv.c.e22);
 
     // ---- camera-space mean ----
     let mut vpx = p.fx * rz * v_mean_x;
@@ -940,32 +865,32 @@ pub fn project_backward(
 
     // ---- C = W Sigma W^T: dL/dSigma = W^T VC W, dL/dW += 2 VC W Sigma ----
     // VC symmetric (full-matrix convention)
-    let e00 = vc00 * p.r00 + vc01 * p.r10 + vc02 * p.r20;
-    let e01 = vc00 * p.r01 + vc01 * p.r11 + vc02 * p.r21;
-    let e02 = vc00 * p.r02 + vc01 * p.r12 + vc02 * p.r22;
-    let e10 = vc01 * p.r00 + vc11 * p.r10 + vc12 * p.r20;
-    let e11 = vc01 * p.r01 + vc11 * p.r11 + vc12 * p.r21;
-    let e12 = vc01 * p.r02 + vc11 * p.r12 + vc12 * p.r22;
-    let e20 = vc02 * p.r00 + vc12 * p.r10 + vc22 * p.r20;
-    let e21 = vc02 * p.r01 + vc12 * p.r11 + vc22 * p.r21;
-    let e22 = vc02 * p.r02 + vc12 * p.r12 + vc22 * p.r22;
+    let e00 = vc00 * p.r.e00 + vc01 * p.r.e10 + vc02 * p.r.e20;
+    let e01 = vc00 * p.r.e01 + vc01 * p.r.e11 + vc02 * p.r.e21;
+    let e02 = vc00 * p.r.e02 + vc01 * p.r.e12 + vc02 * p.r.e22;
+    let e10 = vc01 * p.r.e00 + vc11 * p.r.e10 + vc12 * p.r.e20;
+    let e11 = vc01 * p.r.e01 + vc11 * p.r.e11 + vc12 * p.r.e21;
+    let e12 = vc01 * p.r.e02 + vc11 * p.r.e12 + vc12 * p.r.e22;
+    let e20 = vc02 * p.r.e00 + vc12 * p.r.e10 + vc22 * p.r.e20;
+    let e21 = vc02 * p.r.e01 + vc12 * p.r.e11 + vc22 * p.r.e21;
+    let e22 = vc02 * p.r.e02 + vc12 * p.r.e12 + vc22 * p.r.e22;
     // E = VC W ; dSigma = W^T E
-    let vs00 = p.r00 * e00 + p.r10 * e10 + p.r20 * e20;
-    let vs01 = p.r00 * e01 + p.r10 * e11 + p.r20 * e21;
-    let vs02 = p.r00 * e02 + p.r10 * e12 + p.r20 * e22;
-    let vs11 = p.r01 * e01 + p.r11 * e11 + p.r21 * e21;
-    let vs12 = p.r01 * e02 + p.r11 * e12 + p.r21 * e22;
-    let vs22 = p.r02 * e02 + p.r12 * e12 + p.r22 * e22;
+    let vs00 = p.r.e00 * e00 + p.r.e10 * e10 + p.r.e20 * e20;
+    let vs01 = p.r.e00 * e01 + p.r.e10 * e11 + p.r.e20 * e21;
+    let vs02 = p.r.e00 * e02 + p.r.e10 * e12 + p.r.e20 * e22;
+    let vs11 = p.r.e01 * e01 + p.r.e11 * e11 + p.r.e21 * e21;
+    let vs12 = p.r.e01 * e02 + p.r.e11 * e12 + p.r.e21 * e22;
+    let vs22 = p.r.e02 * e02 + p.r.e12 * e12 + p.r.e22 * e22;
     // dL/dW = 2 E Sigma
-    let mut vr00 = 2.0f32 * (e00 * cv.s00 + e01 * cv.s01 + e02 * cv.s02);
-    let mut vr01 = 2.0f32 * (e00 * cv.s01 + e01 * cv.s11 + e02 * cv.s12);
-    let mut vr02 = 2.0f32 * (e00 * cv.s02 + e01 * cv.s12 + e02 * cv.s22);
-    let mut vr10 = 2.0f32 * (e10 * cv.s00 + e11 * cv.s01 + e12 * cv.s02);
-    let mut vr11 = 2.0f32 * (e10 * cv.s01 + e11 * cv.s11 + e12 * cv.s12);
-    let mut vr12 = 2.0f32 * (e10 * cv.s02 + e11 * cv.s12 + e12 * cv.s22);
-    let mut vr20 = 2.0f32 * (e20 * cv.s00 + e21 * cv.s01 + e22 * cv.s02);
-    let mut vr21 = 2.0f32 * (e20 * cv.s01 + e21 * cv.s11 + e22 * cv.s12);
-    let mut vr22 = 2.0f32 * (e20 * cv.s02 + e21 * cv.s12 + e22 * cv.s22);
+    let mut vr00 = 2.0f32 * (e00 * cv.s.e00 + e01 * cv.s.e01 + e02 * cv.s.e02);
+    let mut vr01 = 2.0f32 * (e00 * cv.s.e01 + e01 * cv.s.e11 + e02 * cv.s.e12);
+    let mut vr02 = 2.0f32 * (e00 * cv.s.e02 + e01 * cv.s.e12 + e02 * cv.s.e22);
+    let mut vr10 = 2.0f32 * (e10 * cv.s.e00 + e11 * cv.s.e01 + e12 * cv.s.e02);
+    let mut vr11 = 2.0f32 * (e10 * cv.s.e01 + e11 * cv.s.e11 + e12 * cv.s.e12);
+    let mut vr12 = 2.0f32 * (e10 * cv.s.e02 + e11 * cv.s.e12 + e12 * cv.s.e22);
+    let mut vr20 = 2.0f32 * (e20 * cv.s.e00 + e21 * cv.s.e01 + e22 * cv.s.e02);
+    let mut vr21 = 2.0f32 * (e20 * cv.s.e01 + e21 * cv.s.e11 + e22 * cv.s.e12);
+    let mut vr22 = 2.0f32 * (e20 * cv.s.e02 + e21 * cv.s.e12 + e22 * cv.s.e22);
     // mean_c = W m + t
     vr00 += vpx * mx;
     vr01 += vpx * my;
@@ -979,24 +904,24 @@ pub fn project_backward(
     let mut vtx = vpx;
     let mut vty = vpy;
     let mut vtz = vpz;
-    let mut vmx = p.r00 * vpx + p.r10 * vpy + p.r20 * vpz;
-    let mut vmy = p.r01 * vpx + p.r11 * vpy + p.r21 * vpz;
-    let mut vmz = p.r02 * vpx + p.r12 * vpy + p.r22 * vpz;
+    let mut vmx = p.r.e00 * vpx + p.r.e10 * vpy + p.r.e20 * vpz;
+    let mut vmy = p.r.e01 * vpx + p.r.e11 * vpy + p.r.e21 * vpz;
+    let mut vmz = p.r.e02 * vpx + p.r.e12 * vpy + p.r.e22 * vpz;
 
     // ---- Sigma = M M^T: dL/dM = 2 VS M ----
-    let vm00 = 2.0f32 * (vs00 * cv.m00 + vs01 * cv.m10 + vs02 * cv.m20);
-    let vm01 = 2.0f32 * (vs00 * cv.m01 + vs01 * cv.m11 + vs02 * cv.m21);
-    let vm02 = 2.0f32 * (vs00 * cv.m02 + vs01 * cv.m12 + vs02 * cv.m22);
-    let vm10 = 2.0f32 * (vs01 * cv.m00 + vs11 * cv.m10 + vs12 * cv.m20);
-    let vm11 = 2.0f32 * (vs01 * cv.m01 + vs11 * cv.m11 + vs12 * cv.m21);
-    let vm12 = 2.0f32 * (vs01 * cv.m02 + vs11 * cv.m12 + vs12 * cv.m22);
-    let vm20 = 2.0f32 * (vs02 * cv.m00 + vs12 * cv.m10 + vs22 * cv.m20);
-    let vm21 = 2.0f32 * (vs02 * cv.m01 + vs12 * cv.m11 + vs22 * cv.m21);
-    let vm22 = 2.0f32 * (vs02 * cv.m02 + vs12 * cv.m12 + vs22 * cv.m22);
+    let vm00 = 2.0f32 * (vs00 * cv.m.e00 + vs01 * cv.m.e10 + vs02 * cv.m.e20);
+    let vm01 = 2.0f32 * (vs00 * cv.m.e01 + vs01 * cv.m.e11 + vs02 * cv.m.e21);
+    let vm02 = 2.0f32 * (vs00 * cv.m.e02 + vs01 * cv.m.e12 + vs02 * cv.m.e22);
+    let vm10 = 2.0f32 * (vs01 * cv.m.e00 + vs11 * cv.m.e10 + vs12 * cv.m.e20);
+    let vm11 = 2.0f32 * (vs01 * cv.m.e01 + vs11 * cv.m.e11 + vs12 * cv.m.e21);
+    let vm12 = 2.0f32 * (vs01 * cv.m.e02 + vs11 * cv.m.e12 + vs12 * cv.m.e22);
+    let vm20 = 2.0f32 * (vs02 * cv.m.e00 + vs12 * cv.m.e10 + vs22 * cv.m.e20);
+    let vm21 = 2.0f32 * (vs02 * cv.m.e01 + vs12 * cv.m.e11 + vs22 * cv.m.e21);
+    let vm22 = 2.0f32 * (vs02 * cv.m.e02 + vs12 * cv.m.e12 + vs22 * cv.m.e22);
     // M = A S: dA = dM S ; ds_j = sum_i dM_ij A_ij
-    grads.v_log_scales[g * 3] = (vm00 * cv.a00 + vm10 * cv.a10 + vm20 * cv.a20) * cv.sx;
-    grads.v_log_scales[g * 3 + 1] = (vm01 * cv.a01 + vm11 * cv.a11 + vm21 * cv.a21) * cv.sy;
-    grads.v_log_scales[g * 3 + 2] = (vm02 * cv.a02 + vm12 * cv.a12 + vm22 * cv.a22) * cv.sz;
+    grads.v_log_scales[g * 3] = (vm00 * cv.a.e00 + vm10 * cv.a.e10 + vm20 * cv.a.e20) * cv.sx;
+    grads.v_log_scales[g * 3 + 1] = (vm01 * cv.a.e01 + vm11 * cv.a.e11 + vm21 * cv.a.e21) * cv.sy;
+    grads.v_log_scales[g * 3 + 2] = (vm02 * cv.a.e02 + vm12 * cv.a.e12 + vm22 * cv.a.e22) * cv.sz;
     let va00 = vm00 * cv.sx;
     let va01 = vm01 * cv.sy;
     let va02 = vm02 * cv.sz;
@@ -1045,9 +970,9 @@ pub fn project_backward(
     vr02 += -vcz * t0;
     vr12 += -vcz * t1;
     vr22 += -vcz * t2;
-    vtx += -(p.r00 * vcx + p.r01 * vcy + p.r02 * vcz);
-    vty += -(p.r10 * vcx + p.r11 * vcy + p.r12 * vcz);
-    vtz += -(p.r20 * vcx + p.r21 * vcy + p.r22 * vcz);
+    vtx += -(p.r.e00 * vcx + p.r.e01 * vcy + p.r.e02 * vcz);
+    vty += -(p.r.e10 * vcx + p.r.e11 * vcy + p.r.e12 * vcz);
+    vtz += -(p.r.e20 * vcx + p.r.e21 * vcy + p.r.e22 * vcz);
 
     grads.v_means[g * 3] = vmx;
     grads.v_means[g * 3 + 1] = vmy;
