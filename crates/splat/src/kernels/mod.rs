@@ -11,8 +11,11 @@
 //!
 //! Kernels that share a parameter list take `#[derive(CubeType, CubeLaunch)]` structs
 //! ([`rasterize::BackwardArgs`], [`project::ProjectArgs`]) with their fields in binding order,
-//! not positional lists (a `#[cube]` function of seven or more arguments needs
-//! `allow(clippy::too_many_arguments)`: its expansion takes the scope as well). 1-D launches use
+//! and shared compile-time choices as one `#[derive_cube_comptime]` struct
+//! ([`project::ProjectConfig`]), not positional lists (a `#[cube]` function of seven or more
+//! arguments needs `allow(clippy::too_many_arguments)`: its expansion takes the scope as well).
+//! A struct parameter the kernel writes through is `mut` and holds buffers only: a `mut` struct
+//! copies its scalar fields into variables. 1-D launches use
 //! [`rust3r_gpu::Gpu::grid_1d`] with [`rust3r_gpu::BLOCK_DIM`] and find their unit with
 //! [`rust3r_gpu::global_id`].
 

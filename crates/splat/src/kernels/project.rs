@@ -11,7 +11,6 @@
 //! 19..22 background, 22 near, 23 far. See [`crate::camera::CAM_LEN`].
 // `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
 // / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants).
-// A `#[cube]` function's expansion takes the scope as well: seven arguments need the allow.
 #![allow(
     clippy::manual_div_ceil,
     clippy::assign_op_pattern,
@@ -209,6 +208,17 @@ pub struct ProjectArgs {
     pub height: u32,
 }
 
+/// The compile-time choices both projection kernels share: SH coefficients per Gaussian as
+/// stored (`num_coeffs`) and evaluated (`active_coeffs`), antialiased opacity compensation, and
+/// half-float storage of the higher SH orders (see [`sh_coeff`]).
+#[derive_cube_comptime]
+pub struct ProjectConfig {
+    pub num_coeffs: u32,
+    pub active_coeffs: u32,
+    pub antialiased: bool,
+    pub half_sh: bool,
+}
+
 /// What [`project_forward`] writes, per Gaussian by global row.
 #[derive(CubeType, CubeLaunch)]
 pub struct ProjectOutputs {
@@ -403,14 +413,7 @@ pub const PROJECT_CUBE: usize = 256;
 // labelled blocks or early `return` past the shared-memory write-back below).
 #[allow(clippy::never_loop)]
 #[cube(launch, launch_unchecked)]
-pub fn project_forward(
-    args: ProjectArgs,
-    mut out: ProjectOutputs,
-    #[comptime] num_coeffs: u32,
-    #[comptime] active_coeffs: u32,
-    #[comptime] antialiased: bool,
-    #[comptime] half_sh: bool,
-) {
+pub fn project_forward(args: ProjectArgs, mut out: ProjectOutputs, #[comptime] cfg: ProjectConfig) {
     // The cube's projected rows are assembled in shared memory and stored together (coalesced):
     // one unit writing its own 10 floats would store 4 bytes per memory transaction.
     let t = UNIT_POS as usize;
@@ -481,7 +484,7 @@ pub fn project_forward(
             break;
         }
         let mut opacity = 1.0f32 / (1.0f32 + (-args.opacity_logits[g]).exp());
-        if comptime![antialiased] {
+        if comptime![cfg.antialiased] {
             opacity *= max(det_orig / det, 0.0f32).sqrt();
         }
         if opacity < 1.0f32 / 255.0f32 {
@@ -524,9 +527,9 @@ pub fn project_forward(
         let mut cg = 0.5f32;
         let mut cb = 0.5f32;
         #[unroll]
-        for k in 0..active_coeffs {
+        for k in 0..cfg.active_coeffs {
             let bk = sh_basis(k, ux, uy, uz);
-            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, num_coeffs, half_sh);
+            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, cfg.num_coeffs, cfg.half_sh);
             cr += bk * sr;
             cg += bk * sg;
             cb += bk * sb;
@@ -668,15 +671,11 @@ pub fn sh_value_grad(
 /// rows), and a per-Gaussian contribution to the camera-pose gradient (`v_cam`, layout
 /// [`VCAM`], summed on the host side of the caller).
 #[cube(launch, launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn project_backward(
     args: ProjectArgs,
     mut grads: ProjectGradArgs,
-    #[comptime] num_coeffs: u32,
-    #[comptime] active_coeffs: u32,
-    #[comptime] antialiased: bool,
+    #[comptime] cfg: ProjectConfig,
     #[comptime] pose_grad: bool,
-    #[comptime] half_sh: bool,
 ) {
     let g = rust3r_gpu::global_id();
     if g >= args.n as usize {
@@ -722,7 +721,7 @@ pub fn project_backward(
     let mut vdx = 0.0f32;
     let mut vdy = 0.0f32;
     let mut vdz = 0.0f32;
-    if comptime![active_coeffs > 1] {
+    if comptime![cfg.active_coeffs > 1] {
         let vsr = select(
             grads.proj[gg * 10 + 7] > 0.0f32,
             grads.v_proj[gg * 10 + 7],
@@ -743,8 +742,8 @@ pub fn project_backward(
         let mut vuy = 0.0f32;
         let mut vuz = 0.0f32;
         #[unroll]
-        for k in 1..active_coeffs {
-            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, num_coeffs, half_sh);
+        for k in 1..cfg.active_coeffs {
+            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, cfg.num_coeffs, cfg.half_sh);
             let w = vsr * sr + vsg * sg + vsb * sb;
             let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
             vux += bx * w;
@@ -792,7 +791,7 @@ pub fn project_backward(
 
     // ---- opacity ----
     let mut comp = 1.0f32;
-    if comptime![antialiased] {
+    if comptime![cfg.antialiased] {
         comp = max(det_orig / det, 0.0f32).sqrt();
     }
     grads.v_opacity_logits[g] = v_opacity * comp * sig * (1.0f32 - sig);
@@ -809,7 +808,7 @@ pub fn project_backward(
     let mut vw00 = -(qa * t00 + qb * t10);
     let mut vw01 = -(qa * t01 + qb * t11);
     let mut vw11 = -(qb * t01 + qc * t11);
-    if comptime![antialiased] {
+    if comptime![cfg.antialiased] {
         if det_orig > 0.0f32 && comp > 0.0f32 {
             // comp = sqrt(det_o / det_b): dcomp/dA = comp/2 (A_o^-1 - A_b^-1) (symmetric form).
             let io00 = v11 / det_orig;

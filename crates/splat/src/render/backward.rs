@@ -321,11 +321,13 @@ pub fn render_backward_chunks(
                         v_opacity_logits: p.opacity_logits.arg(),
                         v_cam: v_cam.arg(),
                     },
-                    k as u32,
-                    state.active_coeffs,
-                    state.antialiased,
+                    project::ProjectConfig {
+                        num_coeffs: k as u32,
+                        active_coeffs: state.active_coeffs,
+                        antialiased: state.antialiased,
+                        half_sh: splats.sh.is_half(),
+                    },
                     pose_grad,
-                    splats.sh.is_half(),
                 )
             );
             if pose_grad {

@@ -78,10 +78,12 @@ pub fn render_chunks(
                     tiles_touched: tiles_touched.arg(),
                     depth_keys: depth_keys.arg(),
                 },
-                num_coeffs,
-                active_coeffs,
-                opts.antialiased,
-                splats.sh.is_half(),
+                project::ProjectConfig {
+                    num_coeffs,
+                    active_coeffs,
+                    antialiased: opts.antialiased,
+                    half_sh: splats.sh.is_half(),
+                },
             )
         );
         row0 += rows;
