@@ -439,32 +439,39 @@ fn back_chunk(args: &BackwardArgs) -> BackChunk {
     }
 }
 
-/// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
-/// `[start, end)` in shared memory: its Gaussians as [`Staged`] triples, between two barriers.
+/// A backward batch's Gaussians in shared memory, as the three parts of [`Staged`].
+#[derive(CubeType)]
+struct StagedBatch {
+    pos: Shared<[Vector<f32, Const<4>>]>,
+    conic: Shared<[Vector<f32, Const<4>>]>,
+    rgb: Shared<[Vector<f32, Const<4>>]>,
+}
+
+/// Stages back-to-front batch `bi` (of `batch` intersections) of the chunk's intersections
+/// `[ch.begin, ch.end)` in shared memory: its Gaussians as [`Staged`] triples, between two barriers.
 /// Returns the batch's first intersection and its length.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn stage_back_batch(
-    sorted_gids: &[u32],
-    proj: &[f32],
-    s_pos: &mut [Vector<f32, Const<4>>],
-    s_conic: &mut [Vector<f32, Const<4>>],
-    s_rgb: &mut [Vector<f32, Const<4>>],
-    start: usize,
-    end: usize,
+    args: &BackwardArgs,
+    staged: &mut StagedBatch,
+    ch: &BackChunk,
     bi: usize,
     t: usize,
     #[comptime] batch: usize,
 ) -> (usize, usize) {
-    let batch_hi = end - bi * batch;
-    let batch_start = max(start, batch_hi - min(batch_hi, batch));
+    let batch_hi = ch.end - bi * batch;
+    let batch_start = max(ch.begin, batch_hi - min(batch_hi, batch));
     let len = batch_hi - batch_start;
     sync_cube();
     if t < len {
-        let g = stage(proj, sorted_gids[batch_start + t] as usize, false);
-        s_pos[t] = g.pos;
-        s_conic[t] = g.conic;
-        s_rgb[t] = g.rgb;
+        let g = stage(
+            &args.proj,
+            args.sorted_gids[batch_start + t] as usize,
+            false,
+        );
+        staged.pos[t] = g.pos;
+        staged.conic[t] = g.conic;
+        staged.rgb[t] = g.rgb;
     }
     sync_cube();
     (batch_start, len)
@@ -474,18 +481,15 @@ fn stage_back_batch(
 /// (`pxf`, `pyf`). Returns (took, dL/dalpha, blend weight, dx, dy, Gaussian value, opacity x
 /// Gaussian value); when the pixel did not take the Gaussian only `took = false` matters.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn back_step(
     px: &mut BackPixel,
-    s_pos: &[Vector<f32, Const<4>>],
-    s_conic: &[Vector<f32, Const<4>>],
-    s_rgb: &[Vector<f32, Const<4>>],
+    staged: &StagedBatch,
     j: usize,
     pxf: f32,
     pyf: f32,
 ) -> (bool, f32, f32, f32, f32, f32, f32) {
-    let g = s_pos[j];
-    let q = s_conic[j];
+    let g = staged.pos[j];
+    let q = staged.conic[j];
     let dx = g.extract(0usize) - pxf;
     let dy = g.extract(1usize) - pyf;
     let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
@@ -501,7 +505,7 @@ fn back_step(
         let ra = 1.0f32 / (1.0f32 - alpha);
         px.tr = px.tr * ra;
         vis = alpha * px.tr;
-        let col = s_rgb[j];
+        let col = staged.rgb[j];
         let z = q.extract(3usize);
         let r = col.extract(0usize);
         let g = col.extract(1usize);
@@ -599,9 +603,11 @@ pub fn rasterize_backward<A: Numeric>(
     let pyf = f32::cast_from(y) + 0.5f32;
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
-    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut staged = StagedBatch {
+        pos: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        conic: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        rgb: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+    };
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
@@ -621,18 +627,7 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(ch.x0) + 0.5f32;
     let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(
-            &args.sorted_gids,
-            &args.proj,
-            &mut s_pos,
-            &mut s_conic,
-            &mut s_rgb,
-            start,
-            end,
-            bi,
-            t,
-            batch,
-        );
+        let (batch_start, len) = stage_back_batch(&args, &mut staged, &ch, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -641,7 +636,7 @@ pub fn rasterize_backward<A: Numeric>(
             let mut vw = 0.0f32;
             if inside && pos < px.last {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) =
-                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                    back_step(&mut px, &staged, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
                     vw = vis;
@@ -665,8 +660,8 @@ pub fn rasterize_backward<A: Numeric>(
         let mut b0 = 0.0f32;
         let mut b1 = 0.0f32;
         if jb < len {
-            let g = s_pos[jb];
-            let q = s_conic[jb];
+            let g = staged.pos[jb];
+            let q = staged.conic[jb];
             let mx = g.extract(0usize);
             let my = g.extract(1usize);
             let ca = q.extract(0usize);
@@ -821,9 +816,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     let (start, end) = (ch.begin, ch.end);
-    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut staged = StagedBatch {
+        pos: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        conic: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        rgb: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+    };
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad {
         max_planes * batch * 2
@@ -840,18 +837,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(
-            &args.sorted_gids,
-            &args.proj,
-            &mut s_pos,
-            &mut s_conic,
-            &mut s_rgb,
-            start,
-            end,
-            bi,
-            t,
-            batch,
-        );
+        let (batch_start, len) = stage_back_batch(&args, &mut staged, &ch, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
@@ -867,8 +853,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a9 = 0.0f32;
             let mut took = false;
             if inside && pos < px.last {
-                let (took_it, va, vis, dx, dy, gk, raw) =
-                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &staged, j, pxf, pyf);
                 if took_it {
                     took = true;
                     a5 = vis * px.vd;
@@ -876,7 +861,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
                     a8 = vis * px.vcg;
                     a9 = vis * px.vcb;
                     if raw < 0.99f32 {
-                        let q = s_conic[j];
+                        let q = staged.conic[j];
                         let ca = q.extract(0usize);
                         let cb2 = q.extract(1usize);
                         let cc = q.extract(2usize);
