@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 
 use crate::scan::exclusive_scan_nonzero;
-use crate::{BLOCK, Gpu, GpuBuffer, GpuError};
+use crate::{Gpu, GpuBuffer, GpuError};
 
 /// Set entry `i` goes to `out[positions[i]] = i` and, `with_values`, `out_values[positions[i]] =
 /// values[i]` (`values` and `out_values` are unused placeholders otherwise).
@@ -93,8 +93,8 @@ fn scatter(
             gpu,
             scatter_set_indices(
                 gpu.client(),
-                gpu.grid(n.div_ceil(BLOCK as usize)),
-                CubeDim::new_1d(BLOCK),
+                gpu.grid_1d(n),
+                crate::BLOCK_DIM,
                 mask.arg(),
                 positions.arg(),
                 in_arg.arg(),

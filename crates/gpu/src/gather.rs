@@ -2,7 +2,7 @@
 
 use cubecl::prelude::*;
 
-use crate::{BLOCK, Gpu, GpuBuffer};
+use crate::{Gpu, GpuBuffer};
 
 #[cube(launch)]
 fn iota_kernel(out: &mut [u32], n: u32) {
@@ -26,8 +26,8 @@ pub fn iota(gpu: &Gpu, n: usize) -> GpuBuffer<u32> {
     if n > 0 {
         iota_kernel::launch(
             gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n),
+            crate::BLOCK_DIM,
             out.arg(),
             n as u32,
         );
@@ -53,8 +53,8 @@ pub fn gather<T: bytemuck::Pod>(
             gpu,
             gather_kernel(
                 gpu.client(),
-                gpu.grid(n.div_ceil(BLOCK as usize)),
-                CubeDim::new_1d(BLOCK),
+                gpu.grid_1d(n),
+                crate::BLOCK_DIM,
                 src.clone().cast::<u32>().arg(),
                 index.arg(),
                 out.arg(),
@@ -102,8 +102,8 @@ pub fn scatter_rows(
     if n > 0 {
         scatter_rows_kernel::launch(
             gpu.client(),
-            gpu.grid((n * row).div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n * row),
+            crate::BLOCK_DIM,
             dst.arg(),
             index.arg(),
             values.arg(),
@@ -119,8 +119,8 @@ pub fn zero_rows(gpu: &Gpu, dst: &GpuBuffer<f32>, index: &GpuBuffer<u32>, row: u
     if n > 0 {
         zero_rows_kernel::launch(
             gpu.client(),
-            gpu.grid((n * row).div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n * row),
+            crate::BLOCK_DIM,
             dst.arg(),
             index.arg(),
             n as u32,

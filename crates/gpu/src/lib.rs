@@ -5,7 +5,8 @@
 //! Primitives: exclusive/inclusive scan, key-value radix sort, stream compaction,
 //! reductions, gather / row scatter, counter-based random numbers and the compact storage
 //! codecs (bf16, binary16, 8-bit floats). Each kernel lives next to the host code that
-//! launches it.
+//! launches it (the workspace's rule: `docs/architecture.md`); 1-D launches take
+//! [`Gpu::grid_1d`] and [`BLOCK_DIM`].
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
 
@@ -88,6 +89,9 @@ macro_rules! launch {
 
 /// Threads per cube used by the 1D primitives.
 pub const BLOCK: u32 = 256;
+
+/// The cube of a 1-D launch ([`BLOCK`] units), beside [`Gpu::grid_1d`]'s grid.
+pub const BLOCK_DIM: CubeDim = CubeDim::new_1d(BLOCK);
 
 /// Linear cube index for grids folded into two dimensions by [`Gpu::grid`].
 #[cube]

@@ -509,8 +509,8 @@ impl Gpu {
                 self,
                 fill_u32(
                     &self.client,
-                    self.grid(words.div_ceil(256)),
-                    CubeDim::new_1d(256),
+                    self.grid_1d(words),
+                    crate::BLOCK_DIM,
                     buf.arg(),
                     bits,
                     words as u32,
@@ -589,6 +589,13 @@ impl Gpu {
     /// per-dimension limit. Kernels recover the linear block id with [`crate::block_id`].
     pub fn grid(&self, blocks: usize) -> CubeCount {
         grid_for(blocks, self.max_cube_count_x())
+    }
+
+    /// The grid of a 1-D launch over `n` units: [`crate::BLOCK`] per cube (launch it with
+    /// [`crate::BLOCK_DIM`]), folded like [`Gpu::grid`]. The kernel finds its unit with
+    /// [`crate::global_id`] and tests it against `n`.
+    pub fn grid_1d(&self, n: usize) -> CubeCount {
+        self.grid(n.div_ceil(crate::BLOCK as usize))
     }
 }
 

@@ -287,8 +287,8 @@ fn random_streams_match_the_host_mirror_and_their_distributions() {
     );
     random_streams::launch(
         gpu.client(),
-        gpu.grid(n.div_ceil(256)),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
         hash.arg(),
         unif.arg(),
         norm.arg(),

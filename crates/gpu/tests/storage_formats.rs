@@ -45,7 +45,7 @@ fn encode(x: &[f32], r: &[u32], out: &mut [u32], n: u32) {
 }
 
 fn launch_1d(gpu: &Gpu, n: usize) -> (CubeCount, CubeDim) {
-    (gpu.grid(n.div_ceil(256)), CubeDim::new_1d(256))
+    (gpu.grid_1d(n), rust3r_gpu::BLOCK_DIM)
 }
 
 #[test]

@@ -17,7 +17,6 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, DType, Shape, TensorMetadata, backend_extension};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
-use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, GpuBuffer};
 
 use crate::kernels::rasterize::{pack_image, unpack_image};
@@ -159,8 +158,8 @@ impl SplatBackend for CubeBackend {
         let packed = gpu.alloc::<f32>(npix * 5);
         pack_image::launch(
             gpu.client(),
-            gpu.grid(npix.div_ceil(256)),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(npix),
+            rust3r_gpu::BLOCK_DIM,
             out.rgb.arg(),
             out.alpha.arg(),
             out.depth.arg(),
@@ -218,8 +217,8 @@ impl SplatBackend for CubeBackend {
         );
         unpack_image::launch(
             gpu.client(),
-            gpu.grid(npix.div_ceil(256)),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(npix),
+            rust3r_gpu::BLOCK_DIM,
             buffer(grad_image).arg(),
             v_rgb.arg(),
             v_alpha.arg(),

@@ -9,10 +9,9 @@
 pub mod pair;
 pub mod track;
 
-use cubecl::prelude::CubeDim;
 use rust3r_geometry::{Sim3, Vector7};
 use rust3r_gpu::reduce::{ReduceOp, reduce_columns};
-use rust3r_gpu::{BLOCK, Gpu, GpuBuffer};
+use rust3r_gpu::{Gpu, GpuBuffer};
 
 use crate::SlamError;
 use crate::config::MatchingConfig;
@@ -152,8 +151,8 @@ impl GpuPair {
         let pose = gpu.upload(&pose_buffer(t_src_meas));
         track::match_kernel::launch(
             gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             self.rays.arg(),
             self.src_pts.arg(),
             self.src_valid.arg(),
@@ -199,8 +198,8 @@ impl GpuPair {
         let terms = gpu.alloc::<f32>(n * NE_COLS);
         track::normal_eq_kernel::launch(
             gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             self.src_pts.arg(),
             self.src_valid.arg(),
             self.meas_pts.arg(),

@@ -10,15 +10,13 @@
 //! 9..12 translation, 12 fx, 13 fy, 14 cx, 15 cy, 16..19 camera centre,
 //! 19..22 background, 22 near, 23 far. See [`crate::camera::CAM_LEN`].
 // `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
-// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
-// and with the flat argument lists their launchers pass.
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants).
 #![allow(
     clippy::manual_div_ceil,
     clippy::assign_op_pattern,
     clippy::collapsible_if,
     clippy::manual_range_contains,
-    clippy::excessive_precision,
-    clippy::too_many_arguments
+    clippy::excessive_precision
 )]
 
 use cubecl::prelude::*;
@@ -35,27 +33,60 @@ pub const VCAM: usize = 12;
 pub const TILE_SIZE: u32 = 16;
 pub const ALPHA_MIN: f32 = 1.0 / 255.0;
 
+/// A 3x3 matrix, row-major (`eij`: row `i`, column `j`).
+#[derive(CubeType, Clone, Copy)]
+struct Mat3 {
+    e00: f32,
+    e01: f32,
+    e02: f32,
+    e10: f32,
+    e11: f32,
+    e12: f32,
+    e20: f32,
+    e21: f32,
+    e22: f32,
+}
+
+/// A symmetric 3x3 matrix by its upper triangle.
+#[derive(CubeType, Clone, Copy)]
+struct Sym3 {
+    e00: f32,
+    e01: f32,
+    e02: f32,
+    e11: f32,
+    e12: f32,
+    e22: f32,
+}
+
 #[cube]
-fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        1.0f32 - 2.0f32 * (y * y + z * z),
-        2.0f32 * (x * y - w * z),
-        2.0f32 * (x * z + w * y),
-        2.0f32 * (x * y + w * z),
-        1.0f32 - 2.0f32 * (x * x + z * z),
-        2.0f32 * (y * z - w * x),
-        2.0f32 * (x * z - w * y),
-        2.0f32 * (y * z + w * x),
-        1.0f32 - 2.0f32 * (x * x + y * y),
-    )
+fn quat_to_rot(w: f32, x: f32, y: f32, z: f32) -> Mat3 {
+    Mat3 {
+        e00: 1.0f32 - 2.0f32 * (y * y + z * z),
+        e01: 2.0f32 * (x * y - w * z),
+        e02: 2.0f32 * (x * z + w * y),
+        e10: 2.0f32 * (x * y + w * z),
+        e11: 1.0f32 - 2.0f32 * (x * x + z * z),
+        e12: 2.0f32 * (y * z - w * x),
+        e20: 2.0f32 * (x * z - w * y),
+        e21: 2.0f32 * (y * z + w * x),
+        e22: 1.0f32 - 2.0f32 * (x * x + y * y),
+    }
 }
 
 /// The world-to-camera rotation (row-major) of the camera block.
 #[cube]
-fn camera_rotation(cam: &[f32]) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        cam[0], cam[1], cam[2], cam[3], cam[4], cam[5], cam[6], cam[7], cam[8],
-    )
+fn camera_rotation(cam: &[f32]) -> Mat3 {
+    Mat3 {
+        e00: cam[0],
+        e01: cam[1],
+        e02: cam[2],
+        e10: cam[3],
+        e11: cam[4],
+        e12: cam[5],
+        e20: cam[6],
+        e21: cam[7],
+        e22: cam[8],
+    }
 }
 
 /// A world point in the camera frame of the camera block.
@@ -81,97 +112,55 @@ fn view_dir(cam: &[f32], x: f32, y: f32, z: f32) -> (f32, f32, f32, f32) {
 
 /// `M = R S` for a rotation `R` (row-major) and the scales `S = diag(sx, sy, sz)`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn scaled_rotation(
-    a00: f32,
-    a01: f32,
-    a02: f32,
-    a10: f32,
-    a11: f32,
-    a12: f32,
-    a20: f32,
-    a21: f32,
-    a22: f32,
-    sx: f32,
-    sy: f32,
-    sz: f32,
-) -> (f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-    (
-        a00 * sx,
-        a01 * sy,
-        a02 * sz,
-        a10 * sx,
-        a11 * sy,
-        a12 * sz,
-        a20 * sx,
-        a21 * sy,
-        a22 * sz,
-    )
+fn scaled_rotation(a: &Mat3, sx: f32, sy: f32, sz: f32) -> Mat3 {
+    Mat3 {
+        e00: a.e00 * sx,
+        e01: a.e01 * sy,
+        e02: a.e02 * sz,
+        e10: a.e10 * sx,
+        e11: a.e11 * sy,
+        e12: a.e12 * sz,
+        e20: a.e20 * sx,
+        e21: a.e21 * sy,
+        e22: a.e22 * sz,
+    }
 }
 
 /// The upper triangle (00, 01, 02, 11, 12, 22) of `M M^T`: the world covariance `Sigma`.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn gram(
-    m00: f32,
-    m01: f32,
-    m02: f32,
-    m10: f32,
-    m11: f32,
-    m12: f32,
-    m20: f32,
-    m21: f32,
-    m22: f32,
-) -> (f32, f32, f32, f32, f32, f32) {
-    (
-        m00 * m00 + m01 * m01 + m02 * m02,
-        m00 * m10 + m01 * m11 + m02 * m12,
-        m00 * m20 + m01 * m21 + m02 * m22,
-        m10 * m10 + m11 * m11 + m12 * m12,
-        m10 * m20 + m11 * m21 + m12 * m22,
-        m20 * m20 + m21 * m21 + m22 * m22,
-    )
+fn gram(m: &Mat3) -> Sym3 {
+    Sym3 {
+        e00: m.e00 * m.e00 + m.e01 * m.e01 + m.e02 * m.e02,
+        e01: m.e00 * m.e10 + m.e01 * m.e11 + m.e02 * m.e12,
+        e02: m.e00 * m.e20 + m.e01 * m.e21 + m.e02 * m.e22,
+        e11: m.e10 * m.e10 + m.e11 * m.e11 + m.e12 * m.e12,
+        e12: m.e10 * m.e20 + m.e11 * m.e21 + m.e12 * m.e22,
+        e22: m.e20 * m.e20 + m.e21 * m.e21 + m.e22 * m.e22,
+    }
 }
 
 /// The upper triangle of `W Sigma W^T` for a rotation `W` (row-major) and a symmetric `Sigma`
 /// given by its upper triangle.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn rotate_covariance(
-    r00: f32,
-    r01: f32,
-    r02: f32,
-    r10: f32,
-    r11: f32,
-    r12: f32,
-    r20: f32,
-    r21: f32,
-    r22: f32,
-    s00: f32,
-    s01: f32,
-    s02: f32,
-    s11: f32,
-    s12: f32,
-    s22: f32,
-) -> (f32, f32, f32, f32, f32, f32) {
+fn rotate_covariance(r: &Mat3, s: &Sym3) -> Sym3 {
     // B = W Sigma.
-    let b00 = r00 * s00 + r01 * s01 + r02 * s02;
-    let b01 = r00 * s01 + r01 * s11 + r02 * s12;
-    let b02 = r00 * s02 + r01 * s12 + r02 * s22;
-    let b10 = r10 * s00 + r11 * s01 + r12 * s02;
-    let b11 = r10 * s01 + r11 * s11 + r12 * s12;
-    let b12 = r10 * s02 + r11 * s12 + r12 * s22;
-    let b20 = r20 * s00 + r21 * s01 + r22 * s02;
-    let b21 = r20 * s01 + r21 * s11 + r22 * s12;
-    let b22 = r20 * s02 + r21 * s12 + r22 * s22;
-    (
-        b00 * r00 + b01 * r01 + b02 * r02,
-        b00 * r10 + b01 * r11 + b02 * r12,
-        b00 * r20 + b01 * r21 + b02 * r22,
-        b10 * r10 + b11 * r11 + b12 * r12,
-        b10 * r20 + b11 * r21 + b12 * r22,
-        b20 * r20 + b21 * r21 + b22 * r22,
-    )
+    let b00 = r.e00 * s.e00 + r.e01 * s.e01 + r.e02 * s.e02;
+    let b01 = r.e00 * s.e01 + r.e01 * s.e11 + r.e02 * s.e12;
+    let b02 = r.e00 * s.e02 + r.e01 * s.e12 + r.e02 * s.e22;
+    let b10 = r.e10 * s.e00 + r.e11 * s.e01 + r.e12 * s.e02;
+    let b11 = r.e10 * s.e01 + r.e11 * s.e11 + r.e12 * s.e12;
+    let b12 = r.e10 * s.e02 + r.e11 * s.e12 + r.e12 * s.e22;
+    let b20 = r.e20 * s.e00 + r.e21 * s.e01 + r.e22 * s.e02;
+    let b21 = r.e20 * s.e01 + r.e21 * s.e11 + r.e22 * s.e12;
+    let b22 = r.e20 * s.e02 + r.e21 * s.e12 + r.e22 * s.e22;
+    Sym3 {
+        e00: b00 * r.e00 + b01 * r.e01 + b02 * r.e02,
+        e01: b00 * r.e10 + b01 * r.e11 + b02 * r.e12,
+        e02: b00 * r.e20 + b01 * r.e21 + b02 * r.e22,
+        e11: b10 * r.e10 + b11 * r.e11 + b12 * r.e12,
+        e12: b10 * r.e20 + b11 * r.e21 + b12 * r.e22,
+        e22: b20 * r.e20 + b21 * r.e21 + b22 * r.e22,
+    }
 }
 
 /// The 3DGS / gsplat frustum clamp of the projection's Jacobian: normalised image coordinates
@@ -193,6 +182,192 @@ fn frustum_limits(
         (f32::cast_from(height) - cy) / fy + 0.3f32 * tan_fovy,
         cy / fy + 0.3f32 * tan_fovy,
     )
+}
+
+/// The launch arguments both projection passes ([`project_forward`], [`project_backward`])
+/// read: one chunk of Gaussian parameters (rows `row0..row0 + n` of the scene's per-Gaussian
+/// outputs), the camera block and the image size.
+#[derive(CubeType, CubeLaunch)]
+pub struct ProjectArgs {
+    /// `[n][3]`.
+    pub means: Box<[f32]>,
+    /// `[n][3]`.
+    pub log_scales: Box<[f32]>,
+    /// `[n][4]`, (w, x, y, z), not necessarily unit.
+    pub quats: Box<[f32]>,
+    pub opacity_logits: Box<[f32]>,
+    /// SH coefficients, or their DC terms with `half_sh` (see [`sh_coeff`]).
+    pub sh: Box<[f32]>,
+    /// The higher SH orders as half floats with `half_sh` (a placeholder otherwise).
+    pub sh_rest: Box<[u32]>,
+    /// The camera block (layout in the module documentation).
+    pub cam: Box<[f32]>,
+    pub n: u32,
+    pub row0: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The compile-time choices both projection kernels share: SH coefficients per Gaussian as
+/// stored (`num_coeffs`) and evaluated (`active_coeffs`), antialiased opacity compensation, and
+/// half-float storage of the higher SH orders (see [`sh_coeff`]).
+#[derive_cube_comptime]
+pub struct ProjectConfig {
+    pub num_coeffs: u32,
+    pub active_coeffs: u32,
+    pub antialiased: bool,
+    pub half_sh: bool,
+}
+
+/// What [`project_forward`] writes, per Gaussian by global row.
+#[derive(CubeType, CubeLaunch)]
+pub struct ProjectOutputs {
+    /// [`PROJ`] floats per Gaussian.
+    pub proj: Box<[f32]>,
+    /// Pixel radii (x, y); zero when culled.
+    pub radii: Box<[u32]>,
+    /// Tile rectangle: x0 | x1 << 16, y0 | y1 << 16.
+    pub rects: Box<[u32]>,
+    /// Tiles touched; zero when culled.
+    pub tiles_touched: Box<[u32]>,
+    /// Depth sort keys (the bits of the camera-space depth; culled: all ones).
+    pub depth_keys: Box<[u32]>,
+}
+
+/// What [`project_backward`] reads from the forward and rasterizer passes (by global row) and
+/// writes (by chunk row; `v_cam` only with `pose_grad`).
+#[derive(CubeType, CubeLaunch)]
+pub struct ProjectGradArgs {
+    pub tiles_touched: Box<[u32]>,
+    pub proj: Box<[f32]>,
+    /// Gradients of the projected quantities ([`VPROJ`] floats per Gaussian).
+    pub v_proj: Box<[f32]>,
+    pub v_means: Box<[f32]>,
+    pub v_log_scales: Box<[f32]>,
+    pub v_quats: Box<[f32]>,
+    pub v_opacity_logits: Box<[f32]>,
+    /// Per-Gaussian camera-pose gradient rows ([`VCAM`] floats each).
+    pub v_cam: Box<[f32]>,
+}
+
+/// A Gaussian's mean in the camera frame, with the camera's rotation (row-major) and
+/// intrinsics: what both projection passes read first.
+#[derive(CubeType, Clone, Copy)]
+struct CameraPoint {
+    /// The world-to-camera rotation.
+    r: Mat3,
+    px: f32,
+    py: f32,
+    pz: f32,
+    fx: f32,
+    fy: f32,
+    cx: f32,
+    cy: f32,
+}
+
+/// The world point `(mx, my, mz)` seen from the camera block.
+#[cube]
+fn camera_point(cam: &[f32], mx: f32, my: f32, mz: f32) -> CameraPoint {
+    let r = camera_rotation(cam);
+    let (px, py, pz) = to_camera(cam, mx, my, mz);
+    let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
+    CameraPoint {
+        r,
+        px,
+        py,
+        pz,
+        fx,
+        fy,
+        cx,
+        cy,
+    }
+}
+
+/// A Gaussian's quaternion as stored, and its norm.
+#[derive(CubeType, Clone, Copy)]
+struct Quat {
+    w: f32,
+    x: f32,
+    y: f32,
+    z: f32,
+    norm: f32,
+}
+
+#[cube]
+fn load_quat(quats: &[f32], g: usize) -> Quat {
+    let w = quats[g * 4];
+    let x = quats[g * 4 + 1];
+    let y = quats[g * 4 + 2];
+    let z = quats[g * 4 + 3];
+    let norm = (w * w + x * x + y * y + z * z).sqrt();
+    Quat { w, x, y, z, norm }
+}
+
+/// The covariance set-up both projection passes compute: the unit quaternion, its rotation
+/// `A`, the scales, `M = A S`, the world covariance `Sigma = M M^T` (upper triangle), the
+/// camera-space covariance `C = W Sigma W^T` and the frustum clamp limits.
+#[derive(CubeType, Clone, Copy)]
+struct Covariance {
+    qw: f32,
+    qx: f32,
+    qy: f32,
+    qz: f32,
+    /// The rotation of the unit quaternion.
+    a: Mat3,
+    sx: f32,
+    sy: f32,
+    sz: f32,
+    /// `M = A S`.
+    m: Mat3,
+    /// `Sigma = M M^T`.
+    s: Sym3,
+    /// `C = W Sigma W^T`.
+    c: Sym3,
+    lim_x_pos: f32,
+    lim_x_neg: f32,
+    lim_y_pos: f32,
+    lim_y_neg: f32,
+}
+
+#[cube]
+fn covariance(
+    log_scales: &[f32],
+    q: &Quat,
+    p: &CameraPoint,
+    g: usize,
+    width: u32,
+    height: u32,
+) -> Covariance {
+    let qw = q.w / q.norm;
+    let qx = q.x / q.norm;
+    let qy = q.y / q.norm;
+    let qz = q.z / q.norm;
+    let a = quat_to_rot(qw, qx, qy, qz);
+    let sx = log_scales[g * 3].exp();
+    let sy = log_scales[g * 3 + 1].exp();
+    let sz = log_scales[g * 3 + 2].exp();
+    let m = scaled_rotation(&a, sx, sy, sz);
+    let s = gram(&m);
+    let c = rotate_covariance(&p.r, &s);
+    let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
+        frustum_limits(width, height, p.fx, p.fy, p.cx, p.cy);
+    Covariance {
+        qw,
+        qx,
+        qy,
+        qz,
+        a,
+        sx,
+        sy,
+        sz,
+        m,
+        s,
+        c,
+        lim_x_pos,
+        lim_x_neg,
+        lim_y_pos,
+        lim_y_neg,
+    }
 }
 
 /// RGB of SH coefficient `k` of row `g`: from `sh` (`[n][num_coeffs][rgb]` f32), or with
@@ -238,35 +413,14 @@ pub const PROJECT_CUBE: usize = 256;
 // labelled blocks or early `return` past the shared-memory write-back below).
 #[allow(clippy::never_loop)]
 #[cube(launch, launch_unchecked)]
-pub fn project_forward(
-    means: &[f32],
-    log_scales: &[f32],
-    quats: &[f32],
-    opacity_logits: &[f32],
-    sh: &[f32],
-    sh_rest: &[u32],
-    cam: &[f32],
-    proj: &mut [f32],
-    radii: &mut [u32],
-    rects: &mut [u32],
-    tiles_touched: &mut [u32],
-    depth_keys: &mut [u32],
-    n: u32,
-    row0: u32,
-    width: u32,
-    height: u32,
-    #[comptime] num_coeffs: u32,
-    #[comptime] active_coeffs: u32,
-    #[comptime] antialiased: bool,
-    #[comptime] half_sh: bool,
-) {
+pub fn project_forward(args: ProjectArgs, mut out: ProjectOutputs, #[comptime] cfg: ProjectConfig) {
     // The cube's projected rows are assembled in shared memory and stored together (coalesced):
     // one unit writing its own 10 floats would store 4 bytes per memory transaction.
     let t = UNIT_POS as usize;
     let first = rust3r_gpu::block_id() * comptime![PROJECT_CUBE];
     // Chunk-local row `g` of the parameters; global row `gg` of the per-Gaussian outputs.
     let g = first + t;
-    let gg = g + row0 as usize;
+    let gg = g + args.row0 as usize;
     let mut rows = Shared::<[f32]>::new_slice(comptime![PROJECT_CUBE * 10]);
     #[unroll]
     for k in 0..10usize {
@@ -274,65 +428,50 @@ pub fn project_forward(
     }
     // One pass; `break` leaves a culled Gaussian with the defaults.
     loop {
-        if g >= n as usize {
+        if g >= args.n as usize {
             break;
         }
         // Defaults: culled.
-        radii[gg * 2] = 0u32;
-        radii[gg * 2 + 1] = 0u32;
-        rects[gg * 2] = 0u32;
-        rects[gg * 2 + 1] = 0u32;
-        tiles_touched[gg] = 0u32;
+        out.radii[gg * 2] = 0u32;
+        out.radii[gg * 2 + 1] = 0u32;
+        out.rects[gg * 2] = 0u32;
+        out.rects[gg * 2 + 1] = 0u32;
+        out.tiles_touched[gg] = 0u32;
         // Culled Gaussians sort after every visible one.
-        depth_keys[gg] = 4294967295u32;
+        out.depth_keys[gg] = 4294967295u32;
 
-        let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
-        let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
-        let (px, py, pz) = to_camera(cam, mx, my, mz);
-        let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
-        if pz < cam[22] || pz > cam[23] {
-            break;
-        }
-
-        // 3D covariance: M = R S, Sigma = M M^T.
-        let qw0 = quats[g * 4];
-        let qx0 = quats[g * 4 + 1];
-        let qy0 = quats[g * 4 + 2];
-        let qz0 = quats[g * 4 + 3];
-        let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
-        if !(qn > 0.0f32) {
-            break;
-        }
-        let (a00, a01, a02, a10, a11, a12, a20, a21, a22) =
-            quat_to_rot(qw0 / qn, qx0 / qn, qy0 / qn, qz0 / qn);
-        let sx = log_scales[g * 3].exp();
-        let sy = log_scales[g * 3 + 1].exp();
-        let sz = log_scales[g * 3 + 2].exp();
-        let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
-            scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
-        let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
-        // Camera-space covariance C = W Sigma W^T.
-        let (c00, c01, c02, c11, c12, c22) = rotate_covariance(
-            r00, r01, r02, r10, r11, r12, r20, r21, r22, s00, s01, s02, s11, s12, s22,
+        let (mx, my, mz) = (
+            args.means[g * 3],
+            args.means[g * 3 + 1],
+            args.means[g * 3 + 2],
         );
+        let p = camera_point(&args.cam, mx, my, mz);
+        if p.pz < args.cam[22] || p.pz > args.cam[23] {
+            break;
+        }
+
+        // 3D covariance: M = R S, Sigma = M M^T; camera-space covariance C = W Sigma W^T.
+        let q = load_quat(&args.quats, g);
+        if !(q.norm > 0.0f32) {
+            break;
+        }
+        let cv = covariance(&args.log_scales, &q, &p, g, args.width, args.height);
 
         // Jacobian of the perspective projection, with the frustum clamp.
-        let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
-            frustum_limits(width, height, fx, fy, cx, cy);
-        let rz = 1.0f32 / pz;
-        let tx = pz * clamp(px * rz, -lim_x_neg, lim_x_pos);
-        let ty = pz * clamp(py * rz, -lim_y_neg, lim_y_pos);
-        let j00 = fx * rz;
-        let j02 = -fx * tx * rz * rz;
-        let j11 = fy * rz;
-        let j12 = -fy * ty * rz * rz;
+        let rz = 1.0f32 / p.pz;
+        let tx = p.pz * clamp(p.px * rz, -cv.lim_x_neg, cv.lim_x_pos);
+        let ty = p.pz * clamp(p.py * rz, -cv.lim_y_neg, cv.lim_y_pos);
+        let j00 = p.fx * rz;
+        let j02 = -p.fx * tx * rz * rz;
+        let j11 = p.fy * rz;
+        let j12 = -p.fy * ty * rz * rz;
         // cov2d = J C J^T with J = [[j00, 0, j02], [0, j11, j12]].
-        let u00 = j00 * c00 + j02 * c02;
-        let u01 = j00 * c01 + j02 * c12;
-        let u02 = j00 * c02 + j02 * c22;
-        let u10 = j11 * c01 + j12 * c02;
-        let u11 = j11 * c11 + j12 * c12;
-        let u12 = j11 * c12 + j12 * c22;
+        let u00 = j00 * cv.c.e00 + j02 * cv.c.e02;
+        let u01 = j00 * cv.c.e01 + j02 * cv.c.e12;
+        let u02 = j00 * cv.c.e02 + j02 * cv.c.e22;
+        let u10 = j11 * cv.c.e01 + j12 * cv.c.e02;
+        let u11 = j11 * cv.c.e11 + j12 * cv.c.e12;
+        let u12 = j11 * cv.c.e12 + j12 * cv.c.e22;
         let v00 = u00 * j00 + u02 * j02;
         let v01 = u01 * j11 + u02 * j12;
         let v11 = u11 * j11 + u12 * j12;
@@ -344,8 +483,8 @@ pub fn project_forward(
         if !(det > 0.0f32) {
             break;
         }
-        let mut opacity = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
-        if comptime![antialiased] {
+        let mut opacity = 1.0f32 / (1.0f32 + (-args.opacity_logits[g]).exp());
+        if comptime![cfg.antialiased] {
             opacity *= max(det_orig / det, 0.0f32).sqrt();
         }
         if opacity < 1.0f32 / 255.0f32 {
@@ -355,14 +494,14 @@ pub fn project_forward(
         let conic_a = w11 * inv_det;
         let conic_b = -v01 * inv_det;
         let conic_c = w00 * inv_det;
-        let mean_x = fx * px * rz + cx;
-        let mean_y = fy * py * rz + cy;
+        let mean_x = p.fx * p.px * rz + p.cx;
+        let mean_y = p.fy * p.py * rz + p.cy;
         // Exact extent of the ellipse where alpha can reach 1/255.
         let extent = min((2.0f32 * (255.0f32 * opacity).ln()).sqrt(), 3.33f32);
         let rx = extent * w00.sqrt();
         let ry = extent * w11.sqrt();
-        let tiles_x = (width + 15u32) / 16u32;
-        let tiles_y = (height + 15u32) / 16u32;
+        let tiles_x = (args.width + 15u32) / 16u32;
+        let tiles_y = (args.height + 15u32) / 16u32;
         let tx0 = clamp((mean_x - rx) / 16.0f32, 0.0f32, f32::cast_from(tiles_x)).floor();
         let tx1 = clamp(
             (mean_x + rx) / 16.0f32 + 1.0f32,
@@ -383,14 +522,14 @@ pub fn project_forward(
         }
 
         // Colour from spherical harmonics, view direction from the camera centre.
-        let (ux, uy, uz, _) = view_dir(cam, mx, my, mz);
+        let (ux, uy, uz, _) = view_dir(&args.cam, mx, my, mz);
         let mut cr = 0.5f32;
         let mut cg = 0.5f32;
         let mut cb = 0.5f32;
         #[unroll]
-        for k in 0..active_coeffs {
+        for k in 0..cfg.active_coeffs {
             let bk = sh_basis(k, ux, uy, uz);
-            let (sr, sg, sb) = sh_coeff(sh, sh_rest, g, k, num_coeffs, half_sh);
+            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, cfg.num_coeffs, cfg.half_sh);
             cr += bk * sr;
             cg += bk * sg;
             cb += bk * sb;
@@ -401,31 +540,44 @@ pub fn project_forward(
         rows[t * 10 + 2] = conic_a;
         rows[t * 10 + 3] = conic_b;
         rows[t * 10 + 4] = conic_c;
-        rows[t * 10 + 5] = pz;
+        rows[t * 10 + 5] = p.pz;
         rows[t * 10 + 6] = opacity;
         rows[t * 10 + 7] = max(cr, 0.0f32);
         rows[t * 10 + 8] = max(cg, 0.0f32);
         rows[t * 10 + 9] = max(cb, 0.0f32);
-        radii[gg * 2] = u32::cast_from(rx.ceil());
-        radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
-        rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
-        rects[gg * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
-        tiles_touched[gg] = u32::cast_from(count);
-        depth_keys[gg] = pz.to_bits();
+        out.radii[gg * 2] = u32::cast_from(rx.ceil());
+        out.radii[gg * 2 + 1] = u32::cast_from(ry.ceil());
+        out.rects[gg * 2] = u32::cast_from(tx0) | (u32::cast_from(tx1) << 16u32);
+        out.rects[gg * 2 + 1] = u32::cast_from(ty0) | (u32::cast_from(ty1) << 16u32);
+        out.tiles_touched[gg] = u32::cast_from(count);
+        out.depth_keys[gg] = p.pz.to_bits();
         break;
     }
     sync_cube();
     let mut count = 0usize;
-    if first < n as usize {
-        count = (n as usize - first) * 10;
+    if first < args.n as usize {
+        count = (args.n as usize - first) * 10;
     }
-    let base = (first + row0 as usize) * 10;
+    let base = (first + args.row0 as usize) * 10;
     for i in 0..10usize {
         let idx = i * comptime![PROJECT_CUBE] + t;
         if idx < count {
-            proj[base + idx] = rows[idx];
+            out.proj[base + idx] = rows[idx];
         }
     }
+}
+
+/// What the SH coefficients' gradient reads ([`sh_backward_coeffs`], [`sh_value_grad`] and
+/// the trainer's fused SH Adam step), in binding order: one chunk's means, and by global row
+/// the render's camera block, tiles touched, projected Gaussians and their gradient.
+#[derive(CubeType, CubeLaunch)]
+pub struct ShGradArgs {
+    pub means: Box<[f32]>,
+    pub cam: Box<[f32]>,
+    pub tiles_touched: Box<[u32]>,
+    pub proj: Box<[f32]>,
+    /// Gradients of the projected quantities ([`VPROJ`] floats per Gaussian).
+    pub v_proj: Box<[f32]>,
 }
 
 /// Gradient of the SH coefficients (`v_sh`, every coefficient; zero past the active degree and
@@ -439,11 +591,7 @@ pub fn project_forward(
 /// (docs/benchmarks/journal.md, 2026-11-26).
 #[cube(launch, launch_unchecked)]
 pub fn sh_backward_coeffs(
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: ShGradArgs,
     v_sh: &mut [f32],
     n: u32,
     row0: u32,
@@ -460,12 +608,17 @@ pub fn sh_backward_coeffs(
     let mut vr = 0.0f32;
     let mut vg = 0.0f32;
     let mut vb = 0.0f32;
-    if k < active_coeffs && tiles_touched[gg] != 0u32 {
-        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+    if k < active_coeffs && inputs.tiles_touched[gg] != 0u32 {
+        let (ux, uy, uz, _) = view_dir(
+            &inputs.cam,
+            inputs.means[g * 3],
+            inputs.means[g * 3 + 1],
+            inputs.means[g * 3 + 2],
+        );
         let b = sh_basis(k, ux, uy, uz);
-        vr = sh_channel_grad(b, proj, v_proj, gg, 0u32);
-        vg = sh_channel_grad(b, proj, v_proj, gg, 1u32);
-        vb = sh_channel_grad(b, proj, v_proj, gg, 2u32);
+        vr = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 0u32);
+        vg = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 1u32);
+        vb = sh_channel_grad(b, &inputs.proj, &inputs.v_proj, gg, 2u32);
     }
     v_sh[i * 3] = vr;
     v_sh[i * 3 + 1] = vg;
@@ -486,11 +639,7 @@ fn sh_channel_grad(b: f32, proj: &[f32], v_proj: &[f32], gg: usize, c: u32) -> f
 /// Adam step).
 #[cube]
 pub fn sh_value_grad(
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: &ShGradArgs,
     g: usize,
     gg: usize,
     col: u32,
@@ -498,9 +647,20 @@ pub fn sh_value_grad(
 ) -> f32 {
     let k = col / 3u32;
     let mut out = 0.0f32;
-    if k < active_coeffs && tiles_touched[gg] != 0u32 {
-        let (ux, uy, uz, _) = view_dir(cam, means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
-        out = sh_channel_grad(sh_basis(k, ux, uy, uz), proj, v_proj, gg, col - k * 3u32);
+    if k < active_coeffs && inputs.tiles_touched[gg] != 0u32 {
+        let (ux, uy, uz, _) = view_dir(
+            &inputs.cam,
+            inputs.means[g * 3],
+            inputs.means[g * 3 + 1],
+            inputs.means[g * 3 + 2],
+        );
+        out = sh_channel_grad(
+            sh_basis(k, ux, uy, uz),
+            &inputs.proj,
+            &inputs.v_proj,
+            gg,
+            col - k * 3u32,
+        );
     }
     out
 }
@@ -512,82 +672,78 @@ pub fn sh_value_grad(
 /// [`VCAM`], summed on the host side of the caller).
 #[cube(launch, launch_unchecked)]
 pub fn project_backward(
-    means: &[f32],
-    log_scales: &[f32],
-    quats: &[f32],
-    opacity_logits: &[f32],
-    sh: &[f32],
-    sh_rest: &[u32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
-    v_means: &mut [f32],
-    v_log_scales: &mut [f32],
-    v_quats: &mut [f32],
-    v_opacity_logits: &mut [f32],
-    v_cam: &mut [f32],
-    n: u32,
-    row0: u32,
-    width: u32,
-    height: u32,
-    #[comptime] num_coeffs: u32,
-    #[comptime] active_coeffs: u32,
-    #[comptime] antialiased: bool,
+    args: ProjectArgs,
+    mut grads: ProjectGradArgs,
+    #[comptime] cfg: ProjectConfig,
     #[comptime] pose_grad: bool,
-    #[comptime] half_sh: bool,
 ) {
     let g = rust3r_gpu::global_id();
-    if g >= n as usize {
+    if g >= args.n as usize {
         terminate!();
     }
     // Chunk-local row `g` of parameters and their gradients; global row `gg` of the
     // projected-Gaussian buffers.
-    let gg = g + row0 as usize;
-    if tiles_touched[gg] == 0u32 {
+    let gg = g + args.row0 as usize;
+    if grads.tiles_touched[gg] == 0u32 {
         #[unroll]
         for k in 0..3usize {
-            v_means[g * 3 + k] = 0.0f32;
-            v_log_scales[g * 3 + k] = 0.0f32;
+            grads.v_means[g * 3 + k] = 0.0f32;
+            grads.v_log_scales[g * 3 + k] = 0.0f32;
         }
         #[unroll]
         for k in 0..4usize {
-            v_quats[g * 4 + k] = 0.0f32;
+            grads.v_quats[g * 4 + k] = 0.0f32;
         }
-        v_opacity_logits[g] = 0.0f32;
+        grads.v_opacity_logits[g] = 0.0f32;
         if pose_grad {
             #[unroll]
             for k in 0..12usize {
-                v_cam[g * 12 + k] = 0.0f32;
+                grads.v_cam[g * 12 + k] = 0.0f32;
             }
         }
         terminate!();
     }
-    let v_mean_x = v_proj[gg * 10];
-    let v_mean_y = v_proj[gg * 10 + 1];
-    let v_ca = v_proj[gg * 10 + 2];
-    let v_cb = v_proj[gg * 10 + 3];
-    let v_cc = v_proj[gg * 10 + 4];
-    let v_depth = v_proj[gg * 10 + 5];
-    let v_opacity = v_proj[gg * 10 + 6];
-    let (mx, my, mz) = (means[g * 3], means[g * 3 + 1], means[g * 3 + 2]);
+    let v_mean_x = grads.v_proj[gg * 10];
+    let v_mean_y = grads.v_proj[gg * 10 + 1];
+    let v_ca = grads.v_proj[gg * 10 + 2];
+    let v_cb = grads.v_proj[gg * 10 + 3];
+    let v_cc = grads.v_proj[gg * 10 + 4];
+    let v_depth = grads.v_proj[gg * 10 + 5];
+    let v_opacity = grads.v_proj[gg * 10 + 6];
+    let (mx, my, mz) = (
+        args.means[g * 3],
+        args.means[g * 3 + 1],
+        args.means[g * 3 + 2],
+    );
 
     // ---- colour: rgb = max(sum_k b_k(dir) sh_k + 0.5, 0), dir = (m - c) / |m - c| ----
     // The stored colour is zero exactly where the clamp cut the gradient.
     let mut vdx = 0.0f32;
     let mut vdy = 0.0f32;
     let mut vdz = 0.0f32;
-    if comptime![active_coeffs > 1] {
-        let vsr = select(proj[gg * 10 + 7] > 0.0f32, v_proj[gg * 10 + 7], 0.0f32);
-        let vsg = select(proj[gg * 10 + 8] > 0.0f32, v_proj[gg * 10 + 8], 0.0f32);
-        let vsb = select(proj[gg * 10 + 9] > 0.0f32, v_proj[gg * 10 + 9], 0.0f32);
-        let (ux, uy, uz, inv_dn) = view_dir(cam, mx, my, mz);
+    if comptime![cfg.active_coeffs > 1] {
+        let vsr = select(
+            grads.proj[gg * 10 + 7] > 0.0f32,
+            grads.v_proj[gg * 10 + 7],
+            0.0f32,
+        );
+        let vsg = select(
+            grads.proj[gg * 10 + 8] > 0.0f32,
+            grads.v_proj[gg * 10 + 8],
+            0.0f32,
+        );
+        let vsb = select(
+            grads.proj[gg * 10 + 9] > 0.0f32,
+            grads.v_proj[gg * 10 + 9],
+            0.0f32,
+        );
+        let (ux, uy, uz, inv_dn) = view_dir(&args.cam, mx, my, mz);
         let mut vux = 0.0f32;
         let mut vuy = 0.0f32;
         let mut vuz = 0.0f32;
         #[unroll]
-        for k in 1..active_coeffs {
-            let (sr, sg, sb) = sh_coeff(sh, sh_rest, g, k, num_coeffs, half_sh);
+        for k in 1..cfg.active_coeffs {
+            let (sr, sg, sb) = sh_coeff(&args.sh, &args.sh_rest, g, k, cfg.num_coeffs, cfg.half_sh);
             let w = vsr * sr + vsg * sg + vsb * sb;
             let (bx, by, bz) = sh_basis_grad(k, ux, uy, uz);
             vux += bx * w;
@@ -601,47 +757,25 @@ pub fn project_backward(
     }
 
     // ---- recompute forward ----
-    let (r00, r01, r02, r10, r11, r12, r20, r21, r22) = camera_rotation(cam);
-    let (px, py, pz) = to_camera(cam, mx, my, mz);
-    let (fx, fy, cx, cy) = (cam[12], cam[13], cam[14], cam[15]);
-    let qw0 = quats[g * 4];
-    let qx0 = quats[g * 4 + 1];
-    let qy0 = quats[g * 4 + 2];
-    let qz0 = quats[g * 4 + 3];
-    let qn = (qw0 * qw0 + qx0 * qx0 + qy0 * qy0 + qz0 * qz0).sqrt();
-    let qw = qw0 / qn;
-    let qx = qx0 / qn;
-    let qy = qy0 / qn;
-    let qz = qz0 / qn;
-    let (a00, a01, a02, a10, a11, a12, a20, a21, a22) = quat_to_rot(qw, qx, qy, qz);
-    let sx = log_scales[g * 3].exp();
-    let sy = log_scales[g * 3 + 1].exp();
-    let sz = log_scales[g * 3 + 2].exp();
-    let (m00, m01, m02, m10, m11, m12, m20, m21, m22) =
-        scaled_rotation(a00, a01, a02, a10, a11, a12, a20, a21, a22, sx, sy, sz);
-    let (s00, s01, s02, s11, s12, s22) = gram(m00, m01, m02, m10, m11, m12, m20, m21, m22);
-    // Camera-space covariance C = W Sigma W^T.
-    let (c00, c01, c02, c11, c12, c22) = rotate_covariance(
-        r00, r01, r02, r10, r11, r12, r20, r21, r22, s00, s01, s02, s11, s12, s22,
-    );
-    let (lim_x_pos, lim_x_neg, lim_y_pos, lim_y_neg) =
-        frustum_limits(width, height, fx, fy, cx, cy);
-    let rz = 1.0f32 / pz;
-    let ux_raw = px * rz;
-    let uy_raw = py * rz;
-    let x_clamped = ux_raw < -lim_x_neg || ux_raw > lim_x_pos;
-    let y_clamped = uy_raw < -lim_y_neg || uy_raw > lim_y_pos;
-    let ucx = clamp(ux_raw, -lim_x_neg, lim_x_pos);
-    let ucy = clamp(uy_raw, -lim_y_neg, lim_y_pos);
-    let j00 = fx * rz;
-    let j02 = -fx * ucx * rz;
-    let j11 = fy * rz;
-    let j12 = -fy * ucy * rz;
-    let u00 = j00 * c00 + j02 * c02;
-    let u01 = j00 * c01 + j02 * c12;
-    let u02 = j00 * c02 + j02 * c22;
-    let u11 = j11 * c11 + j12 * c12;
-    let u12 = j11 * c12 + j12 * c22;
+    let p = camera_point(&args.cam, mx, my, mz);
+    let q = load_quat(&args.quats, g);
+    let cv = covariance(&args.log_scales, &q, &p, g, args.width, args.height);
+    let rz = 1.0f32 / p.pz;
+    let ux_raw = p.px * rz;
+    let uy_raw = p.py * rz;
+    let x_clamped = ux_raw < -cv.lim_x_neg || ux_raw > cv.lim_x_pos;
+    let y_clamped = uy_raw < -cv.lim_y_neg || uy_raw > cv.lim_y_pos;
+    let ucx = clamp(ux_raw, -cv.lim_x_neg, cv.lim_x_pos);
+    let ucy = clamp(uy_raw, -cv.lim_y_neg, cv.lim_y_pos);
+    let j00 = p.fx * rz;
+    let j02 = -p.fx * ucx * rz;
+    let j11 = p.fy * rz;
+    let j12 = -p.fy * ucy * rz;
+    let u00 = j00 * cv.c.e00 + j02 * cv.c.e02;
+    let u01 = j00 * cv.c.e01 + j02 * cv.c.e12;
+    let u02 = j00 * cv.c.e02 + j02 * cv.c.e22;
+    let u11 = j11 * cv.c.e11 + j12 * cv.c.e12;
+    let u12 = j11 * cv.c.e12 + j12 * cv.c.e22;
     let v00 = u00 * j00 + u02 * j02;
     let v01 = u01 * j11 + u02 * j12;
     let v11 = u11 * j11 + u12 * j12;
@@ -653,14 +787,14 @@ pub fn project_backward(
     let qa = w11 * inv_det;
     let qb = -v01 * inv_det;
     let qc = w00 * inv_det;
-    let sig = 1.0f32 / (1.0f32 + (-opacity_logits[g]).exp());
+    let sig = 1.0f32 / (1.0f32 + (-args.opacity_logits[g]).exp());
 
     // ---- opacity ----
     let mut comp = 1.0f32;
-    if comptime![antialiased] {
+    if comptime![cfg.antialiased] {
         comp = max(det_orig / det, 0.0f32).sqrt();
     }
-    v_opacity_logits[g] = v_opacity * comp * sig * (1.0f32 - sig);
+    grads.v_opacity_logits[g] = v_opacity * comp * sig * (1.0f32 - sig);
     let v_comp = v_opacity * sig;
 
     // ---- conic -> dilated 2D covariance: dL/dW = -Q G Q, G = [[va, vb/2],[vb/2, vc]] ----
@@ -674,7 +808,7 @@ pub fn project_backward(
     let mut vw00 = -(qa * t00 + qb * t10);
     let mut vw01 = -(qa * t01 + qb * t11);
     let mut vw11 = -(qb * t01 + qc * t11);
-    if comptime![antialiased] {
+    if comptime![cfg.antialiased] {
         if det_orig > 0.0f32 && comp > 0.0f32 {
             // comp = sqrt(det_o / det_b): dcomp/dA = comp/2 (A_o^-1 - A_b^-1) (symmetric form).
             let io00 = v11 / det_orig;
@@ -703,59 +837,59 @@ pub fn project_backward(
     let vc12 = j11 * vj12;
     let vc22 = j02 * vj02 + j12 * vj12;
     // dL/dJ = 2 (VJ) C ; only entries (0,0), (0,2), (1,1), (1,2) of J are live.
-    let dj00 = 2.0f32 * (vj00 * c00 + vj01 * c01 + vj02 * c02);
-    let dj02 = 2.0f32 * (vj00 * c02 + vj01 * c12 + vj02 * c22);
-    let dj11 = 2.0f32 * (vj10 * c01 + vj11 * c11 + vj12 * c12);
-    let dj12 = 2.0f32 * (vj10 * c02 + vj11 * c12 + vj12 * c22);
+    let dj00 = 2.0f32 * (vj00 * cv.c.e00 + vj01 * cv.c.e01 + vj02 * cv.c.e02);
+    let dj02 = 2.0f32 * (vj00 * cv.c.e02 + vj01 * cv.c.e12 + vj02 * cv.c.e22);
+    let dj11 = 2.0f32 * (vj10 * cv.c.e01 + vj11 * cv.c.e11 + vj12 * cv.c.e12);
+    let dj12 = 2.0f32 * (vj10 * cv.c.e02 + vj11 * cv.c.e12 + vj12 * cv.c.e22);
 
     // ---- camera-space mean ----
-    let mut vpx = fx * rz * v_mean_x;
-    let mut vpy = fy * rz * v_mean_y;
-    let mut vpz = -(fx * px * v_mean_x + fy * py * v_mean_y) * rz * rz + v_depth;
+    let mut vpx = p.fx * rz * v_mean_x;
+    let mut vpy = p.fy * rz * v_mean_y;
+    let mut vpz = -(p.fx * p.px * v_mean_x + p.fy * p.py * v_mean_y) * rz * rz + v_depth;
     // J00 = fx/z, J11 = fy/z
-    vpz += -fx * rz * rz * dj00 - fy * rz * rz * dj11;
+    vpz += -p.fx * rz * rz * dj00 - p.fy * rz * rz * dj11;
     // J02 = -fx * u / z with u = clamp(x/z)
     if x_clamped {
-        vpz += fx * ucx * rz * rz * dj02;
+        vpz += p.fx * ucx * rz * rz * dj02;
     } else {
-        vpx += -fx * rz * rz * dj02;
-        vpz += 2.0f32 * fx * px * rz * rz * rz * dj02;
+        vpx += -p.fx * rz * rz * dj02;
+        vpz += 2.0f32 * p.fx * p.px * rz * rz * rz * dj02;
     }
     if y_clamped {
-        vpz += fy * ucy * rz * rz * dj12;
+        vpz += p.fy * ucy * rz * rz * dj12;
     } else {
-        vpy += -fy * rz * rz * dj12;
-        vpz += 2.0f32 * fy * py * rz * rz * rz * dj12;
+        vpy += -p.fy * rz * rz * dj12;
+        vpz += 2.0f32 * p.fy * p.py * rz * rz * rz * dj12;
     }
 
     // ---- C = W Sigma W^T: dL/dSigma = W^T VC W, dL/dW += 2 VC W Sigma ----
     // VC symmetric (full-matrix convention)
-    let e00 = vc00 * r00 + vc01 * r10 + vc02 * r20;
-    let e01 = vc00 * r01 + vc01 * r11 + vc02 * r21;
-    let e02 = vc00 * r02 + vc01 * r12 + vc02 * r22;
-    let e10 = vc01 * r00 + vc11 * r10 + vc12 * r20;
-    let e11 = vc01 * r01 + vc11 * r11 + vc12 * r21;
-    let e12 = vc01 * r02 + vc11 * r12 + vc12 * r22;
-    let e20 = vc02 * r00 + vc12 * r10 + vc22 * r20;
-    let e21 = vc02 * r01 + vc12 * r11 + vc22 * r21;
-    let e22 = vc02 * r02 + vc12 * r12 + vc22 * r22;
+    let e00 = vc00 * p.r.e00 + vc01 * p.r.e10 + vc02 * p.r.e20;
+    let e01 = vc00 * p.r.e01 + vc01 * p.r.e11 + vc02 * p.r.e21;
+    let e02 = vc00 * p.r.e02 + vc01 * p.r.e12 + vc02 * p.r.e22;
+    let e10 = vc01 * p.r.e00 + vc11 * p.r.e10 + vc12 * p.r.e20;
+    let e11 = vc01 * p.r.e01 + vc11 * p.r.e11 + vc12 * p.r.e21;
+    let e12 = vc01 * p.r.e02 + vc11 * p.r.e12 + vc12 * p.r.e22;
+    let e20 = vc02 * p.r.e00 + vc12 * p.r.e10 + vc22 * p.r.e20;
+    let e21 = vc02 * p.r.e01 + vc12 * p.r.e11 + vc22 * p.r.e21;
+    let e22 = vc02 * p.r.e02 + vc12 * p.r.e12 + vc22 * p.r.e22;
     // E = VC W ; dSigma = W^T E
-    let vs00 = r00 * e00 + r10 * e10 + r20 * e20;
-    let vs01 = r00 * e01 + r10 * e11 + r20 * e21;
-    let vs02 = r00 * e02 + r10 * e12 + r20 * e22;
-    let vs11 = r01 * e01 + r11 * e11 + r21 * e21;
-    let vs12 = r01 * e02 + r11 * e12 + r21 * e22;
-    let vs22 = r02 * e02 + r12 * e12 + r22 * e22;
+    let vs00 = p.r.e00 * e00 + p.r.e10 * e10 + p.r.e20 * e20;
+    let vs01 = p.r.e00 * e01 + p.r.e10 * e11 + p.r.e20 * e21;
+    let vs02 = p.r.e00 * e02 + p.r.e10 * e12 + p.r.e20 * e22;
+    let vs11 = p.r.e01 * e01 + p.r.e11 * e11 + p.r.e21 * e21;
+    let vs12 = p.r.e01 * e02 + p.r.e11 * e12 + p.r.e21 * e22;
+    let vs22 = p.r.e02 * e02 + p.r.e12 * e12 + p.r.e22 * e22;
     // dL/dW = 2 E Sigma
-    let mut vr00 = 2.0f32 * (e00 * s00 + e01 * s01 + e02 * s02);
-    let mut vr01 = 2.0f32 * (e00 * s01 + e01 * s11 + e02 * s12);
-    let mut vr02 = 2.0f32 * (e00 * s02 + e01 * s12 + e02 * s22);
-    let mut vr10 = 2.0f32 * (e10 * s00 + e11 * s01 + e12 * s02);
-    let mut vr11 = 2.0f32 * (e10 * s01 + e11 * s11 + e12 * s12);
-    let mut vr12 = 2.0f32 * (e10 * s02 + e11 * s12 + e12 * s22);
-    let mut vr20 = 2.0f32 * (e20 * s00 + e21 * s01 + e22 * s02);
-    let mut vr21 = 2.0f32 * (e20 * s01 + e21 * s11 + e22 * s12);
-    let mut vr22 = 2.0f32 * (e20 * s02 + e21 * s12 + e22 * s22);
+    let mut vr00 = 2.0f32 * (e00 * cv.s.e00 + e01 * cv.s.e01 + e02 * cv.s.e02);
+    let mut vr01 = 2.0f32 * (e00 * cv.s.e01 + e01 * cv.s.e11 + e02 * cv.s.e12);
+    let mut vr02 = 2.0f32 * (e00 * cv.s.e02 + e01 * cv.s.e12 + e02 * cv.s.e22);
+    let mut vr10 = 2.0f32 * (e10 * cv.s.e00 + e11 * cv.s.e01 + e12 * cv.s.e02);
+    let mut vr11 = 2.0f32 * (e10 * cv.s.e01 + e11 * cv.s.e11 + e12 * cv.s.e12);
+    let mut vr12 = 2.0f32 * (e10 * cv.s.e02 + e11 * cv.s.e12 + e12 * cv.s.e22);
+    let mut vr20 = 2.0f32 * (e20 * cv.s.e00 + e21 * cv.s.e01 + e22 * cv.s.e02);
+    let mut vr21 = 2.0f32 * (e20 * cv.s.e01 + e21 * cv.s.e11 + e22 * cv.s.e12);
+    let mut vr22 = 2.0f32 * (e20 * cv.s.e02 + e21 * cv.s.e12 + e22 * cv.s.e22);
     // mean_c = W m + t
     vr00 += vpx * mx;
     vr01 += vpx * my;
@@ -769,52 +903,52 @@ pub fn project_backward(
     let mut vtx = vpx;
     let mut vty = vpy;
     let mut vtz = vpz;
-    let mut vmx = r00 * vpx + r10 * vpy + r20 * vpz;
-    let mut vmy = r01 * vpx + r11 * vpy + r21 * vpz;
-    let mut vmz = r02 * vpx + r12 * vpy + r22 * vpz;
+    let mut vmx = p.r.e00 * vpx + p.r.e10 * vpy + p.r.e20 * vpz;
+    let mut vmy = p.r.e01 * vpx + p.r.e11 * vpy + p.r.e21 * vpz;
+    let mut vmz = p.r.e02 * vpx + p.r.e12 * vpy + p.r.e22 * vpz;
 
     // ---- Sigma = M M^T: dL/dM = 2 VS M ----
-    let vm00 = 2.0f32 * (vs00 * m00 + vs01 * m10 + vs02 * m20);
-    let vm01 = 2.0f32 * (vs00 * m01 + vs01 * m11 + vs02 * m21);
-    let vm02 = 2.0f32 * (vs00 * m02 + vs01 * m12 + vs02 * m22);
-    let vm10 = 2.0f32 * (vs01 * m00 + vs11 * m10 + vs12 * m20);
-    let vm11 = 2.0f32 * (vs01 * m01 + vs11 * m11 + vs12 * m21);
-    let vm12 = 2.0f32 * (vs01 * m02 + vs11 * m12 + vs12 * m22);
-    let vm20 = 2.0f32 * (vs02 * m00 + vs12 * m10 + vs22 * m20);
-    let vm21 = 2.0f32 * (vs02 * m01 + vs12 * m11 + vs22 * m21);
-    let vm22 = 2.0f32 * (vs02 * m02 + vs12 * m12 + vs22 * m22);
+    let vm00 = 2.0f32 * (vs00 * cv.m.e00 + vs01 * cv.m.e10 + vs02 * cv.m.e20);
+    let vm01 = 2.0f32 * (vs00 * cv.m.e01 + vs01 * cv.m.e11 + vs02 * cv.m.e21);
+    let vm02 = 2.0f32 * (vs00 * cv.m.e02 + vs01 * cv.m.e12 + vs02 * cv.m.e22);
+    let vm10 = 2.0f32 * (vs01 * cv.m.e00 + vs11 * cv.m.e10 + vs12 * cv.m.e20);
+    let vm11 = 2.0f32 * (vs01 * cv.m.e01 + vs11 * cv.m.e11 + vs12 * cv.m.e21);
+    let vm12 = 2.0f32 * (vs01 * cv.m.e02 + vs11 * cv.m.e12 + vs12 * cv.m.e22);
+    let vm20 = 2.0f32 * (vs02 * cv.m.e00 + vs12 * cv.m.e10 + vs22 * cv.m.e20);
+    let vm21 = 2.0f32 * (vs02 * cv.m.e01 + vs12 * cv.m.e11 + vs22 * cv.m.e21);
+    let vm22 = 2.0f32 * (vs02 * cv.m.e02 + vs12 * cv.m.e12 + vs22 * cv.m.e22);
     // M = A S: dA = dM S ; ds_j = sum_i dM_ij A_ij
-    v_log_scales[g * 3] = (vm00 * a00 + vm10 * a10 + vm20 * a20) * sx;
-    v_log_scales[g * 3 + 1] = (vm01 * a01 + vm11 * a11 + vm21 * a21) * sy;
-    v_log_scales[g * 3 + 2] = (vm02 * a02 + vm12 * a12 + vm22 * a22) * sz;
-    let va00 = vm00 * sx;
-    let va01 = vm01 * sy;
-    let va02 = vm02 * sz;
-    let va10 = vm10 * sx;
-    let va11 = vm11 * sy;
-    let va12 = vm12 * sz;
-    let va20 = vm20 * sx;
-    let va21 = vm21 * sy;
-    let va22 = vm22 * sz;
+    grads.v_log_scales[g * 3] = (vm00 * cv.a.e00 + vm10 * cv.a.e10 + vm20 * cv.a.e20) * cv.sx;
+    grads.v_log_scales[g * 3 + 1] = (vm01 * cv.a.e01 + vm11 * cv.a.e11 + vm21 * cv.a.e21) * cv.sy;
+    grads.v_log_scales[g * 3 + 2] = (vm02 * cv.a.e02 + vm12 * cv.a.e12 + vm22 * cv.a.e22) * cv.sz;
+    let va00 = vm00 * cv.sx;
+    let va01 = vm01 * cv.sy;
+    let va02 = vm02 * cv.sz;
+    let va10 = vm10 * cv.sx;
+    let va11 = vm11 * cv.sy;
+    let va12 = vm12 * cv.sz;
+    let va20 = vm20 * cv.sx;
+    let va21 = vm21 * cv.sy;
+    let va22 = vm22 * cv.sz;
     // rotation from the unit quaternion
-    let gw = 2.0f32 * (qx * (va21 - va12) + qy * (va02 - va20) + qz * (va10 - va01));
+    let gw = 2.0f32 * (cv.qx * (va21 - va12) + cv.qy * (va02 - va20) + cv.qz * (va10 - va01));
     let gx = 2.0f32
-        * (-2.0f32 * qx * (va11 + va22)
-            + qy * (va10 + va01)
-            + qz * (va20 + va02)
-            + qw * (va21 - va12));
+        * (-2.0f32 * cv.qx * (va11 + va22)
+            + cv.qy * (va10 + va01)
+            + cv.qz * (va20 + va02)
+            + cv.qw * (va21 - va12));
     let gy = 2.0f32
-        * (qx * (va10 + va01) - 2.0f32 * qy * (va00 + va22)
-            + qz * (va21 + va12)
-            + qw * (va02 - va20));
+        * (cv.qx * (va10 + va01) - 2.0f32 * cv.qy * (va00 + va22)
+            + cv.qz * (va21 + va12)
+            + cv.qw * (va02 - va20));
     let gz = 2.0f32
-        * (qx * (va20 + va02) + qy * (va21 + va12) - 2.0f32 * qz * (va00 + va11)
-            + qw * (va10 - va01));
-    let dotq = gw * qw + gx * qx + gy * qy + gz * qz;
-    v_quats[g * 4] = (gw - qw * dotq) / qn;
-    v_quats[g * 4 + 1] = (gx - qx * dotq) / qn;
-    v_quats[g * 4 + 2] = (gy - qy * dotq) / qn;
-    v_quats[g * 4 + 3] = (gz - qz * dotq) / qn;
+        * (cv.qx * (va20 + va02) + cv.qy * (va21 + va12) - 2.0f32 * cv.qz * (va00 + va11)
+            + cv.qw * (va10 - va01));
+    let dotq = gw * cv.qw + gx * cv.qx + gy * cv.qy + gz * cv.qz;
+    grads.v_quats[g * 4] = (gw - cv.qw * dotq) / q.norm;
+    grads.v_quats[g * 4 + 1] = (gx - cv.qx * dotq) / q.norm;
+    grads.v_quats[g * 4 + 2] = (gy - cv.qy * dotq) / q.norm;
+    grads.v_quats[g * 4 + 3] = (gz - cv.qz * dotq) / q.norm;
 
     vmx += vdx;
     vmy += vdy;
@@ -823,9 +957,9 @@ pub fn project_backward(
     let vcx = -vdx;
     let vcy = -vdy;
     let vcz = -vdz;
-    let t0 = cam[9];
-    let t1 = cam[10];
-    let t2 = cam[11];
+    let t0 = args.cam[9];
+    let t1 = args.cam[10];
+    let t2 = args.cam[11];
     vr00 += -vcx * t0;
     vr10 += -vcx * t1;
     vr20 += -vcx * t2;
@@ -835,25 +969,25 @@ pub fn project_backward(
     vr02 += -vcz * t0;
     vr12 += -vcz * t1;
     vr22 += -vcz * t2;
-    vtx += -(r00 * vcx + r01 * vcy + r02 * vcz);
-    vty += -(r10 * vcx + r11 * vcy + r12 * vcz);
-    vtz += -(r20 * vcx + r21 * vcy + r22 * vcz);
+    vtx += -(p.r.e00 * vcx + p.r.e01 * vcy + p.r.e02 * vcz);
+    vty += -(p.r.e10 * vcx + p.r.e11 * vcy + p.r.e12 * vcz);
+    vtz += -(p.r.e20 * vcx + p.r.e21 * vcy + p.r.e22 * vcz);
 
-    v_means[g * 3] = vmx;
-    v_means[g * 3 + 1] = vmy;
-    v_means[g * 3 + 2] = vmz;
+    grads.v_means[g * 3] = vmx;
+    grads.v_means[g * 3 + 1] = vmy;
+    grads.v_means[g * 3 + 2] = vmz;
     if pose_grad {
-        v_cam[g * 12] = vr00;
-        v_cam[g * 12 + 1] = vr01;
-        v_cam[g * 12 + 2] = vr02;
-        v_cam[g * 12 + 3] = vr10;
-        v_cam[g * 12 + 4] = vr11;
-        v_cam[g * 12 + 5] = vr12;
-        v_cam[g * 12 + 6] = vr20;
-        v_cam[g * 12 + 7] = vr21;
-        v_cam[g * 12 + 8] = vr22;
-        v_cam[g * 12 + 9] = vtx;
-        v_cam[g * 12 + 10] = vty;
-        v_cam[g * 12 + 11] = vtz;
+        grads.v_cam[g * 12] = vr00;
+        grads.v_cam[g * 12 + 1] = vr01;
+        grads.v_cam[g * 12 + 2] = vr02;
+        grads.v_cam[g * 12 + 3] = vr10;
+        grads.v_cam[g * 12 + 4] = vr11;
+        grads.v_cam[g * 12 + 5] = vr12;
+        grads.v_cam[g * 12 + 6] = vr20;
+        grads.v_cam[g * 12 + 7] = vr21;
+        grads.v_cam[g * 12 + 8] = vr22;
+        grads.v_cam[g * 12 + 9] = vtx;
+        grads.v_cam[g * 12 + 10] = vty;
+        grads.v_cam[g * 12 + 11] = vtz;
     }
 }

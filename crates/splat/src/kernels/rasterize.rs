@@ -12,15 +12,13 @@
 //! so no float atomics are needed (WGSL has none) and results are
 //! deterministic run to run.
 // `#[cube]` kernels in this file are written the way CubeCL's frontend expands them: `(a + b - 1)
-// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants),
-// and with the flat argument lists their launchers pass.
+// / b`, `x = x op y`, nested `if`s and float literals (no `div_ceil`, ranges or std constants).
 #![allow(
     clippy::manual_div_ceil,
     clippy::assign_op_pattern,
     clippy::collapsible_if,
     clippy::manual_range_contains,
-    clippy::excessive_precision,
-    clippy::too_many_arguments
+    clippy::excessive_precision
 )]
 
 use cubecl::prelude::*;
@@ -91,39 +89,65 @@ fn stage(proj: &[f32], gid: usize, #[comptime] row_skip: bool) -> Staged {
     Staged { pos, conic, rgb }
 }
 
+/// The launch arguments [`rasterize_forward`] reads, in binding order: the tile lists and
+/// projected Gaussians it blends, and the sizes and batch range of the dispatch. What it writes
+/// is [`ForwardOutputs`], bound after these.
+#[derive(CubeType, CubeLaunch)]
+pub struct ForwardArgs {
+    /// Per tile, its first and one-past-last intersection.
+    pub ranges: Box<[u32]>,
+    /// Gaussian of each tile-sorted intersection.
+    pub sorted_gids: Box<[u32]>,
+    /// Projected Gaussians ([`super::project::PROJ`] floats each).
+    pub proj: Box<[f32]>,
+    /// The camera block ([`crate::camera::CAM_LEN`] floats; the background at 19..22).
+    pub cam: Box<[f32]>,
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    /// This dispatch's batches of 256 intersections of each tile: `[batch_begin, batch_end)`.
+    pub batch_begin: u32,
+    pub batch_end: u32,
+    /// Intersections between checkpoints.
+    pub chunk: u32,
+}
+
+/// What [`rasterize_forward`] writes: the images, per-tile walk lengths, the blend state
+/// carried between dispatches and the checkpoints.
+#[derive(CubeType, CubeLaunch)]
+pub struct ForwardOutputs {
+    pub out_rgb: Box<[f32]>,
+    pub out_alpha: Box<[f32]>,
+    pub out_depth: Box<[f32]>,
+    /// Per pixel, its last contributor relative to the tile's first intersection.
+    pub out_last: Box<[u32]>,
+    /// Per tile, the intersections walked (the largest `out_last` of its pixels).
+    pub tile_last: Box<[u32]>,
+    /// Per pixel, the blend state (transmittance, colour, depth) between dispatches.
+    pub carry: Box<[f32]>,
+    /// Per pixel, whether its transmittance ran out.
+    pub carry_done: Box<[u32]>,
+    /// Checkpoints ([`CHECKPOINT`] floats each), with `save_checkpoints`.
+    pub ck: Box<[f32]>,
+}
+
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_forward(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_rgb: &mut [f32],
-    out_alpha: &mut [f32],
-    out_depth: &mut [f32],
-    out_last: &mut [u32],
-    tile_last: &mut [u32],
-    carry: &mut [f32],
-    carry_done: &mut [u32],
-    ck: &mut [f32],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    batch_begin: u32,
-    batch_end: u32,
-    chunk: u32,
+    args: ForwardArgs,
+    mut out: ForwardOutputs,
     #[comptime] row_skip: bool,
     #[comptime] save_checkpoints: bool,
     #[comptime] vec_shared: bool,
 ) {
-    let tile = (CUBE_POS_Y * tiles_x + CUBE_POS_X) as usize;
+    let tile = (CUBE_POS_Y * args.tiles_x + CUBE_POS_X) as usize;
     let t = UNIT_POS as usize;
     let x = CUBE_POS_X * 16 + UNIT_POS % 16;
     let y = CUBE_POS_Y * 16 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
-    let start = ranges[tile * 2] as usize;
-    let end = ranges[tile * 2 + 1] as usize;
+    let start = args.ranges[tile * 2] as usize;
+    let end = args.ranges[tile * 2 + 1] as usize;
     // A batch's Gaussians in shared memory. With `vec_shared`, as three 4-vectors each, so
     // that the blend loop reads one with a single 16-byte broadcast load: `s_pos` = (x, y, row
     // reach^2, opacity), `s_conic` = (a, b, c, depth), `s_rgb` = colour. Otherwise as 11
@@ -144,7 +168,7 @@ pub fn rasterize_forward(
         max_last[0].store(0u32);
     }
     sync_cube();
-    let p = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    let p = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
     let mut done = !inside;
     let mut tr = 1.0f32;
     let mut cr = 0.0f32;
@@ -154,21 +178,21 @@ pub fn rasterize_forward(
     let mut last = 0u32;
     // Work is bounded per dispatch: batches [batch_begin, batch_end) of each tile;
     // the blend state of every pixel is carried between dispatches.
-    if batch_begin > 0u32 && inside {
-        tr = carry[p * 5];
-        cr = carry[p * 5 + 1];
-        cg = carry[p * 5 + 2];
-        cb = carry[p * 5 + 3];
-        cd = carry[p * 5 + 4];
-        last = out_last[p];
-        done = carry_done[p] != 0u32;
+    if args.batch_begin > 0u32 && inside {
+        tr = out.carry[p * 5];
+        cr = out.carry[p * 5 + 1];
+        cg = out.carry[p * 5 + 2];
+        cb = out.carry[p * 5 + 3];
+        cd = out.carry[p * 5 + 4];
+        last = out.out_last[p];
+        done = out.carry_done[p] != 0u32;
     }
     if done {
         done_count[0].fetch_add(1u32);
     }
     let total = end - start;
-    let num_batches = min(total.div_ceil(256usize), batch_end as usize);
-    for b in (batch_begin as usize)..num_batches {
+    let num_batches = min(total.div_ceil(256usize), args.batch_end as usize);
+    for b in (args.batch_begin as usize)..num_batches {
         sync_cube();
         let finished = workgroup_uniform_load_atomic(&done_count[0]);
         if finished >= 256u32 {
@@ -179,28 +203,28 @@ pub fn rasterize_forward(
         // start / chunk + k - 1: the tiles' slots never overlap, and fewer than
         // (intersections / chunk) are used.
         if save_checkpoints {
-            if b > 0 && (b * 256) % (chunk as usize) == 0 {
-                let slot = start / (chunk as usize) + b * 256 / (chunk as usize) - 1;
+            if b > 0 && (b * 256) % (args.chunk as usize) == 0 {
+                let slot = start / (args.chunk as usize) + b * 256 / (args.chunk as usize) - 1;
                 let o = slot * comptime![CHECKPOINT] + t;
-                ck[o] = tr;
-                ck[o + 256] = cr;
-                ck[o + 512] = cg;
-                ck[o + 768] = cb;
-                ck[o + 1024] = cd;
+                out.ck[o] = tr;
+                out.ck[o + 256] = cr;
+                out.ck[o + 512] = cg;
+                out.ck[o + 768] = cb;
+                out.ck[o + 1024] = cd;
             }
         }
         let idx = start + b * 256 + t;
         if idx < end {
             if vec_shared {
-                let g = stage(proj, sorted_gids[idx] as usize, row_skip);
+                let g = stage(&args.proj, args.sorted_gids[idx] as usize, row_skip);
                 s_pos[t] = g.pos;
                 s_conic[t] = g.conic;
                 s_rgb[t] = g.rgb;
             } else {
-                let gid = sorted_gids[idx] as usize;
+                let gid = args.sorted_gids[idx] as usize;
                 #[unroll]
                 for k in 0..10usize {
-                    s_flat[k * 256 + t] = proj[gid * 10 + k];
+                    s_flat[k * 256 + t] = args.proj[gid * 10 + k];
                 }
                 if row_skip {
                     s_flat[2560 + t] = row_reach2(
@@ -285,25 +309,25 @@ pub fn rasterize_forward(
         }
     }
     if inside {
-        carry[p * 5] = tr;
-        carry[p * 5 + 1] = cr;
-        carry[p * 5 + 2] = cg;
-        carry[p * 5 + 3] = cb;
-        carry[p * 5 + 4] = cd;
-        carry_done[p] = select(done, 1u32, 0u32);
-        out_rgb[p * 3] = cr + tr * cam[19];
-        out_rgb[p * 3 + 1] = cg + tr * cam[20];
-        out_rgb[p * 3 + 2] = cb + tr * cam[21];
-        out_alpha[p] = 1.0f32 - tr;
-        out_depth[p] = cd;
-        out_last[p] = last;
+        out.carry[p * 5] = tr;
+        out.carry[p * 5 + 1] = cr;
+        out.carry[p * 5 + 2] = cg;
+        out.carry[p * 5 + 3] = cb;
+        out.carry[p * 5 + 4] = cd;
+        out.carry_done[p] = select(done, 1u32, 0u32);
+        out.out_rgb[p * 3] = cr + tr * args.cam[19];
+        out.out_rgb[p * 3 + 1] = cg + tr * args.cam[20];
+        out.out_rgb[p * 3 + 2] = cb + tr * args.cam[21];
+        out.out_alpha[p] = 1.0f32 - tr;
+        out.out_depth[p] = cd;
+        out.out_last[p] = last;
     }
     // Intersections past the last contributor of every pixel of the tile are
     // skipped by the backward pass.
     max_last[0].fetch_max(last);
     sync_cube();
     if t == 0 {
-        tile_last[tile] = max_last[0].load();
+        out.tile_last[tile] = max_last[0].load();
     }
 }
 
@@ -331,21 +355,7 @@ pub struct BackPixel {
 /// its end (slot `ch.slot`): the transmittance there, and the colour and depth behind it as the
 /// final front-to-back sums less the sums in front of it.
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn back_pixel(
-    cam: &[f32],
-    out_rgb: &[f32],
-    out_alpha: &[f32],
-    out_depth: &[f32],
-    out_last: &[u32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    ck: &[f32],
-    ch: &BackChunk,
-    pc: usize,
-    inside: bool,
-) -> BackPixel {
+fn back_pixel(args: &BackwardArgs, ch: &BackChunk, pc: usize, inside: bool) -> BackPixel {
     let mut px = BackPixel {
         tr: 1.0f32,
         sr: 0.0f32,
@@ -361,21 +371,22 @@ fn back_pixel(
         last: 0usize,
     };
     if inside {
-        px.t_final = 1.0f32 - out_alpha[pc];
-        px.last = ch.tile_start + out_last[pc] as usize;
-        px.vcr = v_rgb[pc * 3];
-        px.vcg = v_rgb[pc * 3 + 1];
-        px.vcb = v_rgb[pc * 3 + 2];
-        px.vd = v_depth[pc];
-        px.final_term = v_alpha[pc] - (cam[19] * px.vcr + cam[20] * px.vcg + cam[21] * px.vcb);
+        px.t_final = 1.0f32 - args.out_alpha[pc];
+        px.last = ch.tile_start + args.out_last[pc] as usize;
+        px.vcr = args.v_rgb[pc * 3];
+        px.vcg = args.v_rgb[pc * 3 + 1];
+        px.vcb = args.v_rgb[pc * 3 + 2];
+        px.vd = args.v_depth[pc];
+        px.final_term = args.v_alpha[pc]
+            - (args.cam[19] * px.vcr + args.cam[20] * px.vcg + args.cam[21] * px.vcb);
         px.tr = px.t_final;
         if ch.resume {
             let base = ch.slot * comptime![CHECKPOINT] + UNIT_POS as usize;
-            px.tr = ck[base];
-            px.sr = out_rgb[pc * 3] - px.t_final * cam[19] - ck[base + 256];
-            px.sg = out_rgb[pc * 3 + 1] - px.t_final * cam[20] - ck[base + 512];
-            px.sb = out_rgb[pc * 3 + 2] - px.t_final * cam[21] - ck[base + 768];
-            px.sd = out_depth[pc] - ck[base + 1024];
+            px.tr = args.ck[base];
+            px.sr = args.out_rgb[pc * 3] - px.t_final * args.cam[19] - args.ck[base + 256];
+            px.sg = args.out_rgb[pc * 3 + 1] - px.t_final * args.cam[20] - args.ck[base + 512];
+            px.sb = args.out_rgb[pc * 3 + 2] - px.t_final * args.cam[21] - args.ck[base + 768];
+            px.sd = args.out_depth[pc] - args.ck[base + 1024];
         }
     }
     px
@@ -399,67 +410,68 @@ pub struct BackChunk {
 }
 
 #[cube]
-fn back_chunk(
-    ranges: &[u32],
-    tile_last: &[u32],
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
-) -> BackChunk {
+fn back_chunk(args: &BackwardArgs) -> BackChunk {
     let g = rust3r_gpu::block_id() as u32;
     // First tile whose first cube is past g; the cube belongs to the tile before it.
     let mut lo = 1u32;
-    let mut hi = num_tiles;
+    let mut hi = args.num_tiles;
     while lo < hi {
         let mid = (lo + hi) / 2u32;
-        if ranges[mid as usize * 2] / chunk + mid > g {
+        if args.ranges[mid as usize * 2] / args.chunk + mid > g {
             hi = mid;
         } else {
             lo = mid + 1u32;
         }
     }
     let tile = (lo - 1u32) as usize;
-    let start = ranges[tile * 2];
-    let c = g - (start / chunk + tile as u32);
-    let walked = tile_last[tile];
-    let begin = min(c * chunk, walked);
+    let start = args.ranges[tile * 2];
+    let c = g - (start / args.chunk + tile as u32);
+    let walked = args.tile_last[tile];
+    let begin = min(c * args.chunk, walked);
     BackChunk {
-        x0: (tile as u32 % tiles_x) * 16,
-        y0: (tile as u32 / tiles_x) * 16,
+        x0: (tile as u32 % args.tiles_x) * 16,
+        y0: (tile as u32 / args.tiles_x) * 16,
         tile_start: start as usize,
         begin: (start + begin) as usize,
-        end: (start + min(begin + chunk, walked)) as usize,
-        resume: begin + chunk < walked,
-        slot: (start / chunk + c) as usize,
+        end: (start + min(begin + args.chunk, walked)) as usize,
+        resume: begin + args.chunk < walked,
+        slot: (start / args.chunk + c) as usize,
     }
 }
 
-/// Stages back-to-front batch `bi` (of `batch` intersections) of a tile's intersections
-/// `[start, end)` in shared memory: its Gaussians as [`Staged`] triples, between two barriers.
+/// A backward batch's Gaussians in shared memory, as the three parts of [`Staged`].
+#[derive(CubeType)]
+struct StagedBatch {
+    pos: Shared<[Vector<f32, Const<4>>]>,
+    conic: Shared<[Vector<f32, Const<4>>]>,
+    rgb: Shared<[Vector<f32, Const<4>>]>,
+}
+
+/// Stages back-to-front batch `bi` (of `batch` intersections) of the chunk's intersections
+/// `[ch.begin, ch.end)` in shared memory: its Gaussians as [`Staged`] triples, between two barriers.
 /// Returns the batch's first intersection and its length.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn stage_back_batch(
-    sorted_gids: &[u32],
-    proj: &[f32],
-    s_pos: &mut [Vector<f32, Const<4>>],
-    s_conic: &mut [Vector<f32, Const<4>>],
-    s_rgb: &mut [Vector<f32, Const<4>>],
-    start: usize,
-    end: usize,
+    args: &BackwardArgs,
+    staged: &mut StagedBatch,
+    ch: &BackChunk,
     bi: usize,
     t: usize,
     #[comptime] batch: usize,
 ) -> (usize, usize) {
-    let batch_hi = end - bi * batch;
-    let batch_start = max(start, batch_hi - min(batch_hi, batch));
+    let batch_hi = ch.end - bi * batch;
+    let batch_start = max(ch.begin, batch_hi - min(batch_hi, batch));
     let len = batch_hi - batch_start;
     sync_cube();
     if t < len {
-        let g = stage(proj, sorted_gids[batch_start + t] as usize, false);
-        s_pos[t] = g.pos;
-        s_conic[t] = g.conic;
-        s_rgb[t] = g.rgb;
+        let g = stage(
+            &args.proj,
+            args.sorted_gids[batch_start + t] as usize,
+            false,
+        );
+        staged.pos[t] = g.pos;
+        staged.conic[t] = g.conic;
+        staged.rgb[t] = g.rgb;
     }
     sync_cube();
     (batch_start, len)
@@ -469,18 +481,15 @@ fn stage_back_batch(
 /// (`pxf`, `pyf`). Returns (took, dL/dalpha, blend weight, dx, dy, Gaussian value, opacity x
 /// Gaussian value); when the pixel did not take the Gaussian only `took = false` matters.
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn back_step(
     px: &mut BackPixel,
-    s_pos: &[Vector<f32, Const<4>>],
-    s_conic: &[Vector<f32, Const<4>>],
-    s_rgb: &[Vector<f32, Const<4>>],
+    staged: &StagedBatch,
     j: usize,
     pxf: f32,
     pyf: f32,
 ) -> (bool, f32, f32, f32, f32, f32, f32) {
-    let g = s_pos[j];
-    let q = s_conic[j];
+    let g = staged.pos[j];
+    let q = staged.conic[j];
     let dx = g.extract(0usize) - pxf;
     let dy = g.extract(1usize) - pyf;
     let sigma = 0.5f32 * (q.extract(0usize) * dx * dx + q.extract(2usize) * dy * dy)
@@ -496,7 +505,7 @@ fn back_step(
         let ra = 1.0f32 / (1.0f32 - alpha);
         px.tr = px.tr * ra;
         vis = alpha * px.tr;
-        let col = s_rgb[j];
+        let col = staged.rgb[j];
         let z = q.extract(3usize);
         let r = col.extract(0usize);
         let g = col.extract(1usize);
@@ -513,6 +522,54 @@ fn back_step(
     (took, va, vis, dx, dy, gk, raw)
 }
 
+/// The launch arguments both backward rasterizers ([`rasterize_backward`],
+/// [`rasterize_backward_plane`]) read, in binding order: the forward pass's tile lists,
+/// projected Gaussians, images and checkpoints, the image gradients, and the image and tile
+/// sizes. What they write is [`BackwardOutputs`], bound after these.
+#[derive(CubeType, CubeLaunch)]
+pub struct BackwardArgs {
+    /// Per tile, its first and one-past-last intersection.
+    pub ranges: Box<[u32]>,
+    /// Gaussian of each tile-sorted intersection.
+    pub sorted_gids: Box<[u32]>,
+    /// Emission index of each tile-sorted intersection (its gradient row in the row mode).
+    pub isect_orig: Box<[u32]>,
+    /// Projected Gaussians ([`super::project::PROJ`] floats each).
+    pub proj: Box<[f32]>,
+    /// The camera block ([`crate::camera::CAM_LEN`] floats).
+    pub cam: Box<[f32]>,
+    pub out_alpha: Box<[f32]>,
+    /// Per pixel, its last contributor relative to the tile's first intersection.
+    pub out_last: Box<[u32]>,
+    /// Per tile, the intersections the forward pass walked.
+    pub tile_last: Box<[u32]>,
+    /// Forward checkpoints ([`CHECKPOINT`] floats each).
+    pub ck: Box<[f32]>,
+    pub out_rgb: Box<[f32]>,
+    pub out_depth: Box<[f32]>,
+    pub v_rgb: Box<[f32]>,
+    pub v_alpha: Box<[f32]>,
+    pub v_depth: Box<[f32]>,
+    pub width: u32,
+    pub height: u32,
+    pub tiles_x: u32,
+    pub num_tiles: u32,
+    /// Intersections per backward cube (the forward checkpoint spacing).
+    pub chunk: u32,
+}
+
+/// What the backward rasterizers write: in the row mode one gradient row per intersection
+/// (`isect_grads`, and `isect_abs` with absgrad), in the atomic mode per-Gaussian sums
+/// (`v_atomic`, `v_abs_atomic`; see [`rasterize_backward`]). Buffers only: a `mut` struct
+/// parameter would copy scalar fields into variables.
+#[derive(CubeType, CubeLaunch)]
+pub struct BackwardOutputs<A: Numeric> {
+    pub isect_grads: Box<[f32]>,
+    pub v_atomic: Box<[Atomic<A>]>,
+    pub isect_abs: Box<[f32]>,
+    pub v_abs_atomic: Box<[Atomic<A>]>,
+}
+
 /// `batch` Gaussians per step; `group = 256 / batch` units per Gaussian in phase B.
 ///
 /// With `atomic`, the per-(tile, Gaussian) sums are added into `v_atomic[gid * 10 + k]` (the
@@ -525,29 +582,8 @@ fn back_step(
 /// (2 per Gaussian).
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward<A: Numeric>(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    isect_orig: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_alpha: &[f32],
-    out_last: &[u32],
-    tile_last: &[u32],
-    ck: &[f32],
-    out_rgb: &[f32],
-    out_depth: &[f32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    isect_grads: &mut [f32],
-    v_atomic: &[Atomic<A>],
-    isect_abs: &mut [f32],
-    v_abs_atomic: &[Atomic<A>],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
+    args: BackwardArgs,
+    mut out: BackwardOutputs<A>,
     #[comptime] batch: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
@@ -558,27 +594,27 @@ pub fn rasterize_backward<A: Numeric>(
     } else {
         2560
     }];
-    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
+    let ch = back_chunk(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     // Rows of intersections behind every pixel's last contributor stay zero.
     let (start, end) = (ch.begin, ch.end);
-    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut staged = StagedBatch {
+        pos: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        conic: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        rgb: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+    };
     let mut pair = Shared::<[f32]>::new_slice(pair_len);
     let mut pix = Shared::<[f32]>::new_slice(1024usize);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad { 512usize } else { 1usize }]);
 
-    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
+    let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
     // Bounded work per cube: one chunk of at most `chunk` intersections.
-    let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
-    );
+    let mut px = back_pixel(&args, &ch, pc, inside);
     pix[t] = px.vcr;
     pix[256 + t] = px.vcg;
     pix[512 + t] = px.vcb;
@@ -591,18 +627,7 @@ pub fn rasterize_backward<A: Numeric>(
     let tile_x0 = f32::cast_from(ch.x0) + 0.5f32;
     let tile_y0 = f32::cast_from(ch.y0) + 0.5f32;
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(
-            sorted_gids,
-            proj,
-            &mut s_pos,
-            &mut s_conic,
-            &mut s_rgb,
-            start,
-            end,
-            bi,
-            t,
-            batch,
-        );
+        let (batch_start, len) = stage_back_batch(&args, &mut staged, &ch, bi, t, batch);
         // Phase A: unit = pixel, back to front.
         for jj in 0..len {
             let j = len - 1 - jj;
@@ -611,7 +636,7 @@ pub fn rasterize_backward<A: Numeric>(
             let mut vw = 0.0f32;
             if inside && pos < px.last {
                 let (took, dl_dalpha, vis, _dx, _dy, _gk, _raw) =
-                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                    back_step(&mut px, &staged, j, pxf, pyf);
                 if took {
                     va = dl_dalpha;
                     vw = vis;
@@ -635,8 +660,8 @@ pub fn rasterize_backward<A: Numeric>(
         let mut b0 = 0.0f32;
         let mut b1 = 0.0f32;
         if jb < len {
-            let g = s_pos[jb];
-            let q = s_conic[jb];
+            let g = staged.pos[jb];
+            let q = staged.conic[jb];
             let mx = g.extract(0usize);
             let my = g.extract(1usize);
             let ca = q.extract(0usize);
@@ -703,11 +728,11 @@ pub fn rasterize_backward<A: Numeric>(
                 sum += pair[(jw * group + l) * 10 + k];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + jw] as usize;
-                v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + jw] as usize;
+                out.v_atomic[gid * 10 + k].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + jw] as usize;
-                isect_grads[row * 10 + k] = sum;
+                let row = args.isect_orig[batch_start + jw] as usize;
+                out.isect_grads[row * 10 + k] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -718,11 +743,11 @@ pub fn rasterize_backward<A: Numeric>(
                 sum += pabs[(jw * group + l) * 2 + k];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + jw] as usize;
-                v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + jw] as usize;
+                out.v_abs_atomic[gid * 2 + k].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + jw] as usize;
-                isect_abs[row * 2 + k] = sum;
+                let row = args.isect_orig[batch_start + jw] as usize;
+                out.isect_abs[row * 2 + k] = sum;
             }
         }
     }
@@ -776,45 +801,26 @@ pub fn unpack_image(
 /// `atomic` / `A` / `v_atomic` as in [`rasterize_backward`].
 #[cube(launch, launch_unchecked)]
 pub fn rasterize_backward_plane<A: Numeric>(
-    ranges: &[u32],
-    sorted_gids: &[u32],
-    isect_orig: &[u32],
-    proj: &[f32],
-    cam: &[f32],
-    out_alpha: &[f32],
-    out_last: &[u32],
-    tile_last: &[u32],
-    ck: &[f32],
-    out_rgb: &[f32],
-    out_depth: &[f32],
-    v_rgb: &[f32],
-    v_alpha: &[f32],
-    v_depth: &[f32],
-    isect_grads: &mut [f32],
-    v_atomic: &[Atomic<A>],
-    isect_abs: &mut [f32],
-    v_abs_atomic: &[Atomic<A>],
-    width: u32,
-    height: u32,
-    tiles_x: u32,
-    num_tiles: u32,
-    chunk: u32,
+    args: BackwardArgs,
+    mut out: BackwardOutputs<A>,
     #[comptime] batch: usize,
     #[comptime] max_planes: usize,
     #[comptime] atomic: bool,
     #[comptime] absgrad: bool,
 ) {
-    let ch = back_chunk(ranges, tile_last, tiles_x, num_tiles, chunk);
+    let ch = back_chunk(&args);
     let t = UNIT_POS as usize;
     let x = ch.x0 + UNIT_POS % 16;
     let y = ch.y0 + UNIT_POS / 16;
-    let inside = x < width && y < height;
+    let inside = x < args.width && y < args.height;
     let pxf = f32::cast_from(x) + 0.5f32;
     let pyf = f32::cast_from(y) + 0.5f32;
     let (start, end) = (ch.begin, ch.end);
-    let mut s_pos = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_conic = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
-    let mut s_rgb = Shared::<[Vector<f32, Const<4>>]>::new_slice(batch);
+    let mut staged = StagedBatch {
+        pos: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        conic: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+        rgb: Shared::<[Vector<f32, Const<4>>]>::new_slice(batch),
+    };
     let mut part = Shared::<[f32]>::new_slice(comptime![max_planes * batch * 10]);
     let mut pabs = Shared::<[f32]>::new_slice(comptime![if absgrad {
         max_planes * batch * 2
@@ -825,26 +831,13 @@ pub fn rasterize_backward_plane<A: Numeric>(
     let plane = t / (PLANE_DIM as usize);
     let leader = UNIT_POS_PLANE == 0u32;
 
-    let pc = (min(y, height - 1) * width + min(x, width - 1)) as usize;
-    let mut px = back_pixel(
-        cam, out_rgb, out_alpha, out_depth, out_last, v_rgb, v_alpha, v_depth, ck, &ch, pc, inside,
-    );
+    let pc = (min(y, args.height - 1) * args.width + min(x, args.width - 1)) as usize;
+    let mut px = back_pixel(&args, &ch, pc, inside);
 
     let total = end - start;
     let num_batches = total.div_ceil(batch);
     for bi in 0..num_batches {
-        let (batch_start, len) = stage_back_batch(
-            sorted_gids,
-            proj,
-            &mut s_pos,
-            &mut s_conic,
-            &mut s_rgb,
-            start,
-            end,
-            bi,
-            t,
-            batch,
-        );
+        let (batch_start, len) = stage_back_batch(&args, &mut staged, &ch, bi, t, batch);
         for jj in 0..len {
             let j = len - 1 - jj;
             let pos = batch_start + j;
@@ -860,8 +853,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
             let mut a9 = 0.0f32;
             let mut took = false;
             if inside && pos < px.last {
-                let (took_it, va, vis, dx, dy, gk, raw) =
-                    back_step(&mut px, &s_pos, &s_conic, &s_rgb, j, pxf, pyf);
+                let (took_it, va, vis, dx, dy, gk, raw) = back_step(&mut px, &staged, j, pxf, pyf);
                 if took_it {
                     took = true;
                     a5 = vis * px.vd;
@@ -869,7 +861,7 @@ pub fn rasterize_backward_plane<A: Numeric>(
                     a8 = vis * px.vcg;
                     a9 = vis * px.vcb;
                     if raw < 0.99f32 {
-                        let q = s_conic[j];
+                        let q = staged.conic[j];
                         let ca = q.extract(0usize);
                         let cb2 = q.extract(1usize);
                         let cc = q.extract(2usize);
@@ -936,11 +928,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 sum += part[q * comptime![batch * 10] + t];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + t / 10] as usize;
-                v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + t / 10] as usize;
+                out.v_atomic[gid * 10 + t % 10].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + t / 10] as usize;
-                isect_grads[row * 10 + t % 10] = sum;
+                let row = args.isect_orig[batch_start + t / 10] as usize;
+                out.isect_grads[row * 10 + t % 10] = sum;
             }
         }
         if absgrad && t >= len * 10 && t < len * 12 {
@@ -950,11 +942,11 @@ pub fn rasterize_backward_plane<A: Numeric>(
                 sum += pabs[q * comptime![batch * 2] + u];
             }
             if atomic {
-                let gid = sorted_gids[batch_start + u / 2] as usize;
-                v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
+                let gid = args.sorted_gids[batch_start + u / 2] as usize;
+                out.v_abs_atomic[gid * 2 + u % 2].fetch_add(A::cast_from(sum));
             } else {
-                let row = isect_orig[batch_start + u / 2] as usize;
-                isect_abs[row * 2 + u % 2] = sum;
+                let row = args.isect_orig[batch_start + u / 2] as usize;
+                out.isect_abs[row * 2 + u % 2] = sum;
             }
         }
     }

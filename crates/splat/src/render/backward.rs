@@ -8,7 +8,7 @@ use rust3r_gpu::reduce::reduce_columns;
 
 use super::policy::{PLANE_BATCH, backward_batch, plane_backward, row_mode_backward, slot};
 use super::splats::{GpuSplats, chunks_layout};
-use super::{ChunkedGrads, ParamGrads, RenderOutput, RenderState, SplatGrads, blocks};
+use super::{ChunkedGrads, ParamGrads, RenderOutput, RenderState, SplatGrads};
 use crate::SplatError;
 use crate::kernels::project;
 use crate::kernels::rasterize;
@@ -147,31 +147,96 @@ pub fn render_backward_chunks(
     // the tile ranges (`rasterize::back_chunk`): at most intersections / chunk + tiles cubes.
     let num_tiles = tiles_x * tiles_y;
     let cubes = num_tiles as usize + out.num_intersections / state.chunk as usize;
-    macro_rules! launch {
-        ($kernel:ident, $elem:ty, $target:expr, $abs_target:expr $(, $extra:expr)*) => {
-            rust3r_gpu::launch!(gpu, rasterize::$kernel::<$elem>(
-                client, gpu.grid(cubes), CubeDim::new_1d(256),
-                state.ranges.arg(), state.sorted_gids.arg(), state.isect_orig.arg(),
-                state.proj.arg(), state.cam.arg(), out.alpha.arg(), state.last.arg(),
-                state.tile_last.arg(), state.checkpoints.arg(), out.rgb.arg(), out.depth.arg(),
-                v_rgb.arg(), v_alpha.arg(), v_depth.arg(),
-                isect_grads.arg(), $target, isect_abs.arg(), $abs_target,
-                out.width, out.height, tiles_x, num_tiles, state.chunk, batch $(, $extra)*, atomic, absgrad,
-            ))
+    let args = || rasterize::BackwardArgsLaunch {
+        ranges: state.ranges.arg(),
+        sorted_gids: state.sorted_gids.arg(),
+        isect_orig: state.isect_orig.arg(),
+        proj: state.proj.arg(),
+        cam: state.cam.arg(),
+        out_alpha: out.alpha.arg(),
+        out_last: state.last.arg(),
+        tile_last: state.tile_last.arg(),
+        ck: state.checkpoints.arg(),
+        out_rgb: out.rgb.arg(),
+        out_depth: out.depth.arg(),
+        v_rgb: v_rgb.arg(),
+        v_alpha: v_alpha.arg(),
+        v_depth: v_depth.arg(),
+        width: out.width,
+        height: out.height,
+        tiles_x,
+        num_tiles,
+        chunk: state.chunk,
+    };
+    // The atomic-mode outputs are the per-Gaussian sums, or (typed `u32`) placeholders in the
+    // row mode. In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never
+    // touched.
+    macro_rules! outputs {
+        ($v_atomic:expr, $v_abs_atomic:expr) => {
+            rasterize::BackwardOutputsLaunch {
+                isect_grads: isect_grads.arg(),
+                v_atomic: $v_atomic,
+                isect_abs: isect_abs.arg(),
+                v_abs_atomic: $v_abs_atomic,
+            }
         };
     }
-    // In the atomic mode with absgrad off, `v_abs` (a placeholder) is bound but never touched.
+    let (count, dim) = (gpu.grid(cubes), CubeDim::new_1d(256));
     match (plane, atomic) {
-        (Some(mp), true) => launch!(rasterize_backward_plane, f32, v_proj.arg(), v_abs.arg(), mp),
-        (Some(mp), false) => launch!(
-            rasterize_backward_plane,
-            u32,
-            unused.arg(),
-            unused.arg(),
-            mp
+        (Some(mp), true) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward_plane::<f32>(
+                client,
+                count,
+                dim,
+                args(),
+                outputs!(v_proj.arg(), v_abs.arg()),
+                batch,
+                mp,
+                atomic,
+                absgrad
+            )
         ),
-        (None, true) => launch!(rasterize_backward, f32, v_proj.arg(), v_abs.arg()),
-        (None, false) => launch!(rasterize_backward, u32, unused.arg(), unused.arg()),
+        (Some(mp), false) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward_plane::<u32>(
+                client,
+                count,
+                dim,
+                args(),
+                outputs!(unused.arg(), unused.arg()),
+                batch,
+                mp,
+                atomic,
+                absgrad
+            )
+        ),
+        (None, true) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward::<f32>(
+                client,
+                count,
+                dim,
+                args(),
+                outputs!(v_proj.arg(), v_abs.arg()),
+                batch,
+                atomic,
+                absgrad
+            )
+        ),
+        (None, false) => rust3r_gpu::launch!(
+            gpu,
+            rasterize::rasterize_backward::<u32>(
+                client,
+                count,
+                dim,
+                args(),
+                outputs!(unused.arg(), unused.arg()),
+                batch,
+                atomic,
+                absgrad
+            )
+        ),
     }
     rust3r_gpu::profile::mark(gpu, "bwd 1 rasterize");
     if !atomic && out.num_visible > 0 {
@@ -179,8 +244,8 @@ pub fn render_backward_chunks(
             gpu,
             tiles::sum_isect_grads(
                 client,
-                gpu.grid(blocks(out.num_visible)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(out.num_visible),
+                rust3r_gpu::BLOCK_DIM,
                 state.sorted_ids.arg(),
                 state.offsets.arg(),
                 state.tiles_touched.arg(),
@@ -221,13 +286,15 @@ pub fn render_backward_chunks(
                     gpu,
                     project::sh_backward_coeffs(
                         client,
-                        gpu.grid(blocks(rows * k)),
-                        CubeDim::new_1d(256),
-                        splats.means.arg(),
-                        state.cam.arg(),
-                        state.tiles_touched.arg(),
-                        state.proj.arg(),
-                        v_proj.arg(),
+                        gpu.grid_1d(rows * k),
+                        rust3r_gpu::BLOCK_DIM,
+                        project::ShGradArgsLaunch {
+                            means: splats.means.arg(),
+                            cam: state.cam.arg(),
+                            tiles_touched: state.tiles_touched.arg(),
+                            proj: state.proj.arg(),
+                            v_proj: v_proj.arg(),
+                        },
                         p.sh.arg(),
                         rows as u32,
                         row0 as u32,
@@ -241,32 +308,26 @@ pub fn render_backward_chunks(
                 gpu,
                 project::project_backward(
                     client,
-                    gpu.grid(blocks(rows)),
-                    CubeDim::new_1d(256),
-                    splats.means.arg(),
-                    splats.log_scales.arg(),
-                    splats.quats.arg(),
-                    splats.opacity_logits.arg(),
-                    splats.sh.f32_part().arg(),
-                    splats.sh.rest_arg(gpu),
-                    state.cam.arg(),
-                    state.tiles_touched.arg(),
-                    state.proj.arg(),
-                    v_proj.arg(),
-                    p.means.arg(),
-                    p.log_scales.arg(),
-                    p.quats.arg(),
-                    p.opacity_logits.arg(),
-                    v_cam.arg(),
-                    rows as u32,
-                    row0 as u32,
-                    out.width,
-                    out.height,
-                    k as u32,
-                    state.active_coeffs,
-                    state.antialiased,
+                    gpu.grid_1d(rows),
+                    rust3r_gpu::BLOCK_DIM,
+                    splats.project_args(gpu, &state.cam, row0, out.width, out.height),
+                    project::ProjectGradArgsLaunch {
+                        tiles_touched: state.tiles_touched.arg(),
+                        proj: state.proj.arg(),
+                        v_proj: v_proj.arg(),
+                        v_means: p.means.arg(),
+                        v_log_scales: p.log_scales.arg(),
+                        v_quats: p.quats.arg(),
+                        v_opacity_logits: p.opacity_logits.arg(),
+                        v_cam: v_cam.arg(),
+                    },
+                    project::ProjectConfig {
+                        num_coeffs: k as u32,
+                        active_coeffs: state.active_coeffs,
+                        antialiased: state.antialiased,
+                        half_sh: splats.sh.is_half(),
+                    },
                     pose_grad,
-                    splats.sh.is_half(),
                 )
             );
             if pose_grad {

@@ -307,7 +307,3 @@ pub struct ChunkedGrads {
     /// As [`SplatGrads::means2d_abs`].
     pub means2d_abs: Option<GpuBuffer<f32>>,
 }
-
-pub(super) fn blocks(n: usize) -> usize {
-    n.div_ceil(256)
-}

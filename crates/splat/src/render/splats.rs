@@ -8,6 +8,7 @@ use rust3r_io::num_coeffs_for_degree;
 
 use super::policy::slot;
 use crate::SplatError;
+use crate::kernels::project;
 
 /// Gaussians resident on the device, pre-activation (the 3DGS PLY convention).
 #[derive(Clone, Debug)]
@@ -374,4 +375,32 @@ pub(super) fn chunks_layout(chunks: &[GpuSplats]) -> Result<(u32, usize), SplatE
         )));
     }
     Ok((degree, chunks.iter().map(GpuSplats::len).sum()))
+}
+
+impl GpuSplats {
+    /// The projection kernels' shared arguments for this chunk: its parameters, as rows
+    /// `row0..` of the scene's per-Gaussian outputs, seen from the camera block `cam` at
+    /// `width x height`.
+    pub(super) fn project_args(
+        &self,
+        gpu: &Gpu,
+        cam: &GpuBuffer<f32>,
+        row0: usize,
+        width: u32,
+        height: u32,
+    ) -> project::ProjectArgsLaunch {
+        project::ProjectArgsLaunch {
+            means: self.means.arg(),
+            log_scales: self.log_scales.arg(),
+            quats: self.quats.arg(),
+            opacity_logits: self.opacity_logits.arg(),
+            sh: self.sh.f32_part().arg(),
+            sh_rest: self.sh.rest_arg(gpu),
+            cam: cam.arg(),
+            n: self.len() as u32,
+            row0: row0 as u32,
+            width,
+            height,
+        }
+    }
 }

@@ -34,7 +34,7 @@ use rust3r_gpu::fp8::{
 use rust3r_gpu::half::{f16_stochastic_bits, f16_to_f32, pack_pairs, pair_entry};
 use rust3r_gpu::random::{pcg_hash, pcg_hash_host};
 
-use crate::kernels::project::sh_value_grad;
+use crate::kernels::project::{ShGradArgs, ShGradArgsLaunch, sh_value_grad};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuError};
 
 /// [`Gpu::placeholder`] slots of the Adam kernels' unused arguments (one launch binds them all, so
@@ -84,6 +84,33 @@ fn learning_rate(
     step
 }
 
+/// The constants of one Adam step, shared by every Adam kernel: the moment decays, `eps`, the
+/// bias corrections `1 - beta1^t` and `sqrt(1 - beta2^t)`, and the stochastic-rounding key.
+#[derive(CubeType, CubeLaunch)]
+struct AdamConsts {
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    bc1: f32,
+    bc2_sqrt: f32,
+    key: u32,
+}
+
+impl AdamConfig {
+    /// [`AdamConsts`] of step `t` (1-based) with rounding key `key`.
+    fn consts(&self, t: u64, key: u32) -> AdamConstsLaunch {
+        let (bc1, bc2_sqrt) = self.bias_corrections(t);
+        AdamConstsLaunch {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            bc1,
+            bc2_sqrt,
+            key,
+        }
+    }
+}
+
 /// Adam on a flat f32 parameter buffer ([`adam_update`]); the moments are two f32 buffers
 /// (`m`, `v`) or, with `compact`, bf16 pairs in `mv` (the unused ones are placeholders).
 #[cube(launch)]
@@ -100,20 +127,13 @@ fn adam_step(
     first_cols: u32,
     lr: f32,
     lr_rest: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-    key: u32,
+    consts: AdamConsts,
     #[comptime] compact: bool,
     #[comptime] visible_only: bool,
 ) {
     let i = rust3r_gpu::global_id();
     let step = learning_rate(i, radii, len, row, first_cols, lr, lr_rest, visible_only);
-    param[i] = adam_value(
-        param[i], grad[i], i, m, v, mv, step, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
-    );
+    param[i] = adam_value(param[i], grad[i], i, m, v, mv, step, &consts, compact);
 }
 
 /// Adam step of one value whose moments sit at index `mi` of `m` / `v` (f32) or, with
@@ -129,12 +149,7 @@ fn adam_value(
     v: &mut [f32],
     mv: &mut [u32],
     step: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-    key: u32,
+    consts: &AdamConsts,
     #[comptime] compact: bool,
 ) -> f32 {
     let mut m0 = 0.0f32;
@@ -147,44 +162,34 @@ fn adam_value(
         m0 = m[mi];
         v0 = v[mi];
     }
-    let m1 = beta1 * m0 + (1.0f32 - beta1) * gr;
-    let v1 = beta2 * v0 + (1.0f32 - beta2) * gr * gr;
+    let m1 = consts.beta1 * m0 + (1.0f32 - consts.beta1) * gr;
+    let v1 = consts.beta2 * v0 + (1.0f32 - consts.beta2) * gr * gr;
     if compact {
-        let r = pcg_hash(pcg_hash(mi as u32) ^ key);
+        let r = pcg_hash(pcg_hash(mi as u32) ^ consts.key);
         mv[mi] = (bf16_stochastic_bits(m1, r) << 16u32) | bf16_stochastic_bits(v1, r >> 16u32);
     } else {
         m[mi] = m1;
         v[mi] = v1;
     }
-    p - (step / bc1) * m1 / (f32::sqrt(v1) / bc2_sqrt + eps)
+    p - (step / consts.bc1) * m1 / (f32::sqrt(v1) / consts.bc2_sqrt + consts.eps)
 }
 
 /// Adam step of one value whose moments are the 16-bit [`Moments::Sh8`] entry `e` (s1e5m2
 /// `m` in the high byte, e5m3 `sqrt(v)` in the low byte); returns the new parameter value and
 /// the new entry (stochastically rounded with bits hashed from `mi` and `key`).
 #[cube]
-#[allow(clippy::too_many_arguments)]
-fn adam_value_sh8(
-    p: f32,
-    gr: f32,
-    e: u32,
-    mi: u32,
-    step: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-    key: u32,
-) -> (f32, u32) {
+fn adam_value_sh8(p: f32, gr: f32, e: u32, mi: u32, step: f32, consts: &AdamConsts) -> (f32, u32) {
     let m0 = fp8_signed_decode(e >> 8u32);
     let s0 = fp8_unsigned_decode(e & 0xFFu32);
-    let m1 = beta1 * m0 + (1.0f32 - beta1) * gr;
-    let s1 = f32::sqrt(beta2 * s0 * s0 + (1.0f32 - beta2) * gr * gr);
-    let r = pcg_hash(pcg_hash(mi) ^ key);
+    let m1 = consts.beta1 * m0 + (1.0f32 - consts.beta1) * gr;
+    let s1 = f32::sqrt(consts.beta2 * s0 * s0 + (1.0f32 - consts.beta2) * gr * gr);
+    let r = pcg_hash(pcg_hash(mi) ^ consts.key);
     let e1 =
         (fp8_signed_encode(m1, r) << 8u32) | fp8_unsigned_encode(s1, pcg_hash(r ^ 0x68E3_1DA4u32));
-    (p - (step / bc1) * m1 / (s1 / bc2_sqrt + eps), e1)
+    (
+        p - (step / consts.bc1) * m1 / (s1 / consts.bc2_sqrt + consts.eps),
+        e1,
+    )
 }
 
 /// Gradient of SH value `col` of row `g` (flat index `gi`): read from `grad`, or with `fused`
@@ -193,11 +198,7 @@ fn adam_value_sh8(
 #[allow(clippy::too_many_arguments, unused_assignments)]
 fn sh_grad_at(
     grad: &[f32],
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: &ShGradArgs,
     g: usize,
     gi: usize,
     col: u32,
@@ -206,17 +207,7 @@ fn sh_grad_at(
 ) -> f32 {
     let mut out = 0.0f32;
     if fused {
-        out = sh_value_grad(
-            means,
-            cam,
-            tiles_touched,
-            proj,
-            v_proj,
-            g,
-            g,
-            col,
-            active_coeffs,
-        );
+        out = sh_value_grad(inputs, g, g, col, active_coeffs);
     } else {
         out = grad[gi];
     }
@@ -239,11 +230,7 @@ fn adam_step_sh_half(
     dc: &mut [f32],
     rest: &mut [u32],
     grad: &[f32],
-    means: &[f32],
-    cam: &[f32],
-    tiles_touched: &[u32],
-    proj: &[f32],
-    v_proj: &[f32],
+    inputs: ShGradArgs,
     active_coeffs: u32,
     m: &mut [f32],
     v: &mut [f32],
@@ -254,12 +241,7 @@ fn adam_step_sh_half(
     k3: u32,
     lr_dc: f32,
     lr_rest: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    bc1: f32,
-    bc2_sqrt: f32,
-    key: u32,
+    consts: AdamConsts,
     #[comptime] compact: bool,
     #[comptime] sh8: bool,
     #[comptime] visible_only: bool,
@@ -283,20 +265,14 @@ fn adam_step_sh_half(
         }
         let gr = sh_grad_at(
             grad,
-            means,
-            cam,
-            tiles_touched,
-            proj,
-            v_proj,
+            &inputs,
             g,
             gi,
             (u - g * 3) as u32,
             active_coeffs,
             fused,
         );
-        dc[u] = adam_value(
-            dc[u], gr, mi, m, v, mv, lr_dc, beta1, beta2, eps, bc1, bc2_sqrt, key, compact,
-        );
+        dc[u] = adam_value(dc[u], gr, mi, m, v, mv, lr_dc, &consts, compact);
     } else {
         let w = u - ndc;
         let total = n as usize * r;
@@ -326,11 +302,7 @@ fn adam_step_sh_half(
                     let mi = g * row + 3 + (vi - g * r);
                     let gr = sh_grad_at(
                         grad,
-                        means,
-                        cam,
-                        tiles_touched,
-                        proj,
-                        v_proj,
+                        &inputs,
                         g,
                         mi,
                         (3 + vi - g * r) as u32,
@@ -345,12 +317,7 @@ fn adam_step_sh_half(
                             entry,
                             mi as u32,
                             lr_rest,
-                            beta1,
-                            beta2,
-                            eps,
-                            bc1,
-                            bc2_sqrt,
-                            key,
+                            &consts,
                         );
                         np = p1;
                         entry = e1;
@@ -363,18 +330,13 @@ fn adam_step_sh_half(
                             v,
                             mv,
                             lr_rest,
-                            beta1,
-                            beta2,
-                            eps,
-                            bc1,
-                            bc2_sqrt,
-                            key,
+                            &consts,
                             compact,
                         );
                     }
                     nb = f16_stochastic_bits(
                         np,
-                        pcg_hash(pcg_hash(mi as u32) ^ key ^ HALF_PARAM_SALT),
+                        pcg_hash(pcg_hash(mi as u32) ^ consts.key ^ HALF_PARAM_SALT),
                     );
                 }
             }
@@ -454,7 +416,6 @@ pub fn adam_update_sh_half(
     if n == 0 {
         return;
     }
-    let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
     let no_radii = gpu.placeholder::<u32>(slot::RADII);
     let radii = visible.unwrap_or(&no_radii);
     let MomentArgs {
@@ -468,16 +429,18 @@ pub fn adam_update_sh_half(
     let units = n * 3 + rest.len();
     adam_step_sh_half::launch(
         gpu.client(),
-        gpu.grid(units.div_ceil(256)),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(units),
+        rust3r_gpu::BLOCK_DIM,
         dc.arg(),
         rest.arg(),
         grad.arg(),
-        means.arg(),
-        cam.arg(),
-        tiles.arg(),
-        proj.arg(),
-        v_proj.arg(),
+        ShGradArgsLaunch {
+            means: means.arg(),
+            cam: cam.arg(),
+            tiles_touched: tiles.arg(),
+            proj: proj.arg(),
+            v_proj: v_proj.arg(),
+        },
         active,
         m.arg(),
         v.arg(),
@@ -488,12 +451,7 @@ pub fn adam_update_sh_half(
         row as u32,
         lr_dc,
         lr_rest,
-        cfg.beta1,
-        cfg.beta2,
-        cfg.eps,
-        bc1,
-        bc2_sqrt,
-        key,
+        cfg.consts(t, key),
         compact,
         sh8,
         visible.is_some(),
@@ -919,7 +877,6 @@ pub fn adam_update(
     if len == 0 {
         return;
     }
-    let (bc1, bc2_sqrt) = cfg.bias_corrections(t);
     let dummy;
     let radii = match visible {
         Some(r) => r,
@@ -928,7 +885,7 @@ pub fn adam_update(
             &dummy
         }
     };
-    let grid = gpu.grid(len.div_ceil(256));
+    let grid = gpu.grid_1d(len);
     assert!(
         !matches!(moments, Moments::Sh8 { .. }),
         "8-bit SH moments belong to half-float SH coefficients (adam_update_sh_half)"
@@ -939,7 +896,7 @@ pub fn adam_update(
     adam_step::launch(
         gpu.client(),
         grid,
-        CubeDim::new_1d(256),
+        rust3r_gpu::BLOCK_DIM,
         param.arg(),
         grad.arg(),
         m.arg(),
@@ -951,12 +908,7 @@ pub fn adam_update(
         first_cols as u32,
         lr,
         lr_rest,
-        cfg.beta1,
-        cfg.beta2,
-        cfg.eps,
-        bc1,
-        bc2_sqrt,
-        key,
+        cfg.consts(t, key),
         compact,
         visible.is_some(),
     );

@@ -296,10 +296,6 @@ fn position_noise(
     means[j * 3 + 2] += r20 * t0 + r21 * t1 + r22 * t2;
 }
 
-fn grid(gpu: &Gpu, n: usize) -> CubeCount {
-    gpu.grid(n.div_ceil(256))
-}
-
 /// New buffer of `parent.len()` rows of width `row` gathered from `src`; with `zero_fresh`
 /// rows whose variant is not 0 are zero (optimizer moments of new Gaussians).
 pub fn rebuild(
@@ -335,8 +331,8 @@ pub fn rebuild_words(
     if n_new * row > 0 {
         gather_rows::launch(
             gpu.client(),
-            grid(gpu, n_new * row),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n_new * row),
+            rust3r_gpu::BLOCK_DIM,
             src.arg(),
             parent.arg(),
             variant.arg(),
@@ -399,8 +395,8 @@ pub fn rebuild_half(
     if words > 0 {
         gather_half_rows::launch(
             gpu.client(),
-            grid(gpu, words),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(words),
+            rust3r_gpu::BLOCK_DIM,
             src.arg(),
             parent.arg(),
             variant.unwrap_or(parent).arg(),
@@ -426,8 +422,8 @@ pub fn apply_splits(
     if n > 0 {
         split_children::launch(
             gpu.client(),
-            grid(gpu, n),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             means.arg(),
             log_scales.arg(),
             quats.arg(),
@@ -453,8 +449,8 @@ pub fn accumulate(
     if n > 0 {
         accumulate_grad2d::launch(
             gpu.client(),
-            grid(gpu, n),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             v_proj.arg(),
             stride,
             radii.arg(),
@@ -496,8 +492,8 @@ pub fn adc_plan(
     let p = th.prune_opacity.clamp(1e-7, 1.0 - 1e-7);
     adc_classify::launch(
         gpu.client(),
-        grid(gpu, n),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
         grad2d.arg(),
         count.arg(),
         log_scales.arg(),
@@ -519,8 +515,8 @@ pub fn adc_plan(
     if total > 0 {
         adc_emit::launch(
             gpu.client(),
-            grid(gpu, n),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             flags.arg(),
             offsets.arg(),
             parent.arg(),
@@ -545,8 +541,8 @@ pub fn add_position_noise(
     if n > 0 {
         position_noise::launch(
             gpu.client(),
-            grid(gpu, n),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             means.arg(),
             log_scales.arg(),
             quats.arg(),
@@ -573,8 +569,8 @@ pub fn clamp_max(gpu: &Gpu, x: &GpuBuffer<f32>, max: f32) {
     if n > 0 {
         clamp_max_kernel::launch(
             gpu.client(),
-            grid(gpu, n),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             x.arg(),
             n as u32,
             max,

@@ -118,10 +118,6 @@ fn depth_l1_kernel(
     v_alpha[p] = va;
 }
 
-fn blocks(npix: usize) -> usize {
-    npix.div_ceil(256).max(1)
-}
-
 fn check_len(what: &str, len: usize, want: usize) -> Result<(), SplatError> {
     if len != want {
         return Err(SplatError::InvalidConfig(format!(
@@ -139,8 +135,8 @@ pub fn apply_exposure(gpu: &Gpu, rgb: &GpuBuffer<f32>, params: &[f32; 12]) -> Gp
     if npix > 0 {
         exposure_forward_kernel::launch(
             gpu.client(),
-            gpu.grid(blocks(npix)),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(npix),
+            rust3r_gpu::BLOCK_DIM,
             rgb.arg(),
             p.arg(),
             out.arg(),
@@ -168,8 +164,8 @@ pub fn exposure_backward(
     let partial = gpu.alloc::<f32>(npix * 12);
     exposure_backward_kernel::launch(
         gpu.client(),
-        gpu.grid(blocks(npix)),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(npix),
+        rust3r_gpu::BLOCK_DIM,
         rgb.arg(),
         p.arg(),
         grad.arg(),
@@ -250,8 +246,8 @@ pub fn depth_loss(
         };
         depth_l1_kernel::launch(
             gpu.client(),
-            gpu.grid(blocks(npix)),
-            CubeDim::new_1d(256),
+            gpu.grid_1d(npix),
+            rust3r_gpu::BLOCK_DIM,
             depth.arg(),
             alpha.arg(),
             target.arg(),

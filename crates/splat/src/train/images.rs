@@ -81,8 +81,8 @@ impl PackedImage {
         if n > 0 {
             unpack_rgb8::launch(
                 gpu.client(),
-                gpu.grid(n.div_ceil(256)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(n),
+                rust3r_gpu::BLOCK_DIM,
                 self.data.arg(),
                 out.arg(),
                 n as u32,

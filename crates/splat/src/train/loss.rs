@@ -395,8 +395,8 @@ impl LossKernels {
         assert_eq!(a.len(), npix * 3, "render size");
         assert_eq!(b.len(), npix * 3, "target size");
         let client = gpu.client();
-        let grid = gpu.grid(npix.div_ceil(256));
-        let dim = CubeDim::new_1d(256);
+        let grid = gpu.grid_1d(npix);
+        let dim = rust3r_gpu::BLOCK_DIM;
         let hmom = gpu.alloc::<f32>(npix * 15);
         let ssim = gpu.alloc::<f32>(npix * 3);
         let partials = gpu.alloc::<f32>(npix * 9);
@@ -491,8 +491,8 @@ impl LossKernels {
         assert_eq!(mask.len(), npix, "mask size");
         let ma = gpu.alloc::<f32>(npix * 3);
         let mb = gpu.alloc::<f32>(npix * 3);
-        let grid = gpu.grid(npix.div_ceil(256));
-        let dim = CubeDim::new_1d(256);
+        let grid = gpu.grid_1d(npix);
+        let dim = rust3r_gpu::BLOCK_DIM;
         if npix > 0 {
             apply_mask::launch(
                 gpu.client(),
@@ -540,8 +540,8 @@ impl LossKernels {
         if npix > 0 {
             alpha_l1::launch(
                 gpu.client(),
-                gpu.grid(npix.div_ceil(256)),
-                CubeDim::new_1d(256),
+                gpu.grid_1d(npix),
+                rust3r_gpu::BLOCK_DIM,
                 alpha.arg(),
                 target.arg(),
                 mask.unwrap_or(&self.no_mask).arg(),

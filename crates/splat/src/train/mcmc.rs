@@ -93,8 +93,8 @@ pub fn add_regularizer_grads(
     }
     regularizer_grads::launch(
         gpu.client(),
-        gpu.grid(n.div_ceil(256)),
-        CubeDim::new_1d(256),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
         opacity_logits.arg(),
         log_scales.arg(),
         g_opacity.arg(),
