@@ -397,8 +397,8 @@ impl GpuPairNormalEq {
         let terms = &self.terms;
         pair::pair_normal_eq_kernel::launch(
             gpu.client(),
-            gpu.grid(n.div_ceil(BLOCK as usize)),
-            CubeDim::new_1d(BLOCK),
+            gpu.grid_1d(n),
+            rust3r_gpu::BLOCK_DIM,
             self.src_pts.arg(),
             self.meas_pts.arg(),
             self.idx.arg(),
@@ -454,8 +454,8 @@ pub fn match_pair_gpu(
     let src_pts = gpu.upload(&flat3(&f.points));
     track::match_kernel::launch(
         gpu.client(),
-        gpu.grid(n.div_ceil(BLOCK as usize)),
-        CubeDim::new_1d(BLOCK),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
         gpu.upload(&rays.data).arg(),
         src_pts.arg(),
         all_src.arg(),
@@ -494,8 +494,8 @@ pub fn match_pair_gpu(
     let uploaded_ms = start.elapsed().as_secs_f64() * 1e3;
     pair::refine_kernel::launch(
         gpu.client(),
-        gpu.grid(n.div_ceil(BLOCK as usize)),
-        CubeDim::new_1d(BLOCK),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
         frame_desc.arg(),
         keyframe_desc.arg(),
         idx.arg(),
