@@ -2,12 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
+
 use super::common::{
     self, data_lines, dataset_error, malformed, nearest, pose_from_tq, pose_mul, read_text,
     resolve_calibration, user_path,
 };
 use super::yaml::MiniYaml;
-use super::{Dataset, Frame, Intrinsics, Pose};
+use super::{Dataset, Frame, Pose};
 use crate::IoError;
 
 /// Largest timestamp difference (seconds) between a frame and its ground-truth sample.
@@ -45,7 +47,7 @@ pub struct EurocDataset {
     name: String,
     root: PathBuf,
     frames: Vec<Entry>,
-    intrinsics: Intrinsics,
+    intrinsics: PinholeCamera,
     t_bs: Pose,
     body_gt: Option<Vec<(f64, Pose)>>,
     camera_gt: Option<Vec<(f64, Pose)>>,
@@ -65,7 +67,7 @@ fn parse_ns(token: &str, path: &Path, line: usize) -> Result<f64, IoError> {
 }
 
 /// Reads `sensor.yaml`: intrinsics (with distortion) and `T_BS`.
-fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
+fn read_sensor_yaml(path: &Path) -> Result<(PinholeCamera, Pose), IoError> {
     let doc = MiniYaml::parse(&read_text(path)?);
     if let Some(model) = doc.string("camera_model")
         && model != "pinhole"
@@ -102,7 +104,7 @@ fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
             format!("line {line}: 'resolution' should be [width, height]"),
         ));
     }
-    let mut d = [0.0; 5];
+    let mut distortion = None;
     if doc.line_of("distortion_coefficients").is_some() {
         let dc = doc.numbers("distortion_coefficients", path)?;
         if !matches!(dc.len(), 4 | 5) {
@@ -112,12 +114,10 @@ fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
                 format!("line {line}: 'distortion_coefficients' should be [k1, k2, p1, p2(, k3)]"),
             ));
         }
-        d[..dc.len()].copy_from_slice(&dc);
+        distortion = RadTanDistortion::from_slice(&dc);
     }
-    let intrinsics = Intrinsics {
-        distortion: common::nonzero_distortion(d),
-        ..Intrinsics::pinhole(k[0], k[1], k[2], k[3], res[0] as u32, res[1] as u32)
-    };
+    let intrinsics = PinholeCamera::new(k[0], k[1], k[2], k[3], res[0] as u32, res[1] as u32)
+        .with_distortion(distortion);
     let t_bs = if doc.line_of("T_BS.data").is_some() {
         let v = doc.numbers("T_BS.data", path)?;
         if v.len() != 16 {
@@ -176,7 +176,7 @@ impl EurocDataset {
     pub fn open(
         path: &Path,
         stride: usize,
-        calibration: Option<Intrinsics>,
+        calibration: Option<PinholeCamera>,
     ) -> Result<Self, IoError> {
         if stride == 0 {
             return Err(dataset_error(path, "the frame stride must be at least 1"));
@@ -294,11 +294,11 @@ impl Dataset for EurocDataset {
         self.frames.len()
     }
 
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         Some(self.intrinsics)
     }
 
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         None
     }
 

@@ -2,8 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
+use rust3r_geometry::PinholeCamera;
+
 use super::common::{self, data_lines, dataset_error, malformed, read_text, user_path};
-use super::{Dataset, Frame, Intrinsics, Pose};
+use super::{Dataset, Frame, Pose};
 use crate::IoError;
 
 /// Assumed frame rate for timestamps of sources that have none.
@@ -24,7 +26,7 @@ pub struct ImageFolderDataset {
     name: String,
     root: PathBuf,
     frames: Vec<(f64, PathBuf)>,
-    intrinsics: Option<Intrinsics>,
+    intrinsics: Option<PinholeCamera>,
 }
 
 fn read_image_list(list: &Path) -> Result<Vec<(f64, PathBuf)>, IoError> {
@@ -65,7 +67,7 @@ impl ImageFolderDataset {
     pub fn open(
         path: &Path,
         stride: usize,
-        calibration: Option<Intrinsics>,
+        calibration: Option<PinholeCamera>,
     ) -> Result<Self, IoError> {
         if stride == 0 {
             return Err(dataset_error(path, "the frame stride must be at least 1"));
@@ -125,11 +127,11 @@ impl Dataset for ImageFolderDataset {
         self.frames.len()
     }
 
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         self.intrinsics
     }
 
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         None
     }
 

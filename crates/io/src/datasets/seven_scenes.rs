@@ -2,9 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
+use rust3r_geometry::PinholeCamera;
+
 use super::common::{self, data_lines, dataset_error, malformed, read_text, resolve_calibration};
 use super::register::{ColourRegistration, register_colour_to_depth};
-use super::{Dataset, Frame, Intrinsics, Pose};
+use super::{Dataset, Frame, Pose};
 use crate::IoError;
 
 /// Frames per second of the Kinect recordings (7-Scenes has no timestamps).
@@ -61,8 +63,8 @@ pub struct SevenScenesDataset {
     name: String,
     root: PathBuf,
     frames: Vec<Entry>,
-    intrinsics: Intrinsics,
-    depth_intrinsics: Option<Intrinsics>,
+    intrinsics: PinholeCamera,
+    depth_intrinsics: Option<PinholeCamera>,
     /// Resampling of the colour images into the depth camera, when they are not registered.
     registration: Option<ColourRegistration>,
     ground_truth: Vec<(f64, Pose)>,
@@ -118,7 +120,7 @@ pub(crate) fn read_pose_matrix(path: &Path) -> Result<Option<Pose>, IoError> {
 }
 
 /// Reads `camera-intrinsics.txt` (a 3x3 K, rows on lines).
-fn read_k(path: &Path) -> Result<Intrinsics, IoError> {
+fn read_k(path: &Path) -> Result<PinholeCamera, IoError> {
     let text = read_text(path)?;
     let mut values = Vec::new();
     for (line, content) in data_lines(&text) {
@@ -138,7 +140,7 @@ fn read_k(path: &Path) -> Result<Intrinsics, IoError> {
     if values[0] <= 0.0 || values[4] <= 0.0 {
         return Err(malformed(path, "focal lengths must be positive"));
     }
-    Ok(Intrinsics::pinhole(
+    Ok(PinholeCamera::new(
         values[0], values[4], values[2], values[5], 0, 0,
     ))
 }
@@ -149,7 +151,7 @@ impl SevenScenesDataset {
     pub fn open(
         path: &Path,
         stride: usize,
-        calibration: Option<Intrinsics>,
+        calibration: Option<PinholeCamera>,
     ) -> Result<Self, IoError> {
         if stride == 0 {
             return Err(dataset_error(path, "the frame stride must be at least 1"));
@@ -201,23 +203,15 @@ impl SevenScenesDataset {
                 let k = if k_file.is_file() {
                     read_k(&k_file)?
                 } else {
-                    Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 0, 0)
+                    PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 0, 0)
                 };
-                Intrinsics {
-                    width: rgb_size.0,
-                    height: rgb_size.1,
-                    ..k
-                }
+                k.with_size(rgb_size.0, rgb_size.1)
             }
         };
         let depth_intrinsics = match all.iter().find_map(|e| e.depth.as_ref()) {
             Some(d) => {
                 let (width, height) = common::image_size(d)?;
-                Some(Intrinsics {
-                    width,
-                    height,
-                    ..base
-                })
+                Some(base.with_size(width, height))
             }
             None => None,
         };
@@ -254,11 +248,11 @@ impl Dataset for SevenScenesDataset {
         self.frames.len()
     }
 
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         Some(self.intrinsics)
     }
 
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         self.depth_intrinsics
     }
 

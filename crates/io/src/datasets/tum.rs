@@ -2,11 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
+
 use super::common::{
     self, associate, data_lines, dataset_error, malformed, nearest, read_text, read_tum_trajectory,
     resolve_calibration, user_path,
 };
-use super::{Dataset, Frame, Intrinsics, Pose};
+use super::{Dataset, Frame, Pose};
 use crate::IoError;
 
 /// Largest timestamp difference (seconds) for associating depth and ground truth with a colour
@@ -18,7 +20,7 @@ const DEPTH_SCALE: f32 = 5000.0;
 
 /// TUM's published calibration of the colour camera of `freiburg` 1, 2 or 3 (640x480, OpenCV
 /// distortion `[k1 k2 p1 p2 k3]` = TUM's `d0..d4`; freiburg3 images have no distortion).
-pub fn tum_intrinsics(freiburg: u32) -> Option<Intrinsics> {
+pub fn tum_intrinsics(freiburg: u32) -> Option<PinholeCamera> {
     let (fx, fy, cx, cy, d) = match freiburg {
         1 => (
             517.3,
@@ -37,10 +39,11 @@ pub fn tum_intrinsics(freiburg: u32) -> Option<Intrinsics> {
         3 => (535.4, 539.2, 320.1, 247.6, [0.0; 5]),
         _ => return None,
     };
-    Some(Intrinsics {
-        distortion: common::nonzero_distortion(d),
-        ..Intrinsics::pinhole(fx, fy, cx, cy, 640, 480)
-    })
+    let [k1, k2, p1, p2, k3] = d;
+    Some(
+        PinholeCamera::new(fx, fy, cx, cy, 640, 480)
+            .with_distortion(Some(RadTanDistortion::new5(k1, k2, p1, p2, k3))),
+    )
 }
 
 /// The `N` of the last `freiburgN` in the path (after resolving `.` and links).
@@ -86,7 +89,7 @@ pub struct TumDataset {
     name: String,
     root: PathBuf,
     frames: Vec<Entry>,
-    intrinsics: Intrinsics,
+    intrinsics: PinholeCamera,
     has_depth: bool,
     ground_truth: Option<Vec<(f64, Pose)>>,
 }
@@ -116,7 +119,7 @@ impl TumDataset {
         path: &Path,
         eth3d: bool,
         stride: usize,
-        calibration: Option<Intrinsics>,
+        calibration: Option<PinholeCamera>,
     ) -> Result<Self, IoError> {
         if stride == 0 {
             return Err(dataset_error(path, "the frame stride must be at least 1"));
@@ -181,7 +184,7 @@ impl TumDataset {
             resolve_calibration(calib, common::image_size(&rgb[0].1)?, &rgb[0].1)?
         } else if eth3d {
             let calib_txt = path.join("calibration.txt");
-            let k = Intrinsics::from_file(&calib_txt)?;
+            let k = super::read_calibration(&calib_txt)?;
             resolve_calibration(k, common::image_size(&rgb[0].1)?, &rgb[0].1)?
         } else {
             match freiburg_number(path).and_then(tum_intrinsics) {
@@ -233,11 +236,11 @@ impl Dataset for TumDataset {
         self.frames.len()
     }
 
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         Some(self.intrinsics)
     }
 
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         self.has_depth.then_some(self.intrinsics)
     }
 

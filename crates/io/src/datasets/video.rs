@@ -14,7 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Intrinsics;
+use rust3r_geometry::PinholeCamera;
+
 use super::common::dataset_error;
 use super::folder::ImageFolderDataset;
 use crate::IoError;
@@ -183,7 +184,7 @@ fn extract(video: &Path, dir: &Path, opts: &VideoOptions) -> Result<PathBuf, IoE
 pub(crate) fn open(
     video: &Path,
     stride: usize,
-    calibration: Option<Intrinsics>,
+    calibration: Option<PinholeCamera>,
     opts: &VideoOptions,
 ) -> Result<ImageFolderDataset, IoError> {
     if !video.is_file() {
