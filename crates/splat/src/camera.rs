@@ -302,6 +302,33 @@ mod tests {
     }
 
     #[test]
+    fn camera_json_is_flat_and_a_distortion_is_rejected() {
+        let text = r#"{"fx":50,"fy":60.5,"cx":32,"cy":24,"width":64,"height":48,
+            "world_to_camera":[1,0,0,0, 0,1,0,0, 0,0,1,5, 0,0,0,1]}"#;
+        let cam = Camera::from_json(text).unwrap();
+        assert_eq!(
+            (cam.fx, cam.fy, cam.cx, cam.cy, cam.width, cam.height),
+            (50.0, 60.5, 32.0, 24.0, 64, 48)
+        );
+        assert_eq!(cam.intrinsics.distortion, None);
+        assert_eq!(cam.world_to_camera[2], [0.0, 0.0, 1.0, 5.0]);
+        let written = serde_json::to_string(&cam).unwrap();
+        assert_eq!(
+            written,
+            "{\"fx\":50.0,\"fy\":60.5,\"cx\":32.0,\"cy\":24.0,\"width\":64,\"height\":48,\
+             \"world_to_camera\":[[1.0,0.0,0.0,0.0],[0.0,1.0,0.0,0.0],[0.0,0.0,1.0,5.0],\
+             [0.0,0.0,0.0,1.0]]}"
+        );
+        assert_eq!(Camera::from_json(&written).unwrap(), cam);
+        let distorted = text.replace(
+            "\"height\":48,",
+            "\"height\":48,\"distortion\":{\"k1\":0.1,\"k2\":0,\"p1\":0,\"p2\":0},",
+        );
+        let e = Camera::from_json(&distorted).unwrap_err().to_string();
+        assert!(e.contains("distortion"), "{e}");
+    }
+
+    #[test]
     fn default_camera_frames_a_tall_box_in_a_wide_image() {
         // Biker-like: 0.8 wide, 2 tall, 0.6 deep, rendered at 1280x720.
         let (_, reach_y) = assert_framed([-0.4, -1.0, -0.3], [0.4, 1.0, 0.3], 1280, 720);
