@@ -553,10 +553,11 @@ fn euroc_layout() {
     assert_eq!(ds.ground_truth().unwrap().len(), 40);
 
     let typed = EurocDataset::open(&dir, 2, None).unwrap();
-    assert_eq!(typed.len(), 2);
+    assert_eq!(typed.sequence().len(), 2);
     assert_eq!(typed.body_to_camera(), T_BS);
     assert_eq!(typed.body_ground_truth().unwrap()[3].1[0][3], 3.0);
-    assert!((typed.frame(1).unwrap().timestamp - 1_403_636_579.863_555_5).abs() < 1e-6);
+    let frame = typed.sequence().frame(1).unwrap();
+    assert!((frame.timestamp - 1_403_636_579.863_555_5).abs() < 1e-6);
 
     // Without ground truth.
     fs::remove_dir_all(dir.join("mav0/state_groundtruth_estimate0")).unwrap();

@@ -1,15 +1,16 @@
 //! EuRoC MAV sequences (left camera `cam0`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rust3r_geometry::{PinholeCamera, RadTanDistortion};
 
+use super::Pose;
 use super::common::{
     self, data_lines, dataset_error, malformed, nearest, pose_from_tq, pose_mul, read_text,
     resolve_calibration, user_path,
 };
+use super::sequence::{FrameFiles, Sequence};
 use super::yaml::MiniYaml;
-use super::{Dataset, Frame, Pose};
 use crate::IoError;
 
 /// Largest timestamp difference (seconds) between a frame and its ground-truth sample.
@@ -21,13 +22,6 @@ const IDENTITY: Pose = [
     [0.0, 0.0, 1.0, 0.0],
     [0.0, 0.0, 0.0, 1.0],
 ];
-
-#[derive(Debug, Clone)]
-struct Entry {
-    timestamp: f64,
-    rgb: PathBuf,
-    gt: Option<Pose>,
-}
 
 /// A EuRoC MAV sequence (ASL folder format), opened at the folder holding `mav0/` or at `mav0/`:
 ///
@@ -44,13 +38,9 @@ struct Entry {
 /// ground-truth sample less than 0.02 s away. Timestamps are in seconds.
 #[derive(Debug, Clone)]
 pub struct EurocDataset {
-    name: String,
-    root: PathBuf,
-    frames: Vec<Entry>,
-    intrinsics: PinholeCamera,
+    sequence: Sequence,
     t_bs: Pose,
     body_gt: Option<Vec<(f64, Pose)>>,
-    camera_gt: Option<Vec<(f64, Pose)>>,
 }
 
 fn parse_ns(token: &str, path: &Path, line: usize) -> Result<f64, IoError> {
@@ -250,9 +240,10 @@ impl EurocDataset {
             .into_iter()
             .enumerate()
             .step_by(stride)
-            .map(|(i, (timestamp, rgb))| Entry {
+            .map(|(i, (timestamp, rgb))| FrameFiles {
                 timestamp,
                 rgb,
+                depth: None,
                 gt: matches[i].map(|j| camera_gt.as_ref().expect("matched")[j].1),
             })
             .collect();
@@ -263,15 +254,26 @@ impl EurocDataset {
         } else {
             path.to_path_buf()
         };
+        let sequence = Sequence {
+            intrinsics: Some(intrinsics),
+            ground_truth: camera_gt,
+            ..Sequence::new(common::display_name(&name_dir), path, frames)
+        };
         Ok(Self {
-            name: common::display_name(&name_dir),
-            root: path.to_path_buf(),
-            frames,
-            intrinsics,
+            sequence,
             t_bs,
             body_gt,
-            camera_gt,
         })
+    }
+
+    /// The frames, camera and (camera) ground truth: the data set [`open`](super::open) returns.
+    pub fn sequence(&self) -> &Sequence {
+        &self.sequence
+    }
+
+    /// [`EurocDataset::sequence`], by value.
+    pub fn into_sequence(self) -> Sequence {
+        self.sequence
     }
 
     /// Body (IMU) to camera transform `T_BS` from `sensor.yaml` (identity if absent).
@@ -282,44 +284,5 @@ impl EurocDataset {
     /// The ground truth as stored: poses of the IMU body in the world.
     pub fn body_ground_truth(&self) -> Option<&[(f64, Pose)]> {
         self.body_gt.as_deref()
-    }
-}
-
-impl Dataset for EurocDataset {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn intrinsics(&self) -> Option<PinholeCamera> {
-        Some(self.intrinsics)
-    }
-
-    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
-        None
-    }
-
-    fn frame(&self, i: usize) -> Result<Frame, IoError> {
-        let entry = self.frames.get(i).ok_or_else(|| {
-            dataset_error(
-                &self.root,
-                format!("frame {i} is out of range ({} frames)", self.frames.len()),
-            )
-        })?;
-        Ok(Frame {
-            index: i,
-            timestamp: entry.timestamp,
-            rgb: common::read_rgb(&entry.rgb)?,
-            depth: None,
-            gt_pose: entry.gt,
-            rgb_path: entry.rgb.clone(),
-        })
-    }
-
-    fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
-        self.camera_gt.clone()
     }
 }

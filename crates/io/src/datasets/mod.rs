@@ -31,6 +31,7 @@ mod common;
 mod euroc;
 mod folder;
 mod register;
+mod sequence;
 mod seven_scenes;
 mod tum;
 mod video;
@@ -47,10 +48,9 @@ use crate::IoError;
 pub use calib::SlamCalibration;
 pub use common::natural_cmp;
 pub use euroc::EurocDataset;
-pub use folder::ImageFolderDataset;
 pub use register::{ColourRegistration, register_colour_to_depth};
-pub use seven_scenes::SevenScenesDataset;
-pub use tum::{MAX_TIME_DIFFERENCE, TumDataset, tum_intrinsics};
+pub use sequence::Sequence;
+pub use tum::{MAX_TIME_DIFFERENCE, tum_intrinsics};
 pub use video::VideoOptions;
 
 /// A depth map in metres (`f32`); `0.0` marks pixels without a valid measurement.
@@ -301,14 +301,14 @@ pub fn open_with(path: &Path, options: &OpenOptions) -> Result<Box<dyn Dataset>,
     };
     let stride = options.stride;
     let calib = options.calibration;
-    Ok(match kind {
-        DatasetKind::Tum => Box::new(TumDataset::open(path, false, stride, calib)?),
-        DatasetKind::Eth3d => Box::new(TumDataset::open(path, true, stride, calib)?),
-        DatasetKind::SevenScenes => Box::new(SevenScenesDataset::open(path, stride, calib)?),
-        DatasetKind::Euroc => Box::new(EurocDataset::open(path, stride, calib)?),
-        DatasetKind::ImageFolder => Box::new(ImageFolderDataset::open(path, stride, calib)?),
-        DatasetKind::Video => Box::new(video::open(path, stride, calib, &options.video)?),
-    })
+    Ok(Box::new(match kind {
+        DatasetKind::Tum => tum::open(path, false, stride, calib)?,
+        DatasetKind::Eth3d => tum::open(path, true, stride, calib)?,
+        DatasetKind::SevenScenes => seven_scenes::open(path, stride, calib)?,
+        DatasetKind::Euroc => EurocDataset::open(path, stride, calib)?.into_sequence(),
+        DatasetKind::ImageFolder => folder::open(path, stride, calib)?,
+        DatasetKind::Video => video::open(path, stride, calib, &options.video)?,
+    }))
 }
 
 /// Recognises the layout of `path` from its contents:
