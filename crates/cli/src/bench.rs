@@ -452,12 +452,14 @@ pub fn build_set(g: &Garden, nn: &[f64], n_target: usize) -> BenchSet {
 fn camera_for(g: &Garden, w: u32, h: u32) -> Camera {
     let s = w as f64 / g.width as f64;
     Camera {
-        fx: g.k[0][0] * s,
-        fy: g.k[1][1] * s,
-        cx: w as f64 / 2.0 + (g.k[0][2] - g.width as f64 / 2.0) * s,
-        cy: h as f64 / 2.0 + (g.k[1][2] - g.height as f64 / 2.0) * s,
-        width: w,
-        height: h,
+        intrinsics: rust3r_geometry::PinholeCamera::new(
+            g.k[0][0] * s,
+            g.k[1][1] * s,
+            w as f64 / 2.0 + (g.k[0][2] - g.width as f64 / 2.0) * s,
+            h as f64 / 2.0 + (g.k[1][2] - g.height as f64 / 2.0) * s,
+            w,
+            h,
+        ),
         world_to_camera: g.viewmat,
     }
 }

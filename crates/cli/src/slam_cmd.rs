@@ -202,14 +202,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     let mut loaders: Vec<(Box<dyn datasets::Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
     let (n_loaders, live_camera) = if let Some(front) = a.network(&args.device, calib)? {
         // Uncalibrated: the live view draws a nominal 512x384 frustum.
-        let nominal = rust3r_geometry::PinholeCamera {
-            fx: 512.0,
-            fy: 512.0,
-            cx: 256.0,
-            cy: 192.0,
-            width: 512,
-            height: 384,
-        };
+        let nominal = rust3r_geometry::PinholeCamera::new(512.0, 512.0, 256.0, 192.0, 512, 384);
         let camera = front.camera().unwrap_or(nominal);
         mono_front = Some(front);
         (0, camera)
@@ -432,6 +425,7 @@ impl<'a> SlamView<'a> {
             cy: c.cy * sc,
             width: (c.width as f64 * sc).round() as u32,
             height: (c.height as f64 * sc).round() as u32,
+            ..*c
         }
     }
 

@@ -360,8 +360,8 @@ fn browser_shows_the_splat_like_render_and_follows_a_drag() {
     // rust3r render's default camera for this size, nudged so the test does not rest on it.
     let means = rust3r_io::load_splats(&splats).unwrap().means;
     let mut camera = rust3r_splat::Camera::default_for_points(&means, w, h);
-    camera.fx *= 1.1;
-    camera.fy *= 1.1;
+    camera.intrinsics.fx *= 1.1;
+    camera.intrinsics.fy *= 1.1;
     let cam_path = dir.path().join("cam.json");
     std::fs::write(&cam_path, serde_json::to_string(&camera).unwrap()).unwrap();
     let png = dir.path().join("render.png");

@@ -3,10 +3,15 @@
 use nalgebra::{Matrix2x3, Matrix3, Vector2, Vector3};
 use serde::{Deserialize, Serialize};
 
-use crate::SE3;
+use crate::{RadTanDistortion, SE3};
 
-/// Ideal pinhole camera (OpenCV convention: camera x right, y down, z forward;
-/// the centre of pixel `(i, j)` is at image coordinates `(i, j)`).
+/// Pinhole camera intrinsics, the one camera type of rust3r's data sets, SLAM and renderer
+/// (OpenCV convention: camera x right, y down, z forward; the centre of pixel `(i, j)` is at
+/// image coordinates `(i, j)`).
+///
+/// `distortion` describes the lens of the images the camera belongs to; the projection
+/// methods are those of the ideal pinhole and ignore it (undistort with
+/// [`crate::init_undistort_rectify_map`] or [`RadTanDistortion::project`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PinholeCamera {
     /// Focal length in x (pixels).
@@ -21,10 +26,13 @@ pub struct PinholeCamera {
     pub width: u32,
     /// Image height in pixels.
     pub height: u32,
+    /// OpenCV radial-tangential distortion of the images; `None` when they are undistorted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distortion: Option<RadTanDistortion>,
 }
 
 impl PinholeCamera {
-    /// Creates a camera from intrinsics and image size.
+    /// Creates an undistorted camera from intrinsics and image size.
     pub fn new(fx: f64, fy: f64, cx: f64, cy: f64, width: u32, height: u32) -> Self {
         Self {
             fx,
@@ -33,6 +41,25 @@ impl PinholeCamera {
             cy,
             width,
             height,
+            distortion: None,
+        }
+    }
+
+    /// The same camera with `distortion`, kept only when some coefficient is non-zero.
+    pub fn with_distortion(self, distortion: Option<RadTanDistortion>) -> Self {
+        Self {
+            distortion: distortion.filter(|d| !d.is_zero()),
+            ..self
+        }
+    }
+
+    /// The same camera for images of `width x height` (the size a calibration without one
+    /// is completed with).
+    pub fn with_size(self, width: u32, height: u32) -> Self {
+        Self {
+            width,
+            height,
+            ..self
         }
     }
 
@@ -123,6 +150,24 @@ impl PinholeCamera {
             cy: (self.cy + 0.5) * sy - 0.5,
             width: new_width,
             height: new_height,
+            ..*self
+        }
+    }
+
+    /// Camera for the image resized to `new_width x new_height` with every intrinsic scaled
+    /// by the size ratio (`c' = c * s`, no half-pixel shift: the convention of COLMAP and
+    /// nerfstudio downscaling, unlike [`PinholeCamera::resized`]).
+    pub fn scaled(&self, new_width: u32, new_height: u32) -> Self {
+        let sx = new_width as f64 / self.width as f64;
+        let sy = new_height as f64 / self.height as f64;
+        Self {
+            fx: self.fx * sx,
+            fy: self.fy * sy,
+            cx: self.cx * sx,
+            cy: self.cy * sy,
+            width: new_width,
+            height: new_height,
+            ..*self
         }
     }
 
@@ -135,6 +180,7 @@ impl PinholeCamera {
             cy: self.cy - y0 as f64,
             width,
             height,
+            ..*self
         }
     }
 }

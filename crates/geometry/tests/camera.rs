@@ -1,7 +1,7 @@
 //! Pinhole camera and look_at tests.
 
 use rust3r_geometry::nalgebra::{Matrix3, Vector2, Vector3};
-use rust3r_geometry::{PinholeCamera, look_at};
+use rust3r_geometry::{PinholeCamera, RadTanDistortion, look_at};
 
 fn cam() -> PinholeCamera {
     PinholeCamera::new(525.0, 520.0, 319.5, 239.5, 640, 480)
@@ -47,6 +47,44 @@ fn resized_camera_keeps_rays() {
     assert!((a - b).norm() < 1e-12);
     let cr = c.cropped(10, 20, 100, 100);
     assert!((cr.ray(&Vector2::new(5.0, 5.0)) - c.ray(&Vector2::new(15.0, 25.0))).norm() < 1e-15);
+}
+
+#[test]
+fn scaled_camera_scales_every_intrinsic_and_keeps_the_distortion() {
+    let d = RadTanDistortion::new5(0.1, -0.02, 0.001, -0.002, 0.003);
+    let c = cam().with_distortion(Some(d));
+    assert_eq!(c.distortion, Some(d));
+    assert_eq!(
+        cam().with_distortion(Some(RadTanDistortion::default())),
+        cam()
+    );
+    let s = c.scaled(160, 160);
+    assert_eq!(
+        (s.fx, s.fy, s.cx, s.cy, s.width, s.height),
+        (
+            131.25,
+            173.33333333333331,
+            79.875,
+            79.83333333333333,
+            160,
+            160
+        )
+    );
+    assert_eq!(s.distortion, Some(d));
+    assert_eq!(c.resized(320, 240).distortion, Some(d));
+    assert_eq!(c.cropped(1, 2, 3, 4).distortion, Some(d));
+    assert_eq!(cam().with_size(0, 0).with_size(640, 480), cam());
+}
+
+#[test]
+fn camera_json_without_distortion_reads_and_writes_as_before() {
+    let text = r#"{"fx":525.0,"fy":520.0,"cx":319.5,"cy":239.5,"width":640,"height":480}"#;
+    let c: PinholeCamera = serde_json::from_str(text).unwrap();
+    assert_eq!(c, cam());
+    assert_eq!(serde_json::to_string(&c).unwrap(), text);
+    let d = cam().with_distortion(Some(RadTanDistortion::new(0.1, 0.0, 0.0, 0.0)));
+    let back: PinholeCamera = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+    assert_eq!(back, d);
 }
 
 #[test]

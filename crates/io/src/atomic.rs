@@ -2,10 +2,9 @@
 //! then rename it over the target, so readers see either the old file or the
 //! complete new one and a failed write never destroys work already on disk.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use crate::error::IoError;
 
@@ -14,10 +13,11 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     write_atomic_with(path, |w| w.write_all(bytes)).map_err(|e| IoError::io(path, e))
 }
 
-/// Streams `body` into a temporary sibling of `path` (buffered), syncs it and
-/// renames it over `path`. On any error the temporary file is removed and the
-/// target is left as it was. Errors are plain `std::io::Error`s: callers name
-/// the file in their own error type.
+/// Streams `body` into a temporary sibling of `path` (buffered; `tempfile`'s
+/// `NamedTempFile`), syncs it and renames it over `path`. On any error the temporary file is
+/// removed and the target is left as it was. The new file gets the permissions of a plain
+/// `File::create` (`0o666` less the umask on Unix). Errors are plain `std::io::Error`s:
+/// callers name the file in their own error type.
 pub fn write_atomic_with(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
@@ -32,41 +32,19 @@ pub fn write_atomic_with(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let (tmp_path, file) = create_temp(dir, file_name)?;
-    let result = (|| {
-        let mut w = BufWriter::with_capacity(1 << 20, &file);
-        body(&mut w)?;
-        w.flush()?;
-        drop(w);
-        file.sync_all()?;
-        fs::rename(&tmp_path, path)
-    })();
-    if let Err(error) = result {
-        let _ = fs::remove_file(&tmp_path);
-        return Err(error);
-    }
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(file_name);
+    prefix.push(".");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".tmp");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let tmp = builder.tempfile_in(dir)?;
+    let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+    body(&mut w)?;
+    w.flush()?;
+    drop(w);
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
-}
-
-fn create_temp(dir: &Path, file_name: &std::ffi::OsStr) -> std::io::Result<(PathBuf, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    loop {
-        let mut name = std::ffi::OsString::from(".");
-        name.push(file_name);
-        name.push(format!(
-            ".{}.{}.tmp",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let tmp_path = dir.join(name);
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp_path)
-        {
-            Ok(file) => return Ok((tmp_path, file)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
 }

@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use image::{GrayImage, ImageBuffer, Luma, Rgb, RgbImage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rust3r_geometry::PinholeCamera;
 use rust3r_io::IoError;
 use rust3r_io::datasets::{
-    self, Dataset, DatasetKind, EurocDataset, Intrinsics, OpenOptions, Pose, detect, natural_cmp,
-    open, open_with, tum_intrinsics,
+    self, Dataset, DatasetKind, EurocDataset, OpenOptions, Pose, detect, natural_cmp, open,
+    open_with, tum_intrinsics,
 };
 use rust3r_testdata::data;
 
@@ -87,7 +88,7 @@ fn redkitchen_real() {
     assert_eq!(ds.name(), "redkitchen");
     assert_eq!(ds.len(), 500);
     let k = ds.intrinsics().unwrap();
-    assert_eq!(k, Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 640, 480));
+    assert_eq!(k, PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480));
     assert_eq!(ds.depth_intrinsics().unwrap(), k);
 
     let f0 = ds.frame(0).unwrap();
@@ -231,7 +232,7 @@ fn redkitchen_colour_is_registered_to_depth() {
         "edge agreement registered {registered} vs file {raw}"
     );
     // A calibration override keeps the files' pixels.
-    let k = Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 640, 480);
+    let k = PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480);
     let plain = open_with(
         &dir,
         &OpenOptions {
@@ -307,7 +308,7 @@ fn tum_association_stride_intrinsics() {
     assert_eq!((k.fx, k.fy, k.cx, k.cy), (520.9, 521.0, 325.1, 249.7));
     assert_eq!((k.width, k.height), (640, 480));
     assert_eq!(
-        k.distortion,
+        k.distortion.map(|d| d.to_array()),
         Some([0.2312, -0.7849, -0.0033, -0.0001, 0.9172])
     );
     assert_eq!(ds.depth_intrinsics(), Some(k));
@@ -368,7 +369,7 @@ fn tum_needs_calibration_without_freiburg_name() {
     let e = open_err(&dir, None);
     assert!(e.contains("my_capture") && e.contains("--calib"), "{e}");
     // An explicit calibration (size 0 = from the images) makes it usable.
-    let calib = Intrinsics::pinhole(100.0, 101.0, 2.0, 1.5, 0, 0);
+    let calib = PinholeCamera::new(100.0, 101.0, 2.0, 1.5, 0, 0);
     let ds = open_with(
         &dir,
         &OpenOptions {
@@ -379,7 +380,7 @@ fn tum_needs_calibration_without_freiburg_name() {
     .unwrap();
     assert_eq!(
         ds.intrinsics().unwrap(),
-        Intrinsics::pinhole(100.0, 101.0, 2.0, 1.5, 4, 3)
+        PinholeCamera::new(100.0, 101.0, 2.0, 1.5, 4, 3)
     );
     assert_eq!(ds.depth_intrinsics(), ds.intrinsics());
     // A calibration for another image size is refused.
@@ -387,7 +388,7 @@ fn tum_needs_calibration_without_freiburg_name() {
         open_with(
             &dir,
             &OpenOptions {
-                calibration: Some(Intrinsics::pinhole(100.0, 100.0, 2.0, 1.5, 640, 480)),
+                calibration: Some(PinholeCamera::new(100.0, 100.0, 2.0, 1.5, 640, 480)),
                 ..Default::default()
             },
         )
@@ -522,7 +523,7 @@ fn euroc_layout() {
     );
     assert_eq!((k.width, k.height), (752, 480));
     assert_eq!(
-        k.distortion,
+        k.distortion.map(|d| d.to_array()),
         Some([-0.28340811, 0.07395907, 0.00019359, 1.76187114e-05, 0.0])
     );
     assert!(ds.depth_intrinsics().is_none());
@@ -552,10 +553,11 @@ fn euroc_layout() {
     assert_eq!(ds.ground_truth().unwrap().len(), 40);
 
     let typed = EurocDataset::open(&dir, 2, None).unwrap();
-    assert_eq!(typed.len(), 2);
+    assert_eq!(typed.sequence().len(), 2);
     assert_eq!(typed.body_to_camera(), T_BS);
     assert_eq!(typed.body_ground_truth().unwrap()[3].1[0][3], 3.0);
-    assert!((typed.frame(1).unwrap().timestamp - 1_403_636_579.863_555_5).abs() < 1e-6);
+    let frame = typed.sequence().frame(1).unwrap();
+    assert!((frame.timestamp - 1_403_636_579.863_555_5).abs() < 1e-6);
 
     // Without ground truth.
     fs::remove_dir_all(dir.join("mav0/state_groundtruth_estimate0")).unwrap();
@@ -641,7 +643,7 @@ fn eth3d_layout() {
     let k = ds.intrinsics().unwrap();
     assert_eq!(
         k,
-        Intrinsics::pinhole(
+        PinholeCamera::new(
             726.21081542969,
             726.21081542969,
             359.2048034668,
@@ -715,7 +717,7 @@ fn image_folder_natural_sort_and_stride() {
     let ds = open_with(
         &dir,
         &OpenOptions {
-            calibration: Some(Intrinsics::pinhole(3.0, 3.0, 1.5, 1.0, 0, 0)),
+            calibration: Some(PinholeCamera::new(3.0, 3.0, 1.5, 1.0, 0, 0)),
             ..Default::default()
         },
     )
@@ -832,24 +834,27 @@ fn calibration_files() {
         &yaml,
         "width: 640\nheight: 480\n# With distortion (fx, fy, cx, cy, k1, k2, p1, p2)\ncalibration:  [517.3, 516.5, 318.6, 255.3, 0.2624, -0.9531, -0.0054, 0.0026, 1.1633]\n",
     );
-    let k = Intrinsics::from_file(&yaml).unwrap();
+    let k = datasets::read_calibration(&yaml).unwrap();
     assert_eq!(k, tum_intrinsics(1).unwrap());
     let txt = tmp.path().join("calib.txt");
     write(&txt, "500 501 320 240\n");
     assert_eq!(
-        Intrinsics::from_file(&txt).unwrap(),
-        Intrinsics::pinhole(500.0, 501.0, 320.0, 240.0, 0, 0)
+        datasets::read_calibration(&txt).unwrap(),
+        PinholeCamera::new(500.0, 501.0, 320.0, 240.0, 0, 0)
     );
     write(&txt, "500 501 320 240 0.1 0 0 0\n");
     assert_eq!(
-        Intrinsics::from_file(&txt).unwrap().distortion,
+        datasets::read_calibration(&txt)
+            .unwrap()
+            .distortion
+            .map(|d| d.to_array()),
         Some([0.1, 0.0, 0.0, 0.0, 0.0])
     );
     write(&yaml, "width: 640\ncalibration: [1, 2, 3, 4]\n");
-    let e = err_text(Intrinsics::from_file(&yaml));
+    let e = err_text(datasets::read_calibration(&yaml));
     assert!(e.contains("intrinsics.yaml") && e.contains("height"), "{e}");
     write(&yaml, "width: 640\nheight: 480\ncalibration: [1, 2, 3]\n");
-    let e = err_text(Intrinsics::from_file(&yaml));
+    let e = err_text(datasets::read_calibration(&yaml));
     assert!(
         e.contains("line 3") && e.contains("expected 4 numbers"),
         "{e}"
@@ -985,7 +990,7 @@ fn malformed_inputs_name_the_file() {
     let ds = open(&seq, None, 1).unwrap();
     assert_eq!(
         ds.intrinsics().unwrap(),
-        Intrinsics::pinhole(500.0, 501.0, 2.0, 1.5, 4, 3)
+        PinholeCamera::new(500.0, 501.0, 2.0, 1.5, 4, 3)
     );
     // 65535 is invalid depth.
     write_depth(&seq.join("frame-000000.depth.png"), 65535);

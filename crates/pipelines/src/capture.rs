@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use rust3r_geometry::PinholeCamera;
 use rust3r_gpu::Gpu;
-use rust3r_io::datasets::{self, Dataset, DatasetKind, Frame, Intrinsics};
+use rust3r_io::datasets::{self, Dataset, DatasetKind, Frame};
 use rust3r_io::scene::{PosedImage, SceneOptions, SceneView, scene_from_images};
 use rust3r_slam::output::{self, pose_to_sim3};
 use rust3r_slam::{
@@ -73,7 +74,7 @@ pub struct RunOptions {
     /// ... or when the last view picked is this many frames back (0: no limit).
     pub max_view_gap: usize,
     /// Colour camera calibration replacing the data set's (the mono mode's `--calib`).
-    pub calibration: Option<Intrinsics>,
+    pub calibration: Option<PinholeCamera>,
     /// Tracking lost for good: the run stops with an error when the input ends with at least
     /// this many frames lost in a row (0: never; a shorter lost tail only loses those frames).
     pub max_lost_frames: usize,
@@ -795,10 +796,10 @@ impl Dataset for Subset {
     fn len(&self) -> usize {
         self.keep.len()
     }
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         self.inner.intrinsics()
     }
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         self.inner.depth_intrinsics()
     }
     fn frame(&self, i: usize) -> Result<Frame, rust3r_io::IoError> {
@@ -988,7 +989,7 @@ fn check_frame_sizes(result: &SlamResult, (w, h): (u32, u32)) -> Result<(), Pipe
 pub fn pointmap_camera(
     result: &SlamResult,
     image: (u32, u32),
-) -> Result<(Intrinsics, Intrinsics, bool), PipelineError> {
+) -> Result<(PinholeCamera, PinholeCamera, bool), PipelineError> {
     let mut fitted = true;
     let kf = result
         .keyframes
@@ -998,7 +999,7 @@ pub fn pointmap_camera(
     let (w, h) = (kf.pointmap.width, kf.pointmap.height);
     let (pcx, pcy) = ((w as f64 - 1.0) / 2.0, (h as f64 - 1.0) / 2.0);
     let pk = match result.camera {
-        Some(c) => Intrinsics::pinhole(c.fx, c.fy, c.cx, c.cy, c.width, c.height),
+        Some(c) => c,
         None => {
             let (mut num, mut den) = (0.0f64, 0.0f64);
             for kf in &result.keyframes.frames {
@@ -1022,7 +1023,7 @@ pub fn pointmap_camera(
                 f = w as f64 / 2.0 / 30f64.to_radians().tan();
                 fitted = false;
             }
-            Intrinsics::pinhole(f, f, pcx, pcy, w as u32, h as u32)
+            PinholeCamera::new(f, f, pcx, pcy, w as u32, h as u32)
         }
     };
     // Pointmap pixel u is resized-image pixel u + x0, image pixel (u + x0 + 0.5)·W/rw − 0.5.
@@ -1038,7 +1039,7 @@ pub fn pointmap_camera(
         image.0 as f64 / rc.resized.0 as f64,
         image.1 as f64 / rc.resized.1 as f64,
     );
-    let colour = Intrinsics::pinhole(
+    let colour = PinholeCamera::new(
         pk.fx * sx,
         pk.fy * sy,
         (pk.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
@@ -1146,7 +1147,7 @@ pub fn select_views(
 }
 
 /// A depth map carried into a view's pixel grid (module docs).
-pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView) -> Vec<f32> {
+pub fn depth_to_view(depth: &datasets::DepthImage, k: &PinholeCamera, v: &SceneView) -> Vec<f32> {
     resample_to_view(depth, None, k, v).0
 }
 
@@ -1156,7 +1157,7 @@ pub fn depth_to_view(depth: &datasets::DepthImage, k: &Intrinsics, v: &SceneView
 pub fn depth_to_view_weighted(
     depth: &datasets::DepthImage,
     weight: &datasets::DepthImage,
-    k: &Intrinsics,
+    k: &PinholeCamera,
     v: &SceneView,
 ) -> (Vec<f32>, Vec<f32>) {
     resample_to_view(depth, Some(weight), k, v)
@@ -1165,7 +1166,7 @@ pub fn depth_to_view_weighted(
 fn resample_to_view(
     depth: &datasets::DepthImage,
     weight: Option<&datasets::DepthImage>,
-    k: &Intrinsics,
+    k: &PinholeCamera,
     v: &SceneView,
 ) -> (Vec<f32>, Vec<f32>) {
     let (w, h) = (v.width as usize, v.height as usize);
@@ -1348,7 +1349,7 @@ mod tests {
         assert_eq!(weight, [1.0, 2.0, 0.0, 4.0, 1.5, 0.0, 5.0, 10.0]);
 
         // Carried into a view of the same camera: the same images.
-        let k = Intrinsics::pinhole(4.0, 4.0, 1.5, 0.5, 4, 2);
+        let k = PinholeCamera::new(4.0, 4.0, 1.5, 0.5, 4, 2);
         let (dv, wv) = depth_to_view_weighted(&d, &c, &k, &view(4, 2, 4.0, (1.5, 0.5)));
         assert_eq!((dv, wv), (depth.clone(), weight.clone()));
         assert_eq!(depth_to_view(&d, &k, &view(4, 2, 4.0, (1.5, 0.5))), depth);
@@ -1373,7 +1374,7 @@ mod tests {
         let conf = [2.0, 2.0, 9.0, 9.0, 2.0, 2.0, 9.0, 9.0];
         let z = [2.0, 2.0, 2.0, 2.2, 2.0, 2.0, 2.0, 2.0];
         let (d, c) = pointmap_depth(&pointmap(conf, z), 1, 1.0);
-        let k = Intrinsics::pinhole(4.0, 4.0, 1.5, 0.5, 4, 2);
+        let k = PinholeCamera::new(4.0, 4.0, 1.5, 0.5, 4, 2);
         let (dv, wv) = depth_to_view_weighted(&d, &c, &k, &view(2, 1, 2.0, (0.5, 0.0)));
         assert_eq!((dv, wv), (vec![2.0, 0.0], vec![2.0, 0.0]));
     }

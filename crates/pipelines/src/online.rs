@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
 
-use rust3r_geometry::Sim3;
+use rust3r_geometry::{PinholeCamera, Sim3};
 use rust3r_gpu::{Gpu, GpuBuffer};
-use rust3r_io::datasets::{Dataset, Intrinsics};
+use rust3r_io::datasets::Dataset;
 use rust3r_io::scene::{ImageCache, PosedImage, SceneOptions, scene_from_images};
 use rust3r_slam::output;
 use rust3r_slam::pointmap::Pointmap;
@@ -58,7 +58,7 @@ pub(crate) struct Setup {
     /// Focal length of the pointmaps (pixels), for the points' footprints.
     pub focal: Option<f64>,
     /// The colour camera at full resolution.
-    pub colour: Intrinsics,
+    pub colour: PinholeCamera,
     /// The frames SLAM reads (for the delivered images of a data set that resamples colour).
     pub dataset: Box<dyn Dataset>,
     /// Where delivered images go (SLAM's output folder), when the data set resamples colour.

@@ -317,12 +317,7 @@ pub type Events<'e> = dyn FnMut(TrainEvent<'_>) + 'e;
 pub fn camera_of(scene: &Scene, i: usize) -> Camera {
     let v = &scene.views[i];
     Camera {
-        fx: v.fx,
-        fy: v.fy,
-        cx: v.cx,
-        cy: v.cy,
-        width: v.width,
-        height: v.height,
+        intrinsics: rust3r_geometry::PinholeCamera::new(v.fx, v.fy, v.cx, v.cy, v.width, v.height),
         world_to_camera: v.world_to_camera,
     }
 }

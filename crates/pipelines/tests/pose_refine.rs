@@ -47,12 +47,7 @@ fn pose_refinement_recovers_a_perturbed_camera() {
         [0.0, 0.0, 0.0, 1.0],
     ];
     let cam = |w2c: [[f64; 4]; 4]| Camera {
-        fx: 60.0,
-        fy: 60.0,
-        cx: 40.0,
-        cy: 30.0,
-        width: 80,
-        height: 60,
+        intrinsics: rust3r_geometry::PinholeCamera::new(60.0, 60.0, 40.0, 30.0, 80, 60),
         world_to_camera: w2c,
     };
     let target = gpu.upload(&trainer.render_rgb(&cam(truth)).unwrap());

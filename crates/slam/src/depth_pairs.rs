@@ -28,7 +28,7 @@ use nalgebra::{Matrix4, Vector3};
 use rayon::prelude::*;
 use rust3r_geometry::PinholeCamera;
 use rust3r_io::IoError;
-use rust3r_io::datasets::{Dataset, Frame, Intrinsics, Pose};
+use rust3r_io::datasets::{Dataset, Frame, Pose};
 
 use crate::SlamError;
 use crate::pair::{PairFrontEnd, PairPrediction};
@@ -69,7 +69,7 @@ struct Encoded {
 /// See the module documentation.
 pub struct DepthPairs {
     inner: Option<Box<dyn PointmapFrontEnd>>,
-    depth_camera: Intrinsics,
+    depth_camera: PinholeCamera,
     width: usize,
     height: usize,
     noise: DepthNoise,
@@ -83,7 +83,7 @@ impl DepthPairs {
     /// pose proximity.
     pub fn new(
         mut inner: Option<Box<dyn PointmapFrontEnd>>,
-        depth_camera: Intrinsics,
+        depth_camera: PinholeCamera,
         width: usize,
         height: usize,
         noise: DepthNoise,
@@ -117,19 +117,9 @@ impl DepthPairs {
 
     /// The pinhole camera of the predictions (the depth camera resampled to their size).
     pub fn camera_model(&self) -> PinholeCamera {
-        let k = &self.depth_camera;
-        let (sx, sy) = (
-            self.width as f64 / k.width as f64,
-            self.height as f64 / k.height as f64,
-        );
-        PinholeCamera::new(
-            k.fx * sx,
-            k.fy * sy,
-            (k.cx + 0.5) * sx - 0.5,
-            (k.cy + 0.5) * sy - 0.5,
-            self.width as u32,
-            self.height as u32,
-        )
+        self.depth_camera
+            .resized(self.width as u32, self.height as u32)
+            .with_distortion(None)
     }
 
     fn encode_depth(&self, frame: &Frame) -> Result<Encoded, SlamError> {
@@ -408,11 +398,11 @@ impl Dataset for PingPong {
         self.order.len()
     }
 
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         self.inner.intrinsics()
     }
 
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         self.inner.depth_intrinsics()
     }
 

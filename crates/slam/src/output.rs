@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use nalgebra::{Matrix4, Vector3};
-use rust3r_geometry::Sim3;
+use rust3r_geometry::{PinholeCamera, Sim3};
 use rust3r_io::atomic::write_atomic_with;
 use rust3r_io::datasets::{Dataset, Pose};
 
@@ -130,23 +130,6 @@ pub fn write_ply(path: &Path, points: &[([f32; 3], [u8; 3])]) -> Result<(), Slam
     .map_err(io_err(path))
 }
 
-/// Camera of the exported images.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ExportCamera {
-    /// Focal length x (pixels).
-    pub fx: f64,
-    /// Focal length y.
-    pub fy: f64,
-    /// Principal point x.
-    pub cx: f64,
-    /// Principal point y.
-    pub cy: f64,
-    /// Image width.
-    pub width: u32,
-    /// Image height.
-    pub height: u32,
-}
-
 /// OpenGL camera-to-world matrix from an OpenCV one: the y and z camera columns negated.
 pub fn opencv_to_opengl_c2w(t: &Sim3) -> Matrix4<f64> {
     let mut m = t.to_se3().matrix();
@@ -159,9 +142,10 @@ pub fn opencv_to_opengl_c2w(t: &Sim3) -> Matrix4<f64> {
 
 /// Writes a nerfstudio `transforms.json`: one frame per `(image, T_WC)` with its intrinsics,
 /// `transform_matrix` the OpenGL camera-to-world, and `ply_file_path` naming the point cloud.
+/// The images are written as undistorted (`k1 = k2 = p1 = p2 = 0`).
 pub fn write_transforms_json(
     path: &Path,
-    cam: &ExportCamera,
+    cam: &PinholeCamera,
     frames: &[(PathBuf, Sim3)],
     ply_file: &str,
 ) -> Result<(), SlamError> {
@@ -260,7 +244,7 @@ pub fn write_outputs_with(
     dataset: &dyn Dataset,
     out_dir: &Path,
     export_conf: f32,
-    camera: Option<rust3r_io::datasets::Intrinsics>,
+    camera: Option<PinholeCamera>,
 ) -> Result<OutputFiles, SlamError> {
     std::fs::create_dir_all(out_dir).map_err(io_err(out_dir))?;
     let trajectory = out_dir.join("trajectory.txt");
@@ -301,14 +285,7 @@ pub fn write_outputs_with(
             .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", p.display())))?,
         (w, h, _) => (w, h),
     };
-    let cam = ExportCamera {
-        fx: k.fx,
-        fy: k.fy,
-        cx: k.cx,
-        cy: k.cy,
-        width: w,
-        height: h,
-    };
+    let cam = k.with_size(w, h).with_distortion(None);
     let poses = result.frame_poses();
     let mut frames: Vec<(PathBuf, Sim3)> = result
         .frames

@@ -8,7 +8,7 @@
 
 use nalgebra::Vector3;
 use rust3r_geometry::PinholeCamera;
-use rust3r_io::datasets::{Frame, Intrinsics};
+use rust3r_io::datasets::Frame;
 
 use crate::SlamError;
 
@@ -192,7 +192,7 @@ pub trait PointmapFrontEnd: Send {
 /// ground truth refers to. Colour is only texture and is slightly misaligned there.
 #[derive(Debug, Clone)]
 pub struct RgbdFrontEnd {
-    depth_camera: Intrinsics,
+    depth_camera: PinholeCamera,
     camera: PinholeCamera,
     downsample: usize,
     min_depth: f32,
@@ -202,7 +202,7 @@ pub struct RgbdFrontEnd {
 impl RgbdFrontEnd {
     /// Front end for depth images with calibration `depth_intrinsics`.
     pub fn new(
-        depth_intrinsics: Intrinsics,
+        depth_intrinsics: PinholeCamera,
         downsample: usize,
         min_depth: f64,
         max_depth: f64,

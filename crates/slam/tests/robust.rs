@@ -8,7 +8,7 @@ use common::*;
 use nalgebra::Vector3;
 use rust3r_geometry::{PinholeCamera, Sim3};
 use rust3r_io::IoError;
-use rust3r_io::datasets::{Dataset, Frame, Intrinsics, Pose};
+use rust3r_io::datasets::{Dataset, Frame, Pose};
 use rust3r_slam::tracker::{Tracker, constraint_ratio};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamConfig, SlamError, run_slam};
 
@@ -136,13 +136,13 @@ impl Dataset for Synthetic {
     fn len(&self) -> usize {
         self.poses.len()
     }
-    fn intrinsics(&self) -> Option<Intrinsics> {
+    fn intrinsics(&self) -> Option<PinholeCamera> {
         let c = &self.cam;
-        Some(Intrinsics::pinhole(
+        Some(PinholeCamera::new(
             c.fx, c.fy, c.cx, c.cy, c.width, c.height,
         ))
     }
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
+    fn depth_intrinsics(&self) -> Option<PinholeCamera> {
         self.intrinsics()
     }
     fn frame(&self, i: usize) -> Result<Frame, IoError> {

@@ -109,12 +109,14 @@ fn setup(
     }
     m[3][3] = 1.0;
     let camera = Camera {
-        fx: s.fx as f64,
-        fy: s.fy as f64,
-        cx: s.cx as f64,
-        cy: s.cy as f64,
-        width: s.width,
-        height: s.height,
+        intrinsics: rust3r_geometry::PinholeCamera::new(
+            s.fx as f64,
+            s.fy as f64,
+            s.cx as f64,
+            s.cy as f64,
+            s.width,
+            s.height,
+        ),
         world_to_camera: m,
     };
     let splats = GpuSplats {

@@ -1,5 +1,8 @@
 //! The pinhole camera the rasterizer renders from.
 
+use std::ops::Deref;
+
+use rust3r_geometry::PinholeCamera;
 use serde::{Deserialize, Serialize};
 
 use crate::SplatError;
@@ -7,19 +10,25 @@ use crate::SplatError;
 /// Floats in the device-side camera block (see `kernels::project`).
 pub const CAM_LEN: usize = 24;
 
-/// Pinhole camera, OpenCV convention (x right, y down, z forward), with a
-/// world-to-camera rigid transform.
+/// A posed pinhole camera, OpenCV convention (x right, y down, z forward): the shared
+/// intrinsics and a world-to-camera rigid transform. The intrinsics' fields read through
+/// (`camera.fx`); the JSON form is flat (`fx fy cx cy width height world_to_camera`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Camera {
-    pub fx: f64,
-    pub fy: f64,
-    pub cx: f64,
-    pub cy: f64,
-    pub width: u32,
-    pub height: u32,
+    /// Intrinsics and image size (undistorted: [`Camera::validate`] rejects a distortion).
+    #[serde(flatten)]
+    pub intrinsics: PinholeCamera,
     /// 4x4 world-to-camera matrix, row-major.
     #[serde(with = "mat4")]
     pub world_to_camera: [[f64; 4]; 4],
+}
+
+impl Deref for Camera {
+    type Target = PinholeCamera;
+
+    fn deref(&self) -> &PinholeCamera {
+        &self.intrinsics
+    }
 }
 
 mod mat4 {
@@ -50,6 +59,14 @@ mod mat4 {
 }
 
 impl Camera {
+    /// The camera `intrinsics` at pose `world_to_camera`.
+    pub fn new(intrinsics: PinholeCamera, world_to_camera: [[f64; 4]; 4]) -> Self {
+        Self {
+            intrinsics,
+            world_to_camera,
+        }
+    }
+
     /// Parse the camera JSON of `rust3r render --camera` (`fx fy cx cy width height
     /// world_to_camera`, the matrix row-major as 4 rows or 16 numbers) and [`Camera::validate`] it.
     pub fn from_json(text: &str) -> Result<Self, SplatError> {
@@ -68,6 +85,12 @@ impl Camera {
         if !finite {
             return Err(SplatError::InvalidCamera(
                 "non-finite intrinsics or pose".into(),
+            ));
+        }
+        if self.distortion.is_some() {
+            return Err(SplatError::InvalidCamera(
+                "the rasterizer renders undistorted images; the camera has a lens distortion"
+                    .into(),
             ));
         }
         if self.fx <= 0.0 || self.fy <= 0.0 {
@@ -215,15 +238,15 @@ impl Camera {
         }
         m[3][3] = 1.0;
         let fx = 0.5 * width as f64 / (0.5 * fov_x).tan();
-        Camera {
+        let intrinsics = PinholeCamera::new(
             fx,
-            fy: fx,
-            cx: width as f64 / 2.0,
-            cy: height as f64 / 2.0,
+            fx,
+            width as f64 / 2.0,
+            height as f64 / 2.0,
             width,
             height,
-            world_to_camera: m,
-        }
+        );
+        Camera::new(intrinsics, m)
     }
 }
 
@@ -276,6 +299,33 @@ mod tests {
             reach_y = reach_y.max((v - cam.cy).abs() / cam.cy);
         }
         (reach_x, reach_y)
+    }
+
+    #[test]
+    fn camera_json_is_flat_and_a_distortion_is_rejected() {
+        let text = r#"{"fx":50,"fy":60.5,"cx":32,"cy":24,"width":64,"height":48,
+            "world_to_camera":[1,0,0,0, 0,1,0,0, 0,0,1,5, 0,0,0,1]}"#;
+        let cam = Camera::from_json(text).unwrap();
+        assert_eq!(
+            (cam.fx, cam.fy, cam.cx, cam.cy, cam.width, cam.height),
+            (50.0, 60.5, 32.0, 24.0, 64, 48)
+        );
+        assert_eq!(cam.intrinsics.distortion, None);
+        assert_eq!(cam.world_to_camera[2], [0.0, 0.0, 1.0, 5.0]);
+        let written = serde_json::to_string(&cam).unwrap();
+        assert_eq!(
+            written,
+            "{\"fx\":50.0,\"fy\":60.5,\"cx\":32.0,\"cy\":24.0,\"width\":64,\"height\":48,\
+             \"world_to_camera\":[[1.0,0.0,0.0,0.0],[0.0,1.0,0.0,0.0],[0.0,0.0,1.0,5.0],\
+             [0.0,0.0,0.0,1.0]]}"
+        );
+        assert_eq!(Camera::from_json(&written).unwrap(), cam);
+        let distorted = text.replace(
+            "\"height\":48,",
+            "\"height\":48,\"distortion\":{\"k1\":0.1,\"k2\":0,\"p1\":0,\"p2\":0},",
+        );
+        let e = Camera::from_json(&distorted).unwrap_err().to_string();
+        assert!(e.contains("distortion"), "{e}");
     }
 
     #[test]

@@ -117,8 +117,8 @@ fn invalid_camera_is_an_error_not_a_panic() {
     let s = random_scene(14, 10, 0);
     let mut cam = test_camera(0, 10);
     assert!(render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).is_err());
-    cam.width = 10;
-    cam.fx = f64::NAN;
+    cam.intrinsics.width = 10;
+    cam.intrinsics.fx = f64::NAN;
     assert!(render(&gpu, &upload(&gpu, &s), &cam, &RenderOptions::default()).is_err());
 }
 

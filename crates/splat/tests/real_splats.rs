@@ -32,11 +32,12 @@ fn check(file: &str, width: u32, height: u32) {
             *v = *v as f32 as f64;
         }
     }
-    (cam.fx, cam.fy, cam.cx, cam.cy) = (
-        cam.fx as f32 as f64,
-        cam.fy as f32 as f64,
-        cam.cx as f32 as f64,
-        cam.cy as f32 as f64,
+    let k = &mut cam.intrinsics;
+    (k.fx, k.fy, k.cx, k.cy) = (
+        k.fx as f32 as f64,
+        k.fy as f32 as f64,
+        k.cx as f32 as f64,
+        k.cy as f32 as f64,
     );
     let bg = [0.1, 0.2, 0.3];
     let (out, _) = render(

@@ -192,12 +192,7 @@ fn trainer_applies_depth_pixel_weights() {
         ..TrainConfig::default()
     };
     let cam = Camera {
-        fx: 60.0,
-        fy: 60.0,
-        cx: 40.0,
-        cy: 30.0,
-        width: 80,
-        height: 60,
+        intrinsics: rust3r_geometry::PinholeCamera::new(60.0, 60.0, 40.0, 30.0, 80, 60),
         world_to_camera: [
             [1.0, 0.0, 0.0, 0.0],
             [0.0, 1.0, 0.0, 0.0],

@@ -67,12 +67,14 @@ fn lego_views(count: usize) -> Vec<View> {
             }
             let focal = 0.5 * SIZE as f64 / (0.5 * angle).tan();
             let camera = Camera {
-                fx: focal,
-                fy: focal,
-                cx: SIZE as f64 / 2.0,
-                cy: SIZE as f64 / 2.0,
-                width: SIZE,
-                height: SIZE,
+                intrinsics: rust3r_geometry::PinholeCamera::new(
+                    focal,
+                    focal,
+                    SIZE as f64 / 2.0,
+                    SIZE as f64 / 2.0,
+                    SIZE,
+                    SIZE,
+                ),
                 world_to_camera: invert_rigid(&c2w),
             };
             View { camera, rgb }
@@ -410,12 +412,9 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
         let img = scene.load_view(i).unwrap();
         let view = AlphaView {
             camera: Camera {
-                fx: v.fx,
-                fy: v.fy,
-                cx: v.cx,
-                cy: v.cy,
-                width: v.width,
-                height: v.height,
+                intrinsics: rust3r_geometry::PinholeCamera::new(
+                    v.fx, v.fy, v.cx, v.cy, v.width, v.height,
+                ),
                 world_to_camera: v.world_to_camera,
             },
             rgb: img.rgb,

@@ -731,7 +731,12 @@ fn alpha_loss_through_the_rasterizer_matches_finite_differences() {
             *v = *v as f32 as f64;
         }
     }
-    for v in [&mut cam.fx, &mut cam.fy, &mut cam.cx, &mut cam.cy] {
+    for v in [
+        &mut cam.intrinsics.fx,
+        &mut cam.intrinsics.fy,
+        &mut cam.intrinsics.cx,
+        &mut cam.intrinsics.cy,
+    ] {
         *v = *v as f32 as f64;
     }
     let npix = 40 * 30;
@@ -1234,12 +1239,7 @@ fn small_trainer(gpu: &rust3r_gpu::Gpu, moments: MomentPrecision) -> Trainer {
 
 fn small_camera() -> rust3r_splat::Camera {
     rust3r_splat::Camera {
-        fx: 20.0,
-        fy: 20.0,
-        cx: 12.0,
-        cy: 12.0,
-        width: 24,
-        height: 24,
+        intrinsics: rust3r_geometry::PinholeCamera::new(20.0, 20.0, 12.0, 12.0, 24, 24),
         world_to_camera: [
             [1.0, 0.0, 0.0, 0.0],
             [0.0, 1.0, 0.0, 0.0],

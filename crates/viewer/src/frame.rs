@@ -382,7 +382,7 @@ mod tests {
         nan.camera.world_to_camera[0][3] = f64::NAN;
         assert!(nan.validate().is_err());
         let mut huge = FrameRequest::new(cam.clone());
-        huge.camera.width = MAX_SIDE + 1;
+        huge.camera.intrinsics.width = MAX_SIDE + 1;
         assert!(huge.validate().is_err());
         let mut scale = FrameRequest::new(cam);
         scale.splat_scale = f32::INFINITY;

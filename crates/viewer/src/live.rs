@@ -201,14 +201,11 @@ impl LiveView {
     /// builds the splats and the overlay.
     pub fn slam_progress(&mut self, p: &Progress) {
         if self.slam.is_none() {
-            let camera = self.slam_camera.unwrap_or(rust3r_geometry::PinholeCamera {
-                fx: 554.3,
-                fy: 554.3,
-                cx: 320.0,
-                cy: 240.0,
-                width: 640,
-                height: 480,
-            });
+            let camera = self
+                .slam_camera
+                .unwrap_or(rust3r_geometry::PinholeCamera::new(
+                    554.3, 554.3, 320.0, 240.0, 640, 480,
+                ));
             self.slam = Some(SlamFeed::start(
                 self.handle.clone(),
                 camera,
@@ -415,12 +412,14 @@ fn slam_worker(
     let mut dirty_overlay = false;
     let mut last_publish: Option<Instant> = None;
     let frustum = |pose: &Sim3| Camera {
-        fx: camera.fx,
-        fy: camera.fy,
-        cx: camera.cx,
-        cy: camera.cy,
-        width: camera.width.max(1),
-        height: camera.height.max(1),
+        intrinsics: rust3r_geometry::PinholeCamera::new(
+            camera.fx,
+            camera.fy,
+            camera.cx,
+            camera.cy,
+            camera.width.max(1),
+            camera.height.max(1),
+        ),
         world_to_camera: world_to_camera(pose),
     };
     let mut open = true;
@@ -647,12 +646,7 @@ mod tests {
             1.0,
         );
         let cam = Camera {
-            fx: 1.0,
-            fy: 1.0,
-            cx: 0.0,
-            cy: 0.0,
-            width: 1,
-            height: 1,
+            intrinsics: rust3r_geometry::PinholeCamera::new(1.0, 1.0, 0.0, 0.0, 1, 1),
             world_to_camera: world_to_camera(&pose),
         };
         let c = cam.center();

@@ -302,12 +302,14 @@ fn read_transforms_cameras(path: &Path) -> Result<Vec<Camera>, ViewerError> {
         // OpenGL to OpenCV camera axes: y and z flip.
         let r = [0, 1, 2].map(|row| [m[row][0], -m[row][1], -m[row][2]]);
         let cam = Camera {
-            fx,
-            fy: num(f, "fl_y").unwrap_or(fx),
-            cx: num(f, "cx").unwrap_or(w / 2.0),
-            cy: num(f, "cy").unwrap_or(h / 2.0),
-            width: w.max(1.0) as u32,
-            height: h.max(1.0) as u32,
+            intrinsics: rust3r_geometry::PinholeCamera::new(
+                fx,
+                num(f, "fl_y").unwrap_or(fx),
+                num(f, "cx").unwrap_or(w / 2.0),
+                num(f, "cy").unwrap_or(h / 2.0),
+                w.max(1.0) as u32,
+                h.max(1.0) as u32,
+            ),
             world_to_camera: world_to_camera_from_c2w(r, [m[0][3], m[1][3], m[2][3]]),
         };
         cam.validate().map_err(|e| bad(&e.to_string()))?;
@@ -326,12 +328,7 @@ mod tests {
         let h = std::f64::consts::FRAC_1_SQRT_2;
         let m = world_to_camera_from_tum([1.0, 2.0, 3.0], [0.0, 0.0, h, h]);
         let cam = Camera {
-            fx: 1.0,
-            fy: 1.0,
-            cx: 0.0,
-            cy: 0.0,
-            width: 1,
-            height: 1,
+            intrinsics: rust3r_geometry::PinholeCamera::new(1.0, 1.0, 0.0, 0.0, 1, 1),
             world_to_camera: m,
         };
         let c = cam.center();

@@ -304,7 +304,7 @@ fn bad_requests_are_answered_and_the_connection_survives() {
     assert_eq!(e["id"], 4);
     assert!(e["message"].as_str().unwrap().contains("focal"), "{e}");
     let mut big = camera.clone();
-    big.width = 100_000;
+    big.intrinsics.width = 100_000;
     ws.send(request(5, &big, [0.0; 3])).unwrap();
     assert_eq!(next_error(&mut ws)["id"], 5);
     ws.send(Message::text("not json")).unwrap();

@@ -16,13 +16,12 @@
 use std::path::{Path, PathBuf};
 
 use rust3r_geometry::{
-    PinholeCamera, RadTanDistortion, UndistortMap, init_undistort_rectify_map,
-    optimal_new_camera_matrix_centered,
+    PinholeCamera, UndistortMap, init_undistort_rectify_map, optimal_new_camera_matrix_centered,
 };
 
 use super::common::{dataset_error, malformed, read_text};
 use super::yaml::MiniYaml;
-use super::{Frame, Intrinsics, calibration_from_numbers};
+use super::{Frame, calibration_from_numbers};
 use crate::IoError;
 
 /// A MASt3R-SLAM calibration file and the undistortion of frames to its centred pinhole camera.
@@ -31,7 +30,7 @@ pub struct SlamCalibration {
     /// The file it was read from (named by errors).
     pub path: PathBuf,
     /// The calibration as written (with `width`, `height` and the distortion, if any).
-    pub intrinsics: Intrinsics,
+    pub intrinsics: PinholeCamera,
     /// The camera of the undistorted frames (same size as the frames).
     pub undistorted: PinholeCamera,
     map: UndistortMap,
@@ -53,23 +52,16 @@ impl SlamCalibration {
             ));
         }
         let numbers = doc.numbers("calibration", path)?;
-        let mut k = calibration_from_numbers(&numbers, path, doc.line_of("calibration"))?;
-        k.width = width;
-        k.height = height;
-        Ok(Self::new(path, k))
+        let k = calibration_from_numbers(&numbers, path, doc.line_of("calibration"))?;
+        Ok(Self::new(path, k.with_size(width, height)))
     }
 
     /// From intrinsics already read (`width` and `height` non-zero, focal lengths positive);
     /// `path` names the calibration in errors.
-    pub fn new(path: &Path, intrinsics: Intrinsics) -> Self {
-        let k = &intrinsics;
-        let camera = PinholeCamera::new(k.fx, k.fy, k.cx, k.cy, k.width, k.height);
-        let dist = k
-            .distortion
-            .and_then(|d| RadTanDistortion::from_slice(&d))
-            .unwrap_or_default();
-        let undistorted = optimal_new_camera_matrix_centered(&camera, &dist, 0.0);
-        let map = init_undistort_rectify_map(&camera, &dist, &undistorted);
+    pub fn new(path: &Path, intrinsics: PinholeCamera) -> Self {
+        let dist = intrinsics.distortion.unwrap_or_default();
+        let undistorted = optimal_new_camera_matrix_centered(&intrinsics, &dist, 0.0);
+        let map = init_undistort_rectify_map(&intrinsics, &dist, &undistorted);
         Self {
             path: path.to_path_buf(),
             intrinsics,
@@ -143,7 +135,7 @@ mod tests {
         );
         assert_eq!((c.intrinsics.width, c.intrinsics.height), (640, 480));
         assert_eq!(
-            c.intrinsics.distortion,
+            c.intrinsics.distortion.map(|d| d.to_array()),
             Some([0.2624, -0.9531, -0.0054, 0.0026, 1.1633])
         );
         // OpenCV 4.10: getOptimalNewCameraMatrix(K, D, (640, 480), 0, centerPrincipalPoint=True).
@@ -160,14 +152,17 @@ mod tests {
         let c = SlamCalibration::read(&p).unwrap();
         assert_eq!(
             c.intrinsics,
-            Intrinsics::pinhole(300.0, 301.0, 160.0, 120.0, 320, 240)
+            PinholeCamera::new(300.0, 301.0, 160.0, 120.0, 320, 240)
         );
         let p = write(
             tmp.path(),
             "width: 320\nheight: 240\ncalibration: [300, 301, 160, 120, 0.1, 0.01, 0, 0]\n",
         );
         let c = SlamCalibration::read(&p).unwrap();
-        assert_eq!(c.intrinsics.distortion, Some([0.1, 0.01, 0.0, 0.0, 0.0]));
+        assert_eq!(
+            c.intrinsics.distortion.map(|d| d.to_array()),
+            Some([0.1, 0.01, 0.0, 0.0, 0.0])
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 
 use image::DynamicImage;
+use rust3r_geometry::PinholeCamera;
 
 use super::{DepthImage, Pose};
 use crate::IoError;
@@ -333,18 +334,13 @@ pub(crate) fn nearest(queries: &[f64], sorted: &[f64], max_difference: f64) -> V
         .collect()
 }
 
-/// `Some(d)` unless all coefficients are zero.
-pub(crate) fn nonzero_distortion(d: [f64; 5]) -> Option<[f64; 5]> {
-    d.iter().any(|v| *v != 0.0).then_some(d)
-}
-
 /// Applies a calibration override: a zero size is taken from `image_size`; a non-zero size
 /// must equal it.
 pub(crate) fn resolve_calibration(
-    calib: super::Intrinsics,
+    calib: PinholeCamera,
     image_size: (u32, u32),
     image_path: &Path,
-) -> Result<super::Intrinsics, IoError> {
+) -> Result<PinholeCamera, IoError> {
     let mut k = calib;
     if k.width == 0 || k.height == 0 {
         k.width = image_size.0;

@@ -1,13 +1,16 @@
 //! EuRoC MAV sequences (left camera `cam0`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
+
+use super::Pose;
 use super::common::{
     self, data_lines, dataset_error, malformed, nearest, pose_from_tq, pose_mul, read_text,
     resolve_calibration, user_path,
 };
+use super::sequence::{FrameFiles, Sequence};
 use super::yaml::MiniYaml;
-use super::{Dataset, Frame, Intrinsics, Pose};
 use crate::IoError;
 
 /// Largest timestamp difference (seconds) between a frame and its ground-truth sample.
@@ -19,13 +22,6 @@ const IDENTITY: Pose = [
     [0.0, 0.0, 1.0, 0.0],
     [0.0, 0.0, 0.0, 1.0],
 ];
-
-#[derive(Debug, Clone)]
-struct Entry {
-    timestamp: f64,
-    rgb: PathBuf,
-    gt: Option<Pose>,
-}
 
 /// A EuRoC MAV sequence (ASL folder format), opened at the folder holding `mav0/` or at `mav0/`:
 ///
@@ -42,13 +38,9 @@ struct Entry {
 /// ground-truth sample less than 0.02 s away. Timestamps are in seconds.
 #[derive(Debug, Clone)]
 pub struct EurocDataset {
-    name: String,
-    root: PathBuf,
-    frames: Vec<Entry>,
-    intrinsics: Intrinsics,
+    sequence: Sequence,
     t_bs: Pose,
     body_gt: Option<Vec<(f64, Pose)>>,
-    camera_gt: Option<Vec<(f64, Pose)>>,
 }
 
 fn parse_ns(token: &str, path: &Path, line: usize) -> Result<f64, IoError> {
@@ -65,7 +57,7 @@ fn parse_ns(token: &str, path: &Path, line: usize) -> Result<f64, IoError> {
 }
 
 /// Reads `sensor.yaml`: intrinsics (with distortion) and `T_BS`.
-fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
+fn read_sensor_yaml(path: &Path) -> Result<(PinholeCamera, Pose), IoError> {
     let doc = MiniYaml::parse(&read_text(path)?);
     if let Some(model) = doc.string("camera_model")
         && model != "pinhole"
@@ -102,7 +94,7 @@ fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
             format!("line {line}: 'resolution' should be [width, height]"),
         ));
     }
-    let mut d = [0.0; 5];
+    let mut distortion = None;
     if doc.line_of("distortion_coefficients").is_some() {
         let dc = doc.numbers("distortion_coefficients", path)?;
         if !matches!(dc.len(), 4 | 5) {
@@ -112,12 +104,10 @@ fn read_sensor_yaml(path: &Path) -> Result<(Intrinsics, Pose), IoError> {
                 format!("line {line}: 'distortion_coefficients' should be [k1, k2, p1, p2(, k3)]"),
             ));
         }
-        d[..dc.len()].copy_from_slice(&dc);
+        distortion = RadTanDistortion::from_slice(&dc);
     }
-    let intrinsics = Intrinsics {
-        distortion: common::nonzero_distortion(d),
-        ..Intrinsics::pinhole(k[0], k[1], k[2], k[3], res[0] as u32, res[1] as u32)
-    };
+    let intrinsics = PinholeCamera::new(k[0], k[1], k[2], k[3], res[0] as u32, res[1] as u32)
+        .with_distortion(distortion);
     let t_bs = if doc.line_of("T_BS.data").is_some() {
         let v = doc.numbers("T_BS.data", path)?;
         if v.len() != 16 {
@@ -176,7 +166,7 @@ impl EurocDataset {
     pub fn open(
         path: &Path,
         stride: usize,
-        calibration: Option<Intrinsics>,
+        calibration: Option<PinholeCamera>,
     ) -> Result<Self, IoError> {
         if stride == 0 {
             return Err(dataset_error(path, "the frame stride must be at least 1"));
@@ -250,9 +240,10 @@ impl EurocDataset {
             .into_iter()
             .enumerate()
             .step_by(stride)
-            .map(|(i, (timestamp, rgb))| Entry {
+            .map(|(i, (timestamp, rgb))| FrameFiles {
                 timestamp,
                 rgb,
+                depth: None,
                 gt: matches[i].map(|j| camera_gt.as_ref().expect("matched")[j].1),
             })
             .collect();
@@ -263,15 +254,26 @@ impl EurocDataset {
         } else {
             path.to_path_buf()
         };
+        let sequence = Sequence {
+            intrinsics: Some(intrinsics),
+            ground_truth: camera_gt,
+            ..Sequence::new(common::display_name(&name_dir), path, frames)
+        };
         Ok(Self {
-            name: common::display_name(&name_dir),
-            root: path.to_path_buf(),
-            frames,
-            intrinsics,
+            sequence,
             t_bs,
             body_gt,
-            camera_gt,
         })
+    }
+
+    /// The frames, camera and (camera) ground truth: the data set [`open`](super::open) returns.
+    pub fn sequence(&self) -> &Sequence {
+        &self.sequence
+    }
+
+    /// [`EurocDataset::sequence`], by value.
+    pub fn into_sequence(self) -> Sequence {
+        self.sequence
     }
 
     /// Body (IMU) to camera transform `T_BS` from `sensor.yaml` (identity if absent).
@@ -282,44 +284,5 @@ impl EurocDataset {
     /// The ground truth as stored: poses of the IMU body in the world.
     pub fn body_ground_truth(&self) -> Option<&[(f64, Pose)]> {
         self.body_gt.as_deref()
-    }
-}
-
-impl Dataset for EurocDataset {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn intrinsics(&self) -> Option<Intrinsics> {
-        Some(self.intrinsics)
-    }
-
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
-        None
-    }
-
-    fn frame(&self, i: usize) -> Result<Frame, IoError> {
-        let entry = self.frames.get(i).ok_or_else(|| {
-            dataset_error(
-                &self.root,
-                format!("frame {i} is out of range ({} frames)", self.frames.len()),
-            )
-        })?;
-        Ok(Frame {
-            index: i,
-            timestamp: entry.timestamp,
-            rgb: common::read_rgb(&entry.rgb)?,
-            depth: None,
-            gt_pose: entry.gt,
-            rgb_path: entry.rgb.clone(),
-        })
-    }
-
-    fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
-        self.camera_gt.clone()
     }
 }

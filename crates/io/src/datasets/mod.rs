@@ -31,6 +31,7 @@ mod common;
 mod euroc;
 mod folder;
 mod register;
+mod sequence;
 mod seven_scenes;
 mod tum;
 mod video;
@@ -40,15 +41,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
+
 use crate::IoError;
 
 pub use calib::SlamCalibration;
 pub use common::natural_cmp;
 pub use euroc::EurocDataset;
-pub use folder::ImageFolderDataset;
 pub use register::{ColourRegistration, register_colour_to_depth};
-pub use seven_scenes::SevenScenesDataset;
-pub use tum::{MAX_TIME_DIFFERENCE, TumDataset, tum_intrinsics};
+pub use sequence::Sequence;
+pub use tum::{MAX_TIME_DIFFERENCE, tum_intrinsics};
 pub use video::VideoOptions;
 
 /// A depth map in metres (`f32`); `0.0` marks pixels without a valid measurement.
@@ -57,86 +59,40 @@ pub type DepthImage = image::ImageBuffer<image::Luma<f32>, Vec<f32>>;
 /// A 4x4 rigid transform, row-major (`m[row][col]`).
 pub type Pose = [[f64; 4]; 4];
 
-/// Pinhole camera intrinsics in pixels, OpenCV convention (the centre of the top-left pixel is
-/// `(0, 0)`), with optional radial-tangential distortion.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Intrinsics {
-    /// Focal length along x, pixels.
-    pub fx: f64,
-    /// Focal length along y, pixels.
-    pub fy: f64,
-    /// Principal point x, pixels.
-    pub cx: f64,
-    /// Principal point y, pixels.
-    pub cy: f64,
-    /// Image width the calibration refers to, pixels.
-    pub width: u32,
-    /// Image height the calibration refers to, pixels.
-    pub height: u32,
-    /// OpenCV distortion `[k1, k2, p1, p2, k3]`; `None` when the images are undistorted.
-    pub distortion: Option<[f64; 5]>,
-}
-
-impl Intrinsics {
-    /// Undistorted intrinsics.
-    pub fn pinhole(fx: f64, fy: f64, cx: f64, cy: f64, width: u32, height: u32) -> Self {
-        Self {
-            fx,
-            fy,
-            cx,
-            cy,
-            width,
-            height,
-            distortion: None,
-        }
-    }
-
-    /// The 3x3 camera matrix `K` (row-major).
-    pub fn k(&self) -> [[f64; 3]; 3] {
-        [
-            [self.fx, 0.0, self.cx],
-            [0.0, self.fy, self.cy],
-            [0.0, 0.0, 1.0],
-        ]
-    }
-
-    /// Reads a camera calibration file, in one of two forms:
-    ///
-    /// * MASt3R-SLAM's `intrinsics.yaml`: `width: W`, `height: H` and
-    ///   `calibration: [fx, fy, cx, cy]` optionally followed by `k1, k2, p1, p2[, k3]`;
-    /// * plain text: the numbers `fx fy cx cy [k1 k2 p1 p2 [k3]]` (whitespace or commas, as in
-    ///   ETH3D's `calibration.txt`). The image size is then unknown and `width` / `height` are
-    ///   0; [`open_with`] fills them in from the images.
-    pub fn from_file(path: &Path) -> Result<Self, IoError> {
-        let text = common::read_text(path)?;
-        if text.contains(':') {
-            let doc = yaml::MiniYaml::parse(&text);
-            let calib = doc.numbers("calibration", path)?;
-            let mut k = calibration_from_numbers(&calib, path, doc.line_of("calibration"))?;
-            k.width = doc.unsigned("width", path)?;
-            k.height = doc.unsigned("height", path)?;
-            Ok(k)
-        } else {
-            let mut numbers = Vec::new();
-            for (line, content) in common::data_lines(&text) {
-                for token in content.split(|c: char| c.is_whitespace() || c == ',') {
-                    if token.is_empty() {
-                        continue;
-                    }
-                    numbers.push(common::parse_f64(token, path, line)?);
+/// Reads a camera calibration file, in one of two forms:
+///
+/// * MASt3R-SLAM's `intrinsics.yaml`: `width: W`, `height: H` and
+///   `calibration: [fx, fy, cx, cy]` optionally followed by `k1, k2, p1, p2[, k3]`;
+/// * plain text: the numbers `fx fy cx cy [k1 k2 p1 p2 [k3]]` (whitespace or commas, as in
+///   ETH3D's `calibration.txt`). The image size is then unknown and `width` / `height` are
+///   0; [`open_with`] fills them in from the images.
+pub fn read_calibration(path: &Path) -> Result<PinholeCamera, IoError> {
+    let text = common::read_text(path)?;
+    if text.contains(':') {
+        let doc = yaml::MiniYaml::parse(&text);
+        let calib = doc.numbers("calibration", path)?;
+        let k = calibration_from_numbers(&calib, path, doc.line_of("calibration"))?;
+        Ok(k.with_size(doc.unsigned("width", path)?, doc.unsigned("height", path)?))
+    } else {
+        let mut numbers = Vec::new();
+        for (line, content) in common::data_lines(&text) {
+            for token in content.split(|c: char| c.is_whitespace() || c == ',') {
+                if token.is_empty() {
+                    continue;
                 }
+                numbers.push(common::parse_f64(token, path, line)?);
             }
-            calibration_from_numbers(&numbers, path, None)
         }
+        calibration_from_numbers(&numbers, path, None)
     }
 }
 
-/// `fx fy cx cy [k1 k2 p1 p2 [k3]]` to [`Intrinsics`] with an unknown (zero) image size.
+/// `fx fy cx cy [k1 k2 p1 p2 [k3]]` to a camera with an unknown (zero) image size.
 fn calibration_from_numbers(
     numbers: &[f64],
     path: &Path,
     line: Option<usize>,
-) -> Result<Intrinsics, IoError> {
+) -> Result<PinholeCamera, IoError> {
     let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
     if !matches!(numbers.len(), 4 | 8 | 9) {
         return Err(common::malformed(
@@ -153,13 +109,8 @@ fn calibration_from_numbers(
             format!("{at}focal lengths must be positive"),
         ));
     }
-    let mut k = Intrinsics::pinhole(numbers[0], numbers[1], numbers[2], numbers[3], 0, 0);
-    if numbers.len() > 4 {
-        let mut d = [0.0; 5];
-        d[..numbers.len() - 4].copy_from_slice(&numbers[4..]);
-        k.distortion = common::nonzero_distortion(d);
-    }
-    Ok(k)
+    let k = PinholeCamera::new(numbers[0], numbers[1], numbers[2], numbers[3], 0, 0);
+    Ok(k.with_distortion(RadTanDistortion::from_slice(&numbers[4..])))
 }
 
 /// One frame of a [`Dataset`].
@@ -196,10 +147,10 @@ pub trait Dataset: Send {
         self.len() == 0
     }
     /// Calibration of the colour camera, when the data set provides (or was given) one.
-    fn intrinsics(&self) -> Option<Intrinsics>;
+    fn intrinsics(&self) -> Option<PinholeCamera>;
     /// Calibration of the depth images, when there are any. For TUM and ETH3D the depth is
     /// registered to the colour camera, so this equals [`Dataset::intrinsics`].
-    fn depth_intrinsics(&self) -> Option<Intrinsics>;
+    fn depth_intrinsics(&self) -> Option<PinholeCamera>;
     /// Loads frame `i` (`0..len()`).
     fn frame(&self, i: usize) -> Result<Frame, IoError>;
     /// Whether [`Frame::rgb`] is a resampling of the file at [`Frame::rgb_path`] (colour
@@ -299,7 +250,7 @@ pub struct OpenOptions {
     /// whose name does not say freiburg1/2/3). A `width` or `height` of 0 is taken from the
     /// first image; a non-zero size must match the images. For TUM, ETH3D and 7-Scenes it also
     /// becomes the depth calibration.
-    pub calibration: Option<Intrinsics>,
+    pub calibration: Option<PinholeCamera>,
     /// How video files are decoded (the FFmpeg programs, where frames are cached).
     pub video: VideoOptions,
 }
@@ -350,14 +301,14 @@ pub fn open_with(path: &Path, options: &OpenOptions) -> Result<Box<dyn Dataset>,
     };
     let stride = options.stride;
     let calib = options.calibration;
-    Ok(match kind {
-        DatasetKind::Tum => Box::new(TumDataset::open(path, false, stride, calib)?),
-        DatasetKind::Eth3d => Box::new(TumDataset::open(path, true, stride, calib)?),
-        DatasetKind::SevenScenes => Box::new(SevenScenesDataset::open(path, stride, calib)?),
-        DatasetKind::Euroc => Box::new(EurocDataset::open(path, stride, calib)?),
-        DatasetKind::ImageFolder => Box::new(ImageFolderDataset::open(path, stride, calib)?),
-        DatasetKind::Video => Box::new(video::open(path, stride, calib, &options.video)?),
-    })
+    Ok(Box::new(match kind {
+        DatasetKind::Tum => tum::open(path, false, stride, calib)?,
+        DatasetKind::Eth3d => tum::open(path, true, stride, calib)?,
+        DatasetKind::SevenScenes => seven_scenes::open(path, stride, calib)?,
+        DatasetKind::Euroc => EurocDataset::open(path, stride, calib)?.into_sequence(),
+        DatasetKind::ImageFolder => folder::open(path, stride, calib)?,
+        DatasetKind::Video => video::open(path, stride, calib, &options.video)?,
+    }))
 }
 
 /// Recognises the layout of `path` from its contents:

@@ -6,13 +6,15 @@
 //! the colour image into the depth camera, so that colour and depth are one pinhole image pair,
 //! as TUM RGB-D delivers them.
 
-use super::{DepthImage, Intrinsics};
+use rust3r_geometry::PinholeCamera;
+
+use super::DepthImage;
 
 /// Where a colour camera sits relative to a depth camera.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ColourRegistration {
     /// Calibration of the colour camera (pinhole; distortion is ignored).
-    pub colour: Intrinsics,
+    pub colour: PinholeCamera,
     /// Position of the depth camera's origin in the colour camera's frame, in metres (the
     /// cameras are taken to share their orientation): a point `X` in the depth camera is
     /// `X + baseline` in the colour camera.
@@ -27,7 +29,7 @@ impl ColourRegistration {
     /// 300-499 from 0.163 (colour used as if registered) to 0.232.
     pub fn seven_scenes() -> Self {
         Self {
-            colour: Intrinsics::pinhole(526.8, 529.9, 315.26, 239.24, 640, 480),
+            colour: PinholeCamera::new(526.8, 529.9, 315.26, 239.24, 640, 480),
             baseline: [-0.0122, 0.0, 0.0],
         }
     }
@@ -40,7 +42,7 @@ impl ColourRegistration {
 pub fn register_colour_to_depth(
     rgb: &image::RgbImage,
     depth: &DepthImage,
-    depth_k: &Intrinsics,
+    depth_k: &PinholeCamera,
     registration: &ColourRegistration,
 ) -> image::RgbImage {
     let (w, h) = depth.dimensions();
@@ -108,12 +110,12 @@ mod tests {
     /// onto the plane); registering it must give the texture at each depth pixel's point.
     #[test]
     fn registration_recovers_the_texture_of_a_tilted_plane() {
-        let depth_k = Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 64, 48);
+        let depth_k = PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 64, 48);
         let reg = ColourRegistration {
-            colour: Intrinsics::pinhole(52.7, 53.0, 31.5, 23.9, 64, 48),
+            colour: PinholeCamera::new(52.7, 53.0, 31.5, 23.9, 64, 48),
             baseline: [-0.025, 0.01, 0.0],
         };
-        let depth_k = Intrinsics {
+        let depth_k = PinholeCamera {
             fx: 58.5,
             fy: 58.5,
             cx: 32.0,
@@ -165,9 +167,9 @@ mod tests {
 
     #[test]
     fn pixels_without_depth_use_the_median_depth_and_outside_is_black() {
-        let k = Intrinsics::pinhole(50.0, 50.0, 16.0, 16.0, 32, 32);
+        let k = PinholeCamera::new(50.0, 50.0, 16.0, 16.0, 32, 32);
         let reg = ColourRegistration {
-            colour: Intrinsics::pinhole(25.0, 25.0, 16.0, 16.0, 32, 32),
+            colour: PinholeCamera::new(25.0, 25.0, 16.0, 16.0, 32, 32),
             baseline: [0.0; 3],
         };
         let rgb = image::RgbImage::from_fn(32, 32, |x, _| image::Rgb([x as u8 * 8, 0, 0]));

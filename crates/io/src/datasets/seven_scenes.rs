@@ -1,20 +1,23 @@
 //! Microsoft 7-Scenes sequences.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use rust3r_geometry::PinholeCamera;
+
+use super::Pose;
 use super::common::{self, data_lines, dataset_error, malformed, read_text, resolve_calibration};
-use super::register::{ColourRegistration, register_colour_to_depth};
-use super::{Dataset, Frame, Intrinsics, Pose};
+use super::register::ColourRegistration;
+use super::sequence::{DepthEncoding, FrameFiles, Sequence};
 use crate::IoError;
 
 /// Frames per second of the Kinect recordings (7-Scenes has no timestamps).
 const FPS: f64 = 30.0;
 
-/// Depth PNG units per metre (millimetres).
-const DEPTH_SCALE: f32 = 1000.0;
-
-/// Depth value that marks "no measurement" besides 0.
-const DEPTH_INVALID: u16 = 65535;
+/// Depth PNGs: millimetres, 65535 (besides 0) marking "no measurement".
+const DEPTH: DepthEncoding = DepthEncoding {
+    units_per_metre: 1000.0,
+    invalid: Some(65535),
+};
 
 /// The frame number of `frame-NNNNNN.color.{png,jpg,jpeg}` (extension case-insensitive).
 pub(crate) fn parse_color_name(name: &str) -> Option<u64> {
@@ -29,15 +32,8 @@ pub(crate) fn parse_color_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-#[derive(Debug, Clone)]
-struct Entry {
-    number: u64,
-    rgb: PathBuf,
-    depth: Option<PathBuf>,
-    gt: Option<Pose>,
-}
-
-/// One 7-Scenes sequence folder (e.g. `redkitchen/seq-01`):
+/// Opens one 7-Scenes sequence folder (e.g. `redkitchen/seq-01`), keeping every `stride`-th
+/// frame; `calibration` replaces the published one (see the module docs for what that changes):
 ///
 /// * `frame-NNNNNN.color.png` (or `.jpg`): colour, 640x480;
 /// * `frame-NNNNNN.depth.png` (optional): u16 millimetres, 0 and 65535 invalid. The depth
@@ -51,21 +47,101 @@ struct Entry {
 /// ~1 cm apart): a colour pixel and the depth pixel with the same coordinates are up to ~30 pixels
 /// apart at the border. When the sequence has depth and no calibration override is given, each
 /// frame's colour is therefore resampled into the depth camera with
-/// [`ColourRegistration::seven_scenes`] ([`register_colour_to_depth`]), and
-/// [`Dataset::intrinsics`] is the depth camera's: colour and depth form one registered pair. A
-/// calibration override is taken to hold for both images as they are (no resampling).
+/// [`ColourRegistration::seven_scenes`]
+/// ([`register_colour_to_depth`](super::register_colour_to_depth)), and
+/// [`Dataset::intrinsics`](super::Dataset::intrinsics) is the depth camera's: colour and depth
+/// form one registered pair. A calibration override is taken to hold for both images as they are
+/// (no resampling).
 ///
 /// Frames are ordered by frame number; the timestamp is `frame_number / 30`.
-#[derive(Debug, Clone)]
-pub struct SevenScenesDataset {
-    name: String,
-    root: PathBuf,
-    frames: Vec<Entry>,
-    intrinsics: Intrinsics,
-    depth_intrinsics: Option<Intrinsics>,
-    /// Resampling of the colour images into the depth camera, when they are not registered.
-    registration: Option<ColourRegistration>,
-    ground_truth: Vec<(f64, Pose)>,
+pub(crate) fn open(
+    path: &Path,
+    stride: usize,
+    calibration: Option<PinholeCamera>,
+) -> Result<Sequence, IoError> {
+    if stride == 0 {
+        return Err(dataset_error(path, "the frame stride must be at least 1"));
+    }
+    let names = common::list_dir(path)?;
+    let mut colour: Vec<(u64, &String)> = names
+        .iter()
+        .filter_map(|n| parse_color_name(n).map(|k| (k, n)))
+        .collect();
+    if colour.is_empty() {
+        // Reuse detect()'s explanation (e.g. a scene folder holding seq-NN).
+        return Err(match super::detect(path) {
+            Err(e) => e,
+            Ok(_) => dataset_error(path, "no frame-NNNNNN.color.png/jpg files"),
+        });
+    }
+    colour.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| common::natural_cmp(a.1, b.1)));
+    if let Some(w) = colour.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(dataset_error(
+            path,
+            format!("frame {} appears twice ({} and {})", w[0].0, w[0].1, w[1].1),
+        ));
+    }
+
+    let mut all = Vec::with_capacity(colour.len());
+    for (number, name) in colour {
+        let stem = name.split_once(".color.").expect("parsed").0;
+        let depth = path.join(format!("{stem}.depth.png"));
+        let pose_file = path.join(format!("{stem}.pose.txt"));
+        let gt = if pose_file.is_file() {
+            read_pose_matrix(&pose_file)?
+        } else {
+            None
+        };
+        all.push(FrameFiles {
+            timestamp: number as f64 / FPS,
+            rgb: path.join(name),
+            depth: depth.is_file().then_some(depth),
+            gt,
+        });
+    }
+
+    let rgb_size = common::image_size(&all[0].rgb)?;
+    let overridden = calibration.is_some();
+    let base = match calibration {
+        Some(k) => resolve_calibration(k, rgb_size, &all[0].rgb)?,
+        None => {
+            let k_file = path.join("camera-intrinsics.txt");
+            let k = if k_file.is_file() {
+                read_k(&k_file)?
+            } else {
+                PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 0, 0)
+            };
+            k.with_size(rgb_size.0, rgb_size.1)
+        }
+    };
+    let depth_intrinsics = match all.iter().find_map(|e| e.depth.as_ref()) {
+        Some(d) => {
+            let (width, height) = common::image_size(d)?;
+            Some(base.with_size(width, height))
+        }
+        None => None,
+    };
+    let ground_truth: Vec<(f64, Pose)> = all
+        .iter()
+        .filter_map(|e| e.gt.map(|p| (e.timestamp, p)))
+        .collect();
+    let frames = all.into_iter().step_by(stride).collect();
+    // Resampling of the colour images into the depth camera, when they are not registered.
+    let registration =
+        (!overridden && depth_intrinsics.is_some()).then(ColourRegistration::seven_scenes);
+    // Registered colour is delivered at the depth camera's calibration and size.
+    let intrinsics = match (registration, depth_intrinsics) {
+        (Some(_), Some(d)) => d,
+        _ => base,
+    };
+    Ok(Sequence {
+        intrinsics: Some(intrinsics),
+        depth_intrinsics,
+        depth_encoding: DEPTH,
+        registration,
+        ground_truth: (!ground_truth.is_empty()).then_some(ground_truth),
+        ..Sequence::new(common::display_name(path), path, frames)
+    })
 }
 
 /// Reads a 4x4 pose file. `Ok(None)` when it holds non-finite values.
@@ -118,7 +194,7 @@ pub(crate) fn read_pose_matrix(path: &Path) -> Result<Option<Pose>, IoError> {
 }
 
 /// Reads `camera-intrinsics.txt` (a 3x3 K, rows on lines).
-fn read_k(path: &Path) -> Result<Intrinsics, IoError> {
+fn read_k(path: &Path) -> Result<PinholeCamera, IoError> {
     let text = read_text(path)?;
     let mut values = Vec::new();
     for (line, content) in data_lines(&text) {
@@ -138,162 +214,7 @@ fn read_k(path: &Path) -> Result<Intrinsics, IoError> {
     if values[0] <= 0.0 || values[4] <= 0.0 {
         return Err(malformed(path, "focal lengths must be positive"));
     }
-    Ok(Intrinsics::pinhole(
+    Ok(PinholeCamera::new(
         values[0], values[4], values[2], values[5], 0, 0,
     ))
-}
-
-impl SevenScenesDataset {
-    /// Opens a sequence folder, keeping every `stride`-th frame; `calibration` replaces
-    /// `camera-intrinsics.txt` / the default.
-    pub fn open(
-        path: &Path,
-        stride: usize,
-        calibration: Option<Intrinsics>,
-    ) -> Result<Self, IoError> {
-        if stride == 0 {
-            return Err(dataset_error(path, "the frame stride must be at least 1"));
-        }
-        let names = common::list_dir(path)?;
-        let mut colour: Vec<(u64, &String)> = names
-            .iter()
-            .filter_map(|n| parse_color_name(n).map(|k| (k, n)))
-            .collect();
-        if colour.is_empty() {
-            // Reuse detect()'s explanation (e.g. a scene folder holding seq-NN).
-            return Err(match super::detect(path) {
-                Err(e) => e,
-                Ok(_) => dataset_error(path, "no frame-NNNNNN.color.png/jpg files"),
-            });
-        }
-        colour.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| common::natural_cmp(a.1, b.1)));
-        if let Some(w) = colour.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(dataset_error(
-                path,
-                format!("frame {} appears twice ({} and {})", w[0].0, w[0].1, w[1].1),
-            ));
-        }
-
-        let mut all = Vec::with_capacity(colour.len());
-        for (number, name) in colour {
-            let stem = name.split_once(".color.").expect("parsed").0;
-            let depth = path.join(format!("{stem}.depth.png"));
-            let pose_file = path.join(format!("{stem}.pose.txt"));
-            let gt = if pose_file.is_file() {
-                read_pose_matrix(&pose_file)?
-            } else {
-                None
-            };
-            all.push(Entry {
-                number,
-                rgb: path.join(name),
-                depth: depth.is_file().then_some(depth),
-                gt,
-            });
-        }
-
-        let rgb_size = common::image_size(&all[0].rgb)?;
-        let overridden = calibration.is_some();
-        let base = match calibration {
-            Some(k) => resolve_calibration(k, rgb_size, &all[0].rgb)?,
-            None => {
-                let k_file = path.join("camera-intrinsics.txt");
-                let k = if k_file.is_file() {
-                    read_k(&k_file)?
-                } else {
-                    Intrinsics::pinhole(585.0, 585.0, 320.0, 240.0, 0, 0)
-                };
-                Intrinsics {
-                    width: rgb_size.0,
-                    height: rgb_size.1,
-                    ..k
-                }
-            }
-        };
-        let depth_intrinsics = match all.iter().find_map(|e| e.depth.as_ref()) {
-            Some(d) => {
-                let (width, height) = common::image_size(d)?;
-                Some(Intrinsics {
-                    width,
-                    height,
-                    ..base
-                })
-            }
-            None => None,
-        };
-        let ground_truth = all
-            .iter()
-            .filter_map(|e| e.gt.map(|p| (e.number as f64 / FPS, p)))
-            .collect();
-        let frames = all.into_iter().step_by(stride).collect();
-        let registration =
-            (!overridden && depth_intrinsics.is_some()).then(ColourRegistration::seven_scenes);
-        // Registered colour is delivered at the depth camera's calibration and size.
-        let intrinsics = match (registration, depth_intrinsics) {
-            (Some(_), Some(d)) => d,
-            _ => base,
-        };
-        Ok(Self {
-            name: common::display_name(path),
-            root: path.to_path_buf(),
-            frames,
-            intrinsics,
-            depth_intrinsics,
-            registration,
-            ground_truth,
-        })
-    }
-}
-
-impl Dataset for SevenScenesDataset {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn intrinsics(&self) -> Option<Intrinsics> {
-        Some(self.intrinsics)
-    }
-
-    fn depth_intrinsics(&self) -> Option<Intrinsics> {
-        self.depth_intrinsics
-    }
-
-    fn frame(&self, i: usize) -> Result<Frame, IoError> {
-        let entry = self.frames.get(i).ok_or_else(|| {
-            dataset_error(
-                &self.root,
-                format!("frame {i} is out of range ({} frames)", self.frames.len()),
-            )
-        })?;
-        let mut rgb = common::read_rgb(&entry.rgb)?;
-        let depth = match &entry.depth {
-            Some(p) => Some(common::read_depth(p, DEPTH_SCALE, &[DEPTH_INVALID])?),
-            None => None,
-        };
-        if let (Some(reg), Some(depth), Some(depth_k)) =
-            (&self.registration, &depth, &self.depth_intrinsics)
-        {
-            rgb = register_colour_to_depth(&rgb, depth, depth_k, reg);
-        }
-        Ok(Frame {
-            index: i,
-            timestamp: entry.number as f64 / FPS,
-            rgb,
-            depth,
-            gt_pose: entry.gt,
-            rgb_path: entry.rgb.clone(),
-        })
-    }
-
-    fn colour_resampled(&self) -> bool {
-        self.registration.is_some()
-    }
-
-    fn ground_truth(&self) -> Option<Vec<(f64, Pose)>> {
-        (!self.ground_truth.is_empty()).then(|| self.ground_truth.clone())
-    }
 }

@@ -8,15 +8,16 @@
 //! `timestamp path` lines (frame times from the stream's frame rate). The folder is reused while
 //! the video's size and modification time match; extraction goes to a temporary sibling that is
 //! renamed into place only when complete, so an interrupted run never leaves a partial cache.
-//! The frames then load as an [`ImageFolderDataset`] list (every `stride`-th frame), so the
+//! The frames then load as a `.txt` image list (every `stride`-th frame), so the
 //! colour paths written by SLAM's exports stay valid after the run.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Intrinsics;
+use rust3r_geometry::PinholeCamera;
+
 use super::common::dataset_error;
-use super::folder::ImageFolderDataset;
+use super::sequence::Sequence;
 use crate::IoError;
 
 const VIDEO_EXTENSIONS: [&str; 7] = ["mp4", "avi", "mov", "mkv", "webm", "m4v", "mpg"];
@@ -183,9 +184,9 @@ fn extract(video: &Path, dir: &Path, opts: &VideoOptions) -> Result<PathBuf, IoE
 pub(crate) fn open(
     video: &Path,
     stride: usize,
-    calibration: Option<Intrinsics>,
+    calibration: Option<PinholeCamera>,
     opts: &VideoOptions,
-) -> Result<ImageFolderDataset, IoError> {
+) -> Result<Sequence, IoError> {
     if !video.is_file() {
         return Err(dataset_error(video, "no such video file"));
     }
@@ -199,5 +200,5 @@ pub(crate) fn open(
         }
         other => other?,
     };
-    ImageFolderDataset::open(&list, stride, calibration)
+    super::folder::open(&list, stride, calibration)
 }

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use rust3r_geometry::RadTanDistortion;
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
 
 use super::{
     Loaded, MaskSource, RawView, ScenePoints, SceneView, dataset_error, malformed,
@@ -1121,13 +1121,7 @@ pub(crate) fn load(path: &Path, downscale: u32) -> Result<Loaded, IoError> {
             relative: im.name.clone(),
             image_path: scene_path(&image_dir, &im.name),
             downscaled_path: (downscale > 1).then(|| scene_path(&small_dir, &im.name)),
-            width,
-            height,
-            fx,
-            fy,
-            cx,
-            cy,
-            distortion,
+            camera: PinholeCamera::new(fx, fy, cx, cy, width, height).with_distortion(distortion),
             world_to_camera: im.world_to_camera(),
             calibration_origin: format!("camera {} of {}", cam.id, files.cameras.display()),
             mask: has_masks.then(|| find_mask(&mask_dir, &im.name)),

@@ -359,14 +359,8 @@ pub(crate) struct RawView {
     pub image_path: PathBuf,
     /// Candidate pre-downscaled file (`images_N/...`), used when it exists.
     pub downscaled_path: Option<PathBuf>,
-    /// Calibrated (full-resolution) size.
-    pub width: u32,
-    pub height: u32,
-    pub fx: f64,
-    pub fy: f64,
-    pub cx: f64,
-    pub cy: f64,
-    pub distortion: Option<RadTanDistortion>,
+    /// Calibration at full resolution, with the distortion (non-zero) of the files.
+    pub camera: PinholeCamera,
     pub world_to_camera: [[f64; 4]; 4],
     /// Where the calibration comes from, for error messages ("cameras.bin camera 3").
     pub calibration_origin: String,
@@ -499,13 +493,7 @@ pub fn scene_from_images(
             relative: v.image_path.to_string_lossy().into_owned(),
             image_path: v.image_path.clone(),
             downscaled_path: None,
-            width: v.width,
-            height: v.height,
-            fx: v.fx,
-            fy: v.fy,
-            cx: v.cx,
-            cy: v.cy,
-            distortion: None,
+            camera: PinholeCamera::new(v.fx, v.fy, v.cx, v.cy, v.width, v.height),
             world_to_camera: v.world_to_camera,
             calibration_origin: format!("view {i} ({})", v.image_path.display()),
             mask: None,
@@ -575,12 +563,13 @@ fn finish(kind: SceneKind, loaded: Loaded, opts: &SceneOptions) -> Result<Scene,
     let mut undistorters: Vec<Undistorter> = Vec::new();
     let mut undistorter_keys: Vec<[u64; 11]> = Vec::new();
     for (v, name) in raw.into_iter().zip(names) {
-        if v.width == 0 || v.height == 0 {
+        let full = v.camera;
+        if full.width == 0 || full.height == 0 {
             return Err(malformed(
                 &source_file,
                 format!(
                     "{}: image size {}x{} is empty",
-                    v.calibration_origin, v.width, v.height
+                    v.calibration_origin, full.width, full.height
                 ),
             ));
         }
@@ -597,23 +586,21 @@ fn finish(kind: SceneKind, loaded: Loaded, opts: &SceneOptions) -> Result<Scene,
                 (w1, h1) = (w, h);
             }
             None => {
-                (file_w, file_h) = (v.width, v.height);
+                (file_w, file_h) = (full.width, full.height);
                 size_origin = v.calibration_origin.clone();
                 if n > 1 {
-                    let w = ((v.width as f64 / n as f64).round() as u32).max(1);
-                    let h = ((v.height as f64 / n as f64).round() as u32).max(1);
+                    let w = ((full.width as f64 / n as f64).round() as u32).max(1);
+                    let h = ((full.height as f64 / n as f64).round() as u32).max(1);
                     resize_to = Some((w, h));
                     (w1, h1) = (w, h);
                 } else {
                     resize_to = None;
-                    (w1, h1) = (v.width, v.height);
+                    (w1, h1) = (full.width, full.height);
                 }
             }
         }
-        let sx = w1 as f64 / v.width as f64;
-        let sy = h1 as f64 / v.height as f64;
-        let cam = PinholeCamera::new(v.fx * sx, v.fy * sy, v.cx * sx, v.cy * sy, w1, h1);
-        let (delivered, undistorter) = match v.distortion.filter(|d| !d.is_zero()) {
+        let cam = full.scaled(w1, h1).with_distortion(None);
+        let (delivered, undistorter) = match full.distortion.filter(|d| !d.is_zero()) {
             None => (cam, None),
             Some(d) => {
                 let key = [
@@ -679,8 +666,8 @@ fn finish(kind: SceneKind, loaded: Loaded, opts: &SceneOptions) -> Result<Scene,
             size_origin,
             resize_to,
             undistorter,
-            full_width: v.width,
-            full_height: v.height,
+            full_width: full.width,
+            full_height: full.height,
             mask: v.mask,
         });
     }

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rust3r_geometry::RadTanDistortion;
+use rust3r_geometry::{PinholeCamera, RadTanDistortion};
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -334,13 +334,8 @@ pub(crate) fn load(path: &Path, kind: SceneKind, downscale: u32) -> Result<Loade
                 .replace('\\', "/"),
             image_path,
             downscaled_path,
-            width,
-            height,
-            fx,
-            fy,
-            cx,
-            cy,
-            distortion: (!distortion.is_zero()).then_some(distortion),
+            camera: PinholeCamera::new(fx, fy, cx, cy, width, height)
+                .with_distortion(Some(distortion)),
             world_to_camera: opengl_c2w_to_opencv_w2c(&c2w),
             calibration_origin: format!("frame {i} of {}", p.display()),
             mask,

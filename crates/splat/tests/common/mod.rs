@@ -382,12 +382,14 @@ pub fn test_camera(width: u32, height: u32) -> Camera {
     }
     m[3][3] = 1.0;
     Camera {
-        fx: 0.8 * width as f64,
-        fy: 0.8 * width as f64,
-        cx: width as f64 * 0.52,
-        cy: height as f64 * 0.47,
-        width,
-        height,
+        intrinsics: rust3r_geometry::PinholeCamera::new(
+            0.8 * width as f64,
+            0.8 * width as f64,
+            width as f64 * 0.52,
+            height as f64 * 0.47,
+            width,
+            height,
+        ),
         world_to_camera: m,
     }
 }
@@ -399,10 +401,10 @@ pub fn round_camera(mut c: Camera) -> Camera {
             *v = *v as f32 as f64;
         }
     }
-    c.fx = c.fx as f32 as f64;
-    c.fy = c.fy as f32 as f64;
-    c.cx = c.cx as f32 as f64;
-    c.cy = c.cy as f32 as f64;
+    c.intrinsics.fx = c.fx as f32 as f64;
+    c.intrinsics.fy = c.fy as f32 as f64;
+    c.intrinsics.cx = c.cx as f32 as f64;
+    c.intrinsics.cy = c.cy as f32 as f64;
     c
 }
 
