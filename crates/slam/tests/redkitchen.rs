@@ -137,12 +137,12 @@ fn prefetching_loader_threads_give_the_same_result_as_inline_loading() {
 }
 
 /// All 500 bundled frames, the fast, blurred part (frames ~380-470) included. Measured with the
-/// default RGB-D configuration (photometric term in tracking, sigma 0.1, and in the back end;
-/// keyframes keep their first observation, `filtering_mode: first`; motion prior): ATE 2.34 cm
-/// (SE(3)), 1.71 cm over frames 0-299, largest relative error per 10 frames 5.8 cm (over the
-/// ground truth's own jump at frame 121). With the former tracking sigma 0.4 and weighted
-/// fusion 3.11-3.16 cm (the bound below fails there), with sigma 0.1 and weighted fusion 2.69
-/// cm; with depth alone and no motion prior 15.9 cm.
+/// default RGB-D configuration (photometric term in tracking, sigma 0.07, and in the back end;
+/// keyframes keep their first observation, `filtering_mode: first`; motion prior): ATE 2.25 cm
+/// (SE(3)), 1.69 cm over frames 0-299, largest relative error per 10 frames 5.9 cm (over the
+/// ground truth's own step at frame 121). With the former tracking sigma 0.4 and weighted
+/// fusion 3.11-3.16 cm (the bound below fails there); with depth alone and no motion prior
+/// 15.9 cm.
 #[test]
 fn all_500_frames_with_the_fast_part_stay_within_bounds() {
     let r = run(500, false, |_| {});
