@@ -4,6 +4,8 @@
 //!
 //! `target/release/examples/sequence_eval DATASET [FRAMES] [config.yaml] [--first N]...`
 //! (`--first N`, repeatable: report the ATE over the first N frames too, e.g. the tuning part).
+//! `SEQUENCE_EVAL_TRAJECTORY=file` writes the trajectory (TUM), `SEQUENCE_EVAL_KEYFRAMES=file`
+//! the keyframes' frame indices and the back-end edges.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -74,6 +76,17 @@ fn main() {
     if let Ok(path) = std::env::var("SEQUENCE_EVAL_TRAJECTORY") {
         output::write_tum_poses(std::path::Path::new(&path), &r.frame_poses())
             .expect("writing the trajectory");
+    }
+    if let Ok(path) = std::env::var("SEQUENCE_EVAL_KEYFRAMES") {
+        // One line per keyframe: its frame index, then the back-end edges as `edge i j`.
+        let mut text = String::new();
+        for kf in &r.keyframes.frames {
+            text.push_str(&format!("{}\n", kf.frame_index));
+        }
+        for e in &r.edges {
+            text.push_str(&format!("edge {} {}\n", e.i, e.j));
+        }
+        std::fs::write(&path, text).expect("writing the keyframes");
     }
     let ate = |est: &Trajectory, align| {
         ate_from_trajectories(

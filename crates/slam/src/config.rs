@@ -401,7 +401,10 @@ impl SlamConfig {
     ///   keyframe below a match fraction of 0.5 (0.333: 2.4 cm ATE instead of 1.8 cm), up to six
     ///   loop edges per keyframe, 10 back-end iterations (20: 1.79 cm at twice the back-end
     ///   time), and the back end on the full pointmap resolution (`rgbd.backend_level` 0;
-    ///   level 1 is 4x cheaper and gives 2.0-2.1 cm).
+    ///   level 1 is 4x cheaper and gives 2.0-2.1 cm);
+    /// * the photometric term in tracking (`sigma_photo` 0.07) and the back end, and
+    ///   `filtering_mode: first` (a keyframe's points come from one observation, not the average
+    ///   of every frame tracked against it); measured in docs/slam-rgbd.md.
     pub fn rgbd() -> Self {
         let mut c = Self {
             use_calib: true,
@@ -430,7 +433,16 @@ impl SlamConfig {
         c.local_opt.sigma_pixel = 0.7;
         c.retrieval.k = 6;
         c.rgbd.backend_level = 0;
-        c.tracking.sigma_photo = 0.4;
+        // Tracking's photometric term and keyframe fusion, tuned on redkitchen 0-399 (a 400-frame
+        // run) with the 300-frame run at or below 1.82 cm; docs/slam-rgbd.md, "Where the
+        // remaining error is". A keyframe keeps one depth image (its first observation) instead
+        // of the confidence-weighted average of every frame tracked against it: those frames
+        // are placed by relative poses whose error grows with the distance to the keyframe, and
+        // averaging them bends the keyframe's geometry. 0-399 with weighted fusion, sigma 0.4 /
+        // 0.1: 2.68 / 2.23 cm; with `first`, sigma 0.2 / 0.1 / 0.07 / 0.05 / 0.03: 2.21 / 2.10 /
+        // 1.86 / 1.85 / 1.86 cm (300-frame run: 0.07 1.69, 0.05 1.77 cm).
+        c.tracking.sigma_photo = 0.07;
+        c.tracking.filtering_mode = FusionMode::First;
         // With projective association the matched pixel is the one the point projects to, so
         // the pixel residual is only the rounding to that pixel (under half a pixel, whatever
         // the pose): it carries no information and, weighted as a measurement, holds the pose
