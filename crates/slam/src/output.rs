@@ -142,7 +142,8 @@ pub fn opencv_to_opengl_c2w(t: &Sim3) -> Matrix4<f64> {
 
 /// Writes a nerfstudio `transforms.json`: one frame per `(image, T_WC)` with its intrinsics,
 /// `transform_matrix` the OpenGL camera-to-world, and `ply_file_path` naming the point cloud.
-/// The images are written as undistorted (`k1 = k2 = p1 = p2 = 0`).
+/// `k1 k2 p1 p2` (and `k3` when non-zero) are `cam`'s distortion, the distortion of the image
+/// files listed (zeros for undistorted images).
 pub fn write_transforms_json(
     path: &Path,
     cam: &PinholeCamera,
@@ -165,14 +166,18 @@ pub fn write_transforms_json(
             })
         })
         .collect();
-    let doc = serde_json::json!({
+    let d = cam.distortion.unwrap_or_default();
+    let mut doc = serde_json::json!({
         "camera_model": "OPENCV",
         "fl_x": cam.fx, "fl_y": cam.fy, "cx": cam.cx, "cy": cam.cy,
         "w": cam.width, "h": cam.height,
-        "k1": 0.0, "k2": 0.0, "p1": 0.0, "p2": 0.0,
+        "k1": d.k1, "k2": d.k2, "p1": d.p1, "p2": d.p2,
         "ply_file_path": ply_file,
         "frames": frames_json,
     });
+    if d.k3 != 0.0 {
+        doc["k3"] = serde_json::json!(d.k3);
+    }
     let text = serde_json::to_string_pretty(&doc).expect("JSON of numbers and strings");
     write_atomic_with(path, |w| w.write_all(text.as_bytes())).map_err(io_err(path))
 }
@@ -285,7 +290,14 @@ pub fn write_outputs_with(
             .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", p.display())))?,
         (w, h, _) => (w, h),
     };
-    let cam = k.with_size(w, h).with_distortion(None);
+    // The files on disk keep the calibration's distortion (TUM freiburg1/2, EuRoC); delivered
+    // images (colour resampled into the depth camera) are written undistorted.
+    let cam = k.with_size(w, h);
+    let cam = if dataset.colour_resampled() {
+        cam.with_distortion(None)
+    } else {
+        cam
+    };
     let poses = result.frame_poses();
     let mut frames: Vec<(PathBuf, Sim3)> = result
         .frames

@@ -329,3 +329,60 @@ fn align_parsing_and_file_errors() {
         "{msg}"
     );
 }
+
+/// The nerfstudio export carries the camera's distortion (the listed files are the raw, still
+/// distorted images), and the scene loader reads it back and undistorts those views.
+#[test]
+fn transforms_export_carries_the_distortion() {
+    use rust3r_geometry::{PinholeCamera, RadTanDistortion};
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("frame.png");
+    image::RgbImage::new(64, 48).save(&img).unwrap();
+    let points = rust3r_io::scene::ScenePoints {
+        xyz: vec![[0.0, 0.0, 1.0]],
+        rgb: vec![[255, 0, 0]],
+    };
+    rust3r_io::scene::write_points_ply(&dir.path().join("pointcloud.ply"), &points).unwrap();
+    let d = RadTanDistortion {
+        k1: 0.26,
+        k2: -0.95,
+        p1: -0.005,
+        p2: 0.003,
+        k3: 1.16,
+    };
+    let cam = PinholeCamera::new(52.0, 51.0, 31.5, 23.5, 64, 48).with_distortion(Some(d));
+    let path = dir.path().join("transforms.json");
+    rust3r_slam::output::write_transforms_json(
+        &path,
+        &cam,
+        &[(img.clone(), Sim3::identity())],
+        "pointcloud.ply",
+    )
+    .unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for (k, v) in [
+        ("k1", d.k1),
+        ("k2", d.k2),
+        ("p1", d.p1),
+        ("p2", d.p2),
+        ("k3", d.k3),
+    ] {
+        assert_eq!(t[k].as_f64(), Some(v), "{k}: {t}");
+    }
+    let scene = rust3r_io::scene::open_scene(&path, &Default::default()).unwrap();
+    assert!(scene.is_undistorted(0), "the loader undistorts the view");
+    // Undistorted images: zeros, and no k3.
+    rust3r_slam::output::write_transforms_json(
+        &path,
+        &cam.with_distortion(None),
+        &[(img, Sim3::identity())],
+        "pointcloud.ply",
+    )
+    .unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!((t["k1"].as_f64(), t.get("k3")), (Some(0.0), None), "{t}");
+    let scene = rust3r_io::scene::open_scene(&path, &Default::default()).unwrap();
+    assert!(!scene.is_undistorted(0));
+}

@@ -15,7 +15,7 @@
 
 use cubecl::prelude::*;
 
-use super::track::write_normal_terms;
+use super::track::{transform_point, write_normal_terms};
 
 /// `params` index of `1/sigma_ray`.
 pub const PP_ISR: usize = 0;
@@ -124,12 +124,10 @@ pub fn pair_normal_eq_kernel(
     }
     if used[q] != 0u32 {
         let j = idx[q] as usize;
-        let px = src_pts[j * 3];
-        let py = src_pts[j * 3 + 1];
-        let pz = src_pts[j * 3 + 2];
-        let x = pose[0] * px + pose[1] * py + pose[2] * pz + pose[9];
-        let y = pose[3] * px + pose[4] * py + pose[5] * pz + pose[10];
-        let z = pose[6] * px + pose[7] * py + pose[8] * pz + pose[11];
+        let p = transform_point(pose, src_pts, j);
+        let x = p.x;
+        let y = p.y;
+        let z = p.z;
         let xq = meas_pts[q * 3];
         let yq = meas_pts[q * 3 + 1];
         let zq = meas_pts[q * 3 + 2];

@@ -49,6 +49,28 @@ pub const P_NOISE: usize = 14;
 /// Length of `params`.
 pub const P_LEN: usize = 15;
 
+/// A point (three floats).
+#[derive(CubeType, Clone, Copy)]
+pub struct Point3 {
+    pub x: f32,
+    pub y: f32,
+    pub z: f32,
+}
+
+/// `pose * pts[j]`, with `pose` = `s R` (row-major 3x3) and `t` (12 floats) and `pts` three
+/// floats per point.
+#[cube]
+pub fn transform_point(pose: &[f32], pts: &[f32], j: usize) -> Point3 {
+    let px = pts[j * 3];
+    let py = pts[j * 3 + 1];
+    let pz = pts[j * 3 + 2];
+    Point3 {
+        x: pose[0] * px + pose[1] * py + pose[2] * pz + pose[9],
+        y: pose[3] * px + pose[4] * py + pose[5] * pz + pose[10],
+        z: pose[6] * px + pose[7] * py + pose[8] * pz + pose[11],
+    }
+}
+
 #[cube]
 fn bilinear(rays: &[f32], w: usize, u: f32, v: f32, c: usize) -> f32 {
     let u0 = u.floor();
@@ -106,12 +128,10 @@ pub fn match_kernel(
     idx[q] = 0u32;
     valid[q] = 0u32;
     if meas_valid[q] != 0u32 {
-        let px = meas_pts[q * 3];
-        let py = meas_pts[q * 3 + 1];
-        let pz = meas_pts[q * 3 + 2];
-        let yx = pose[0] * px + pose[1] * py + pose[2] * pz + pose[9];
-        let yy = pose[3] * px + pose[4] * py + pose[5] * pz + pose[10];
-        let yz = pose[6] * px + pose[7] * py + pose[8] * pz + pose[11];
+        let p = transform_point(pose, meas_pts, q);
+        let yx = p.x;
+        let yy = p.y;
+        let yz = p.z;
         let yn = (yx * yx + yy * yy + yz * yz).sqrt();
         if yn > 0.0f32 {
             let x0 = yx / yn;
@@ -244,12 +264,10 @@ pub fn normal_eq_kernel(
     }
     let j = idx[q] as usize;
     if valid[q] != 0u32 && src_valid[j] != 0u32 {
-        let px = src_pts[j * 3];
-        let py = src_pts[j * 3 + 1];
-        let pz = src_pts[j * 3 + 2];
-        let x = pose[0] * px + pose[1] * py + pose[2] * pz + pose[9];
-        let y = pose[3] * px + pose[4] * py + pose[5] * pz + pose[10];
-        let z = pose[6] * px + pose[7] * py + pose[8] * pz + pose[11];
+        let p = transform_point(pose, src_pts, j);
+        let x = p.x;
+        let y = p.y;
+        let z = p.z;
         let fx = params[P_FX];
         let fy = params[P_FY];
         let border = params[P_BORDER];
