@@ -15,7 +15,7 @@
 
 use cubecl::prelude::*;
 
-use super::track::{transform_point, write_normal_terms};
+use super::track::{transform_point, write_normal_terms, zero_normal_terms};
 
 /// `params` index of `1/sigma_ray`.
 pub const PP_ISR: usize = 0;
@@ -118,10 +118,7 @@ pub fn pair_normal_eq_kernel(
         terminate!();
     }
     let base = q * 37;
-    #[unroll]
-    for k in 0..37usize {
-        out[base + k] = 0.0f32;
-    }
+    zero_normal_terms(out, base);
     if used[q] != 0u32 {
         let j = idx[q] as usize;
         let p = transform_point(pose, src_pts, j);

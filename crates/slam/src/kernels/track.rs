@@ -258,10 +258,7 @@ pub fn normal_eq_kernel(
         terminate!();
     }
     let base = q * 37;
-    #[unroll]
-    for k in 0..37usize {
-        out[base + k] = 0.0f32;
-    }
+    zero_normal_terms(out, base);
     let j = idx[q] as usize;
     if valid[q] != 0u32 && src_valid[j] != 0u32 {
         let p = transform_point(pose, src_pts, j);
@@ -336,6 +333,16 @@ pub fn normal_eq_kernel(
                 out, base, x, y, z, m00, m01, m02, m11, m12, m22, v0, v1, v2, cost,
             );
         }
+    }
+}
+
+/// Zeroes the [`NE_COLS`] normal-equation terms at `out[base..]` (a pixel that contributes
+/// nothing).
+#[cube]
+pub fn zero_normal_terms(out: &mut [f32], base: usize) {
+    #[unroll]
+    for k in 0..37usize {
+        out[base + k] = 0.0f32;
     }
 }
 
