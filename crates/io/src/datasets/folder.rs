@@ -23,14 +23,14 @@ const FPS: f64 = 30.0;
 ///   `rgb.txt`), which sets the timestamp. The order of the list is kept.
 ///
 /// There is no calibration unless one is passed to [`open_with`](super::open_with).
+///
+/// `stride` is at least 1: [`open_with`](super::open_with), through which every data set is
+/// opened, checks it.
 pub(crate) fn open(
     path: &Path,
     stride: usize,
     calibration: Option<PinholeCamera>,
 ) -> Result<Sequence, IoError> {
-    if stride == 0 {
-        return Err(dataset_error(path, "the frame stride must be at least 1"));
-    }
     let all: Vec<(f64, PathBuf)> = if path.is_dir() {
         let mut names: Vec<String> = common::list_dir(path)?
             .into_iter()

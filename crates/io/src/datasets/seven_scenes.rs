@@ -54,14 +54,14 @@ pub(crate) fn parse_color_name(name: &str) -> Option<u64> {
 /// (no resampling).
 ///
 /// Frames are ordered by frame number; the timestamp is `frame_number / 30`.
+///
+/// `stride` is at least 1: [`open_with`](super::open_with), through which every data set is
+/// opened, checks it.
 pub(crate) fn open(
     path: &Path,
     stride: usize,
     calibration: Option<PinholeCamera>,
 ) -> Result<Sequence, IoError> {
-    if stride == 0 {
-        return Err(dataset_error(path, "the frame stride must be at least 1"));
-    }
     let names = common::list_dir(path)?;
     let mut colour: Vec<(u64, &String)> = names
         .iter()

@@ -81,15 +81,15 @@ fn freiburg_number(path: &Path) -> Option<u32> {
 /// * Calibration: ETH3D reads `calibration.txt` (`fx fy cx cy`, size from the first image);
 ///   TUM uses the published calibration of the camera named by `freiburg1/2/3` in the folder
 ///   name ([`tum_intrinsics`]), and otherwise requires one to be passed.
+///
+/// `stride` is at least 1: [`open_with`](super::open_with), through which every data set is
+/// opened, checks it.
 pub(crate) fn open(
     path: &Path,
     eth3d: bool,
     stride: usize,
     calibration: Option<PinholeCamera>,
 ) -> Result<Sequence, IoError> {
-    if stride == 0 {
-        return Err(dataset_error(path, "the frame stride must be at least 1"));
-    }
     let rgb_txt = path.join("rgb.txt");
     let rgb = read_list(&rgb_txt, path)?;
     if rgb.is_empty() {
