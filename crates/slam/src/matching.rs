@@ -71,7 +71,7 @@ pub fn ray_image(
     // Rows in parallel (each pixel's channels depend only on `rays`).
     data.par_chunks_mut((width * RAY_CHANNELS).max(1))
         .enumerate()
-        .for_each(|(v, row)| {
+        .for_each(|(v, out)| {
             for u in 0..width {
                 let i = v * width + u;
                 let mut gx = [0.0f32; 3];
@@ -89,7 +89,7 @@ pub fn ray_image(
                         }
                     }
                 }
-                let d = &mut row[u * RAY_CHANNELS..(u + 1) * RAY_CHANNELS];
+                let d = &mut out[u * RAY_CHANNELS..(u + 1) * RAY_CHANNELS];
                 d[0..3].copy_from_slice(&rays[i]);
                 d[3..6].copy_from_slice(&gx);
                 d[6..9].copy_from_slice(&gy);

@@ -189,6 +189,19 @@ pub struct PairMatches {
     pub refined: usize,
 }
 
+/// Start positions of the iterative projection for `n` keyframe pixels of a `w`-wide frame:
+/// the frame pixels of `idx_init` (the previous frame's matches against the same keyframe), or
+/// the same pixel when `idx_init` is `None` or of another size.
+pub(crate) fn warm_start(idx_init: Option<&[u32]>, w: usize, n: usize) -> Vec<[f32; 2]> {
+    match idx_init {
+        Some(idx) if idx.len() == n => idx
+            .iter()
+            .map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32])
+            .collect(),
+        _ => (0..n).map(|i| [(i % w) as f32, (i / w) as f32]).collect(),
+    }
+}
+
 /// MASt3R-SLAM's `match_iterative_proj` on a pair: every keyframe pixel's `Xkf` located on
 /// the ray image of `Xff` starting from `idx_init` (the previous frame's matches against the
 /// same keyframe; identity when `None` or of another size), occlusion check, then the
@@ -204,13 +217,7 @@ pub fn match_pair(
     let rays = ray_image(f.width, f.height, &f.points, |_| None, |_| true);
     let all = vec![true; n];
     let queries: Vec<Option<[f32; 3]>> = pred.keyframe_points.iter().map(|p| Some(*p)).collect();
-    let p_init: Vec<[f32; 2]> = match idx_init {
-        Some(idx) if idx.len() == n => idx
-            .iter()
-            .map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32])
-            .collect(),
-        _ => (0..n).map(|i| [(i % w) as f32, (i / w) as f32]).collect(),
-    };
+    let p_init = warm_start(idx_init, w, n);
     let m = match_iterative_proj(&rays, &f.points, &all, &queries, &p_init, cfg);
     if cfg.radius == 0 {
         return PairMatches {

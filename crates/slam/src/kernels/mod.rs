@@ -39,9 +39,20 @@ fn pose_buffer(t: &Sim3) -> [f32; 12] {
     out
 }
 
+/// `params` with only the iterative projection's entries set (what [`track::match_kernel`]
+/// reads).
+fn matching_params(m: &MatchingConfig) -> [f32; P_LEN] {
+    let mut b = [0.0f32; P_LEN];
+    b[track::P_LAMBDA] = m.lambda_init as f32;
+    b[track::P_CONV] = m.convergence_thresh as f32;
+    b[track::P_DIST] = m.dist_thresh as f32;
+    b[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
+    b
+}
+
 fn params_buffer(view: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> [f32; P_LEN] {
     let cam = view.cam.expect("GPU tracking is for calibrated cameras");
-    let mut b = [0.0f32; P_LEN];
+    let mut b = matching_params(m);
     b[track::P_FX] = cam.fx as f32;
     b[track::P_FY] = cam.fy as f32;
     b[track::P_CX] = cam.cx as f32;
@@ -56,10 +67,6 @@ fn params_buffer(view: &LevelView, p: &ResidualParams, m: &MatchingConfig) -> [f
     b[track::P_HUBER] = p.huber as f32;
     b[track::P_ZEPS] = p.depth_eps as f32;
     b[track::P_BORDER] = p.pixel_border as f32;
-    b[track::P_LAMBDA] = m.lambda_init as f32;
-    b[track::P_CONV] = m.convergence_thresh as f32;
-    b[track::P_DIST] = m.dist_thresh as f32;
-    b[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
     b[track::P_NOISE] = if p.depth_noise { 1.0 } else { 0.0 };
     b
 }
@@ -313,7 +320,9 @@ pub fn track_pair_gpu(
 ) -> Result<crate::pair::PairTrack, SlamError> {
     crate::pair::check_pair(pred, kf, kf_conf, None)?;
     let start = std::time::Instant::now();
-    let matches = match_pair_gpu(gpu, pred, &tracker.matching, idx_init)?;
+    // The frame's points serve the matching and every iteration's normal equations.
+    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
+    let matches = match_pair_on(gpu, pred, &frame_pts, &tracker.matching, idx_init)?;
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
@@ -329,7 +338,15 @@ pub fn track_pair_gpu(
         &mut |_, _, idx, used, qk, t| {
             let eq = sums
                 .get_or_insert_with(|| {
-                    GpuPairNormalEq::new(gpu, &pred.frame.points, &kf.points, idx, used, qk, &p)
+                    GpuPairNormalEq::with_frame(
+                        gpu,
+                        frame_pts.clone(),
+                        &kf.points,
+                        idx,
+                        used,
+                        qk,
+                        &p,
+                    )
                 })
                 .at(gpu, t);
             solve = start.elapsed();
@@ -374,12 +391,26 @@ impl GpuPairNormalEq {
         qk: &[f32],
         p: &ResidualParams,
     ) -> Self {
+        let src_pts = gpu.upload(&flat3(frame_points));
+        Self::with_frame(gpu, src_pts, kf_points, idx, used, qk, p)
+    }
+
+    /// [`GpuPairNormalEq::new`] with the frame's points already on the device (`[n * 3]`).
+    fn with_frame(
+        gpu: &Gpu,
+        src_pts: GpuBuffer<f32>,
+        kf_points: &[[f32; 3]],
+        idx: &[u32],
+        used: &[bool],
+        qk: &[f32],
+        p: &ResidualParams,
+    ) -> Self {
         let mut params = [0.0f32; pair::PP_LEN];
         params[pair::PP_ISR] = (1.0 / p.sigma_ray) as f32;
         params[pair::PP_ISD] = (1.0 / p.sigma_dist) as f32;
         params[pair::PP_HUBER] = p.huber as f32;
         Self {
-            src_pts: gpu.upload(&flat3(frame_points)),
+            src_pts,
             meas_pts: gpu.upload(&flat3(kf_points)),
             idx: gpu.upload(idx),
             used: gpu.upload(&mask(used)),
@@ -426,32 +457,34 @@ pub fn match_pair_gpu(
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
+    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
+    match_pair_on(gpu, pred, &frame_pts, cfg, idx_init)
+}
+
+/// [`match_pair_gpu`] with the frame's points already on the device (`src_pts`, `[n * 3]`).
+fn match_pair_on(
+    gpu: &Gpu,
+    pred: &crate::pair::PairPrediction,
+    src_pts: &GpuBuffer<f32>,
+    cfg: &MatchingConfig,
+    idx_init: Option<&[u32]>,
+) -> Result<crate::pair::PairMatches, SlamError> {
     let f = &pred.frame;
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
     let start = std::time::Instant::now();
     let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
     let ray_ms = start.elapsed().as_secs_f64() * 1e3;
-    let init: Vec<f32> = match idx_init {
-        Some(idx) if idx.len() == n => idx
-            .iter()
-            .flat_map(|&i| [(i as usize % w) as f32, (i as usize / w) as f32])
-            .collect(),
-        _ => (0..n)
-            .flat_map(|i| [(i % w) as f32, (i / w) as f32])
-            .collect(),
-    };
-    let mut params = [0.0f32; P_LEN];
-    params[track::P_LAMBDA] = cfg.lambda_init as f32;
-    params[track::P_CONV] = cfg.convergence_thresh as f32;
-    params[track::P_DIST] = cfg.dist_thresh as f32;
-    params[track::P_MINSTEP] = ITER_PROJ_MIN_STEP as f32;
+    let init: Vec<f32> = crate::pair::warm_start(idx_init, w, n)
+        .into_iter()
+        .flatten()
+        .collect();
+    // Every pixel is valid on both sides.
     let all_src = gpu.upload(&vec![1u32; n]);
     let all_meas = gpu.upload(&vec![1u32; n]);
     let pos = gpu.upload(&init);
     let idx = gpu.alloc::<u32>(n);
     let valid = gpu.alloc::<u32>(n);
-    let src_pts = gpu.upload(&flat3(&f.points));
     track::match_kernel::launch(
         gpu.client(),
         gpu.grid_1d(n),
@@ -462,7 +495,7 @@ pub fn match_pair_gpu(
         gpu.upload(&flat3(&pred.keyframe_points)).arg(),
         all_meas.arg(),
         gpu.upload(&pose_buffer(&Sim3::identity())).arg(),
-        gpu.upload(&params).arg(),
+        gpu.upload(&matching_params(cfg)).arg(),
         pos.arg(),
         idx.arg(),
         valid.arg(),
