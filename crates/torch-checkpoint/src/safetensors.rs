@@ -216,30 +216,21 @@ pub fn write_safetensors(
     })
 }
 
-/// Streams `body` into `path` atomically: a `tempfile::NamedTempFile` beside it (buffered),
-/// synced, then renamed over it; on an error the temporary file is removed and `path` is left
-/// as it was. The new file gets the permissions of a plain `File::create`.
+/// Streams `body` into `path` atomically (the `atomic-write-file` crate, as `rust3r-io`'s
+/// `atomic::write_atomic_with`): a temporary file beside it (buffered), synced, then renamed over
+/// it; on an error the temporary file is removed and `path` is left as it was. A new file gets
+/// the permissions of a plain `File::create`.
 pub fn write_atomic(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>,
 ) -> Result<(), Error> {
     let write = || -> std::io::Result<()> {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".safetensors.").suffix(".tmp");
-        #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        let tmp = builder.tempfile_in(dir)?;
-        let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+        let file = atomic_write_file::AtomicWriteFile::open(path)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file.as_file());
         body(&mut w)?;
         w.flush()?;
         drop(w);
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        file.commit()
     };
     write().map_err(|e| Error::io(path, e))
 }
