@@ -7,7 +7,8 @@
 //! `1 + a r^2 + b r^4`. `PAIR_BIAS_TSDF=K,voxel,trunc` replaces the raw frame `a` by a TSDF
 //! model (crate::tsdf) integrated from frames `a - K ..= a` at their ground-truth poses and
 //! ray-cast into frame `a`'s view (KinectFusion's frame-to-model reference);
-//! `PAIR_BIAS_STEP=s` tracks frame `a + d` against frame `a + d - s` instead (per-step bias).
+//! `PAIR_BIAS_STEP=s` tracks frame `a + d` against frame `a + d - s` instead (per-step bias);
+//! `PAIR_BIAS_VERBOSE=1` prints each tracked and true motion.
 
 use std::path::Path;
 
@@ -169,6 +170,19 @@ fn main() {
             sum_r += re * re;
             n += 1;
             line += &format!(" {d}: {te:.2}cm/{re:.2}d/{:.2}", r.match_frac);
+            // PAIR_BIAS_VERBOSE: the tracked and the true motion (translation, rotation).
+            if std::env::var_os("PAIR_BIAS_VERBOSE").is_some() {
+                let t = &r.t_kf_frame;
+                eprintln!(
+                    "{a} + {d}: tracked {:.2} cm {:.2} deg, ground truth {:.2} cm {:.2} deg, \
+                     tracked - true (reference camera) {:.2?} cm",
+                    100.0 * t.translation.norm(),
+                    t.rotation.angle().to_degrees(),
+                    100.0 * gt.translation.norm(),
+                    gt.rotation.angle().to_degrees(),
+                    (100.0 * (t.translation - gt.translation)).as_slice()
+                );
+            }
         }
         println!("{line}");
     }

@@ -115,6 +115,9 @@ pub struct Tsdf {
 /// A voxel sample: normalised signed distance, weight, colour.
 type Sample = (f32, f32, [f32; 3]);
 
+/// A ray-cast pixel: point (view camera), confidence (0: no surface), colour.
+type RayHit = ([f32; 3], f32, [u8; 3]);
+
 impl Tsdf {
     /// An empty volume.
     pub fn new(params: TsdfParams) -> Self {
@@ -360,7 +363,7 @@ impl Tsdf {
         let p = self.params;
         let vs = p.voxel;
         let skip = (0.5 * vs * BLOCK as f64).min(0.8 * p.trunc).max(vs);
-        let rows: Vec<Vec<([f32; 3], f32, [u8; 3])>> = (0..h)
+        let rows: Vec<Vec<RayHit>> = (0..h)
             .into_par_iter()
             .map(|v| {
                 let mut cache = (u64::MAX, None);
