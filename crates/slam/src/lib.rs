@@ -19,6 +19,8 @@
 //!   `transforms.json`.
 //! * [`kernels`]: GPU (CubeCL) versions of iterative projection and the tracking reductions.
 //! * [`trajectory`] and [`ate`]: trajectory I/O (TUM, EuRoC) and evo-exact ATE.
+//! * [`tsdf`]: a sparse truncated signed distance volume (integration, ray-casting), the
+//!   KinectFusion model used to measure frame-to-model tracking (docs/slam-rgbd.md).
 // Library code returns errors; `expect` states the invariant that makes it unreachable.
 #![warn(clippy::unwrap_used)]
 #![warn(missing_docs)]
@@ -43,6 +45,7 @@ pub mod residuals;
 pub mod system;
 pub mod tracker;
 pub mod trajectory;
+pub mod tsdf;
 
 pub use ate::{
     Align, AteOptions, AteReport, DEFAULT_MAX_DIFF, Umeyama, associate_trajectories,
