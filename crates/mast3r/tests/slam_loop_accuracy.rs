@@ -2,9 +2,14 @@
 //! tiny checkpoint encodes every frame and answers retrieval (the retrieval head and codebook of
 //! `tests/fixtures/retrieval`), while the pointmaps the tracker and the back end use are made
 //! from redkitchen's depth images and ground truth, noised (`rust3r_slam::depth_pairs`: a
-//! per-frame scale error and per-pixel depth noise). The sequence goes out and back, so the way
-//! back revisits the way out: with retrieval, the revisits close loops and the trajectory beats
-//! the same run with retrieval off (`retrieval.k = 0`: no loop edges at all).
+//! per-frame scale error, per-pixel depth noise and a focal-length error per predicted view, the
+//! last being what makes the estimate drift). The sequence goes out and back, so the way back
+//! revisits the way out: with retrieval, the revisits close loops and the trajectory beats the
+//! same run with retrieval off (`retrieval.k = 0`: no loop edges at all).
+//!
+//! Measured 2026-11-28 (ATE Sim(3), retrieval / off, loops closed): seed 0 (tuned on) 7.65 /
+//! 10.96 cm, 46; held-out seeds 1: 11.79 / 14.92 cm, 39; 2: 6.45 / 10.64 cm, 46. Without any
+//! noise: 5.45 / 12.47 cm. Each run takes ~50 s on 2 loaded cores (lavapipe).
 
 mod common;
 
@@ -33,8 +38,10 @@ enum Loops {
 
 /// What a run gives.
 #[derive(Debug)]
+#[allow(dead_code)] // `keyframes` is printed only
 struct Run {
     ate: f64,
+    tracked: usize,
     keyframes: usize,
     /// Loops verified by learned retrieval (`SlamResult::loop_closures`).
     loop_closures: usize,
@@ -42,17 +49,18 @@ struct Run {
     loop_edges: usize,
 }
 
-/// Redkitchen frames 0-150, every 5th, out and back (61 frames): frames 31-60 replay 30-0.
-const SPAN: usize = 151;
+/// Redkitchen frames 0-499, every 5th, out and back (199 frames): frames 100-198 replay 98-0.
+const SPAN: usize = 500;
 const STRIDE: usize = 5;
-const FRAMES: usize = 61;
+const FRAMES: usize = 199;
 /// Pointmaps of 128x96 pixels.
 const SIZE: (usize, usize) = (128, 96);
 
 fn noise(seed: u64) -> DepthNoise {
     DepthNoise {
-        scale_sigma: 0.03,
-        depth_sigma: 0.02,
+        scale_sigma: 0.05,
+        depth_sigma: 0.004,
+        focal_sigma: 0.005,
         seed,
     }
 }
@@ -85,6 +93,7 @@ fn run(seed: u64, loops: Loops) -> Run {
     let depth_camera = ds.depth_intrinsics().unwrap();
     let gt = ds.ground_truth().unwrap();
     let fe = front_end(loops != Loops::Proximity);
+    // The network's predictions are dropped: encoding (for retrieval) is all it needs to do.
     let mut pairs = DepthPairs::new(
         Some(Box::new(fe)),
         depth_camera,
@@ -92,7 +101,8 @@ fn run(seed: u64, loops: Loops) -> Run {
         SIZE.1,
         noise(seed),
     )
-    .unwrap();
+    .unwrap()
+    .inner_encode_only();
     let mut cfg = SlamConfig {
         single_thread: true,
         ..Default::default()
@@ -111,7 +121,6 @@ fn run(seed: u64, loops: Loops) -> Run {
         |_| {},
     )
     .unwrap();
-    assert!(r.frames.iter().all(|f| f.tracked), "every frame is tracked");
     let ate = ate_from_trajectories(
         &Trajectory::from_sim3(&r.frame_poses()),
         &Trajectory::from_matrices(&gt),
@@ -124,6 +133,7 @@ fn run(seed: u64, loops: Loops) -> Run {
     .rmse;
     let run = Run {
         ate,
+        tracked: r.frames.iter().filter(|f| f.tracked).count(),
         keyframes: r.keyframes.frames.len(),
         loop_closures: r.loop_closures,
         loop_edges: r.edges.iter().filter(|e| e.j > e.i + 1).count(),
@@ -132,36 +142,43 @@ fn run(seed: u64, loops: Loops) -> Run {
     run
 }
 
-/// Runs seed `seed` with retrieval and with it off, and checks the gain.
-fn check(seed: u64) {
+/// Runs seed `seed` with retrieval and with it off, and checks the gain (at least 1.5 cm: half
+/// the smallest measured over seeds 0-2, 3.1 cm) and that the ATE with retrieval stays under
+/// `bound` (metres, 15-20 % above the measured value).
+fn check(seed: u64, bound: f64) {
     let with = run(seed, Loops::Retrieval);
     let without = run(seed, Loops::Off);
+    for r in [&with, &without] {
+        assert_eq!(r.tracked, FRAMES, "every frame is tracked: {r:?}");
+    }
+    // Measured: 39-46 loops verified, each a back-end edge.
     assert!(
-        with.loop_closures > 0 && with.loop_edges >= with.loop_closures,
-        "retrieval closed no loop: {with:?}"
+        with.loop_closures >= 20 && with.loop_edges >= with.loop_closures,
+        "retrieval closed too few loops: {with:?}"
     );
     assert_eq!(without.loop_edges, 0, "{without:?}");
     assert!(
-        with.ate < without.ate - 0.01,
+        with.ate < without.ate - 0.015,
         "retrieval {:.4} m, off {:.4} m",
         with.ate,
         without.ate
     );
-    assert!(with.ate < 0.05, "ATE Sim(3) with retrieval {} m", with.ate);
+    assert!(with.ate < bound, "ATE Sim(3) with retrieval {} m", with.ate);
 }
 
 #[test]
 fn retrieval_closes_the_loop_and_beats_no_retrieval_on_noised_depth_pairs() {
-    check(0);
+    // Measured 7.65 cm.
+    check(0, 0.09);
 }
 
-/// The seeds not tuned on (run with `--ignored`).
+/// The seeds not tuned on (run with `--ignored`; ~4 minutes).
 #[test]
 #[ignore]
 fn retrieval_beats_no_retrieval_on_held_out_seeds() {
-    for seed in [1, 2] {
-        check(seed);
-    }
+    // Measured 11.79 and 6.45 cm.
+    check(1, 0.14);
+    check(2, 0.08);
 }
 
 /// Loop candidates by pose proximity instead, for comparison (run with `--ignored`; prints).
