@@ -97,9 +97,10 @@ fn pair_points_of_the_keyframe_land_on_the_frame_surface() {
 }
 
 /// The monocular system (uncalibrated ray + distance residuals, Sim(3), iterative-projection
-/// matching with descriptor refinement, the back end) on ideal pairs from redkitchen's depth,
-/// played out and back (frames 0-150 every 5th, 61 frames, 128x96). Measured 2026-11-28: 3.90 cm
-/// ATE (Sim(3)) with the back end off, 2.90-3.05 cm with it (the way back closes on the way out).
+/// matching with descriptor refinement, the back end) on ideal pairs from redkitchen's depth:
+/// 61 frames every 5th, 128x96 (redkitchen has 500 frames, so this is frames 0-300 forwards,
+/// with no return). Measured 2026-11-28: 3.90 cm ATE (Sim(3)) with the back end off, 2.90-3.05
+/// cm with it.
 /// On a longer forward run at 256x192 the back end costs accuracy instead
 /// (docs/benchmarks/journal.md, "MASt3R-SLAM system throughput").
 #[test]
