@@ -275,6 +275,13 @@ fn run(
             .map_or("n/a".into(), |r| format!("{:.2} cm", r.rmse * 100.0))
     );
     println!(
+        "keyframe store: {:.1} MiB at its largest ({:.2} MiB per keyframe)",
+        result.keyframe_bytes as f64 / (1 << 20) as f64,
+        result.keyframe_bytes as f64
+            / (1 << 20) as f64
+            / result.keyframes.frames.len().max(1) as f64
+    );
+    println!(
         "time: network + depth pairs {:.1} s, tracking {:.1} s, mapping {:.1} s, back end {:.1} s (its own thread), waiting for the back end {:.1} s",
         tm.load_s, tm.track_s, tm.map_s, tm.backend_s, tm.backend_wait_s
     );
@@ -284,6 +291,7 @@ fn run(
             "fps": result.frames.len() as f64 / secs, "device": name, "network": arch,
             "image": [w, h], "retrieval": retrieval_name,
             "keyframes": result.keyframes.frames.len(), "loop_closures": result.loop_closures,
+            "keyframe_store_peak_bytes": result.keyframe_bytes,
             "relocalisations": result.relocalisations, "frames_without_pose": lost,
             "ate_sim3_m": ate.as_ref().map(|r| r.rmse),
             "timings": {"load_s": tm.load_s, "track_s": tm.track_s, "map_s": tm.map_s,
