@@ -34,6 +34,9 @@ pub struct SlamMonoArgs {
     /// Take every n-th frame of the sequence.
     #[arg(long, default_value_t = 1)]
     stride: usize,
+    /// Play only the sequence's first this many frames forwards and backwards (default: all).
+    #[arg(long)]
+    span: Option<usize>,
     /// Network architecture with random weights: full (the released ViT-L/ViT-B), tiny (the
     /// parity fixture's) or none (no network: the depth pairs alone, loop candidates by pose
     /// proximity). Ignored with --checkpoint.
@@ -61,6 +64,13 @@ pub struct SlamMonoArgs {
     /// Standard deviation of the per-pixel multiplicative depth noise.
     #[arg(long, default_value_t = 0.0)]
     depth_sigma: f64,
+    /// Standard deviation of the log of each predicted view's focal-length error.
+    #[arg(long, default_value_t = 0.0)]
+    focal_sigma: f64,
+    /// The network only encodes (retrieval features) and skips the pair decoding whose output
+    /// the depth pairs replace (accuracy runs on a CPU; not for throughput).
+    #[arg(long)]
+    encode_only: bool,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// A SLAM configuration YAML (MASt3R-SLAM's keys) over MASt3R-SLAM's base configuration.
@@ -163,7 +173,8 @@ fn run(
     let depth_k = inner
         .depth_intrinsics()
         .with_context(|| format!("{}: no depth images", a.data.display()))?;
-    let ds = PingPong::new(inner, a.stride, a.frames)?;
+    let span = a.span.unwrap_or(inner.len());
+    let ds = PingPong::within(inner, span, a.stride, a.frames)?;
     let gt = ds
         .ground_truth()
         .with_context(|| format!("{}: no ground truth", a.data.display()))?;
@@ -178,9 +189,13 @@ fn run(
     let noise = DepthNoise {
         scale_sigma: a.scale_sigma,
         depth_sigma: a.depth_sigma,
+        focal_sigma: a.focal_sigma,
         seed: a.seed,
     };
     let mut pairs = DepthPairs::new(front, depth_k, w, h, noise)?;
+    if a.encode_only {
+        pairs = pairs.inner_encode_only();
+    }
     let mut cfg = SlamConfig::default();
     if let Some(p) = &a.config {
         cfg.apply_yaml_file(p)?;
@@ -260,6 +275,13 @@ fn run(
             .map_or("n/a".into(), |r| format!("{:.2} cm", r.rmse * 100.0))
     );
     println!(
+        "keyframe store: {:.1} MiB at its largest ({:.2} MiB per keyframe)",
+        result.keyframe_bytes as f64 / (1 << 20) as f64,
+        result.keyframe_bytes as f64
+            / (1 << 20) as f64
+            / result.keyframes.frames.len().max(1) as f64
+    );
+    println!(
         "time: network + depth pairs {:.1} s, tracking {:.1} s, mapping {:.1} s, back end {:.1} s (its own thread), waiting for the back end {:.1} s",
         tm.load_s, tm.track_s, tm.map_s, tm.backend_s, tm.backend_wait_s
     );
@@ -269,11 +291,13 @@ fn run(
             "fps": result.frames.len() as f64 / secs, "device": name, "network": arch,
             "image": [w, h], "retrieval": retrieval_name,
             "keyframes": result.keyframes.frames.len(), "loop_closures": result.loop_closures,
+            "keyframe_store_peak_bytes": result.keyframe_bytes,
             "relocalisations": result.relocalisations, "frames_without_pose": lost,
             "ate_sim3_m": ate.as_ref().map(|r| r.rmse),
             "timings": {"load_s": tm.load_s, "track_s": tm.track_s, "map_s": tm.map_s,
                 "backend_s": tm.backend_s, "backend_wait_s": tm.backend_wait_s},
-            "scale_sigma": a.scale_sigma, "depth_sigma": a.depth_sigma, "seed": a.seed,
+            "scale_sigma": a.scale_sigma, "depth_sigma": a.depth_sigma,
+            "focal_sigma": a.focal_sigma, "seed": a.seed, "encode_only": a.encode_only,
             "reports": reports,
         });
         let text = serde_json::to_string_pretty(&json)?;

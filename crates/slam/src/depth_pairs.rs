@@ -6,10 +6,15 @@
 //! size), and the keyframe's points in the frame's camera `Xkf` are the keyframe's back-projected
 //! depth moved by the ground-truth relative pose `T_f⁻¹ T_k`. Both views of a pair share the
 //! pair's scale, as a network prediction does. The errors a real network makes are modelled by
-//! [`DepthNoise`]: a per-frame scale error (log-normal) and per-pixel multiplicative depth noise,
-//! both deterministic functions of the seed and the frame index. Descriptors (24 channels, as
+//! [`DepthNoise`]: a per-frame scale error (log-normal), per-pixel multiplicative depth noise and
+//! a focal-length error of each predicted view, all deterministic functions of the seed and the
+//! frame indices. A scale error shared by both views of a pair is absorbed by the Sim(3) poses
+//! (it changes no position); the focal errors differ between a frame's own view, its pairs'
+//! keyframe views and the keyframe's own view, so no similarity aligns them exactly and the
+//! estimate drifts as with a network. Descriptors (24 channels, as
 //! MASt3R's) identify the surface point a pixel sees, as a trained network's do: random Fourier
-//! features of its ground-truth world position ([`world_descriptors`]), so the descriptor
+//! features of its ground-truth world position ([`world_descriptors`], from the depth before
+//! noise: a network's descriptors do not carry its depth errors), so the descriptor
 //! refinement of the matching moves a match towards the pixel that sees the same point. (A
 //! patch of the colour image would not: 7-Scenes' colour is not registered to its depth, and
 //! on flat patches every candidate ties.)
@@ -44,7 +49,11 @@ pub struct DepthNoise {
     pub scale_sigma: f64,
     /// Standard deviation of the per-pixel multiplicative depth noise.
     pub depth_sigma: f64,
-    /// Seed of both.
+    /// Standard deviation of the log of each predicted view's focal-length error: the view's
+    /// `x` and `y` are multiplied by `exp(e)`, `e` drawn per frame for its own view and per
+    /// (frame, keyframe) pair for the keyframe's view in the pair.
+    pub focal_sigma: f64,
+    /// Seed of all three.
     pub seed: u64,
 }
 
@@ -53,6 +62,7 @@ impl Default for DepthNoise {
         Self {
             scale_sigma: 0.0,
             depth_sigma: 0.0,
+            focal_sigma: 0.0,
             seed: 0,
         }
     }
@@ -73,6 +83,8 @@ pub struct DepthPairs {
     width: usize,
     height: usize,
     noise: DepthNoise,
+    /// The inner front end only encodes (retrieval) and is not asked to decode.
+    encode_only: bool,
     encoded: HashMap<usize, Encoded>,
 }
 
@@ -107,8 +119,25 @@ impl DepthPairs {
             width,
             height,
             noise,
+            encode_only: false,
             encoded: HashMap::new(),
         })
+    }
+
+    /// The inner front end only encodes frames (for retrieval) and skips the pair and mono
+    /// decoding whose predictions are dropped anyway: same trajectory, without the decoder's
+    /// cost (tests on a CPU; the throughput bench keeps it).
+    pub fn inner_encode_only(mut self) -> Self {
+        self.encode_only = true;
+        self
+    }
+
+    fn inner_decoder(&mut self) -> Option<&mut dyn PairFrontEnd> {
+        if self.encode_only {
+            None
+        } else {
+            self.inner_pairs()
+        }
     }
 
     fn inner_pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
@@ -147,8 +176,8 @@ impl DepthPairs {
         let cam = self.camera_model();
         let (w, h) = (self.width, self.height);
         let (rw, rh) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
-        // Per pixel: point, confidence, colour (rows in parallel).
-        let mut px = vec![([0f32; 3], 0f32, [0u8; 3]); w * h];
+        // Per pixel: point, confidence, colour, point before noise (rows in parallel).
+        let mut px = vec![([0f32; 3], 0f32, [0u8; 3], [0f32; 3]); w * h];
         let nz = self.noise;
         crate::par::fill_rows(&mut px, w, |x, y, i| {
             // Nearest source pixel (pixel centres aligned).
@@ -168,10 +197,12 @@ impl DepthPairs {
                 .get_pixel(cx.min(rw - 1) as u32, cy.min(rh - 1) as u32)
                 .0;
             if z.is_finite() && z > 0.0 {
-                let z = z as f64 * noise;
-                ([(ray[0] * z) as f32, (ray[1] * z) as f32, z as f32], 5.0, c)
+                let z = z as f64;
+                let at = |z: f64| [(ray[0] * z) as f32, (ray[1] * z) as f32, z as f32];
+                (at(z * noise), 5.0, c, at(z))
             } else {
-                ([ray[0] as f32, ray[1] as f32, -1.0], 0.0, c)
+                let p = [ray[0] as f32, ray[1] as f32, -1.0];
+                (p, 0.0, c, p)
             }
         });
         let mut valid_z: Vec<f64> = px
@@ -199,10 +230,9 @@ impl DepthPairs {
             }
         }
         let c2w = Matrix4::from_fn(|r, c| gt[r][c]);
-        let world: Vec<Vector3<f64>> = pm
-            .points
+        let world: Vec<Vector3<f64>> = px
             .iter()
-            .map(|p| {
+            .map(|(_, _, _, p)| {
                 (c2w * nalgebra::Vector4::new(p[0] as f64, p[1] as f64, p[2] as f64, 1.0)).xyz()
             })
             .collect();
@@ -227,16 +257,47 @@ impl DepthPairs {
             1.0
         }
     }
+
+    /// Focal-length error (log) of frame `index`'s own view.
+    fn focal(&self, index: usize) -> f64 {
+        self.focal_draw(FOCAL_OWN, index as u64, 0)
+    }
+
+    /// Focal-length error (log) of keyframe `keyframe`'s view in its pair with `frame`.
+    fn pair_focal(&self, frame: usize, keyframe: usize) -> f64 {
+        self.focal_draw(FOCAL_PAIR, frame as u64, keyframe as u64 + 1)
+    }
+
+    fn focal_draw(&self, tag: u64, a: u64, b: u64) -> f64 {
+        if self.noise.focal_sigma > 0.0 {
+            self.noise.focal_sigma * normal(self.noise.seed ^ tag, a, b)
+        } else {
+            0.0
+        }
+    }
+
+    /// Frame `index`'s own view: its points with its focal and scale errors.
+    fn own_view(&self, index: usize) -> Result<Pointmap, SlamError> {
+        Ok(scaled(
+            &self.cached(index)?.pm,
+            self.scale(index),
+            self.focal(index),
+        ))
+    }
 }
 
-/// A frame's points scaled by `s`.
-fn scaled(pm: &Pointmap, s: f64) -> Pointmap {
-    let s = s as f32;
+/// Seed tags of the focal errors of own views and of keyframe views in pairs.
+const FOCAL_OWN: u64 = 0xF0CA_1000;
+const FOCAL_PAIR: u64 = 0xF0CA_2000;
+
+/// A frame's points scaled by `s`, with `x` and `y` also multiplied by `exp(focal)`.
+fn scaled(pm: &Pointmap, s: f64, focal: f64) -> Pointmap {
+    let (s, sf) = (s as f32, (s * focal.exp()) as f32);
     Pointmap {
         points: pm
             .points
             .iter()
-            .map(|p| [p[0] * s, p[1] * s, p[2] * s])
+            .map(|p| [p[0] * sf, p[1] * sf, p[2] * s])
             .collect(),
         ..pm.clone()
     }
@@ -249,7 +310,11 @@ impl PointmapFrontEnd for DepthPairs {
 
     fn pointmap(&mut self, frame: &Frame) -> Result<Pointmap, SlamError> {
         let e = self.encode_depth(frame)?;
-        Ok(scaled(&e.pm, self.scale(frame.index)))
+        Ok(scaled(
+            &e.pm,
+            self.scale(frame.index),
+            self.focal(frame.index),
+        ))
     }
 
     fn camera(&self) -> Option<PinholeCamera> {
@@ -276,18 +341,19 @@ impl PairFrontEnd for DepthPairs {
     }
 
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
-        if let Some(p) = self.inner_pairs() {
+        if let Some(p) = self.inner_decoder() {
             p.mono(index)?;
         }
-        Ok(scaled(&self.cached(index)?.pm, self.scale(index)))
+        self.own_view(index)
     }
 
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError> {
-        if let Some(p) = self.inner_pairs() {
+        if let Some(p) = self.inner_decoder() {
             p.pair(frame, keyframe)?;
         }
         let (f, k) = (self.cached(frame)?, self.cached(keyframe)?);
         let s = self.scale(frame);
+        let kf_focal = self.pair_focal(frame, keyframe).exp();
         let t = f
             .c2w
             .try_inverse()
@@ -295,17 +361,19 @@ impl PairFrontEnd for DepthPairs {
             * k.c2w;
         let r = t.fixed_view::<3, 3>(0, 0);
         let tr = t.fixed_view::<3, 1>(0, 3);
-        let keyframe_points =
-            k.pm.points
-                .iter()
-                .map(|p| {
-                    let q = r * Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64) + tr;
-                    [(q.x * s) as f32, (q.y * s) as f32, (q.z * s) as f32]
-                })
-                .collect();
+        let keyframe_points = k
+            .pm
+            .points
+            .iter()
+            .map(|p| {
+                let p = Vector3::new(p[0] as f64 * kf_focal, p[1] as f64 * kf_focal, p[2] as f64);
+                let q = r * p + tr;
+                [(q.x * s) as f32, (q.y * s) as f32, (q.z * s) as f32]
+            })
+            .collect();
         let q = |pm: &Pointmap| pm.conf.iter().map(|&c| c.min(1.0) * 5.0).collect();
         Ok(PairPrediction {
-            frame: scaled(&f.pm, s),
+            frame: self.own_view(frame)?,
             frame_desc: f.desc.clone(),
             frame_desc_conf: q(&f.pm),
             keyframe_points,
@@ -354,9 +422,27 @@ impl PingPong {
     /// `len` frames of `inner` taken every `stride` frames, forwards then backwards.
     pub fn new(inner: Box<dyn Dataset>, stride: usize, len: usize) -> Result<Self, SlamError> {
         let n = inner.len();
+        Self::within(inner, n, stride, len)
+    }
+
+    /// [`PingPong::new`] sweeping only `inner`'s first `span` frames (a shorter loop).
+    pub fn within(
+        inner: Box<dyn Dataset>,
+        span: usize,
+        stride: usize,
+        len: usize,
+    ) -> Result<Self, SlamError> {
+        let total = inner.len();
+        if span > total {
+            return Err(SlamError::InvalidInput(format!(
+                "ping-pong over the first {span} frames of '{}', which has {total}",
+                inner.name()
+            )));
+        }
+        let n = span;
         if n < 2 || stride == 0 || stride >= n {
             return Err(SlamError::InvalidInput(format!(
-                "ping-pong over '{}' ({n} frames) with stride {stride}: need 2 frames per sweep",
+                "ping-pong over {n} frames of '{}' with stride {stride}: need 2 frames per sweep",
                 inner.name()
             )));
         }
@@ -375,8 +461,9 @@ impl PingPong {
         Ok(Self {
             gt,
             name: format!(
-                "{} (ping-pong, stride {stride}, {len} frames)",
-                inner.name()
+                "{} (ping-pong over frames 0-{}, stride {stride}, {len} frames)",
+                inner.name(),
+                n - 1
             ),
             inner,
             order,
