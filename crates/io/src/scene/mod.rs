@@ -972,19 +972,7 @@ pub fn write_colmap_text(
 // ---------------------------------------------------------------------------
 // Shared helpers
 
-pub(crate) fn malformed(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Malformed {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Dataset {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
+pub(crate) use crate::error::at::{dataset_error, malformed};
 
 pub(crate) use crate::image_file::dimensions as image_dimensions;
 
