@@ -12,8 +12,9 @@ use rust3r_geometry::nalgebra::Vector2;
 use rust3r_geometry::{PinholeCamera, RadTanDistortion, UndistortCriteria};
 use rust3r_io::IoError;
 use rust3r_io::scene::{
-    self, ImageCache, Scene, SceneKind, SceneOptions, ScenePoints, SceneView, colmap, detect_scene,
-    open_scene, read_points_ply, write_colmap_text, write_points_ply, write_transforms_json,
+    self, ImageCache, PosedImage, Scene, SceneKind, SceneOptions, ScenePoints, SceneView, colmap,
+    detect_scene, open_scene, read_points_ply, scene_from_images, write_colmap_text,
+    write_points_ply, write_transforms_json,
 };
 use rust3r_testdata::data;
 
@@ -550,6 +551,17 @@ fn undistortion_delivers_the_pinhole_image_of_its_intrinsics() {
         let worst = worst_pattern_error(&s, 1);
         eprintln!("{line}: worst error {worst:.2}");
         assert!(worst <= 3.0, "{line}: worst error {worst}");
+        // The same file as a posed image with the distorted camera: the same delivered
+        // camera and pixels.
+        let posed = PosedImage {
+            image_path: tmp.path().join("images/frame.png"),
+            camera: camera.with_distortion(Some(dist)),
+            world_to_camera: s.views[0].world_to_camera,
+        };
+        let p = scene_from_images(tmp.path(), tmp.path(), &[posed], None, &opts()).unwrap();
+        assert!(p.is_undistorted(0));
+        assert_eq!(p.views[0].camera, s.views[0].camera, "{line}");
+        assert_eq!(p.load_image(0).unwrap(), s.load_image(0).unwrap(), "{line}");
 
         // Downscale 2 (resized on load, then undistorted at the small size).
         let s2 = open_scene(
@@ -864,6 +876,17 @@ fn writers_reject_invalid_views() {
     v = open(&statuette_dense()).views[0].clone();
     v.camera.width = 0;
     assert!(write_transforms_json(&json, &[v], None).is_err());
+    // A distorted camera is not written as an undistorted one.
+    v = open(&statuette_dense()).views[0].clone();
+    v.camera = v
+        .camera
+        .with_distortion(Some(RadTanDistortion::new(0.1, 0.0, 0.0, 0.0)));
+    for err in [
+        write_transforms_json(&json, &[v.clone()], None).unwrap_err(),
+        write_colmap_text(tmp.path(), &[v], None).unwrap_err(),
+    ] {
+        assert!(err.to_string().contains("lens distortion"), "{err}");
+    }
     let bad = ScenePoints {
         xyz: vec![[0.0; 3]],
         rgb: vec![],
