@@ -162,6 +162,29 @@ pub fn transform_intrinsics(k: &PinholeCamera, rc: &ResizeCrop) -> PinholeCamera
         .cropped(rc.crop.0, rc.crop.1, rc.output.0, rc.output.1)
 }
 
+/// The inverse of [`transform_intrinsics`]: the camera of the `original = (width, height)` image
+/// whose network input (`rc`, computed from that size) has camera `k` (e.g. one fitted to the
+/// network's pointmaps): with `s = original / resized` per axis, `f = f' * s` and
+/// `c = (c' + crop_offset + 0.5) * s - 0.5`. The result has no distortion.
+pub fn inverse_transform_intrinsics(
+    k: &PinholeCamera,
+    rc: &ResizeCrop,
+    original: (u32, u32),
+) -> PinholeCamera {
+    let (sx, sy) = (
+        original.0 as f64 / rc.resized.0 as f64,
+        original.1 as f64 / rc.resized.1 as f64,
+    );
+    PinholeCamera::new(
+        k.fx * sx,
+        k.fy * sy,
+        (k.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
+        (k.cy + rc.crop.1 as f64 + 0.5) * sy - 0.5,
+        original.0,
+        original.1,
+    )
+}
+
 /// The intrinsics transform exactly as MASt3R-SLAM's `Intrinsics.__init__` computes `K_frame`
 /// (for bit-level parity with its outputs), for the camera `k` of an image of `k`'s size:
 /// `f' = f / (W1/W)`, `c' = c / (W1/W) - (W - w_out) / 2` (same for y), at size `rc.output`.
@@ -234,6 +257,12 @@ mod tests {
                 rc.output.1,
             );
             assert_eq!(transform_intrinsics_mast3r_slam(&k, &rc), want);
+            // The inverse gives the original camera back (to rounding).
+            let back = inverse_transform_intrinsics(&transform_intrinsics(&k, &rc), &rc, (w, h));
+            assert_eq!((back.width, back.height), (w, h));
+            for (a, b) in [(back.fx, fx), (back.fy, fy), (back.cx, cx), (back.cy, cy)] {
+                assert!((a - b).abs() < 1e-9, "{back:?}");
+            }
         }
     }
 

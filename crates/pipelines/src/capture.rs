@@ -1028,18 +1028,7 @@ pub fn pointmap_camera(
             w, h, image.0, image.1
         )));
     }
-    let (sx, sy) = (
-        image.0 as f64 / rc.resized.0 as f64,
-        image.1 as f64 / rc.resized.1 as f64,
-    );
-    let colour = PinholeCamera::new(
-        pk.fx * sx,
-        pk.fy * sy,
-        (pk.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
-        (pk.cy + rc.crop.1 as f64 + 0.5) * sy - 0.5,
-        image.0,
-        image.1,
-    );
+    let colour = rust3r_geometry::mast3r_resize::inverse_transform_intrinsics(&pk, &rc, image);
     Ok((colour, pk, fitted))
 }
 
