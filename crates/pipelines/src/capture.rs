@@ -519,8 +519,8 @@ pub fn run_capture_with(
         .collect();
     scene_frames.sort_unstable();
     scene_frames.dedup();
-    // The delivered images are undistorted: the camera of every view (SLAM's colour camera at
-    // the frames' size).
+    // Every view has SLAM's colour camera at the frames' size, without its lens distortion:
+    // the frames are trained on as they are, not undistorted.
     let view_camera = colour_k.with_size(cw, ch).with_distortion(None);
     let posed = |path: PathBuf, w2c: [[f64; 4]; 4]| PosedImage {
         image_path: path,

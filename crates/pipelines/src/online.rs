@@ -225,6 +225,7 @@ fn load_view(
     };
     let posed = PosedImage {
         image_path: path.clone(),
+        // As in the sequential session: the frame as it is, with the pinhole camera.
         camera: k.with_size(w, h).with_distortion(None),
         world_to_camera: crate::capture::w2c_of(c2w),
     };
