@@ -34,10 +34,8 @@ pub struct CameraView {
     pub translation: [f32; 3],
     /// Camera-to-world rotation, row-major.
     pub rotation: [[f32; 3]; 3],
-    pub fx: f32,
-    pub fy: f32,
-    pub width: u32,
-    pub height: u32,
+    /// The pinhole (focal lengths and image size are drawn).
+    pub camera: rust3r_geometry::PinholeCamera,
 }
 
 #[cfg(feature = "rerun")]
@@ -95,8 +93,8 @@ mod imp {
                 ),
             )?;
             let pinhole = rerun::Pinhole::from_focal_length_and_resolution(
-                [c.fx, c.fy],
-                [c.width as f32, c.height as f32],
+                [c.camera.fx as f32, c.camera.fy as f32],
+                [c.camera.width as f32, c.camera.height as f32],
             );
             Ok(self.rec.log(format!("{path}/image"), &pinhole)?)
         }

@@ -398,10 +398,7 @@ fn camera_view(pose: &rust3r_geometry::Sim3, k: &rust3r_geometry::PinholeCamera)
             pose.translation.z as f32,
         ],
         rotation: std::array::from_fn(|i| std::array::from_fn(|j| m[(i, j)] as f32)),
-        fx: k.fx as f32,
-        fy: k.fy as f32,
-        width: k.width,
-        height: k.height,
+        camera: *k,
     }
 }
 
@@ -467,8 +464,8 @@ impl<'a> SlamView<'a> {
             for (k, pose) in poses.iter().enumerate() {
                 let mut v = camera_view(pose, &self.camera);
                 // Keyframe frusta drawn small: only the transform matters for the points.
-                v.fx *= 0.5;
-                v.fy *= 0.5;
+                v.camera.fx *= 0.5;
+                v.camera.fy *= 0.5;
                 l.camera(&format!("world/keyframes/{k}"), &v)?;
             }
             let centre = |k: usize| {

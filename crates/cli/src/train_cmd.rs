@@ -8,11 +8,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::ProgressBar;
 use rust3r_io::scene::{ImageCache, Scene};
-use rust3r_pipelines::train::camera_of;
 use rust3r_pipelines::{InitKind, StrategyKind, TrainEvent, TrainOptions, TrainSession};
-use rust3r_splat::ShPrecision;
 use rust3r_splat::train::Trainer;
 use rust3r_splat::train::adam::MomentPrecision;
+use rust3r_splat::{Camera, ShPrecision};
 
 use crate::DeviceArgs;
 use crate::live::{CameraView, Live, LiveSink};
@@ -439,7 +438,7 @@ fn log_eval(
         l.scalar("eval/lpips", v)?;
     }
     let gt = cache.get(view)?;
-    let cam = camera_of(scene, view);
+    let cam = Camera::from(&scene.views[view]);
     let (_, _, pred) = trainer.evaluate_view(&cam, &gt.rgb)?;
     let bytes: Vec<u8> = pred
         .iter()
@@ -472,10 +471,7 @@ fn log_cameras(l: &Live, scene: &Scene, idx: &[usize]) -> Result<()> {
         let view = CameraView {
             translation: [c2w[0][3] as f32, c2w[1][3] as f32, c2w[2][3] as f32],
             rotation: rot,
-            fx: v.fx as f32,
-            fy: v.fy as f32,
-            width: v.width,
-            height: v.height,
+            camera: v.camera,
         };
         l.camera(&format!("world/cameras/{i}"), &view)?;
     }

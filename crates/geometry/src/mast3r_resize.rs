@@ -17,13 +17,17 @@
 //! geometry is computed here; pixels are resampled elsewhere.
 //!
 //! ```
+//! use rust3r_geometry::PinholeCamera;
 //! use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics};
 //! let rc = mast3r_resize_crop(640, 480, 512);
 //! assert_eq!(rc.resized, (512, 384));
 //! assert_eq!(rc.output, (512, 384));
-//! let k = transform_intrinsics((585.0, 585.0, 320.0, 240.0), &rc, (640, 480));
-//! assert!((k.0 - 468.0).abs() < 1e-12);
+//! let k = PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480);
+//! let k = transform_intrinsics(&k, &rc);
+//! assert!((k.fx - 468.0).abs() < 1e-12);
 //! ```
+
+use crate::PinholeCamera;
 
 /// Where an image of a given size ends up after the DUSt3R / MASt3R preprocessing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -143,65 +147,123 @@ pub fn mast3r_resize_crop_with(width: u32, height: u32, size: u32, square_ok: bo
     }
 }
 
-/// Pinhole intrinsics `(fx, fy, cx, cy)` of an `original = (width, height)` image, moved to the
-/// network input described by `rc`.
+/// The camera `k` of an image (of `k`'s size) moved to the network input described by `rc`
+/// (computed from that size): a camera of size `rc.output`.
 ///
 /// Uses the pixel-centre convention that matches an image resize (pixel `i` covers
 /// `[i, i+1)` and its centre is `i + 0.5`): with `s = resized / original` per axis,
-/// `f' = f * s` and `c' = (c + 0.5) * s - 0.5 - crop_offset`.
+/// `f' = f * s` and `c' = (c + 0.5) * s - 0.5 - crop_offset` ([`PinholeCamera::resized`], then
+/// [`PinholeCamera::cropped`]).
 ///
 /// MASt3R-SLAM itself uses a slightly different formula; see
 /// [`transform_intrinsics_mast3r_slam`].
-pub fn transform_intrinsics(
-    k: (f64, f64, f64, f64),
+pub fn transform_intrinsics(k: &PinholeCamera, rc: &ResizeCrop) -> PinholeCamera {
+    k.resized(rc.resized.0, rc.resized.1)
+        .cropped(rc.crop.0, rc.crop.1, rc.output.0, rc.output.1)
+}
+
+/// The inverse of [`transform_intrinsics`]: the camera of the `original = (width, height)` image
+/// whose network input (`rc`, computed from that size) has camera `k` (e.g. one fitted to the
+/// network's pointmaps): with `s = original / resized` per axis, `f = f' * s` and
+/// `c = (c' + crop_offset + 0.5) * s - 0.5`. The result has no distortion.
+pub fn inverse_transform_intrinsics(
+    k: &PinholeCamera,
     rc: &ResizeCrop,
     original: (u32, u32),
-) -> (f64, f64, f64, f64) {
-    let (fx, fy, cx, cy) = k;
-    let sx = rc.resized.0 as f64 / original.0 as f64;
-    let sy = rc.resized.1 as f64 / original.1 as f64;
-    (
-        fx * sx,
-        fy * sy,
-        (cx + 0.5) * sx - 0.5 - rc.crop.0 as f64,
-        (cy + 0.5) * sy - 0.5 - rc.crop.1 as f64,
+) -> PinholeCamera {
+    let (sx, sy) = (
+        original.0 as f64 / rc.resized.0 as f64,
+        original.1 as f64 / rc.resized.1 as f64,
+    );
+    PinholeCamera::new(
+        k.fx * sx,
+        k.fy * sy,
+        (k.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
+        (k.cy + rc.crop.1 as f64 + 0.5) * sy - 0.5,
+        original.0,
+        original.1,
     )
 }
 
 /// The intrinsics transform exactly as MASt3R-SLAM's `Intrinsics.__init__` computes `K_frame`
-/// (for bit-level parity with its outputs):
-/// `f' = f / (W1/W)`, `c' = c / (W1/W) - (W - w_out) / 2` (same for y).
+/// (for bit-level parity with its outputs), for the camera `k` of an image of `k`'s size:
+/// `f' = f / (W1/W)`, `c' = c / (W1/W) - (W - w_out) / 2` (same for y), at size `rc.output`.
 ///
 /// It differs from [`transform_intrinsics`] by `0.5 * (1 - s)` (no pixel-centre correction)
 /// and, when a resized side is odd, by another half pixel, because `(W - w_out) / 2` is not the
 /// actual crop offset `W//2 - halfw` then.
-pub fn transform_intrinsics_mast3r_slam(
-    k: (f64, f64, f64, f64),
-    rc: &ResizeCrop,
-    original: (u32, u32),
-) -> (f64, f64, f64, f64) {
-    let (fx, fy, cx, cy) = k;
-    let scale_w = original.0 as f64 / rc.resized.0 as f64;
-    let scale_h = original.1 as f64 / rc.resized.1 as f64;
+pub fn transform_intrinsics_mast3r_slam(k: &PinholeCamera, rc: &ResizeCrop) -> PinholeCamera {
+    let scale_w = k.width as f64 / rc.resized.0 as f64;
+    let scale_h = k.height as f64 / rc.resized.1 as f64;
     let half_crop_w = (rc.resized.0 as f64 - rc.output.0 as f64) / 2.0;
     let half_crop_h = (rc.resized.1 as f64 - rc.output.1 as f64) / 2.0;
-    (
-        fx / scale_w,
-        fy / scale_h,
-        cx / scale_w - half_crop_w,
-        cy / scale_h - half_crop_h,
-    )
+    PinholeCamera {
+        fx: k.fx / scale_w,
+        fy: k.fy / scale_h,
+        cx: k.cx / scale_w - half_crop_w,
+        cy: k.cy / scale_h - half_crop_h,
+        width: rc.output.0,
+        height: rc.output.1,
+        ..*k
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn close(a: (f64, f64, f64, f64), b: (f64, f64, f64, f64)) -> bool {
-        (a.0 - b.0).abs() < 1e-9
-            && (a.1 - b.1).abs() < 1e-9
-            && (a.2 - b.2).abs() < 1e-9
-            && (a.3 - b.3).abs() < 1e-9
+    fn close(a: PinholeCamera, b: (f64, f64, f64, f64)) -> bool {
+        (a.fx - b.0).abs() < 1e-9
+            && (a.fy - b.1).abs() < 1e-9
+            && (a.cx - b.2).abs() < 1e-9
+            && (a.cy - b.3).abs() < 1e-9
+    }
+
+    /// Both transforms equal their closed forms bit for bit (the tuple forms they replace).
+    #[test]
+    fn transforms_equal_their_closed_forms_exactly() {
+        let (fx, fy, cx, cy) = (458.654, 457.296, 367.215, 248.375);
+        for (w, h, size) in [
+            (752, 480, 512),
+            (640, 480, 224),
+            (1080, 1920, 512),
+            (739, 458, 512),
+        ] {
+            let rc = mast3r_resize_crop(w, h, size);
+            let k = PinholeCamera::new(fx, fy, cx, cy, w, h);
+            let (sx, sy) = (
+                rc.resized.0 as f64 / w as f64,
+                rc.resized.1 as f64 / h as f64,
+            );
+            let want = PinholeCamera::new(
+                fx * sx,
+                fy * sy,
+                (cx + 0.5) * sx - 0.5 - rc.crop.0 as f64,
+                (cy + 0.5) * sy - 0.5 - rc.crop.1 as f64,
+                rc.output.0,
+                rc.output.1,
+            );
+            assert_eq!(transform_intrinsics(&k, &rc), want);
+            let (scale_w, scale_h) = (
+                w as f64 / rc.resized.0 as f64,
+                h as f64 / rc.resized.1 as f64,
+            );
+            let want = PinholeCamera::new(
+                fx / scale_w,
+                fy / scale_h,
+                cx / scale_w - (rc.resized.0 as f64 - rc.output.0 as f64) / 2.0,
+                cy / scale_h - (rc.resized.1 as f64 - rc.output.1 as f64) / 2.0,
+                rc.output.0,
+                rc.output.1,
+            );
+            assert_eq!(transform_intrinsics_mast3r_slam(&k, &rc), want);
+            // The inverse gives the original camera back (to rounding).
+            let back = inverse_transform_intrinsics(&transform_intrinsics(&k, &rc), &rc, (w, h));
+            assert_eq!((back.width, back.height), (w, h));
+            for (a, b) in [(back.fx, fx), (back.fy, fy), (back.cx, cx), (back.cy, cy)] {
+                assert!((a - b).abs() < 1e-9, "{back:?}");
+            }
+        }
     }
 
     #[test]
@@ -224,10 +286,16 @@ mod tests {
         assert_eq!(rc.crop, (0, 0, 512, 384));
         assert_eq!(rc.output, (512, 384));
         assert_eq!(resample_filter(640, 480, 512), ResampleFilter::Lanczos);
-        let k = transform_intrinsics((585.0, 585.0, 320.0, 240.0), &rc, (640, 480));
+        let k = transform_intrinsics(
+            &PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480),
+            &rc,
+        );
         // s = 0.8: f = 468, c = 320.5*0.8 - 0.5 = 255.9, 240.5*0.8 - 0.5 = 191.9
         assert!(close(k, (468.0, 468.0, 255.9, 191.9)), "{k:?}");
-        let k = transform_intrinsics_mast3r_slam((585.0, 585.0, 320.0, 240.0), &rc, (640, 480));
+        let k = transform_intrinsics_mast3r_slam(
+            &PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480),
+            &rc,
+        );
         assert!(close(k, (468.0, 468.0, 256.0, 192.0)), "{k:?}");
     }
 
@@ -238,7 +306,10 @@ mod tests {
         assert_eq!(rc.resized, (512, 288));
         assert_eq!(rc.crop, (0, 0, 512, 288));
         assert_eq!(rc.output, (512, 288));
-        let k = transform_intrinsics((1500.0, 1500.0, 959.5, 539.5), &rc, (1920, 1080));
+        let k = transform_intrinsics(
+            &PinholeCamera::new(1500.0, 1500.0, 959.5, 539.5, 1920, 1080),
+            &rc,
+        );
         let s = 512.0 / 1920.0;
         assert!(close(k, (1500.0 * s, 1500.0 * s, 255.5, 143.5)), "{k:?}");
     }
@@ -263,7 +334,10 @@ mod tests {
         assert_eq!(rc.crop, (0, 3, 512, 323));
         assert_eq!(rc.output, (512, 320));
         // cy: (239.5 + 0.5) * 327/480 - 0.5 - 3
-        let k = transform_intrinsics((458.654, 457.296, 367.215, 248.375), &rc, (752, 480));
+        let k = transform_intrinsics(
+            &PinholeCamera::new(458.654, 457.296, 367.215, 248.375, 752, 480),
+            &rc,
+        );
         let sx = 512.0 / 752.0;
         let sy = 327.0 / 480.0;
         assert!(close(
@@ -276,9 +350,11 @@ mod tests {
             )
         ));
         // MASt3R-SLAM: half_crop_h = (327 - 320) / 2 = 3.5.
-        let k =
-            transform_intrinsics_mast3r_slam((458.654, 457.296, 367.215, 248.375), &rc, (752, 480));
-        assert!((k.3 - (248.375 / (480.0 / 327.0) - 3.5)).abs() < 1e-9);
+        let k = transform_intrinsics_mast3r_slam(
+            &PinholeCamera::new(458.654, 457.296, 367.215, 248.375, 752, 480),
+            &rc,
+        );
+        assert!((k.cy - (248.375 / (480.0 / 327.0) - 3.5)).abs() < 1e-9);
         // ETH3D 739x458: 458*512/739 = 317.32 -> 317; 739 -> 512. cy = 158,
         // halfh = (316//16)*8 = 152: rows 6..310.
         let rc = mast3r_resize_crop(739, 458, 512);
@@ -311,9 +387,8 @@ mod tests {
         let rc = mast3r_resize_crop_with(512, 512, 512, true);
         assert_eq!(rc.crop, (0, 0, 512, 512));
         let k = transform_intrinsics(
-            (400.0, 400.0, 255.5, 255.5),
+            &PinholeCamera::new(400.0, 400.0, 255.5, 255.5, 512, 512),
             &mast3r_resize_crop(512, 512, 512),
-            (512, 512),
         );
         assert!(close(k, (400.0, 400.0, 255.5, 191.5)), "{k:?}");
     }
@@ -326,7 +401,10 @@ mod tests {
         assert_eq!(rc.resized, (299, 224));
         assert_eq!(rc.crop, (37, 0, 261, 224));
         assert_eq!(rc.output, (224, 224));
-        let k = transform_intrinsics((585.0, 585.0, 320.0, 240.0), &rc, (640, 480));
+        let k = transform_intrinsics(
+            &PinholeCamera::new(585.0, 585.0, 320.0, 240.0, 640, 480),
+            &rc,
+        );
         let sx = 299.0 / 640.0;
         let sy = 224.0 / 480.0;
         assert!(close(

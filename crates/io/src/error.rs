@@ -104,6 +104,30 @@ impl IoError {
     }
 }
 
+/// Errors naming a file, for the scene and data set readers (apart from the codecs' `malformed!`
+/// macro, which names no file).
+pub(crate) mod at {
+    use std::path::Path;
+
+    use super::IoError;
+
+    /// [`IoError::Malformed`] for `path`: the file's content is wrong.
+    pub(crate) fn malformed(path: &Path, message: impl Into<String>) -> IoError {
+        IoError::Malformed {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+
+    /// [`IoError::Dataset`] for `path`: a data set or scene is inconsistent or incomplete.
+    pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError {
+        IoError::Dataset {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
 /// A path-less error produced by the format codecs; attached to a path with
 /// [`Problem::at`] at the public API boundary.
 #[derive(Debug)]

@@ -12,13 +12,7 @@ use std::path::Path;
 use image::DynamicImage;
 
 use crate::IoError;
-
-fn malformed(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Malformed {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
+use crate::error::at::malformed;
 
 /// Decodes an image file (format from its content); errors name the file, and truncated or
 /// empty images are errors.

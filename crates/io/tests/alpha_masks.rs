@@ -388,7 +388,7 @@ fn alpha_and_masks_are_undistorted_like_the_image() {
     for downscale in [1u32, 2] {
         let s = open(dir, downscale);
         assert!(s.is_undistorted(0));
-        let v = &s.views[0];
+        let v = &s.views[0].camera;
         let ViewImage {
             width,
             height,

@@ -12,8 +12,9 @@ use rust3r_geometry::nalgebra::Vector2;
 use rust3r_geometry::{PinholeCamera, RadTanDistortion, UndistortCriteria};
 use rust3r_io::IoError;
 use rust3r_io::scene::{
-    self, ImageCache, Scene, SceneKind, SceneOptions, ScenePoints, SceneView, colmap, detect_scene,
-    open_scene, read_points_ply, write_colmap_text, write_points_ply, write_transforms_json,
+    self, ImageCache, PosedImage, Scene, SceneKind, SceneOptions, ScenePoints, SceneView, colmap,
+    detect_scene, open_scene, read_points_ply, scene_from_images, write_colmap_text,
+    write_points_ply, write_transforms_json,
 };
 use rust3r_testdata::data;
 
@@ -52,11 +53,11 @@ fn lego_view0_camera_matches_hand_computed_values() {
     let v = &s.views[0];
     assert_eq!(v.name, "r_0.png");
     assert_eq!(v.image_path, lego.join("train/r_0.png"));
-    assert_eq!((v.width, v.height), (800, 800));
+    assert_eq!((v.camera.width, v.camera.height), (800, 800));
     // 0.5 * 800 / tan(0.5 * 0.6911112070083618), computed separately (Python).
-    assert_close(v.fx, 1111.1110311937682, 1e-9, "fx");
-    assert_close(v.fy, 1111.1110311937682, 1e-9, "fy");
-    assert_eq!((v.cx, v.cy), (400.0, 400.0));
+    assert_close(v.camera.fx, 1111.1110311937682, 1e-9, "fx");
+    assert_close(v.camera.fy, 1111.1110311937682, 1e-9, "fy");
+    assert_eq!((v.camera.cx, v.camera.cy), (400.0, 400.0));
     // OpenGL c2w of frame 0 with camera y, z negated, inverted (computed separately).
     let expected = [
         [
@@ -186,9 +187,9 @@ fn lego_alpha_compositing_and_downscale() {
     )
     .unwrap();
     let v = &s4.views[0];
-    assert_eq!((v.width, v.height), (200, 200));
-    assert_close(v.fx, 1111.1110311937682 / 4.0, 1e-9, "fx/4");
-    assert_eq!((v.cx, v.cy), (100.0, 100.0));
+    assert_eq!((v.camera.width, v.camera.height), (200, 200));
+    assert_close(v.camera.fx, 1111.1110311937682 / 4.0, 1e-9, "fx/4");
+    assert_eq!((v.camera.cx, v.camera.cy), (100.0, 100.0));
     let small = s4.load_image(0).unwrap();
     assert_eq!(small.len(), 200 * 200 * 3);
     for (y, x) in [(0usize, 0usize), (100, 100), (57, 143), (199, 3), (120, 88)] {
@@ -252,7 +253,7 @@ fn statuette_dense_reprojects_onto_colmap_keypoints() {
     assert_eq!(names[0], "DSC_5283.jpg");
     assert_eq!(s.views[0].image_path, root.join("images/DSC_5283.jpg"));
     let v = &s.views[0];
-    assert_eq!((v.width, v.height), (1000, 658));
+    assert_eq!((v.camera.width, v.camera.height), (1000, 658));
     assert!(!s.is_undistorted(0));
     let points = s.points.as_ref().unwrap();
     assert_eq!(points.len(), 1443);
@@ -309,20 +310,28 @@ fn statuette_distorted_model_opens_and_reprojects_through_undistortion() {
     assert_eq!(dist.k1, cam.params[3]);
     assert_eq!((dist.k2, dist.p1, dist.p2), (0.0, 0.0, 0.0));
     let v = &s.views[0];
-    assert_eq!((v.width, v.height), (3031, 2006));
+    assert_eq!((v.camera.width, v.camera.height), (3031, 2006));
     assert_eq!(
-        (v.fx, v.fy, v.cx, v.cy),
+        (v.camera.fx, v.camera.fy, v.camera.cx, v.camera.cy),
         (target.fx, target.fy, target.cx, target.cy)
     );
     // Mild distortion (about 1% at the corners): the new camera stays close to the old one.
-    assert!((v.fx / src.fx - 1.0).abs() < 0.05, "{} vs {}", v.fx, src.fx);
-    assert!((v.cx - 1515.5).abs() < 50.0 && (v.cy - 1003.0).abs() < 50.0);
+    assert!(
+        (v.camera.fx / src.fx - 1.0).abs() < 0.05,
+        "{} vs {}",
+        v.camera.fx,
+        src.fx
+    );
+    assert!((v.camera.cx - 1515.5).abs() < 50.0 && (v.camera.cy - 1003.0).abs() < 50.0);
 
     // Project with the delivered pinhole camera, map the pixel back into the distorted image
     // (normalise, distort, apply the original intrinsics) and compare with COLMAP's keypoints.
     let mut errors = reprojection_errors(&s, &model, |v, vi, uv| {
         let (src, dist, _) = s.distortion(vi).unwrap();
-        let n = Vector2::new((uv[0] - v.cx) / v.fx, (uv[1] - v.cy) / v.fy);
+        let n = Vector2::new(
+            (uv[0] - v.camera.cx) / v.camera.fx,
+            (uv[1] - v.camera.cy) / v.camera.fy,
+        );
         let d = dist.distort(&n);
         [src.fx * d.x + src.cx, src.fy * d.y + src.cy]
     });
@@ -433,8 +442,8 @@ fn colmap_text_reader_handles_comments_and_empty_keypoint_lines() {
     assert_eq!(names, ["b.png", "c.png", "d.png", "e.png", "a.png"]);
     let b = &s.views[0];
     assert_eq!(
-        (b.fx, b.fy, b.cx, b.cy, b.width, b.height),
-        (80.0, 81.0, 49.5, 24.5, 100, 50)
+        b.camera,
+        PinholeCamera::new(80.0, 81.0, 49.5, 24.5, 100, 50)
     );
     assert_eq!(b.world_to_camera[0], [1.0, 0.0, 0.0, 1.0]);
     assert_eq!(b.world_to_camera[2], [0.0, 0.0, 1.0, 3.0]);
@@ -498,13 +507,16 @@ fn synthetic_distorted_scene(
 fn worst_pattern_error(s: &Scene, margin: u32) -> f64 {
     let v = &s.views[0];
     let rgb = s.load_image(0).unwrap();
-    assert_eq!(rgb.len(), (v.width * v.height * 3) as usize);
+    assert_eq!(rgb.len(), (v.camera.width * v.camera.height * 3) as usize);
     let mut worst = 0.0f64;
-    for y in margin..v.height - margin {
-        for x in margin..v.width - margin {
-            let want = pattern((x as f64 - v.cx) / v.fx, (y as f64 - v.cy) / v.fy);
+    for y in margin..v.camera.height - margin {
+        for x in margin..v.camera.width - margin {
+            let want = pattern(
+                (x as f64 - v.camera.cx) / v.camera.fx,
+                (y as f64 - v.camera.cy) / v.camera.fy,
+            );
             for c in 0..3 {
-                let got = rgb[((y * v.width + x) * 3) as usize + c] as f64;
+                let got = rgb[((y * v.camera.width + x) * 3) as usize + c] as f64;
                 worst = worst.max((got - want[c]).abs());
             }
         }
@@ -539,6 +551,17 @@ fn undistortion_delivers_the_pinhole_image_of_its_intrinsics() {
         let worst = worst_pattern_error(&s, 1);
         eprintln!("{line}: worst error {worst:.2}");
         assert!(worst <= 3.0, "{line}: worst error {worst}");
+        // The same file as a posed image with the distorted camera: the same delivered
+        // camera and pixels.
+        let posed = PosedImage {
+            image_path: tmp.path().join("images/frame.png"),
+            camera: camera.with_distortion(Some(dist)),
+            world_to_camera: s.views[0].world_to_camera,
+        };
+        let p = scene_from_images(tmp.path(), tmp.path(), &[posed], None, &opts()).unwrap();
+        assert!(p.is_undistorted(0));
+        assert_eq!(p.views[0].camera, s.views[0].camera, "{line}");
+        assert_eq!(p.load_image(0).unwrap(), s.load_image(0).unwrap(), "{line}");
 
         // Downscale 2 (resized on load, then undistorted at the small size).
         let s2 = open_scene(
@@ -550,7 +573,7 @@ fn undistortion_delivers_the_pinhole_image_of_its_intrinsics() {
         )
         .unwrap();
         let v = &s2.views[0];
-        assert_eq!((v.width, v.height), (120, 90));
+        assert_eq!((v.camera.width, v.camera.height), (120, 90));
         let (src, _, _) = s2.distortion(0).unwrap();
         assert_eq!(
             (src.fx, src.cx, src.cy),
@@ -598,25 +621,28 @@ fn downscale_uses_images_n_folder_and_real_sizes() {
     .unwrap();
     let (a, b) = (&s.views[0], &s.views[1]);
     assert_eq!(a.image_path, dir.join("images_3/a.jpg"));
-    assert_eq!((a.width, a.height), (33, 25));
-    assert_close(a.fx, 90.0 * 33.0 / 101.0, 1e-12, "fx");
-    assert_close(a.fy, 91.0 * 25.0 / 75.0, 1e-12, "fy");
-    assert_close(a.cx, 50.5 * 33.0 / 101.0, 1e-12, "cx");
+    assert_eq!((a.camera.width, a.camera.height), (33, 25));
+    assert_close(a.camera.fx, 90.0 * 33.0 / 101.0, 1e-12, "fx");
+    assert_close(a.camera.fy, 91.0 * 25.0 / 75.0, 1e-12, "fy");
+    assert_close(a.camera.cx, 50.5 * 33.0 / 101.0, 1e-12, "cx");
     let img = s.load_image(0).unwrap();
     assert_eq!(img.len(), 33 * 25 * 3);
     assert!(img.chunks(3).all(|p| (p[0] as i32 - 200).abs() <= 2));
     // b has no images_3 copy: resized on load to round(101/3) x round(75/3) = 34 x 25.
     assert_eq!(b.image_path, dir.join("images/b.png"));
-    assert_eq!((b.width, b.height), (34, 25));
-    assert_close(b.fx, 90.0 * 34.0 / 101.0, 1e-12, "fx");
-    assert_close(b.cy, 37.5 * 25.0 / 75.0, 1e-12, "cy");
+    assert_eq!((b.camera.width, b.camera.height), (34, 25));
+    assert_close(b.camera.fx, 90.0 * 34.0 / 101.0, 1e-12, "fx");
+    assert_close(b.camera.cy, 37.5 * 25.0 / 75.0, 1e-12, "cy");
     let img = s.load_image(1).unwrap();
     assert_eq!(img.len(), 34 * 25 * 3);
     assert!(img.chunks(3).all(|p| p == [1, 2, 3]));
     // Full resolution ignores images_3.
     let s1 = open(dir);
     assert_eq!(s1.views[0].image_path, dir.join("images/a.jpg"));
-    assert_eq!((s1.views[0].width, s1.views[0].fx), (101, 90.0));
+    assert_eq!(
+        (s1.views[0].camera.width, s1.views[0].camera.fx),
+        (101, 90.0)
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -642,7 +668,7 @@ fn fox_undistortion_is_sane_and_round_trips() {
 
     let v = &s.views[0];
     assert_eq!(v.name, "0001.jpg");
-    assert_eq!((v.width, v.height), (1080, 1920));
+    assert_eq!((v.camera.width, v.camera.height), (1080, 1920));
     let (src, dist, target) = s.distortion(0).unwrap();
     assert_eq!(
         (src.fx, src.fy, src.cx, src.cy),
@@ -653,23 +679,24 @@ fn fox_undistortion_is_sane_and_round_trips() {
         RadTanDistortion::new(0.0578421, -0.0805099, -0.000980296, 0.00015575)
     );
     assert_eq!(
-        (v.fx, v.fy, v.cx, v.cy),
+        (v.camera.fx, v.camera.fy, v.camera.cx, v.camera.cy),
         (target.fx, target.fy, target.cx, target.cy)
     );
     // Mild distortion: the new camera stays close to the old one.
     assert!(
-        (v.fx / src.fx - 1.0).abs() < 0.05 && (v.fy / src.fy - 1.0).abs() < 0.05,
+        (v.camera.fx / src.fx - 1.0).abs() < 0.05 && (v.camera.fy / src.fy - 1.0).abs() < 0.05,
         "{v:?}"
     );
     assert!(
-        (v.cx - src.cx).abs() < 30.0 && (v.cy - src.cy).abs() < 30.0,
+        (v.camera.cx - src.cx).abs() < 30.0 && (v.camera.cy - src.cy).abs() < 30.0,
         "{v:?}"
     );
     // Every view shares the one camera.
     assert!(
         s.views
             .iter()
-            .all(|w| (w.fx, w.cx, w.width) == (v.fx, v.cx, v.width))
+            .all(|w| (w.camera.fx, w.camera.cx, w.camera.width)
+                == (v.camera.fx, v.camera.cx, v.camera.width))
     );
 
     // Delivered pixel -> normalised -> distorted source pixel -> undistort -> same pixel; and
@@ -680,7 +707,10 @@ fn fox_undistortion_is_sane_and_round_trips() {
     };
     for y in (0..1920).step_by(191).chain([1919]) {
         for x in (0..1080).step_by(107).chain([1079]) {
-            let n = Vector2::new((x as f64 - v.cx) / v.fx, (y as f64 - v.cy) / v.fy);
+            let n = Vector2::new(
+                (x as f64 - v.camera.cx) / v.camera.fx,
+                (y as f64 - v.camera.cy) / v.camera.fy,
+            );
             let d = dist.distort(&n);
             let su = src.fx * d.x + src.cx;
             let sv = src.fy * d.y + src.cy;
@@ -689,7 +719,10 @@ fn fox_undistortion_is_sane_and_round_trips() {
                 "({x},{y}) samples outside the source: ({su},{sv})"
             );
             let back = dist.undistort_pixel(&src, &Vector2::new(su, sv), criteria);
-            let (bu, bv) = (back.x * v.fx + v.cx, back.y * v.fy + v.cy);
+            let (bu, bv) = (
+                back.x * v.camera.fx + v.camera.cx,
+                back.y * v.camera.fy + v.camera.cy,
+            );
             assert!(
                 (bu - x as f64).abs() < 1e-4 && (bv - y as f64).abs() < 1e-4,
                 "({x},{y}) -> ({bu},{bv})"
@@ -709,7 +742,10 @@ fn fox_undistortion_is_sane_and_round_trips() {
         (300, 1500),
         (777, 222),
     ] {
-        let n = Vector2::new((x as f64 - v.cx) / v.fx, (y as f64 - v.cy) / v.fy);
+        let n = Vector2::new(
+            (x as f64 - v.camera.cx) / v.camera.fx,
+            (y as f64 - v.camera.cy) / v.camera.fy,
+        );
         let d = dist.distort(&n);
         let (su, sv) = (src.fx * d.x + src.cx, src.fy * d.y + src.cy);
         let (x0, y0) = (su.floor() as u32, sv.floor() as u32);
@@ -735,13 +771,7 @@ fn assert_views_equal(a: &[SceneView], b: &[SceneView], check_paths: bool, tol: 
         if check_paths {
             assert_eq!(x.image_path, y.image_path);
         }
-        assert_eq!((x.width, x.height), (y.width, y.height));
-        assert_eq!(
-            (x.fx, x.fy, x.cx, x.cy),
-            (y.fx, y.fy, y.cx, y.cy),
-            "{}",
-            x.name
-        );
+        assert_eq!(x.camera, y.camera, "{}", x.name);
         for r in 0..4 {
             for c in 0..4 {
                 assert_close(
@@ -844,8 +874,19 @@ fn writers_reject_invalid_views() {
     v.world_to_camera[0][0] = 2.0;
     assert!(write_colmap_text(tmp.path(), &[v.clone()], None).is_err());
     v = open(&statuette_dense()).views[0].clone();
-    v.width = 0;
+    v.camera.width = 0;
     assert!(write_transforms_json(&json, &[v], None).is_err());
+    // A distorted camera is not written as an undistorted one.
+    v = open(&statuette_dense()).views[0].clone();
+    v.camera = v
+        .camera
+        .with_distortion(Some(RadTanDistortion::new(0.1, 0.0, 0.0, 0.0)));
+    for err in [
+        write_transforms_json(&json, &[v.clone()], None).unwrap_err(),
+        write_colmap_text(tmp.path(), &[v], None).unwrap_err(),
+    ] {
+        assert!(err.to_string().contains("lens distortion"), "{err}");
+    }
     let bad = ScenePoints {
         xyz: vec![[0.0; 3]],
         rgb: vec![],
@@ -1178,7 +1219,11 @@ fn transforms_json_errors() {
     std::fs::write(&json, &good).unwrap();
     let s = open(dir);
     assert_eq!(
-        (s.views[0].fy, s.views[0].cx, s.views[0].cy),
+        (
+            s.views[0].camera.fy,
+            s.views[0].camera.cx,
+            s.views[0].camera.cy
+        ),
         (100.0, 32.0, 24.0)
     );
     // OpenGL identity c2w -> OpenCV w2c flips y and z.
@@ -1339,17 +1384,25 @@ fn transforms_paths_extensions_and_per_frame_intrinsics() {
     .unwrap();
     assert_eq!(s.views[0].image_path, dir.join("imgs/a.png"));
     assert_eq!(s.views[0].name, "a.png");
-    assert_eq!((s.views[0].width, s.views[0].height), (20, 10));
+    assert_eq!(
+        (s.views[0].camera.width, s.views[0].camera.height),
+        (20, 10)
+    );
     assert_close(
-        s.views[0].fx,
+        s.views[0].camera.fx,
         10.0 / (0.5f64).tan(),
         1e-12,
         "fx from camera_angle_x",
     );
-    assert_eq!(s.views[0].fy, s.views[0].fx);
+    assert_eq!(s.views[0].camera.fy, s.views[0].camera.fx);
     assert_eq!(s.views[1].image_path, dir.join("imgs/b.jpg"));
     assert_eq!(
-        (s.views[1].fx, s.views[1].fy, s.views[1].cx, s.views[1].cy),
+        (
+            s.views[1].camera.fx,
+            s.views[1].camera.fy,
+            s.views[1].camera.cx,
+            s.views[1].camera.cy
+        ),
         (30.0, 31.0, 9.5, 4.5)
     );
     // Transparent red over a blue background.
@@ -1364,9 +1417,12 @@ fn transforms_paths_extensions_and_per_frame_intrinsics() {
     )
     .unwrap();
     assert_eq!(s2.views[1].image_path, dir.join("imgs_2/b.jpg"));
-    assert_eq!((s2.views[1].fx, s2.views[1].cx), (15.0, 4.75));
+    assert_eq!((s2.views[1].camera.fx, s2.views[1].camera.cx), (15.0, 4.75));
     assert_eq!(s2.views[0].image_path, dir.join("imgs/a.png"));
-    assert_eq!((s2.views[0].width, s2.views[0].height), (10, 5));
+    assert_eq!(
+        (s2.views[0].camera.width, s2.views[0].camera.height),
+        (10, 5)
+    );
     let b = s2.load_image(1).unwrap();
     assert!(b.chunks(3).all(|p| p[2] > 200 && p[1] < 50));
     // Same file names in different folders: names fall back to relative paths.

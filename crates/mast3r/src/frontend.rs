@@ -365,7 +365,5 @@ pub fn network_camera(undistorted: &PinholeCamera, size: usize) -> Result<Pinhol
     if rc.output.0 == 0 || rc.output.1 == 0 {
         return Err(format!("a {w}x{h} image crops to nothing at size {size}"));
     }
-    let u = undistorted;
-    let (fx, fy, cx, cy) = transform_intrinsics_mast3r_slam((u.fx, u.fy, u.cx, u.cy), &rc, (w, h));
-    Ok(PinholeCamera::new(fx, fy, cx, cy, rc.output.0, rc.output.1))
+    Ok(transform_intrinsics_mast3r_slam(undistorted, &rc).with_distortion(None))
 }

@@ -374,9 +374,9 @@ fn calibrated_slam_front_end_puts_points_on_the_rays() {
         .with_calibration(calib)
         .unwrap();
     let rc = mast3r_resize_crop(640, 480, 512);
-    let want = transform_intrinsics_mast3r_slam((u.fx, u.fy, u.cx, u.cy), &rc, (640, 480));
+    let want = transform_intrinsics_mast3r_slam(&u, &rc);
     let cam = fe.camera().expect("calibrated");
-    assert_eq!((cam.fx, cam.fy, cam.cx, cam.cy), want);
+    assert_eq!(cam, want);
     assert_eq!((cam.width, cam.height), (512, 384));
     assert!(!fe.is_metric());
     let frame = redkitchen_frame();

@@ -519,14 +519,12 @@ pub fn run_capture_with(
         .collect();
     scene_frames.sort_unstable();
     scene_frames.dedup();
+    // Every view has SLAM's colour camera at the frames' size, without its lens distortion:
+    // the frames are trained on as they are, not undistorted.
+    let view_camera = colour_k.with_size(cw, ch).with_distortion(None);
     let posed = |path: PathBuf, w2c: [[f64; 4]; 4]| PosedImage {
         image_path: path,
-        width: cw,
-        height: ch,
-        fx: colour_k.fx,
-        fy: colour_k.fy,
-        cx: colour_k.cx,
-        cy: colour_k.cy,
+        camera: view_camera,
         world_to_camera: w2c,
     };
     let mut images: Vec<PosedImage> = scene_frames
@@ -583,7 +581,7 @@ pub fn run_capture_with(
                     })?;
                     // Sensor depth: every measured pixel weighs 1.
                     depth[k] = Some(ViewDepth {
-                        depth: depth_to_view(&d, dk, v),
+                        depth: depth_to_view(&d, dk, &v.camera),
                         weight: None,
                     });
                 }
@@ -597,7 +595,7 @@ pub fn run_capture_with(
                         .find(|kf| kf.frame_index == f.index)
                     {
                         let (d, conf) = pointmap_depth(&kf.pointmap, kf.n, kf.t_wc.scale);
-                        let (depth_v, weight) = depth_to_view_weighted(&d, &conf, pk, v);
+                        let (depth_v, weight) = depth_to_view_weighted(&d, &conf, pk, &v.camera);
                         depth[k] = Some(ViewDepth {
                             depth: depth_v,
                             weight: Some(weight),
@@ -716,12 +714,7 @@ pub fn run_capture_with(
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default(),
         image_path,
-        width: cw,
-        height: ch,
-        fx: colour_k.fx,
-        fy: colour_k.fy,
-        cx: colour_k.cx,
-        cy: colour_k.cy,
+        camera: view_camera,
         world_to_camera,
     };
     let views: Vec<SceneView> = result
@@ -1035,18 +1028,7 @@ pub fn pointmap_camera(
             w, h, image.0, image.1
         )));
     }
-    let (sx, sy) = (
-        image.0 as f64 / rc.resized.0 as f64,
-        image.1 as f64 / rc.resized.1 as f64,
-    );
-    let colour = PinholeCamera::new(
-        pk.fx * sx,
-        pk.fy * sy,
-        (pk.cx + rc.crop.0 as f64 + 0.5) * sx - 0.5,
-        (pk.cy + rc.crop.1 as f64 + 0.5) * sy - 0.5,
-        image.0,
-        image.1,
-    );
+    let colour = rust3r_geometry::mast3r_resize::inverse_transform_intrinsics(&pk, &rc, image);
     Ok((colour, pk, fitted))
 }
 
@@ -1146,9 +1128,14 @@ pub fn select_views(
     (train, eval)
 }
 
-/// A depth map carried into a view's pixel grid (module docs).
-pub fn depth_to_view(depth: &datasets::DepthImage, k: &PinholeCamera, v: &SceneView) -> Vec<f32> {
-    resample_to_view(depth, None, k, v).0
+/// A depth map taken with camera `k` carried into the pixel grid of a view with camera `view`
+/// (module docs).
+pub fn depth_to_view(
+    depth: &datasets::DepthImage,
+    k: &PinholeCamera,
+    view: &PinholeCamera,
+) -> Vec<f32> {
+    resample_to_view(depth, None, k, view).0
 }
 
 /// [`depth_to_view`] with a per-pixel weight image (`weight`, the size of `depth`) carried
@@ -1158,16 +1145,16 @@ pub fn depth_to_view_weighted(
     depth: &datasets::DepthImage,
     weight: &datasets::DepthImage,
     k: &PinholeCamera,
-    v: &SceneView,
+    view: &PinholeCamera,
 ) -> (Vec<f32>, Vec<f32>) {
-    resample_to_view(depth, Some(weight), k, v)
+    resample_to_view(depth, Some(weight), k, view)
 }
 
 fn resample_to_view(
     depth: &datasets::DepthImage,
     weight: Option<&datasets::DepthImage>,
     k: &PinholeCamera,
-    v: &SceneView,
+    v: &PinholeCamera,
 ) -> (Vec<f32>, Vec<f32>) {
     let (w, h) = (v.width as usize, v.height as usize);
     let mut sum = vec![0.0f64; w * h];
@@ -1318,23 +1305,8 @@ mod tests {
         }
     }
 
-    fn view(width: u32, height: u32, f: f64, c: (f64, f64)) -> SceneView {
-        SceneView {
-            name: "v".into(),
-            image_path: PathBuf::from("v.png"),
-            width,
-            height,
-            fx: f,
-            fy: f,
-            cx: c.0,
-            cy: c.1,
-            world_to_camera: [
-                [1.0, 0.0, 0.0, 0.0],
-                [0.0, 1.0, 0.0, 0.0],
-                [0.0, 0.0, 1.0, 0.0],
-                [0.0, 0.0, 0.0, 1.0],
-            ],
-        }
+    fn view(width: u32, height: u32, f: f64, c: (f64, f64)) -> PinholeCamera {
+        PinholeCamera::new(f, f, c.0, c.1, width, height)
     }
 
     #[test]

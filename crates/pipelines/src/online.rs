@@ -22,7 +22,7 @@ use rust3r_splat::Camera;
 use rust3r_splat::train::Trainer;
 
 use crate::error::PipelineError;
-use crate::train::{TrainOptions, camera_of, train_config};
+use crate::train::{TrainOptions, train_config};
 
 /// What SLAM's callback sends to the online trainer.
 pub(crate) enum Msg {
@@ -225,12 +225,8 @@ fn load_view(
     };
     let posed = PosedImage {
         image_path: path.clone(),
-        width: w,
-        height: h,
-        fx: k.fx,
-        fy: k.fy,
-        cx: k.cx,
-        cy: k.cy,
+        // As in the sequential session: the frame as it is, with the pinhole camera.
+        camera: k.with_size(w, h).with_distortion(None),
         world_to_camera: crate::capture::w2c_of(c2w),
     };
     let scene = scene_from_images(
@@ -244,7 +240,7 @@ fn load_view(
             kind: None,
         },
     )?;
-    let camera = camera_of(&scene, 0);
+    let camera = Camera::from(&scene.views[0]);
     let cache = ImageCache::new(Arc::new(scene), 1 << 30);
     let img = cache.get(0)?;
     let rgb: Vec<f32> = img.rgb.iter().map(|&v| v as f32 / 255.0).collect();

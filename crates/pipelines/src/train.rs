@@ -313,15 +313,6 @@ pub struct Interpolated {
 
 pub type Events<'e> = dyn FnMut(TrainEvent<'_>) + 'e;
 
-/// The camera of view `i` of a scene.
-pub fn camera_of(scene: &Scene, i: usize) -> Camera {
-    let v = &scene.views[i];
-    Camera {
-        intrinsics: rust3r_geometry::PinholeCamera::new(v.fx, v.fy, v.cx, v.cy, v.width, v.height),
-        world_to_camera: v.world_to_camera,
-    }
-}
-
 /// 3DGS scene scale: 1.1 x the largest distance of a camera centre from their centroid.
 pub fn scene_scale(scene: &Scene, views: &[usize]) -> f64 {
     let centres: Vec<[f64; 3]> = views
@@ -597,7 +588,7 @@ impl TrainSession {
             }
             for &i in &eval_idx {
                 let v = &scene.views[i];
-                w.tap_sizes(v.height as usize, v.width as usize)
+                w.tap_sizes(v.camera.height as usize, v.camera.width as usize)
                     .context_with(|| format!("LPIPS on held-out view {}", v.name))?;
             }
         }
@@ -607,8 +598,8 @@ impl TrainSession {
             kind.as_str(),
             train_idx.len(),
             eval_idx.len(),
-            scene.views[train_idx[0]].width,
-            scene.views[train_idx[0]].height,
+            scene.views[train_idx[0]].camera.width,
+            scene.views[train_idx[0]].camera.height,
             scale
         )));
         let lpips = opts.lpips.clone().map(|w| {
@@ -702,7 +693,7 @@ impl TrainSession {
         for &i in &train_idx {
             let v = &scene.views[i];
             // Before decoding: RGB (and the mask) must fit; the alpha plane is known after.
-            let planned = (v.width as u64 * v.height as u64 * 3).div_ceil(4) * 4;
+            let planned = (v.camera.width as u64 * v.camera.height as u64 * 3).div_ceil(4) * 4;
             if used + planned > device_budget && alpha_weight == 0.0 {
                 continue;
             }
@@ -738,13 +729,13 @@ impl TrainSession {
                 let v = &scene.views[i];
                 let Some(vd) = &depth[i] else { continue };
                 let d = &vd.depth;
-                if d.len() != v.width as usize * v.height as usize {
+                if d.len() != v.camera.width as usize * v.camera.height as usize {
                     return Err(invalid(format!(
                         "{label}: the depth map of view {} has {} values for a {}x{} image",
                         v.name,
                         d.len(),
-                        v.width,
-                        v.height
+                        v.camera.width,
+                        v.camera.height
                     )));
                 }
                 if let Some(w) = &vd.weight
@@ -890,7 +881,7 @@ impl TrainSession {
 
     /// The camera view `i` is rendered with.
     pub fn camera(&self, i: usize) -> Camera {
-        let mut cam = camera_of(&self.scene, i);
+        let mut cam = Camera::from(&self.scene.views[i]);
         if let Some((a, b, t)) = self.refine.interpolated[i] {
             cam.world_to_camera = pose::interpolate(
                 &self.camera(a).world_to_camera,
@@ -1077,7 +1068,7 @@ impl TrainSession {
             exposure: exposure_on.then_some(r.exposure[i]),
             pose_grad: pose_on,
         };
-        let mut cam = camera_of(&self.scene, i);
+        let mut cam = Camera::from(&self.scene.views[i]);
         cam.world_to_camera = r.poses[i];
         let (info, grads) = self.trainer.step_extras(&cam, &target.target(), &extras)?;
         let r = &mut self.refine;

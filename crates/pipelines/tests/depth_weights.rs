@@ -3,6 +3,7 @@
 //! whose pixels with depth all weigh 0 does not, and weights that are negative, non-finite or of
 //! the wrong size are an error naming the view, before any training.
 
+use rust3r_geometry::PinholeCamera;
 use rust3r_gpu::{Gpu, GpuOptions};
 use rust3r_io::scene::{PosedImage, SceneOptions, scene_from_images};
 use rust3r_pipelines::train::{
@@ -25,12 +26,7 @@ fn session(dir: &std::path::Path, weight: Option<Vec<f32>>) -> Result<Vec<String
         .unwrap();
     let posed = PosedImage {
         image_path: img,
-        width: W,
-        height: H,
-        fx: 12.0,
-        fy: 12.0,
-        cx: 7.5,
-        cy: 5.5,
+        camera: PinholeCamera::new(12.0, 12.0, 7.5, 5.5, W, H),
         world_to_camera: [
             [1.0, 0.0, 0.0, 0.0],
             [0.0, 1.0, 0.0, 0.0],

@@ -25,12 +25,8 @@ use crate::{Camera, GpuSplats, RenderOptions, render, render_backward};
 /// Camera intrinsics and render settings that are not differentiated.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RasterSettings {
-    pub fx: f32,
-    pub fy: f32,
-    pub cx: f32,
-    pub cy: f32,
-    pub width: u32,
-    pub height: u32,
+    /// Intrinsics and image size (undistorted).
+    pub intrinsics: rust3r_geometry::PinholeCamera,
     pub sh_degree: u32,
     pub antialiased: bool,
     pub background: [f32; 3],
@@ -108,17 +104,7 @@ fn setup(
         }
     }
     m[3][3] = 1.0;
-    let camera = Camera {
-        intrinsics: rust3r_geometry::PinholeCamera::new(
-            s.fx as f64,
-            s.fy as f64,
-            s.cx as f64,
-            s.cy as f64,
-            s.width,
-            s.height,
-        ),
-        world_to_camera: m,
-    };
+    let camera = Camera::new(s.intrinsics, m);
     let splats = GpuSplats {
         means: buffer(means),
         log_scales: buffer(log_scales),
@@ -145,7 +131,7 @@ impl SplatBackend for CubeBackend {
         world_to_camera: CubeTensor,
         settings: RasterSettings,
     ) -> CubeTensor {
-        let (width, height) = (settings.width, settings.height);
+        let (width, height) = (settings.intrinsics.width, settings.intrinsics.height);
         let (gpu, splats, camera, opts) = setup(
             means,
             log_scales,
@@ -200,7 +186,7 @@ impl SplatBackend for CubeBackend {
             sh.shape(),
             world_to_camera.shape(),
         ];
-        let (width, height) = (settings.width, settings.height);
+        let (width, height) = (settings.intrinsics.width, settings.intrinsics.height);
         let (gpu, splats, camera, opts) = setup(
             means,
             log_scales,

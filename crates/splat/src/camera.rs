@@ -3,6 +3,7 @@
 use std::ops::Deref;
 
 use rust3r_geometry::PinholeCamera;
+use rust3r_io::scene::SceneView;
 use serde::{Deserialize, Serialize};
 
 use crate::SplatError;
@@ -55,6 +56,13 @@ mod mat4 {
                 m
             }
         })
+    }
+}
+
+/// The camera a scene view's image was taken with (its delivered intrinsics and pose).
+impl From<&SceneView> for Camera {
+    fn from(view: &SceneView) -> Self {
+        Self::new(view.camera, view.world_to_camera)
     }
 }
 

@@ -29,12 +29,7 @@ fn burn_autodiff_matches_host_backward() {
     let (w, h) = (cam.width as usize, cam.height as usize);
     let bg = [0.2f32, 0.3, 0.4];
     let settings = RasterSettings {
-        fx: cam.fx as f32,
-        fy: cam.fy as f32,
-        cx: cam.cx as f32,
-        cy: cam.cy as f32,
-        width: cam.width,
-        height: cam.height,
+        intrinsics: cam.intrinsics,
         sh_degree: 2,
         antialiased: true,
         background: bg,

@@ -408,15 +408,10 @@ fn alpha_loss_makes_rendered_alpha_match_the_ground_truth() {
     let (mut held, mut train_views) = (Vec::new(), Vec::new());
     for i in 0..24 {
         let v = &scene.views[i];
-        assert_eq!((v.width, v.height), (ALPHA_SIZE, ALPHA_SIZE));
+        assert_eq!((v.camera.width, v.camera.height), (ALPHA_SIZE, ALPHA_SIZE));
         let img = scene.load_view(i).unwrap();
         let view = AlphaView {
-            camera: Camera {
-                intrinsics: rust3r_geometry::PinholeCamera::new(
-                    v.fx, v.fy, v.cx, v.cy, v.width, v.height,
-                ),
-                world_to_camera: v.world_to_camera,
-            },
+            camera: Camera::from(v),
             rgb: img.rgb,
             alpha: img.alpha.expect("lego images have alpha"),
         };

@@ -17,7 +17,6 @@ use rust3r_geometry::Sim3;
 use rust3r_gpu::Gpu;
 use rust3r_io::Splats;
 use rust3r_pipelines::TrainEvent;
-use rust3r_pipelines::train::camera_of;
 use rust3r_slam::Progress;
 use rust3r_slam::pointmap::Pointmap;
 use rust3r_splat::Camera;
@@ -131,7 +130,10 @@ impl LiveView {
                 step,
                 steps,
             } => {
-                let cameras: Vec<Camera> = train.iter().map(|&i| camera_of(scene, i)).collect();
+                let cameras: Vec<Camera> = train
+                    .iter()
+                    .map(|&i| Camera::from(&scene.views[i]))
+                    .collect();
                 let trajectory = cameras.iter().map(Camera::center).collect();
                 self.handle.set_overlay(Overlay {
                     cameras: thin(cameras, MAX_FRUSTA),

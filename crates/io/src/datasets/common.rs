@@ -10,19 +10,7 @@ use rust3r_geometry::PinholeCamera;
 use super::{DepthImage, Pose};
 use crate::IoError;
 
-pub(crate) fn malformed(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Malformed {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Dataset {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
+pub(crate) use crate::error::at::{dataset_error, malformed};
 
 /// Reads a whole text file (invalid UTF-8 is an error naming the file).
 pub(crate) fn read_text(path: &Path) -> Result<String, IoError> {

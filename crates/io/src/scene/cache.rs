@@ -133,7 +133,7 @@ impl ImageCache {
             }
             let v = &self.scene.views[i];
             let planes = 3 + self.scene.mask_path(i).is_some() as u64;
-            let size = v.width as u64 * v.height as u64 * planes;
+            let size = v.camera.width as u64 * v.camera.height as u64 * planes;
             if size > left {
                 break;
             }

@@ -829,11 +829,15 @@ pub(crate) fn validate_view(path: &Path, index: usize, v: &SceneView) -> Result<
             format!("view {index} ('{}') cannot be written: {what}", v.name),
         ))
     };
-    if v.width == 0 || v.height == 0 {
-        return bad(&format!("its image size {}x{} is empty", v.width, v.height));
+    let k = &v.camera;
+    if k.width == 0 || k.height == 0 {
+        return bad(&format!("its image size {}x{} is empty", k.width, k.height));
     }
-    if ![v.fx, v.fy, v.cx, v.cy].iter().all(|x| x.is_finite()) || v.fx <= 0.0 || v.fy <= 0.0 {
+    if ![k.fx, k.fy, k.cx, k.cy].iter().all(|x| x.is_finite()) || k.fx <= 0.0 || k.fy <= 0.0 {
         return bad("its intrinsics are not finite and positive");
+    }
+    if k.distortion.is_some() {
+        return bad("its camera has a lens distortion (only undistorted views are written)");
     }
     let m = &v.world_to_camera;
     if !m.iter().flatten().all(|x| x.is_finite()) {
@@ -858,22 +862,23 @@ pub(crate) fn write_views_text(
     let mut camera_of: HashMap<[u64; 6], u32> = HashMap::new();
     for (i, v) in views.iter().enumerate() {
         validate_view(&images_path, i, v)?;
+        let k = &v.camera;
         let key = [
-            v.width as u64,
-            v.height as u64,
-            v.fx.to_bits(),
-            v.fy.to_bits(),
-            v.cx.to_bits(),
-            v.cy.to_bits(),
+            k.width as u64,
+            k.height as u64,
+            k.fx.to_bits(),
+            k.fy.to_bits(),
+            k.cx.to_bits(),
+            k.cy.to_bits(),
         ];
         let next_id = model.cameras.len() as u32 + 1;
         let camera_id = *camera_of.entry(key).or_insert_with(|| {
             model.cameras.push(Camera {
                 id: next_id,
                 model: "PINHOLE".into(),
-                width: v.width as u64,
-                height: v.height as u64,
-                params: vec![v.fx, v.fy, v.cx, v.cy],
+                width: k.width as u64,
+                height: k.height as u64,
+                params: vec![k.fx, k.fy, k.cx, k.cy],
             });
             next_id
         });

@@ -80,8 +80,8 @@
 //! let (train, eval) = scene.split(8);
 //! let v = &scene.views[train[0]];
 //! let rgb = scene.load_image(train[0])?;
-//! assert_eq!(rgb.len(), (v.width * v.height * 3) as usize);
-//! println!("{} train / {} eval views, fx = {}", train.len(), eval.len(), v.fx);
+//! assert_eq!(rgb.len(), (v.camera.width * v.camera.height * 3) as usize);
+//! println!("{} train / {} eval views, fx = {}", train.len(), eval.len(), v.camera.fx);
 //! # Ok::<(), rust3r_io::IoError>(())
 //! ```
 
@@ -110,7 +110,7 @@ pub use cache::ImageCache;
 /// The decoded image of a view ([`Scene::load_view`]), at the view's delivered size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewImage {
-    /// Width of the delivered image ([`SceneView::width`]).
+    /// Width of the delivered image (the width of [`SceneView::camera`]).
     pub width: u32,
     /// Height of the delivered image.
     pub height: u32,
@@ -189,6 +189,22 @@ pub struct SceneOptions {
     pub kind: Option<SceneKind>,
 }
 
+impl SceneOptions {
+    /// Checks the options of a scene opened from `path` (errors name it).
+    fn check(&self, path: &Path) -> Result<(), IoError> {
+        if self.downscale == 0 {
+            return Err(dataset_error(
+                path,
+                "the downscale factor must be at least 1",
+            ));
+        }
+        if !self.background.iter().all(|v| v.is_finite()) {
+            return Err(dataset_error(path, "the background colour must be finite"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for SceneOptions {
     /// Full resolution, white background, detected layout.
     fn default() -> Self {
@@ -208,18 +224,9 @@ pub struct SceneView {
     pub name: String,
     /// The file [`Scene::load_image`] decodes (in `images_N/` when that is used).
     pub image_path: PathBuf,
-    /// Width of the image delivered by [`Scene::load_image`] (after downscaling and undistortion).
-    pub width: u32,
-    /// Height of the delivered image.
-    pub height: u32,
-    /// Focal length along x of the delivered image, pixels.
-    pub fx: f64,
-    /// Focal length along y of the delivered image, pixels.
-    pub fy: f64,
-    /// Principal point x of the delivered image, pixels (see the module docs on conventions).
-    pub cx: f64,
-    /// Principal point y of the delivered image, pixels.
-    pub cy: f64,
+    /// The pinhole camera of the image delivered by [`Scene::load_image`] (after downscaling and
+    /// undistortion, so without a distortion; see the module docs on conventions).
+    pub camera: PinholeCamera,
     /// World-to-camera transform, row-major, OpenCV camera axes (x right, y down, z forward), in
     /// the data set's own world frame and units.
     pub world_to_camera: [[f64; 4]; 4],
@@ -237,12 +244,8 @@ impl SceneView {
         let m = &self.world_to_camera;
         let c: [f64; 3] =
             std::array::from_fn(|r| m[r][0] * p[0] + m[r][1] * p[1] + m[r][2] * p[2] + m[r][3]);
-        (c[2] > 0.0).then(|| {
-            [
-                self.fx * c[0] / c[2] + self.cx,
-                self.fy * c[1] / c[2] + self.cy,
-            ]
-        })
+        let k = &self.camera;
+        (c[2] > 0.0).then(|| [k.fx * c[0] / c[2] + k.cx, k.fy * c[1] / c[2] + k.cy])
     }
 }
 
@@ -407,15 +410,7 @@ pub fn detect_scene(path: &Path) -> Option<SceneKind> {
 /// `lego/transforms_test.json`). For COLMAP, `path` may also be the model folder
 /// (`<root>/sparse/0`); images are then looked for in `<root>/images/`.
 pub fn open_scene(path: &Path, opts: &SceneOptions) -> Result<Scene, IoError> {
-    if opts.downscale == 0 {
-        return Err(dataset_error(
-            path,
-            "the downscale factor must be at least 1",
-        ));
-    }
-    if !opts.background.iter().all(|v| v.is_finite()) {
-        return Err(dataset_error(path, "the background colour must be finite"));
-    }
+    opts.check(path)?;
     if !path.exists() {
         return Err(IoError::io(
             path,
@@ -442,24 +437,15 @@ pub fn open_scene(path: &Path, opts: &SceneOptions) -> Result<Scene, IoError> {
     finish(kind, loaded, opts)
 }
 
-/// One posed image for [`scene_from_images`]: a full-resolution, undistorted image file with
-/// its pinhole calibration and world-to-camera pose (OpenCV axes).
+/// One posed image for [`scene_from_images`]: a full-resolution image file with its calibration
+/// and world-to-camera pose (OpenCV axes).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PosedImage {
     /// The image file.
     pub image_path: PathBuf,
-    /// Width of the file (the calibration's size), pixels.
-    pub width: u32,
-    /// Height of the file, pixels.
-    pub height: u32,
-    /// Focal length along x, pixels.
-    pub fx: f64,
-    /// Focal length along y, pixels.
-    pub fy: f64,
-    /// Principal point x, pixels.
-    pub cx: f64,
-    /// Principal point y, pixels.
-    pub cy: f64,
+    /// The camera of the file at full resolution (its size is the file's); a distortion is
+    /// undistorted on load, like the `k1 k2 p1 p2` of a `transforms.json`.
+    pub camera: PinholeCamera,
     /// World-to-camera transform, row-major.
     pub world_to_camera: [[f64; 4]; 4],
 }
@@ -474,18 +460,7 @@ pub fn scene_from_images(
     points: Option<ScenePoints>,
     opts: &SceneOptions,
 ) -> Result<Scene, IoError> {
-    if opts.downscale == 0 {
-        return Err(dataset_error(
-            source,
-            "the downscale factor must be at least 1",
-        ));
-    }
-    if !opts.background.iter().all(|v| v.is_finite()) {
-        return Err(dataset_error(
-            source,
-            "the background colour must be finite",
-        ));
-    }
+    opts.check(source)?;
     let views = images
         .iter()
         .enumerate()
@@ -493,7 +468,7 @@ pub fn scene_from_images(
             relative: v.image_path.to_string_lossy().into_owned(),
             image_path: v.image_path.clone(),
             downscaled_path: None,
-            camera: PinholeCamera::new(v.fx, v.fy, v.cx, v.cy, v.width, v.height),
+            camera: v.camera,
             world_to_camera: v.world_to_camera,
             calibration_origin: format!("view {i} ({})", v.image_path.display()),
             mask: None,
@@ -652,12 +627,7 @@ fn finish(kind: SceneKind, loaded: Loaded, opts: &SceneOptions) -> Result<Scene,
         views.push(SceneView {
             name,
             image_path,
-            width: delivered.width,
-            height: delivered.height,
-            fx: delivered.fx,
-            fy: delivered.fy,
-            cx: delivered.cx,
-            cy: delivered.cy,
+            camera: delivered,
             world_to_camera: v.world_to_camera,
         });
         sources.push(ViewSource {
@@ -866,13 +836,14 @@ impl Scene {
                 *plane = image_ops::remap_bilinear_channels(plane, 1, tw, th, &map);
             }
         }
-        let npix = view.width as usize * view.height as usize;
+        let (width, height) = (view.camera.width, view.camera.height);
+        let npix = width as usize * height as usize;
         debug_assert_eq!(rgb.len(), npix * 3);
         debug_assert!(alpha.as_ref().is_none_or(|a| a.len() == npix));
         debug_assert!(mask.as_ref().is_none_or(|m| m.len() == npix));
         Ok(ViewImage {
-            width: view.width,
-            height: view.height,
+            width,
+            height,
             rgb,
             alpha,
             mask,
@@ -972,19 +943,7 @@ pub fn write_colmap_text(
 // ---------------------------------------------------------------------------
 // Shared helpers
 
-pub(crate) fn malformed(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Malformed {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-pub(crate) fn dataset_error(path: &Path, message: impl Into<String>) -> IoError {
-    IoError::Dataset {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
+pub(crate) use crate::error::at::{dataset_error, malformed};
 
 pub(crate) use crate::image_file::dimensions as image_dimensions;
 

@@ -393,12 +393,12 @@ pub fn write_transforms_json(
         let c2w = opencv_w2c_to_opengl_c2w(&v.world_to_camera);
         frames.push(json!({
             "file_path": relative_to(&v.image_path, &base),
-            "fl_x": v.fx,
-            "fl_y": v.fy,
-            "cx": v.cx,
-            "cy": v.cy,
-            "w": v.width,
-            "h": v.height,
+            "fl_x": v.camera.fx,
+            "fl_y": v.camera.fy,
+            "cx": v.camera.cx,
+            "cy": v.camera.cy,
+            "w": v.camera.width,
+            "h": v.camera.height,
             "transform_matrix": c2w,
         }));
     }
