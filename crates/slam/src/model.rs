@@ -157,13 +157,7 @@ pub fn render_model(
             a.3[k] += wgt * col[k] as f64;
         }
     }
-    let mut out = Pointmap {
-        width,
-        height,
-        points: vec![[0.0; 3]; n],
-        conf: vec![0.0; n],
-        colors: vec![[0; 3]; n],
-    };
+    let mut out = Pointmap::empty(width, height);
     for p in 0..n {
         let (cover, sw, swz, swc) = acc[p];
         if !(sw > 0.0) || cover < MODEL_MIN_WEIGHT {

@@ -28,6 +28,31 @@ pub struct Pointmap {
 }
 
 impl Pointmap {
+    /// A `width` x `height` pointmap without points (confidence 0, points at the origin, black).
+    pub fn empty(width: usize, height: usize) -> Self {
+        let n = width * height;
+        Self {
+            width,
+            height,
+            points: vec![[0.0; 3]; n],
+            conf: vec![0.0; n],
+            colors: vec![[0; 3]; n],
+        }
+    }
+
+    /// A `width` x `height` pointmap with no pixels yet, room for all of them reserved (filled
+    /// row by row with `push`es).
+    pub fn with_capacity(width: usize, height: usize) -> Self {
+        let n = width * height;
+        Self {
+            width,
+            height,
+            points: Vec::with_capacity(n),
+            conf: Vec::with_capacity(n),
+            colors: Vec::with_capacity(n),
+        }
+    }
+
     /// Number of pixels.
     pub fn len(&self) -> usize {
         self.width * self.height
@@ -53,13 +78,7 @@ impl Pointmap {
         }
         let w = self.width.div_ceil(step);
         let h = self.height.div_ceil(step);
-        let mut out = Pointmap {
-            width: w,
-            height: h,
-            points: Vec::with_capacity(w * h),
-            conf: Vec::with_capacity(w * h),
-            colors: Vec::with_capacity(w * h),
-        };
+        let mut out = Pointmap::with_capacity(w, h);
         for v in 0..h {
             for u in 0..w {
                 let i = v * step * self.width + u * step;
@@ -256,13 +275,7 @@ impl PointmapFrontEnd for RgbdFrontEnd {
         let cam = self.camera;
         let (rw, rh) = (frame.rgb.width() as f64, frame.rgb.height() as f64);
         let raw = depth.as_raw();
-        let mut pm = Pointmap {
-            width: w,
-            height: h,
-            points: vec![[0.0; 3]; w * h],
-            conf: vec![0.0; w * h],
-            colors: vec![[0; 3]; w * h],
-        };
+        let mut pm = Pointmap::empty(w, h);
         // Colour texture at the block centre, scaled to the colour image (columns and rows
         // precomputed).
         let (cw, ch) = (frame.rgb.width() as usize, frame.rgb.height() as usize);

@@ -427,13 +427,7 @@ impl Tsdf {
                     .collect()
             })
             .collect();
-        let mut pm = Pointmap {
-            width: w,
-            height: h,
-            points: Vec::with_capacity(w * h),
-            conf: Vec::with_capacity(w * h),
-            colors: Vec::with_capacity(w * h),
-        };
+        let mut pm = Pointmap::with_capacity(w, h);
         for row in rows {
             for (pt, c, col) in row {
                 pm.points.push(pt);

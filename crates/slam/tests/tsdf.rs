@@ -43,13 +43,7 @@ fn analytic(cam: &PinholeCamera, t_wc: &Sim3, u: f64, v: f64) -> Option<(f64, us
 /// the pixel rays, confidence 1, surface colours).
 fn render(cam: &PinholeCamera, t_wc: &Sim3) -> Pointmap {
     let (w, h) = (cam.width as usize, cam.height as usize);
-    let mut pm = Pointmap {
-        width: w,
-        height: h,
-        points: vec![[0.0; 3]; w * h],
-        conf: vec![0.0; w * h],
-        colors: vec![[0; 3]; w * h],
-    };
+    let mut pm = Pointmap::empty(w, h);
     for v in 0..h {
         for u in 0..w {
             if let Some((z, s)) = analytic(cam, t_wc, u as f64, v as f64) {

@@ -68,13 +68,8 @@ pub fn render(scene: &[Shape], cam: &PinholeCamera, t_wc: &Sim3, max_depth: f64)
     let (w, h) = (cam.width as usize, cam.height as usize);
     let r = t_wc.rotation_matrix();
     let o = t_wc.translation;
-    let mut pm = Pointmap {
-        width: w,
-        height: h,
-        points: vec![[0.0; 3]; w * h],
-        conf: vec![0.0; w * h],
-        colors: vec![[128; 3]; w * h],
-    };
+    let mut pm = Pointmap::empty(w, h);
+    pm.colors.fill([128; 3]);
     for v in 0..h {
         for u in 0..w {
             let dc = Vector3::new(
