@@ -13,14 +13,8 @@
 
 mod common;
 
-use std::path::Path;
-
-use burn::tensor::{Device, DeviceKind};
-use common::tiny_pth;
 use rust3r_io::datasets::{self, Dataset};
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
-use rust3r_mast3r::retrieval::{AsmkParams, RetrievalDatabase};
-use rust3r_mast3r::{Mast3r, Precision};
 use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
 use rust3r_slam::trajectory::Trajectory;
 use rust3r_slam::{Align, AteOptions, FrameSource, SlamConfig, ate_from_trajectories};
@@ -66,24 +60,11 @@ fn noise(seed: u64) -> DepthNoise {
 }
 
 fn front_end(retrieval: bool) -> Mast3rMonoFrontEnd {
-    assert!(
-        !rust3r_gpu::list_adapters().is_empty(),
-        "a GPU adapter is required (CI installs Mesa's lavapipe)"
-    );
-    let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
-    let fe = Mast3rMonoFrontEnd::new(model, 224).unwrap();
-    if !retrieval {
-        return fe;
+    if retrieval {
+        common::tiny_front_end_with_retrieval()
+    } else {
+        common::tiny_front_end(224)
     }
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
-    let db = RetrievalDatabase::load(
-        fixture.join("tiny_retrieval_trainingfree.pth"),
-        None,
-        AsmkParams::default(),
-    )
-    .unwrap();
-    fe.with_retrieval(db).unwrap()
 }
 
 fn run(seed: u64, loops: Loops) -> Run {

@@ -5,20 +5,11 @@
 
 mod common;
 
-use burn::tensor::{Device, DeviceKind};
-use common::tiny_pth;
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
-use rust3r_mast3r::{Mast3r, Precision};
 use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
 
 fn front_end(size: usize) -> Mast3rMonoFrontEnd {
-    assert!(
-        !rust3r_gpu::list_adapters().is_empty(),
-        "a GPU adapter is required (CI installs Mesa's lavapipe)"
-    );
-    let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
-    Mast3rMonoFrontEnd::new(model, size).unwrap()
+    common::tiny_front_end(size)
 }
 
 #[test]

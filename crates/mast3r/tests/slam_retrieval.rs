@@ -5,34 +5,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use burn::tensor::{Device, DeviceKind};
-use common::tiny_pth;
 use rust3r_io::datasets::DatasetKind;
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
-use rust3r_mast3r::retrieval::{AsmkParams, RetrievalDatabase};
-use rust3r_mast3r::{Mast3r, Precision};
 use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
 
 fn front_end() -> Mast3rMonoFrontEnd {
-    assert!(
-        !rust3r_gpu::list_adapters().is_empty(),
-        "a GPU adapter is required (CI installs Mesa's lavapipe)"
-    );
-    let device = Device::wgpu(DeviceKind::DefaultDevice);
-    let model = Mast3r::load(tiny_pth(), &device, Precision::F32).unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
-    let db = RetrievalDatabase::load(
-        fixture.join("tiny_retrieval_trainingfree.pth"),
-        None,
-        AsmkParams::default(),
-    )
-    .unwrap();
-    Mast3rMonoFrontEnd::new(model, 224)
-        .unwrap()
-        .with_retrieval(db)
-        .unwrap()
+    common::tiny_front_end_with_retrieval()
 }
 
 /// An image folder holding redkitchen colour frames `frames`, in that order.
