@@ -17,7 +17,7 @@ use rust3r_io::datasets::{self, Dataset};
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
 use rust3r_slam::trajectory::Trajectory;
-use rust3r_slam::{Align, AteOptions, FrameSource, SlamConfig, ate_from_trajectories};
+use rust3r_slam::{Align, AteOptions, SlamConfig, ate_from_trajectories};
 
 /// How loops are looked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,17 +91,7 @@ fn run(seed: u64, loops: Loops) -> Run {
     if loops == Loops::Off {
         cfg.retrieval.k = 0;
     }
-    let r = rust3r_slam::run_slam_source(
-        FrameSource::Inline {
-            dataset: &ds,
-            front: &mut pairs,
-        },
-        &cfg,
-        None,
-        None,
-        |_| {},
-    )
-    .unwrap();
+    let r = rust3r_slam::run_slam(&ds, &mut pairs, &cfg, None, |_| {}).unwrap();
     let ate = ate_from_trajectories(
         &Trajectory::from_sim3(&r.frame_poses()),
         &Trajectory::from_matrices(&gt),

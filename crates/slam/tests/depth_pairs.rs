@@ -4,9 +4,7 @@
 use rust3r_io::datasets::{self, Dataset};
 use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
 use rust3r_slam::trajectory::Trajectory;
-use rust3r_slam::{
-    Align, AteOptions, FrameSource, PairFrontEnd, SlamConfig, ate_from_trajectories,
-};
+use rust3r_slam::{Align, AteOptions, PairFrontEnd, SlamConfig, ate_from_trajectories};
 
 fn redkitchen() -> Box<dyn Dataset> {
     datasets::open(&rust3r_testdata::data("redkitchen"), None, 1).expect("redkitchen opens")
@@ -181,17 +179,7 @@ fn mono_system_tracks_ideal_depth_pairs_out_and_back() {
             cfg.local_opt.max_iters = 0;
             cfg.local_opt.final_iters = 0;
         }
-        let r = rust3r_slam::run_slam_source(
-            FrameSource::Inline {
-                dataset: &ds,
-                front: &mut pairs,
-            },
-            &cfg,
-            None,
-            None,
-            |_| {},
-        )
-        .expect("slam runs");
+        let r = rust3r_slam::run_slam(&ds, &mut pairs, &cfg, None, |_| {}).expect("slam runs");
         assert!(r.frames.iter().all(|f| f.tracked), "every frame is tracked");
         let ate = ate_sim3(&r, &gt);
         eprintln!(
@@ -221,17 +209,8 @@ fn mono_back_end_keeps_ideal_pairs_accurate() {
     let k = ds.depth_intrinsics().expect("depth camera");
     let gt = ds.ground_truth().expect("ground truth");
     let mut pairs = DepthPairs::new(None, k, 256, 192, DepthNoise::default()).expect("pairs");
-    let r = rust3r_slam::run_slam_source(
-        FrameSource::Inline {
-            dataset: &ds,
-            front: &mut pairs,
-        },
-        &SlamConfig::default(),
-        None,
-        None,
-        |_| {},
-    )
-    .expect("slam runs");
+    let r = rust3r_slam::run_slam(&ds, &mut pairs, &SlamConfig::default(), None, |_| {})
+        .expect("slam runs");
     assert!(r.frames.iter().all(|f| f.tracked), "every frame is tracked");
     assert!(r.backend_runs > 0, "the back end ran");
     let ate = ate_sim3(&r, &gt);
