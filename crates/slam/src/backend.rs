@@ -78,6 +78,12 @@ fn projective(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> 
     cfg.projective && src.view.cam.is_some() && meas.view.cam.is_some()
 }
 
+/// How well two keyframes overlap at their current poses: the smaller [`match_fraction`] of
+/// the two directions (how loop candidates are scored and loop corrections judged).
+pub fn overlap(a: &KeyframeView, b: &KeyframeView, cfg: &MatchingConfig) -> f64 {
+    match_fraction(a, b, cfg).min(match_fraction(b, a, cfg))
+}
+
 /// Fraction of `meas`'s pixels with a valid match to `src` at the current poses.
 pub fn match_fraction(src: &KeyframeView, meas: &KeyframeView, cfg: &MatchingConfig) -> f64 {
     let n = if projective(src, meas, cfg) {

@@ -52,7 +52,7 @@ use rust3r_geometry::{PinholeCamera, Sim3};
 use rust3r_io::datasets::Dataset;
 
 use crate::SlamError;
-use crate::backend::{Edge, KeyframeView, match_fraction, optimize};
+use crate::backend::{Edge, KeyframeView, optimize, overlap};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
 use crate::model::{ModelSource, render_model};
@@ -462,8 +462,8 @@ impl Backend {
     }
 
     /// [`spread_correction`] for the loop `T_CjCk` when it makes keyframes `j` and `k` overlap
-    /// better than the current poses do (the smaller match fraction of the two directions, as
-    /// [`Backend::loop_candidates`] scores them); otherwise the poses stay. A pair tracked
+    /// better than the current poses do ([`overlap`], as [`Backend::loop_candidates`] scores
+    /// them); otherwise the poses stay. A pair tracked
     /// from the identity can converge to a wrong pose that still passes the match-fraction
     /// test on its own pair (redkitchen out and back with exact pairs: corrections of 0.2-1 m
     /// where the drift was a few centimetres), and moving the graph there wrecks it.
@@ -474,16 +474,13 @@ impl Backend {
         k: usize,
         t_jk: &Sim3,
     ) -> bool {
-        let overlap = |v: &[KeyframeView]| {
-            let m = &self.cfg.matching;
-            match_fraction(&v[j], &v[k], m).min(match_fraction(&v[k], &v[j], m))
-        };
-        let before = overlap(views);
+        let overlap_of = |v: &[KeyframeView]| overlap(&v[j], &v[k], &self.cfg.matching);
+        let before = overlap_of(views);
         let poses: Vec<Sim3> = views.iter().map(|v| v.t_wc).collect();
         if !spread_correction(views, j, k, t_jk) {
             return false;
         }
-        let after = overlap(views);
+        let after = overlap_of(views);
         tracing::debug!(
             "loop {j}-{k}: overlap {before:.3} at the current poses, {after:.3} at the verified one"
         );
@@ -563,9 +560,7 @@ impl Backend {
         near.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut out = Vec::new();
         for &(_, j) in near.iter().take(2 * r.k) {
-            let f1 = match_fraction(&views[j], &views[k], &self.cfg.matching);
-            let f2 = match_fraction(&views[k], &views[j], &self.cfg.matching);
-            let score = f1.min(f2);
+            let score = overlap(&views[j], &views[k], &self.cfg.matching);
             if score >= self.cfg.local_opt.min_match_frac && score >= r.min_thresh {
                 out.push(j);
                 if out.len() >= r.k {
