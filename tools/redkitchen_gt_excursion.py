@@ -16,6 +16,9 @@ import sys
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+# The alignment of tools/pseudo_gt_ate.py (this folder is on the path when run as a script).
+from pseudo_gt_ate import umeyama
+
 
 def tum_to_matrix(row):
     t = np.eye(4)
@@ -35,12 +38,8 @@ def straightened(gt, a, b):
 def ate(est, gt):
     p = np.array([e[:3, 3] for e in est])
     q = np.array([g[:3, 3] for g in gt])
-    mp, mq = p.mean(0), q.mean(0)
-    u, _, vt = np.linalg.svd((p - mp).T @ (q - mq))
-    d = np.eye(3)
-    d[2, 2] = np.sign(np.linalg.det(vt.T @ u.T))
-    r = vt.T @ d @ u.T
-    err = np.linalg.norm((r @ (p - mp).T).T + mq - q, axis=1)
+    _, r, t = umeyama(p, q, scale=False)
+    err = np.linalg.norm((r @ p.T).T + t - q, axis=1)
     return np.sqrt((err**2).mean()), err
 
 
