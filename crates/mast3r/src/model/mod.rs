@@ -23,6 +23,7 @@ mod encoder;
 mod graph;
 mod layers;
 mod local_feat;
+mod norm_kernel;
 mod patch_embed;
 mod postprocess;
 mod rope;

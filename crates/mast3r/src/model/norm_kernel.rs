@@ -1,0 +1,297 @@
+//! LayerNorm over the last dimension in one launch: one cube per row computes the mean, then
+//! the biased variance of the centred row, then writes `(x - mean) / sqrt(var + eps) * gamma +
+//! beta`, statistics in binary32 whatever the storage type (binary32, binary16, bfloat16).
+//!
+//! The network's LayerNorms were some 14 launches each (two-level row sums for the mean and
+//! the variance, the centring, the scale and shift, and casts around them at reduced
+//! precision): ~10 ms of device time per frame pair of encodings on an H200 (`ncu`,
+//! docs/benchmarks/journal.md "MASt3R: fused LayerNorm and attention"). On a device outside
+//! the CubeCL backend (none today) it falls back to those operations
+//! ([`super::layers::normalize_last`]).
+//!
+//! `gamma` and `beta` are binary32 `[G, C]`: row `r` of `x` (`[.., C]`, `R` rows in all) uses
+//! group `r / (R / G)`, so the decoder's two stacked views (`G = 2`) share one launch.
+
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, DType, Shape, TensorMetadata, backend_extension};
+use burn::tensor::Tensor;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use rust3r_gpu::{Gpu, GpuBuffer, block_id};
+
+/// Units per cube: a 1024-wide row is four values per unit. The kernels spell it as the
+/// literal `256usize` (a loop counter started from a `comptime!` value fails SPIR-V/WGSL
+/// verification on lavapipe).
+const UNITS: u32 = 256;
+
+/// Sum of `v` over the cube (every unit gets it): a tree over [`UNITS`] values in shared
+/// memory, allocated here (one allocation per call site).
+#[cube]
+fn cube_sum(v: f32) -> f32 {
+    let t = UNIT_POS as usize;
+    let mut smem = Shared::<[f32]>::new_slice(256usize);
+    smem[t] = v;
+    sync_cube();
+    let mut stride = 128usize;
+    while stride > 0 {
+        if t < stride {
+            let a = smem[t];
+            let b = smem[t + stride];
+            smem[t] = a + b;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let s = smem[0];
+    sync_cube();
+    s
+}
+
+#[cube(launch, launch_unchecked)]
+fn layer_norm_rows<F: Float>(
+    x: &[F],
+    gamma: &[f32],
+    beta: &[f32],
+    out: &mut [F],
+    cols: u32,
+    rows_per_group: u32,
+    eps: f32,
+) {
+    let row = block_id();
+    let n = f32::cast_from(cols);
+    let cols = cols as usize;
+    let t = UNIT_POS as usize;
+    let base = row * cols;
+    let g = (row / rows_per_group as usize) * cols;
+    let mut acc = 0.0f32;
+    let mut i = t;
+    while i < cols {
+        acc += f32::cast_from(x[base + i]);
+        i += 256usize;
+    }
+    let mean = cube_sum(acc) / n;
+    let mut sq = 0.0f32;
+    let mut j = t;
+    while j < cols {
+        let d = f32::cast_from(x[base + j]) - mean;
+        sq += d * d;
+        j += 256usize;
+    }
+    let var = cube_sum(sq) / n;
+    let inv = 1.0f32 / f32::sqrt(var + eps);
+    let mut k = t;
+    while k < cols {
+        let y = (f32::cast_from(x[base + k]) - mean) * inv * gamma[g + k] + beta[g + k];
+        out[base + k] = F::cast_from(y);
+        k += 256usize;
+    }
+}
+
+#[backend_extension(Cube)]
+pub(crate) trait NormBackend: Backend {
+    /// LayerNorm of `x` over its last dimension with `gamma`, `beta` `[G, C]` (module docs).
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self>;
+}
+
+fn buffer<T>(t: CubeTensor) -> (GpuBuffer<T>, CubeTensor) {
+    let t = burn_cubecl::kernel::into_contiguous(t);
+    let len = t.meta.shape().num_elements();
+    (GpuBuffer::from_handle(t.handle.clone(), len), t)
+}
+
+impl NormBackend for CubeBackend {
+    fn fused_layer_norm(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        beta: CubeTensor,
+        eps: f32,
+    ) -> CubeTensor {
+        let shape: Shape = x.shape();
+        let cols = shape.as_slice().last().copied().unwrap_or(1).max(1);
+        let rows = shape.num_elements() / cols;
+        let groups = (gamma.shape().num_elements() / cols).max(1);
+        let gpu = Gpu::from_parts(x.client.clone(), x.device.clone());
+        let dtype = x.dtype;
+        let (gb, _g) = buffer::<f32>(gamma);
+        let (bb, _b) = buffer::<f32>(beta);
+        let out = gpu.client().empty((rows * cols * dtype.size()).max(4));
+        macro_rules! go {
+            ($f:ty) => {{
+                let (xb, _x) = buffer::<$f>(x);
+                let ob = GpuBuffer::<$f>::from_handle(out.clone(), rows * cols);
+                rust3r_gpu::launch!(
+                    &gpu,
+                    layer_norm_rows::<$f>(
+                        gpu.client(),
+                        gpu.grid(rows),
+                        CubeDim::new_1d(UNITS),
+                        xb.arg(),
+                        gb.arg(),
+                        bb.arg(),
+                        ob.arg(),
+                        cols as u32,
+                        (rows / groups) as u32,
+                        eps,
+                    )
+                );
+            }};
+        }
+        match dtype {
+            DType::F16 => go!(half::f16),
+            DType::BF16 => go!(half::bf16),
+            _ => go!(f32),
+        }
+        CubeTensor::new_contiguous(
+            gpu.client().clone(),
+            gpu.device().clone(),
+            shape,
+            out,
+            dtype,
+        )
+    }
+}
+
+/// LayerNorm of `x` over its last dimension in one launch (module docs); `gamma`, `beta`
+/// binary32 `[G, C]` with `G` dividing the number of rows. `None` when `x` is not on a CubeCL
+/// device (the caller then runs the separate operations).
+pub(crate) fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<2>,
+    beta: Tensor<2>,
+    eps: f64,
+) -> Result<Tensor<D>, Tensor<D>> {
+    use burn::backend::{Dispatch, DispatchDevice};
+    if !matches!(x.device().as_dispatch(), DispatchDevice::Cube(_)) {
+        return Err(x);
+    }
+    Ok(Tensor::from_dispatch(
+        <Dispatch as NormBackend>::fused_layer_norm(
+            x.into_dispatch(),
+            gamma.into_dispatch(),
+            beta.into_dispatch(),
+            eps as f32,
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+
+    /// Float64 LayerNorm of `rows` rows of `cols`, group `r / (rows / groups)` per row.
+    fn reference(
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        cols: usize,
+        groups: usize,
+        eps: f64,
+    ) -> Vec<f64> {
+        let rows = x.len() / cols;
+        let mut out = vec![0.0; x.len()];
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / cols as f64;
+            let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / cols as f64;
+            let g = (r / (rows / groups)) * cols;
+            for c in 0..cols {
+                out[r * cols + c] = (row[c] as f64 - mean) / (var + eps).sqrt()
+                    * gamma[g + c] as f64
+                    + beta[g + c] as f64;
+            }
+        }
+        out
+    }
+
+    /// Deterministic values with an offset per row (a large mean tests the centred variance).
+    fn values(n: usize, seed: u32, offset: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32)
+                    .wrapping_mul(2654435761)
+                    .wrapping_add(seed.wrapping_mul(40503));
+                let u = (h >> 8) as f32 / (1u32 << 24) as f32;
+                (u - 0.5) * 3.0 + offset * ((i / 97) % 3) as f32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fused_layer_norm_matches_float64_for_every_storage_type_and_group() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        // Row widths of the network (1024, 768), one that is not a multiple of the cube, and
+        // a narrower row than the cube.
+        for (cols, rows, groups) in [(1024, 6, 1), (768, 8, 2), (1000, 3, 1), (100, 4, 2)] {
+            let x = values(rows * cols, cols as u32, 40.0);
+            let gamma = values(groups * cols, 7, 0.0);
+            let beta = values(groups * cols, 11, 0.0);
+            let eps = 1e-6;
+            let want = reference(&x, &gamma, &beta, cols, groups, eps);
+            let up = |v: &[f32], shape: [usize; 2]| {
+                Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
+            };
+            let xt = Tensor::<3>::from_data(
+                TensorData::new(x.clone(), [groups, rows / groups, cols]),
+                (&device, DType::F32),
+            );
+            let got = super::layer_norm(
+                xt,
+                up(&gamma, [groups, cols]),
+                up(&beta, [groups, cols]),
+                eps,
+            )
+            .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+            assert_eq!(got.dims(), [groups, rows / groups, cols]);
+            let got = got.into_data().try_to_vec::<f32>().expect("f32 output");
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(&g, &w)| (g as f64 - w).abs())
+                .fold(0.0, f64::max);
+            let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+            assert!(
+                err <= 1e-5 * scale,
+                "binary32, {cols} wide: max |diff| {err} of {scale}"
+            );
+        }
+    }
+
+    #[test]
+    fn fused_layer_norm_keeps_a_non_contiguous_input_in_order() {
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let (rows, cols) = (5, 64);
+        let x = values(rows * cols, 3, 2.0);
+        // Stored transposed, then swapped back: a strided view of the same values.
+        let mut xt_host = vec![0.0f32; rows * cols];
+        for r in 0..rows {
+            for c in 0..cols {
+                xt_host[c * rows + r] = x[r * cols + c];
+            }
+        }
+        let xt = Tensor::<2>::from_data(
+            TensorData::new(xt_host, [cols, rows]),
+            (&device, DType::F32),
+        )
+        .swap_dims(0, 1);
+        let ones = Tensor::<2>::ones([1, cols], (&device, DType::F32));
+        let zeros = Tensor::<2>::zeros([1, cols], (&device, DType::F32));
+        let got = super::layer_norm(xt, ones.clone(), zeros.clone(), 1e-5)
+            .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"))
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("f32 output");
+        let want = reference(&x, &vec![1.0; cols], &vec![0.0; cols], cols, 1, 1e-5);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(&g, &w)| (g as f64 - w).abs())
+            .fold(0.0, f64::max);
+        assert!(err <= 1e-5, "max |diff| {err}");
+    }
+}
