@@ -17,6 +17,10 @@ pub(crate) fn attend(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<3> {
     let v = v.swap_dims(1, 2);
     let scale = 1.0 / (d as f64).sqrt();
     let scores = matmul(q, k.transpose());
+    let scores = match super::kernels::softmax_rows(scores, scale) {
+        Ok(p) => return matmul(p, v).swap_dims(1, 2).reshape([b, nq, h * d]),
+        Err(scores) => scores,
+    };
     let p = if dtype == DType::F32 {
         softmax_last(scores * scale)
     } else {
@@ -39,11 +43,13 @@ impl SelfAttention {
         let h = self.heads;
         let d = c / h;
         // [B, N, 3, H, d]: q, k, v are consecutive blocks of C features, heads contiguous inside.
-        let qkv = self.qkv.forward(x).reshape([b, n, 3, h, d]);
-        let part = |i: usize| qkv.clone().narrow(2, i, 1).reshape([b, n, h, d]);
-        let q = rope.apply(part(0));
-        let k = rope.apply(part(1));
-        let v = part(2);
+        let qkv = self.qkv.forward(x);
+        let q = rope.rotate_part(qkv.clone(), 0, 3, h);
+        let k = rope.rotate_part(qkv.clone(), 1, 3, h);
+        let v = qkv
+            .reshape([b, n, 3, h, d])
+            .narrow(2, 2, 1)
+            .reshape([b, n, h, d]);
         self.proj.forward(attend(q, k, v))
     }
 }

@@ -87,7 +87,7 @@ impl StackedLayerNorm {
     }
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [s, _, c] = self.gamma.dims();
-        let x = match super::norm_kernel::layer_norm(
+        let x = match super::kernels::layer_norm(
             x,
             self.gamma.clone().reshape([s, c]),
             self.beta.clone().reshape([s, c]),
@@ -194,13 +194,18 @@ impl PairedDecoderBlock {
         let my = y.dims()[1];
         let (b, h) = (batch, self.heads);
         let (nx, ny, d) = (m / b, my / b, c / h);
-        // self-attention
+        // self-attention: q and k rotated straight out of the fused projection
         let qkv = self
             .qkv
             .forward(self.norm1.forward(x.clone()))
-            .reshape([s * b, nx, 3, h, d]);
-        let part = |i: usize| qkv.clone().narrow(2, i, 1).reshape([s * b, nx, h, d]);
-        let att = attend(xrope.apply(part(0)), xrope.apply(part(1)), part(2)).reshape([s, m, c]);
+            .reshape([s * b, nx, 3 * c]);
+        let q = xrope.rotate_part(qkv.clone(), 0, 3, h);
+        let k = xrope.rotate_part(qkv.clone(), 1, 3, h);
+        let v = qkv
+            .reshape([s * b, nx, 3, h, d])
+            .narrow(2, 2, 1)
+            .reshape([s * b, nx, h, d]);
+        let att = attend(q, k, v).reshape([s, m, c]);
         let x = x + self.proj.forward(att);
         // cross-attention
         let y = match &self.norm_y {
@@ -210,10 +215,15 @@ impl PairedDecoderBlock {
         let q = self
             .projq
             .forward(self.norm2.forward(x.clone()))
-            .reshape([s * b, nx, h, d]);
-        let k = self.projk.forward(y.clone()).reshape([s * b, ny, h, d]);
+            .reshape([s * b, nx, c]);
+        let k = self.projk.forward(y.clone()).reshape([s * b, ny, c]);
         let v = self.projv.forward(y).reshape([s * b, ny, h, d]);
-        let att = attend(xrope.apply(q), yrope.apply(k), v).reshape([s, m, c]);
+        let att = attend(
+            xrope.rotate_part(q, 0, 1, h),
+            yrope.rotate_part(k, 0, 1, h),
+            v,
+        )
+        .reshape([s, m, c]);
         let x = x + self.cross_proj.forward(att);
         // MLP
         x.clone()

@@ -347,7 +347,7 @@ pub(crate) struct LayerNorm {
 impl LayerNorm {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         let c = self.gamma.dims()[0];
-        let x = match super::norm_kernel::layer_norm(
+        let x = match super::kernels::layer_norm(
             x,
             self.gamma.clone().reshape([1, c]),
             self.beta.clone().reshape([1, c]),

@@ -7,7 +7,7 @@
 //! precision): ~10 ms of device time per frame pair of encodings on an H200 (`ncu`,
 //! docs/benchmarks/journal.md "MASt3R: fused LayerNorm and attention"). On a device outside
 //! the CubeCL backend (none today) it falls back to those operations
-//! ([`super::layers::normalize_last`]).
+//! ([`crate::model::layers::normalize_last`]).
 //!
 //! `gamma` and `beta` are binary32 `[G, C]`: row `r` of `x` (`[.., C]`, `R` rows in all) uses
 //! group `r / (R / G)`, so the decoder's two stacked views (`G = 2`) share one launch.
@@ -20,33 +20,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, GpuBuffer, block_id};
 
-/// Units per cube: a 1024-wide row is four values per unit. The kernels spell it as the
-/// literal `256usize` (a loop counter started from a `comptime!` value fails SPIR-V/WGSL
-/// verification on lavapipe).
-const UNITS: u32 = 256;
-
-/// Sum of `v` over the cube (every unit gets it): a tree over [`UNITS`] values in shared
-/// memory, allocated here (one allocation per call site).
-#[cube]
-fn cube_sum(v: f32) -> f32 {
-    let t = UNIT_POS as usize;
-    let mut smem = Shared::<[f32]>::new_slice(256usize);
-    smem[t] = v;
-    sync_cube();
-    let mut stride = 128usize;
-    while stride > 0 {
-        if t < stride {
-            let a = smem[t];
-            let b = smem[t + stride];
-            smem[t] = a + b;
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let s = smem[0];
-    sync_cube();
-    s
-}
+use super::{UNITS, buffer, cube_sum};
 
 #[cube(launch, launch_unchecked)]
 fn layer_norm_rows<F: Float>(
@@ -97,12 +71,6 @@ pub(crate) trait NormBackend: Backend {
         beta: FloatTensor<Self>,
         eps: f32,
     ) -> FloatTensor<Self>;
-}
-
-fn buffer<T>(t: CubeTensor) -> (GpuBuffer<T>, CubeTensor) {
-    let t = burn_cubecl::kernel::into_contiguous(t);
-    let len = t.meta.shape().num_elements();
-    (GpuBuffer::from_handle(t.handle.clone(), len), t)
 }
 
 impl NormBackend for CubeBackend {
@@ -209,21 +177,10 @@ mod tests {
         out
     }
 
-    /// Deterministic values with an offset per row (a large mean tests the centred variance).
-    fn values(n: usize, seed: u32, offset: f32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32)
-                    .wrapping_mul(2654435761)
-                    .wrapping_add(seed.wrapping_mul(40503));
-                let u = (h >> 8) as f32 / (1u32 << 24) as f32;
-                (u - 0.5) * 3.0 + offset * ((i / 97) % 3) as f32
-            })
-            .collect()
-    }
+    use crate::model::kernels::test_values as values;
 
     #[test]
-    fn fused_layer_norm_matches_float64_for_every_storage_type_and_group() {
+    fn fused_layer_norm_matches_float64_in_binary32_and_binary16() {
         let device = Device::wgpu(DeviceKind::DefaultDevice);
         // Row widths of the network (1024, 768), one that is not a multiple of the cube, and
         // a narrower row than the cube.
@@ -232,33 +189,47 @@ mod tests {
             let gamma = values(groups * cols, 7, 0.0);
             let beta = values(groups * cols, 11, 0.0);
             let eps = 1e-6;
-            let want = reference(&x, &gamma, &beta, cols, groups, eps);
             let up = |v: &[f32], shape: [usize; 2]| {
                 Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
             };
-            let xt = Tensor::<3>::from_data(
-                TensorData::new(x.clone(), [groups, rows / groups, cols]),
-                (&device, DType::F32),
-            );
-            let got = super::layer_norm(
-                xt,
-                up(&gamma, [groups, cols]),
-                up(&beta, [groups, cols]),
-                eps,
-            )
-            .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
-            assert_eq!(got.dims(), [groups, rows / groups, cols]);
-            let got = got.into_data().try_to_vec::<f32>().expect("f32 output");
-            let err = got
-                .iter()
-                .zip(&want)
-                .map(|(&g, &w)| (g as f64 - w).abs())
-                .fold(0.0, f64::max);
-            let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-            assert!(
-                err <= 1e-5 * scale,
-                "binary32, {cols} wide: max |diff| {err} of {scale}"
-            );
+            for (dtype, tol) in [(DType::F32, 1e-5), (DType::F16, 1e-3)] {
+                // The input as stored: the reference sees the same rounded values.
+                let x: Vec<f32> = if dtype == DType::F16 {
+                    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
+                } else {
+                    x.clone()
+                };
+                let want = reference(&x, &gamma, &beta, cols, groups, eps);
+                let xt = Tensor::<3>::from_data(
+                    TensorData::new(x, [groups, rows / groups, cols]),
+                    (&device, DType::F32),
+                )
+                .cast(dtype);
+                let got = super::layer_norm(
+                    xt,
+                    up(&gamma, [groups, cols]),
+                    up(&beta, [groups, cols]),
+                    eps,
+                )
+                .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+                assert_eq!(got.dims(), [groups, rows / groups, cols]);
+                assert_eq!(got.dtype(), dtype);
+                let got = got
+                    .cast(DType::F32)
+                    .into_data()
+                    .try_to_vec::<f32>()
+                    .expect("f32 output");
+                let err = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(&g, &w)| (g as f64 - w).abs())
+                    .fold(0.0, f64::max);
+                let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+                assert!(
+                    err <= tol * scale,
+                    "{dtype:?}, {cols} wide: max |diff| {err} of {scale}"
+                );
+            }
         }
     }
 
