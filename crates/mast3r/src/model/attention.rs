@@ -38,7 +38,13 @@ pub(crate) struct SelfAttention {
 }
 
 impl SelfAttention {
-    pub fn forward(&self, x: Tensor<3>, rope: &RopeTables) -> Tensor<3> {
+    /// `residual + attention(x)`, the residual added in the output projection's epilogue.
+    pub fn forward_residual(
+        &self,
+        x: Tensor<3>,
+        rope: &RopeTables,
+        residual: Tensor<3>,
+    ) -> Tensor<3> {
         let [b, n, c] = x.dims();
         let h = self.heads;
         let d = c / h;
@@ -50,7 +56,8 @@ impl SelfAttention {
             .reshape([b, n, 3, h, d])
             .narrow(2, 2, 1)
             .reshape([b, n, h, d]);
-        self.proj.forward(attend(q, k, v))
+        self.proj
+            .forward_then(attend(q, k, v), false, Some(residual))
     }
 }
 

@@ -1,7 +1,6 @@
 //! Decoder blocks (SPEC §5): self-attention, cross-attention to the other view's (normalised)
 //! tokens, MLP; all pre-norm with RoPE2D.
 
-use burn::tensor::activation::gelu;
 use burn::tensor::{DType, Tensor};
 
 use super::attention::{CrossAttention, SelfAttention, attend};
@@ -206,7 +205,7 @@ impl PairedDecoderBlock {
             .narrow(2, 2, 1)
             .reshape([s * b, nx, h, d]);
         let att = attend(q, k, v).reshape([s, m, c]);
-        let x = x + self.proj.forward(att);
+        let x = self.proj.forward_then(att, false, Some(x));
         // cross-attention
         let y = match &self.norm_y {
             Some(n) => n.forward(y),
@@ -224,11 +223,11 @@ impl PairedDecoderBlock {
             v,
         )
         .reshape([s, m, c]);
-        let x = x + self.cross_proj.forward(att);
+        let x = self.cross_proj.forward_then(att, false, Some(x));
         // MLP
-        x.clone()
-            + self
-                .fc2
-                .forward(gelu(self.fc1.forward(self.norm3.forward(x))))
+        let hidden = self
+            .fc1
+            .forward_then(self.norm3.forward(x.clone()), true, None);
+        self.fc2.forward_then(hidden, false, Some(x))
     }
 }

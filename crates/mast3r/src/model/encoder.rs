@@ -38,7 +38,9 @@ impl EncoderBlock {
     }
 
     pub fn forward(&self, x: Tensor<3>, rope: &RopeTables) -> Tensor<3> {
-        let x = x.clone() + self.attn.forward(self.norm1.forward(x), rope);
-        x.clone() + self.mlp.forward(self.norm2.forward(x))
+        let x = self
+            .attn
+            .forward_residual(self.norm1.forward(x.clone()), rope, x);
+        self.mlp.forward_residual(self.norm2.forward(x.clone()), x)
     }
 }

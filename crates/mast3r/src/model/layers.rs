@@ -317,7 +317,44 @@ pub(crate) struct Linear {
     pub b: Option<Tensor<1>>,
 }
 
+/// `residual + act(y)`, `act` the exact GELU when `gelu`, as separate operations (where the
+/// fused epilogue does not run).
+fn act_residual<const D: usize>(
+    y: Tensor<D>,
+    gelu_on: bool,
+    residual: Option<Tensor<D>>,
+) -> Tensor<D> {
+    let y = if gelu_on { gelu(y) } else { y };
+    match residual {
+        Some(r) => r + y,
+        None => y,
+    }
+}
+
 impl Linear {
+    /// `residual + act(x W + b)`: the product, then bias, GELU (when `gelu`) and residual in
+    /// one launch ([`super::kernels::linear_epilogue`]).
+    pub fn forward_then<const D: usize>(
+        &self,
+        x: Tensor<D>,
+        gelu: bool,
+        residual: Option<Tensor<D>>,
+    ) -> Tensor<D> {
+        let Some(b) = &self.b else {
+            return act_residual(self.forward(x), gelu, residual);
+        };
+        let mut dims = x.dims();
+        let inp = dims[D - 1];
+        let rows = dims[..D - 1].iter().product::<usize>();
+        let y = matmul(x.reshape([rows, inp]), self.w.clone());
+        dims[D - 1] = y.dims()[1];
+        let y = y.reshape(dims);
+        match super::kernels::linear_epilogue(y, b.clone().unsqueeze::<2>(), residual, gelu) {
+            Ok(t) => t,
+            Err((y, residual)) => act_residual(y + b.clone().unsqueeze::<D>(), gelu, residual),
+        }
+    }
+
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         if !rust3r_gpu::blas::uses_cublas(&x) {
             return linear(x, self.w.clone(), self.b.clone());
@@ -504,6 +541,20 @@ impl StackedLinear {
         }
     }
 
+    /// `residual + act(x W + b)` for `x` `[S, M, in]`: bias, GELU (when `gelu`) and residual in
+    /// one launch after the product ([`super::kernels::linear_epilogue`]).
+    pub fn forward_then(&self, x: Tensor<3>, gelu: bool, residual: Option<Tensor<3>>) -> Tensor<3> {
+        let Some(b) = &self.b else {
+            return act_residual(self.forward(x), gelu, residual);
+        };
+        let y = matmul(x, self.w.clone());
+        let [s, _, out] = b.dims();
+        match super::kernels::linear_epilogue(y, b.clone().reshape([s, out]), residual, gelu) {
+            Ok(t) => t,
+            Err((y, residual)) => act_residual(y + b.clone(), gelu, residual),
+        }
+    }
+
     /// `x`: `[S, M, in]`.
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let y = matmul(x, self.w.clone());
@@ -612,8 +663,10 @@ pub(crate) struct Mlp {
 }
 
 impl Mlp {
-    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        self.fc2.forward(gelu(self.fc1.forward(x)))
+    /// `residual + fc2(GELU(fc1(x)))`, each product followed by one fused launch.
+    pub fn forward_residual<const D: usize>(&self, x: Tensor<D>, residual: Tensor<D>) -> Tensor<D> {
+        let hidden = self.fc1.forward_then(x, true, None);
+        self.fc2.forward_then(hidden, false, Some(residual))
     }
 }
 

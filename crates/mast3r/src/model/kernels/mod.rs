@@ -7,10 +7,12 @@
 //! an H200, the separate Burn operations around the cuBLAS products (row statistics, centring,
 //! scaling, exponentials, casts) took about two thirds of the network's device time.
 
+mod epilogue;
 mod layer_norm;
 mod rope;
 mod softmax;
 
+pub(crate) use epilogue::linear_epilogue;
 pub(crate) use layer_norm::layer_norm;
 pub(crate) use rope::{RopeLayout, rope_part};
 pub(crate) use softmax::softmax_rows;
