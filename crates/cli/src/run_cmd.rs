@@ -27,7 +27,7 @@ pub enum Preset {
     Quick,
     /// 7000 steps at full resolution, at most 200k initial Gaussians.
     Full,
-    /// The fast training schedule (`rust3r train --preset fast`: 8000 steps, coarse-to-fine
+    /// The fast training schedule (`rust3r train --preset fast`: 12000 steps, coarse-to-fine
     /// images, multi-view consistent densification), at most 200k initial Gaussians.
     Fast,
 }

@@ -27,7 +27,7 @@ pub struct TrainArgs {
     /// Output folder: splats.ply, eval.json, checkpoint.bin, renders/.
     #[arg(long)]
     pub out: PathBuf,
-    /// Training schedule: default (3DGS / gsplat's: 30000 steps) or fast (8000 steps built for
+    /// Training schedule: default (3DGS / gsplat's: 30000 steps) or fast (12000 steps built for
     /// time to quality: coarse-to-fine images, schedules scaled to the run, multi-view
     /// consistent densification; docs/guide.md). --steps sets the length of either.
     #[arg(long, value_enum, default_value_t = TrainPresetFlag::Default)]

@@ -70,7 +70,7 @@ pub struct FastSchedule {
 impl Default for FastSchedule {
     fn default() -> Self {
         Self {
-            steps: 8000,
+            steps: 12_000,
             start_factor: 4.0,
             levels: 4,
             full_at: 0.5,
