@@ -27,6 +27,9 @@ pub enum Preset {
     Quick,
     /// 7000 steps at full resolution, at most 200k initial Gaussians.
     Full,
+    /// The fast training schedule (`rust3r train --preset fast`: 12000 steps, coarse-to-fine
+    /// images, multi-view consistent densification), at most 200k initial Gaussians.
+    Fast,
 }
 
 impl Preset {
@@ -35,6 +38,7 @@ impl Preset {
         match self {
             Self::Quick => (500, 4, 30_000),
             Self::Full => (7000, 1, 200_000),
+            Self::Fast => (rust3r_pipelines::FastSchedule::default().steps, 1, 200_000),
         }
     }
 }
@@ -52,8 +56,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub slam: SlamInputArgs,
     /// Training budget: quick (the default; 500 steps on images downscaled 4x from 30k initial
-    /// Gaussians: minutes on a CPU, seconds on a GPU) or full (7000 steps at full resolution from
-    /// 200k). --steps, --downscale and --init-count override it.
+    /// Gaussians: minutes on a CPU, seconds on a GPU), full (7000 steps at full resolution from
+    /// 200k) or fast (the fast training schedule of `rust3r train --preset fast`, from 200k).
+    /// --steps, --downscale and --init-count override it.
     #[arg(long, value_enum, default_value_t = Preset::Quick)]
     pub preset: Preset,
     /// Training steps (default: the preset's).
@@ -167,6 +172,9 @@ pub fn run(a: &RunArgs) -> Result<()> {
         .collect::<Result<_>>()?;
     t.init_count = a.init_count.unwrap_or(init_count);
     a.splat.apply(t)?;
+    if a.preset == Preset::Fast {
+        t.preset = a.splat.fast_preset()?;
+    }
     t.background = parse_background(&a.background)?;
     anyhow::ensure!(
         a.depth_weight.is_finite() && a.depth_weight >= 0.0,

@@ -8,7 +8,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::ProgressBar;
 use rust3r_io::scene::{ImageCache, Scene};
-use rust3r_pipelines::{InitKind, StrategyKind, TrainEvent, TrainOptions, TrainSession};
+use rust3r_pipelines::{
+    FastSchedule, InitKind, StrategyKind, TrainEvent, TrainOptions, TrainPreset, TrainSession,
+};
+use rust3r_splat::train::ConsistencyConfig;
 use rust3r_splat::train::Trainer;
 use rust3r_splat::train::adam::MomentPrecision;
 use rust3r_splat::{Camera, ShPrecision};
@@ -24,8 +27,14 @@ pub struct TrainArgs {
     /// Output folder: splats.ply, eval.json, checkpoint.bin, renders/.
     #[arg(long)]
     pub out: PathBuf,
-    #[arg(long, default_value_t = 30_000)]
-    pub steps: u64,
+    /// Training schedule: default (3DGS / gsplat's: 30000 steps) or fast (12000 steps built for
+    /// time to quality: coarse-to-fine images, schedules scaled to the run, multi-view
+    /// consistent densification; docs/guide.md). --steps sets the length of either.
+    #[arg(long, value_enum, default_value_t = TrainPresetFlag::Default)]
+    pub preset: TrainPresetFlag,
+    /// Training steps (default: the preset's).
+    #[arg(long)]
+    pub steps: Option<u64>,
     /// Image downscale factor (uses images_N/ when present).
     #[arg(long, default_value_t = 1)]
     pub downscale: u32,
@@ -134,9 +143,56 @@ pub struct SplatArgs {
     pub sog: bool,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Fast preset: downscale factor of the first steps (1: full resolution throughout).
+    #[arg(long, default_value_t = FastSchedule::default().start_factor)]
+    pub fast_start_factor: f32,
+    /// Fast preset: fraction of the steps after which images are at full resolution.
+    #[arg(long, default_value_t = FastSchedule::default().full_at)]
+    pub fast_full_at: f64,
+    /// Fast preset: fraction of the steps during which Gaussians are added and pruned.
+    #[arg(long, default_value_t = FastSchedule::default().refine_until)]
+    pub fast_refine_until: f64,
+    /// Fast preset: a pixel's normalised L1 error above this marks it high-error.
+    #[arg(long, default_value_t = ConsistencyConfig::default().error_threshold)]
+    pub fast_error_threshold: f32,
+    /// Fast preset: a Gaussian grows only with at least this many high-error pixels in its
+    /// footprint per view that saw it (0: the gradient threshold alone).
+    #[arg(long, default_value_t = ConsistencyConfig::default().min_pixels)]
+    pub fast_min_pixels: f32,
 }
 
 impl SplatArgs {
+    /// The fast preset with these flags' settings.
+    pub fn fast_preset(&self) -> Result<TrainPreset> {
+        let f = self.fast_start_factor;
+        anyhow::ensure!(
+            f.is_finite() && f >= 1.0,
+            "--fast-start-factor {f} must be at least 1"
+        );
+        for (name, v) in [
+            ("--fast-full-at", self.fast_full_at),
+            ("--fast-refine-until", self.fast_refine_until),
+            ("--fast-error-threshold", self.fast_error_threshold as f64),
+        ] {
+            anyhow::ensure!((0.0..=1.0).contains(&v), "{name} {v} must be in [0, 1]");
+        }
+        let m = self.fast_min_pixels;
+        anyhow::ensure!(
+            m.is_finite() && m >= 0.0,
+            "--fast-min-pixels {m} must be >= 0"
+        );
+        Ok(TrainPreset::Fast(FastSchedule {
+            start_factor: f,
+            full_at: self.fast_full_at,
+            refine_until: self.fast_refine_until,
+            consistency: (m > 0.0).then_some(ConsistencyConfig {
+                error_threshold: self.fast_error_threshold,
+                min_pixels: m,
+            }),
+            ..FastSchedule::default()
+        }))
+    }
+
     /// Sets these flags' fields of `t`.
     pub fn apply(&self, t: &mut TrainOptions) -> Result<()> {
         t.memory_budget = match self.memory_budget {
@@ -165,6 +221,13 @@ impl SplatArgs {
 pub enum StrategyFlag {
     Adc,
     Mcmc,
+}
+
+/// `rust3r train --preset`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainPresetFlag {
+    Default,
+    Fast,
 }
 
 /// Initialisation flag.
@@ -196,9 +259,14 @@ pub fn parse_background(s: &str) -> Result<[f32; 3]> {
 
 /// The library's options from the flags (everything but the LPIPS weights and the stop flag).
 pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
+    let preset = match a.preset {
+        TrainPresetFlag::Default => TrainPreset::Default,
+        TrainPresetFlag::Fast => a.splat.fast_preset()?,
+    };
     let mut opts = TrainOptions {
         out: a.out.clone(),
-        steps: a.steps,
+        steps: a.steps.unwrap_or(preset.default_steps()),
+        preset,
         downscale: a.downscale,
         background: parse_background(&a.background)?,
         eval_every: a.eval_every,

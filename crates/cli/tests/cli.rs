@@ -506,6 +506,18 @@ fn train_rejects_bad_input_with_the_file_named() {
         "0.001",
     ]);
     assert!(!ok && err.contains("memory budget"), "{err}");
+    // Fast-preset settings out of range are refused before anything runs.
+    let (ok, _, err) = rust3r(&[
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--preset",
+        "fast",
+        "--fast-start-factor",
+        "0.5",
+    ]);
+    assert!(!ok && err.contains("--fast-start-factor 0.5"), "{err}");
 }
 
 #[test]

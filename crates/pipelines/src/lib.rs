@@ -23,6 +23,6 @@ pub use capture::{
 };
 pub use error::PipelineError;
 pub use train::{
-    EvalRecord, InitKind, Interpolated, Refinement, StrategyKind, TrainEvent, TrainOptions,
-    TrainSession, TrainSummary, ViewScore,
+    EvalRecord, FastSchedule, InitKind, Interpolated, Refinement, StrategyKind, TrainEvent,
+    TrainOptions, TrainPreset, TrainSession, TrainSummary, ViewScore,
 };

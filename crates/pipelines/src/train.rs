@@ -15,9 +15,10 @@ use rust3r_lpips::{Image, Lpips, LpipsWeights};
 use rust3r_splat::train::adam::{AdamConfig, MomentPrecision};
 use rust3r_splat::train::extras::EXPOSURE_IDENTITY;
 use rust3r_splat::train::init::InitSplats;
+use rust3r_splat::train::schedule::{ResolutionSchedule, growth_cap};
 use rust3r_splat::train::{
-    AdcConfig, DepthTarget, StepExtras, StepInfo, StepTarget, Strategy, TrainConfig, Trainer,
-    images::PackedImage, init, mcmc::McmcConfig,
+    AdcConfig, ConsistencyConfig, DepthTarget, LearningRates, StepExtras, StepInfo, StepTarget,
+    Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig,
 };
 use rust3r_splat::{Camera, RasterTuning, ShPrecision};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,78 @@ pub enum StrategyKind {
     Adc,
     /// 3DGS-MCMC (relocation, growth to a cap).
     Mcmc,
+}
+
+/// The training schedule (`--preset`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum TrainPreset {
+    /// 3DGS / gsplat's schedule: learning rates decay over 30k steps, densification until step
+    /// 15k, images at full resolution throughout.
+    #[default]
+    Default,
+    /// Built for time to quality (see [`FastSchedule`]).
+    Fast(FastSchedule),
+}
+
+/// The fast preset: everything scaled to the run's own length (learning-rate decay ending at
+/// the last step, densification over its first part), a coarse-to-fine image resolution
+/// (DashGaussian), the Gaussian budget tied to the resolution when there is one
+/// (`max_splats`), and multi-view consistent densification (FastGS) that keeps few Gaussians.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FastSchedule {
+    /// Steps when the options do not say.
+    pub steps: u64,
+    /// Downscale factor of the first steps.
+    pub start_factor: f32,
+    /// Resolution increases until full resolution.
+    pub levels: u32,
+    /// Fraction of the steps after which images are at full resolution.
+    pub full_at: f64,
+    /// Fraction of the steps during which ADC densifies.
+    pub refine_until: f64,
+    /// Multi-view consistent densification thresholds (`None`: the gradient alone).
+    pub consistency: Option<ConsistencyConfig>,
+}
+
+impl Default for FastSchedule {
+    fn default() -> Self {
+        Self {
+            steps: 12_000,
+            start_factor: 4.0,
+            levels: 4,
+            full_at: 0.5,
+            refine_until: 0.5,
+            consistency: Some(ConsistencyConfig::default()),
+        }
+    }
+}
+
+impl TrainPreset {
+    /// The fast preset with its default settings.
+    pub fn fast() -> Self {
+        Self::Fast(FastSchedule::default())
+    }
+
+    /// Steps of a run when the options do not say.
+    pub fn default_steps(&self) -> u64 {
+        match self {
+            Self::Default => 30_000,
+            Self::Fast(f) => f.steps,
+        }
+    }
+
+    /// The resolution schedule of a run of `steps` steps (`None`: full resolution throughout).
+    pub fn resolution(&self, steps: u64) -> Option<ResolutionSchedule> {
+        match self {
+            Self::Default => None,
+            Self::Fast(f) if f.levels == 0 || f.start_factor <= 1.0 => None,
+            Self::Fast(f) => Some(ResolutionSchedule {
+                start_factor: f.start_factor,
+                levels: f.levels,
+                full_at: (steps as f64 * f.full_at.clamp(0.0, 1.0)) as u64,
+            }),
+        }
+    }
 }
 
 /// Where the initial Gaussians come from.
@@ -53,6 +126,8 @@ pub struct TrainOptions {
     /// Output folder: splats.ply, eval.json, checkpoint.bin, renders/.
     pub out: PathBuf,
     pub steps: u64,
+    /// The schedule (`steps` is not taken from it: see [`TrainPreset::default_steps`]).
+    pub preset: TrainPreset,
     /// Image downscale factor (uses images_N/ when present).
     pub downscale: u32,
     /// Background for RGBA images and rendering.
@@ -111,6 +186,7 @@ impl Default for TrainOptions {
         Self {
             out: PathBuf::from("out"),
             steps: 30_000,
+            preset: TrainPreset::Default,
             downscale: 1,
             background: [1.0; 3],
             strategy: StrategyKind::Adc,
@@ -400,7 +476,16 @@ impl StepBuffers {
 /// uploaded from the host cache each step.
 struct Targets {
     device: Vec<Option<DeviceTarget>>,
+    /// Downscaled copies for the coarse levels of a resolution schedule, coarsest first.
+    coarse: Vec<CoarseLevel>,
     cache: ImageCache,
+}
+
+/// One coarse level's images (those that fit the device budget; the rest are resized from the
+/// host cache when used).
+struct CoarseLevel {
+    factor: f32,
+    device: Vec<Option<DeviceTarget>>,
 }
 
 impl Targets {
@@ -409,6 +494,24 @@ impl Targets {
             return Ok(img.to_f32(gpu));
         }
         Ok(DeviceTarget::upload(gpu, &*self.cache.get(i)?).to_f32(gpu))
+    }
+
+    /// View `i` at coarse level `level` (`None`: full resolution).
+    fn get_at(
+        &self,
+        gpu: &Gpu,
+        i: usize,
+        level: Option<usize>,
+    ) -> Result<StepBuffers, PipelineError> {
+        let Some(c) = level.and_then(|l| self.coarse.get(l)) else {
+            return self.get(gpu, i);
+        };
+        if let Some(img) = &c.device[i] {
+            return Ok(img.to_f32(gpu));
+        }
+        let img = self.cache.get(i)?;
+        let (w, h) = ResolutionSchedule::size_at(c.factor, img.width, img.height);
+        Ok(DeviceTarget::upload(gpu, &img.resized(w, h)).to_f32(gpu))
     }
 }
 
@@ -447,6 +550,10 @@ pub struct TrainSession {
     lpips: Option<Lpips>,
     records: Vec<EvalRecord>,
     refine: RefineState,
+    /// The preset's coarse-to-fine schedule, when it has one.
+    resolution: Option<ResolutionSchedule>,
+    /// Gaussians at the session's start (the floor of the resolution-tied budget).
+    initial_splats: usize,
 }
 
 impl TrainSession {
@@ -719,7 +826,42 @@ impl TrainSession {
                 on_event(TrainEvent::Warning("--alpha-loss has no effect: no training image has an alpha channel (or it is fully opaque)".into()));
             }
         }
-        let targets = Targets { device, cache };
+        // Coarse-to-fine: every coarse level's training images, downscaled once here.
+        let resolution = opts.preset.resolution(opts.steps);
+        let mut coarse = Vec::new();
+        if let Some(r) = &resolution {
+            let t0 = Instant::now();
+            for level in 0..r.levels {
+                let factor = r.factor_of(level);
+                let mut dev: Vec<Option<DeviceTarget>> = (0..scene.len()).map(|_| None).collect();
+                for &i in &train_idx {
+                    let img = cache.get(i)?;
+                    let (w, h) = ResolutionSchedule::size_at(factor, img.width, img.height);
+                    let small = img.resized(w, h);
+                    let bytes = DeviceTarget::bytes(&small);
+                    if used + bytes <= device_budget {
+                        dev[i] = Some(DeviceTarget::upload(gpu, &small));
+                        used += bytes;
+                    }
+                }
+                coarse.push(CoarseLevel {
+                    factor,
+                    device: dev,
+                });
+            }
+            on_event(TrainEvent::Info(format!(
+                "coarse-to-fine: images downscaled {:.2}x at first, full resolution from step {} ({} levels prepared in {:.1} s)",
+                r.start_factor,
+                r.full_at,
+                r.levels,
+                t0.elapsed().as_secs_f64()
+            )));
+        }
+        let targets = Targets {
+            device,
+            coarse,
+            cache,
+        };
 
         let n = scene.len();
         let mut depth_dev: Vec<Option<DeviceDepth>> = (0..n).map(|_| None).collect();
@@ -816,6 +958,7 @@ impl TrainSession {
             }
             _ => Vec::new(),
         };
+        let initial_splats = trainer.num_splats();
         Ok(Self {
             opts,
             gpu: gpu.clone(),
@@ -827,6 +970,8 @@ impl TrainSession {
             lpips,
             records,
             refine,
+            resolution,
+            initial_splats,
         })
     }
 
@@ -1052,17 +1197,32 @@ impl TrainSession {
 
     /// One step on training view `i`, with the refinements that apply at this step.
     fn step_view(&mut self, i: usize) -> Result<StepInfo, PipelineError> {
-        let target = self.targets.get(&self.gpu, i)?;
         let s = self.trainer.step;
+        // Coarse-to-fine: the level's images and camera, and the Gaussian budget it allows.
+        let level = self
+            .resolution
+            .map(|r| (r.level_at(s), r))
+            .filter(|(l, r)| *l < r.levels);
+        if let (Some(r), Some(cap)) = (&self.resolution, self.opts.max_splats) {
+            self.trainer.cfg.max_splats =
+                Some(growth_cap(self.initial_splats, cap, r.factor_at(s)));
+        }
+        let target = self
+            .targets
+            .get_at(&self.gpu, i, level.map(|(l, _)| l as usize))?;
         let r = &self.refine;
         let pose_on = r.cfg.pose && s >= r.cfg.pose_start;
         let exposure_on = r.cfg.exposure && s >= r.cfg.exposure_start;
-        let depth = r.depth[i].as_ref().map(|d| DepthTarget {
-            depth: &d.depth,
-            weight: r.cfg.depth_weight * d.k,
-            pixel_weight: d.weight.as_ref(),
-            min_alpha: 0.5,
-        });
+        // Depth maps are at full resolution: no depth term on coarse levels.
+        let depth = r.depth[i]
+            .as_ref()
+            .filter(|_| level.is_none())
+            .map(|d| DepthTarget {
+                depth: &d.depth,
+                weight: r.cfg.depth_weight * d.k,
+                pixel_weight: d.weight.as_ref(),
+                min_alpha: 0.5,
+            });
         let extras = StepExtras {
             depth,
             exposure: exposure_on.then_some(r.exposure[i]),
@@ -1070,6 +1230,10 @@ impl TrainSession {
         };
         let mut cam = Camera::from(&self.scene.views[i]);
         cam.world_to_camera = r.poses[i];
+        if let Some((l, r)) = level {
+            let (w, h) = ResolutionSchedule::size_at(r.factor_of(l), cam.width, cam.height);
+            cam.intrinsics = cam.intrinsics.scaled(w, h);
+        }
         let (info, grads) = self.trainer.step_extras(&cam, &target.target(), &extras)?;
         let r = &mut self.refine;
         if let Some(g) = grads.world_to_camera {
@@ -1214,8 +1378,36 @@ pub fn train_config(opts: &TrainOptions, scale: f64) -> TrainConfig {
         }
     };
     let sh_precision = opts.sh_precision.unwrap_or_default();
+    let (strategy, lr, sh_degree_interval) = match &opts.preset {
+        TrainPreset::Default => (strategy, LearningRates::default(), 1000),
+        TrainPreset::Fast(f) => {
+            let steps = opts.steps.max(1);
+            let until = ((steps as f64 * f.refine_until.clamp(0.0, 1.0)) as u64).max(1);
+            let strategy = match strategy {
+                Strategy::Adc(a) => Strategy::Adc(AdcConfig {
+                    refine_stop: until,
+                    refine_start: a.refine_start.min(until / 4),
+                    consistency: f.consistency,
+                    ..a
+                }),
+                Strategy::Mcmc(m) => Strategy::Mcmc(McmcConfig {
+                    refine_stop: until,
+                    refine_start: m.refine_start.min(until / 4),
+                    ..m
+                }),
+            };
+            let lr = LearningRates {
+                decay_steps: steps,
+                ..LearningRates::default()
+            };
+            // The highest SH degree from a tenth of the run on, as in the 30k schedule.
+            (strategy, lr, (steps / 30).clamp(1, 1000))
+        }
+    };
     TrainConfig {
         sh_degree: opts.sh_degree,
+        sh_degree_interval,
+        lr,
         background: opts.background,
         antialiased: opts.antialiased,
         scene_scale: scale as f32,

@@ -1,7 +1,8 @@
 //! Training building blocks against independent float64 references: the L1 + D-SSIM loss
 //! and its gradient (plus finite differences), the masked loss and the alpha loss (kernel
 //! values, gradients, finite differences, and the alpha gradient through the rasterizer),
-//! Adam, ADC planning and rebuilds, MCMC relocation, position noise, checkpoints.
+//! Adam, ADC planning and rebuilds, MCMC relocation, position noise, checkpoints, and the
+//! multi-view consistent densification score.
 
 mod common;
 
@@ -9,7 +10,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rust3r_gpu::bf16::{bf16_nearest, bf16_to_f32};
 use rust3r_gpu::{Gpu, GpuBuffer, GpuOptions};
 use rust3r_splat::train::adam::{MomentPrecision, Moments};
-use rust3r_splat::train::{TrainConfig, Trainer, adam, densify, init, loss, mcmc};
+use rust3r_splat::train::{TrainConfig, Trainer, adam, consistency, densify, init, loss, mcmc};
 
 fn gpu() -> Gpu {
     Gpu::new(&GpuOptions {
@@ -226,6 +227,71 @@ fn adam_matches_pytorch_formula_with_two_rates_and_visibility() {
     }
 }
 
+/// The high-error pixel counts of one view against the float64 reference, accumulated on top
+/// of a previous view's score; errors on a grid of 1/16 so no pixel sits on the threshold.
+#[test]
+fn error_score_counts_high_error_pixels_in_footprints() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    let (w, h) = (37usize, 23usize);
+    let q = |r: &mut StdRng| r.random_range(0..17) as f32 / 16.0;
+    let rendered: Vec<f32> = (0..w * h * 3).map(|_| q(&mut rng)).collect();
+    let target: Vec<f32> = (0..w * h * 3).map(|_| q(&mut rng)).collect();
+    let n = 300usize;
+    let mut mean2d = Vec::new();
+    let mut radii = Vec::new();
+    for i in 0..n {
+        // Inside, straddling the borders and fully outside the image; some culled.
+        let x = rng.random_range(-12.0..(w as f32 + 12.0));
+        let y = rng.random_range(-12.0..(h as f32 + 12.0));
+        mean2d.push([x, y]);
+        let r = if i % 7 == 0 {
+            [0, 0]
+        } else {
+            [rng.random_range(1..15u32), rng.random_range(1..15u32)]
+        };
+        radii.push(r);
+    }
+    let mut proj = vec![0.0f32; n * 10];
+    for (i, m) in mean2d.iter().enumerate() {
+        proj[i * 10] = m[0];
+        proj[i * 10 + 1] = m[1];
+    }
+    let prior: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
+    let score = gpu.upload(&prior);
+    let tau = 0.3;
+    consistency::accumulate_error_score(
+        &gpu,
+        &gpu.upload(&rendered),
+        &gpu.upload(&target),
+        w as u32,
+        h as u32,
+        &gpu.upload(&proj),
+        &gpu.upload(&radii.iter().flatten().copied().collect::<Vec<u32>>()),
+        &score,
+        tau,
+    );
+    let got = gpu.read(&score).unwrap();
+    let want = consistency::error_score_reference(&rendered, &target, w, h, &mean2d, &radii, tau);
+    for i in 0..n {
+        assert_eq!(
+            got[i] as f64,
+            prior[i] as f64 + want[i],
+            "Gaussian {i} at {:?} radii {:?}",
+            mean2d[i],
+            radii[i]
+        );
+    }
+    let counted = want.iter().filter(|&&c| c > 0.0).count();
+    let zero_visible = (0..n)
+        .filter(|&i| radii[i][0] > 0 && want[i] == 0.0)
+        .count();
+    assert!(
+        counted > n / 3 && zero_visible > 0,
+        "cases exercised: {counted} with high-error pixels, {zero_visible} visible without"
+    );
+}
+
 #[test]
 fn adc_plan_and_rebuild_follow_the_rules() {
     let gpu = gpu();
@@ -237,6 +303,8 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         .map(|_| rng.random::<f32>() * 4.0 - 6.0)
         .collect();
     let opa: Vec<f32> = (0..n).map(|_| rng.random::<f32>() * 10.0 - 7.0).collect();
+    // High-error pixels per Gaussian (multi-view consistent densification): whole numbers.
+    let score: Vec<f32> = (0..n).map(|_| rng.random_range(0..12) as f32).collect();
     let th = densify::AdcThresholds {
         grad2d: 2e-4,
         grow_scale: 0.01,
@@ -244,11 +312,13 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         prune_scale: 0.1,
         check_big: true,
         grow: true,
+        min_error_pixels: 2.5,
     };
     let (parent, variant) = densify::adc_plan(
         &gpu,
         &gpu.upload(&grad2d),
         &gpu.upload(&count),
+        &gpu.upload(&score),
         &gpu.upload(&ls),
         &gpu.upload(&opa),
         &th,
@@ -261,7 +331,8 @@ fn adc_plan_and_rebuild_follow_the_rules() {
         let g = grad2d[i] as f64 / (count[i].max(1.0) as f64);
         let smax = (ls[i * 3].max(ls[i * 3 + 1]).max(ls[i * 3 + 2]) as f64).exp();
         let o = 1.0 / (1.0 + (-(opa[i] as f64)).exp());
-        let high = g > 2e-4;
+        let consistent = score[i] as f64 / (count[i].max(1.0) as f64) >= 2.5;
+        let high = g > 2e-4 && consistent;
         let prune = |s: f64| o < 0.005 || s > 0.1;
         if high && smax > 0.01 {
             if !prune(smax / 1.6) {

@@ -132,6 +132,20 @@ impl ViewImage {
             + self.alpha.as_ref().map_or(0, Vec::len)
             + self.mask.as_ref().map_or(0, Vec::len)) as u64
     }
+
+    /// The image, alpha and mask resized to `width x height` with the area (box) filter the
+    /// scene's own `downscale` uses.
+    pub fn resized(&self, width: u32, height: u32) -> ViewImage {
+        let (w, h) = (self.width, self.height);
+        let plane = |p: &Vec<u8>| image_ops::area_resize_channels(p, 1, w, h, width, height);
+        ViewImage {
+            width,
+            height,
+            rgb: image_ops::area_resize_channels(&self.rgb, 3, w, h, width, height),
+            alpha: self.alpha.as_ref().map(plane),
+            mask: self.mask.as_ref().map(plane),
+        }
+    }
 }
 pub use points::{read_points_ply, write_points_ply};
 pub use transforms::write_transforms_json;

@@ -191,6 +191,11 @@ pub struct ShGradInputs<'a> {
 }
 
 impl RenderState {
+    /// Projected Gaussians ([`crate::kernels::project::PROJ`] floats each, mean2d first).
+    pub fn projected(&self) -> &GpuBuffer<f32> {
+        &self.proj
+    }
+
     /// The forward buffers the SH gradient depends on.
     pub fn sh_grad_inputs(&self) -> ShGradInputs<'_> {
         ShGradInputs {

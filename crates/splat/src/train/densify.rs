@@ -167,6 +167,7 @@ fn accumulate_grad2d(
 fn adc_classify(
     grad2d: &[f32],
     count: &[f32],
+    error_score: &[f32],
     log_scales: &[f32],
     opacity_logits: &[f32],
     counts: &mut [u32],
@@ -178,6 +179,7 @@ fn adc_classify(
     prune_scale: f32,
     check_big: u32,
     grow: u32,
+    min_error_pixels: f32,
 ) {
     let i = rust3r_gpu::global_id();
     if i >= n as usize {
@@ -189,7 +191,8 @@ fn adc_classify(
         f32::max(log_scales[i * 3], log_scales[i * 3 + 1]),
         log_scales[i * 3 + 2],
     ));
-    let high = grow == 1u32 && g > grad_threshold;
+    let consistent = error_score[i] / c >= min_error_pixels;
+    let high = grow == 1u32 && g > grad_threshold && consistent;
     let small = smax <= grow_scale;
     let low_opacity = opacity_logits[i] < prune_opacity_logit;
     let too_big = check_big == 1u32 && smax > prune_scale;
@@ -472,6 +475,9 @@ pub struct AdcThresholds {
     pub prune_scale: f32,
     pub check_big: bool,
     pub grow: bool,
+    /// Grow only Gaussians with at least this many high-error pixels per visible view in
+    /// `error_score` ([`super::consistency`]); 0 turns the condition off.
+    pub min_error_pixels: f32,
 }
 
 /// ADC classification, scan and emission: returns `(parent, variant)` of the new set.
@@ -479,6 +485,7 @@ pub fn adc_plan(
     gpu: &Gpu,
     grad2d: &GpuBuffer<f32>,
     count: &GpuBuffer<f32>,
+    error_score: &GpuBuffer<f32>,
     log_scales: &GpuBuffer<f32>,
     opacity_logits: &GpuBuffer<f32>,
     th: &AdcThresholds,
@@ -496,6 +503,7 @@ pub fn adc_plan(
         rust3r_gpu::BLOCK_DIM,
         grad2d.arg(),
         count.arg(),
+        error_score.arg(),
         log_scales.arg(),
         opacity_logits.arg(),
         counts.arg(),
@@ -507,6 +515,7 @@ pub fn adc_plan(
         th.prune_scale,
         th.check_big as u32,
         th.grow as u32,
+        th.min_error_pixels,
     );
     let offsets = rust3r_gpu::scan::exclusive_scan(gpu, &counts);
     let total = gpu.read_at(&offsets, n - 1)? as usize + gpu.read_at(&counts, n - 1)? as usize;

@@ -19,12 +19,14 @@
 
 pub mod adam;
 pub mod checkpoint;
+pub mod consistency;
 pub mod densify;
 pub mod extras;
 pub mod images;
 pub mod init;
 pub mod loss;
 pub mod mcmc;
+pub mod schedule;
 
 use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
@@ -52,6 +54,15 @@ pub struct LearningRates {
     pub opacities: f32,
     pub sh_dc: f32,
     pub sh_rest: f32,
+}
+
+impl LearningRates {
+    /// Means learning rate at step `step` for a scene of scale `scene_scale`: exponential
+    /// decay from `means · scene_scale` to `means_final_ratio` of it at `decay_steps`.
+    pub fn means_at(&self, step: u64, scene_scale: f32) -> f32 {
+        let gamma = (self.means_final_ratio as f64).powf(1.0 / self.decay_steps.max(1) as f64);
+        (self.means as f64 * scene_scale as f64 * gamma.powf(step as f64)) as f32
+    }
 }
 
 impl Default for LearningRates {
@@ -87,6 +98,30 @@ pub struct AdcConfig {
     /// larger `grad2d_threshold`, gsplat suggests 8e-4) instead of the norm of their sum.
     #[serde(default)]
     pub absgrad: bool,
+    /// Multi-view consistent densification ([`consistency`]): grow only Gaussians whose views
+    /// agree that the error around them is high. `None`: classic ADC.
+    #[serde(default)]
+    pub consistency: Option<ConsistencyConfig>,
+}
+
+/// Thresholds of multi-view consistent densification (see [`consistency`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConsistencyConfig {
+    /// A pixel is a high-error pixel when its L1 error, normalised to [0, 1] by the view's
+    /// minimum and maximum, exceeds this.
+    pub error_threshold: f32,
+    /// A Gaussian may grow only when its footprint holds at least this many high-error pixels
+    /// per view that saw it, on average since the last refinement.
+    pub min_pixels: f32,
+}
+
+impl Default for ConsistencyConfig {
+    fn default() -> Self {
+        Self {
+            error_threshold: 0.1,
+            min_pixels: 4.0,
+        }
+    }
 }
 
 impl Default for AdcConfig {
@@ -101,6 +136,7 @@ impl Default for AdcConfig {
             refine_every: 100,
             reset_every: 3_000,
             absgrad: false,
+            consistency: None,
         }
     }
 }
@@ -280,6 +316,9 @@ pub struct Trainer {
     /// ADC statistics: accumulated normalised 2D gradient norm and visibility count.
     grad2d: GpuBuffer<f32>,
     count: GpuBuffer<f32>,
+    /// High-error pixels in each Gaussian's footprint summed over the views since the last
+    /// refinement (multi-view consistent densification only; not kept in checkpoints).
+    error_score: GpuBuffer<f32>,
     /// Steps taken so far (the next step has index `step`).
     pub step: u64,
     pub rng: HostRng,
@@ -358,6 +397,7 @@ impl Trainer {
             moments,
             grad2d: gpu.zeros(n),
             count: gpu.zeros(n),
+            error_score: gpu.zeros(n),
             splats,
             step: 0,
             rng,
@@ -405,9 +445,7 @@ impl Trainer {
 
     /// Means learning rate at step `s`.
     pub fn means_lr(&self, s: u64) -> f32 {
-        let lr = &self.cfg.lr;
-        let gamma = (lr.means_final_ratio as f64).powf(1.0 / lr.decay_steps.max(1) as f64);
-        (lr.means as f64 * self.cfg.scene_scale as f64 * gamma.powf(s as f64)) as f32
+        self.cfg.lr.means_at(s, self.cfg.scene_scale)
     }
 
     /// Device bytes per Gaussian of training, by kind (see [`MemoryLedger`]).
@@ -617,6 +655,25 @@ impl Trainer {
             }
             _ => None,
         };
+        if let Strategy::Adc(AdcConfig {
+            consistency: Some(c),
+            refine_stop,
+            ..
+        }) = &self.cfg.strategy
+            && self.step < *refine_stop
+        {
+            consistency::accumulate_error_score(
+                &gpu,
+                rendered,
+                target.rgb,
+                w,
+                h,
+                state.projected(),
+                &out.radii,
+                &self.error_score,
+                c.error_threshold,
+            );
+        }
         rust3r_gpu::profile::mark(&gpu, "loss");
         let zeros = self.zeros(npix);
         let depth_loss = match &extras.depth {
@@ -876,6 +933,7 @@ impl Trainer {
         let n = parent.len();
         self.grad2d = gpu.zeros(n);
         self.count = gpu.zeros(n);
+        self.error_score = gpu.zeros(n);
     }
 
     fn refine_adc(&mut self, adc: &AdcConfig, s: u64) -> Result<RefineInfo, SplatError> {
@@ -889,12 +947,14 @@ impl Trainer {
             prune_scale: adc.prune_scale3d * scale,
             check_big: s > adc.reset_every,
             grow: true,
+            min_error_pixels: adc.consistency.map_or(0.0, |c| c.min_pixels),
         };
         // Over the cap: raise the gradient threshold until growth fits, else only prune.
         let mut plan = densify::adc_plan(
             &self.gpu,
             &self.grad2d,
             &self.count,
+            &self.error_score,
             &self.splats.log_scales,
             &self.splats.opacity_logits,
             &th,
@@ -911,6 +971,7 @@ impl Trainer {
                 &self.gpu,
                 &self.grad2d,
                 &self.count,
+                &self.error_score,
                 &self.splats.log_scales,
                 &self.splats.opacity_logits,
                 &th,
@@ -1043,6 +1104,7 @@ impl Trainer {
         }
         self.grad2d = densify::rebuild(&gpu, &self.grad2d, &parent, &variant, 1, true);
         self.count = densify::rebuild(&gpu, &self.count, &parent, &variant, 1, true);
+        self.error_score = densify::rebuild(&gpu, &self.error_score, &parent, &variant, 1, true);
         Ok(())
     }
 
