@@ -1124,6 +1124,11 @@ fn run_frames(
         std::collections::VecDeque::new();
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
+    // Uncalibrated pairs are tracked on the GPU when one is given: the front end may leave
+    // the descriptors there.
+    if let Some(p) = source.pairs() {
+        p.set_tracker_device(gpu.filter(|_| cam.is_none()));
+    }
     for i in 0..total {
         let t0 = std::time::Instant::now();
         let inline = matches!(source, Source::Inline(..));

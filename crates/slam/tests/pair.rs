@@ -236,6 +236,7 @@ fn synthetic(
         keyframe_desc,
         keyframe_desc_conf: vec![q_value; w * h],
         desc_dim: dim,
+        device_desc: None,
     };
     pred.check().unwrap();
     // Y = T_CkCf X_f with X_f = s P_f: T_kf with scale 1 / s.
