@@ -58,6 +58,8 @@ pub struct Mast3rMonoFrontEnd {
     /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): pair descriptors
     /// stay there when the network runs on it.
     tracker_gpu: Option<Gpu>,
+    /// Ignore the tracker's device: descriptors are read back (A/B comparisons).
+    host_descriptors: bool,
 }
 
 impl Mast3rMonoFrontEnd {
@@ -76,6 +78,7 @@ impl Mast3rMonoFrontEnd {
             encoded: Vec::new(),
             retrieval: None,
             tracker_gpu: None,
+            host_descriptors: false,
         })
     }
 
@@ -91,6 +94,13 @@ impl Mast3rMonoFrontEnd {
         }
         self.retrieval = Some((db, Vec::new()));
         Ok(self)
+    }
+
+    /// Read pair descriptors back to the host even when the GPU tracker runs on the network's
+    /// device (as before they stayed there; for comparisons).
+    pub fn descriptors_on_host(mut self) -> Self {
+        self.host_descriptors = true;
+        self
     }
 
     /// The retrieval database, when learned retrieval is on.
@@ -373,7 +383,7 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     }
 
     fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
-        self.tracker_gpu = gpu.cloned();
+        self.tracker_gpu = gpu.filter(|_| !self.host_descriptors).cloned();
     }
 
     fn retain(&mut self, keep: &[usize]) {

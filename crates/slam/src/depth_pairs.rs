@@ -92,6 +92,8 @@ pub struct DepthPairs {
     /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): descriptors are
     /// kept there.
     gpu: Option<Gpu>,
+    /// Ignore the tracker's device: descriptors stay on the host (A/B comparisons).
+    host_descriptors: bool,
 }
 
 impl DepthPairs {
@@ -128,6 +130,7 @@ impl DepthPairs {
             encode_only: false,
             encoded: HashMap::new(),
             gpu: None,
+            host_descriptors: false,
         })
     }
 
@@ -136,6 +139,13 @@ impl DepthPairs {
     /// cost (tests on a CPU; the throughput bench keeps it).
     pub fn inner_encode_only(mut self) -> Self {
         self.encode_only = true;
+        self
+    }
+
+    /// Keep every descriptor on the host, as before the GPU tracker took them on its device
+    /// (this front end's and the inner one's): the tracker uploads them per pair.
+    pub fn descriptors_on_host(mut self) -> Self {
+        self.host_descriptors = true;
         self
     }
 
@@ -411,6 +421,7 @@ impl PairFrontEnd for DepthPairs {
     }
 
     fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
+        let gpu = gpu.filter(|_| !self.host_descriptors);
         if let Some(p) = self.inner_pairs() {
             p.set_tracker_device(gpu);
         }

@@ -305,3 +305,41 @@ fn device_resident_descriptors_track_as_the_host_ones() {
     assert_eq!(c_dev.matches, c_host.matches);
     assert_eq!(c_dev.result.t_kf_frame, c_host.result.t_kf_frame);
 }
+
+/// `forced_keyframe_every` (timing runs): every frame counts as tracked and exactly every K-th
+/// frame becomes a keyframe, even where tracking cannot succeed (`tracking.min_match_frac`
+/// above 1 loses every tracked frame without it); off, the same run loses frame 1.
+#[test]
+fn forced_tracking_makes_every_kth_frame_a_keyframe() {
+    let run = |forced: usize| {
+        let ds = PingPong::new(redkitchen(), 5, 7).expect("ping-pong");
+        let k = ds.depth_intrinsics().expect("depth camera");
+        let mut pairs = DepthPairs::new(None, k, 64, 48, DepthNoise::default()).expect("pairs");
+        let mut cfg = SlamConfig {
+            single_thread: true,
+            ..Default::default()
+        };
+        cfg.apply_yaml(
+            &format!("forced_keyframe_every: {forced}\ntracking:\n  min_match_frac: 1.1\n"),
+            std::path::Path::new("test.yaml"),
+        )
+        .expect("config");
+        assert_eq!(cfg.forced_keyframe_every, forced);
+        rust3r_slam::run_slam(&ds, &mut pairs, &cfg, None, |_| {}).expect("slam runs")
+    };
+    let off = run(0);
+    assert!(
+        !off.frames[1].tracked,
+        "tracking should fail without forcing"
+    );
+    let on = run(3);
+    assert!(
+        on.frames.iter().all(|f| f.tracked),
+        "every frame is tracked"
+    );
+    let kfs: Vec<usize> = on.keyframes.frames.iter().map(|k| k.frame_index).collect();
+    assert_eq!(kfs, vec![0, 3, 6]);
+    for (_, pose) in on.frame_poses() {
+        assert!(pose.translation.iter().all(|v| v.is_finite()) && pose.scale.is_finite());
+    }
+}
