@@ -342,7 +342,17 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
         let enc = self.cached(index)?.1.clone();
         let name = format!("frame {index}");
-        let [host, _] = self.decode_host(&enc, &enc, &name)?;
+        // Only view 1's points and confidences are used: one transfer, no descriptors.
+        let host = if self.replay {
+            let [p1, _] = self
+                .runner
+                .decode(&enc, &enc)
+                .map_err(|e| SlamError::InvalidInput(format!("{name}: {e}")))?;
+            p1.to_host_without_desc()
+        } else {
+            let [p1, _] = self.model().decode(&enc, &enc);
+            p1.to_host_without_desc()
+        };
         self.pointmap_of(&host, &self.cached(index)?.2, &name)
     }
 
