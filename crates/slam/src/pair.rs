@@ -253,13 +253,17 @@ pub(crate) fn warm_start(idx_init: Option<&[u32]>, w: usize, n: usize) -> Vec<[f
 /// MASt3R-SLAM's `match_iterative_proj` on a pair: every keyframe pixel's `Xkf` located on
 /// the ray image of `Xff` starting from `idx_init` (the previous frame's matches against the
 /// same keyframe; identity when `None` or of another size), occlusion check, then the
-/// descriptor refinement when `cfg.radius > 0` (on the host descriptors: see
-/// [`PairPrediction::with_host_descriptors`]).
+/// descriptor refinement when `cfg.radius > 0`, on the host (descriptors only on the device
+/// are read back first: [`PairPrediction::with_host_descriptors`]).
 pub fn match_pair(
     pred: &PairPrediction,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
-) -> PairMatches {
+) -> Result<PairMatches, SlamError> {
+    if cfg.radius > 0 && pred.descriptors_on_device_only() {
+        let host = pred.clone().with_host_descriptors()?;
+        return match_pair(&host, cfg, idx_init);
+    }
     let f = &pred.frame;
     let (w, n) = (f.width, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
@@ -269,11 +273,11 @@ pub fn match_pair(
     let p_init = warm_start(idx_init, w, n);
     let m = match_iterative_proj(&rays, &f.points, &all, &queries, &p_init, cfg);
     if cfg.radius == 0 {
-        return PairMatches {
+        return Ok(PairMatches {
             idx: m.idx,
             valid: m.valid,
             refined: 0,
-        };
+        });
     }
     let idx = refine_matches(
         &pred.frame_desc,
@@ -286,11 +290,11 @@ pub fn match_pair(
         cfg.dilation_max,
     );
     let refined = idx.iter().zip(&m.idx).filter(|(a, b)| a != b).count();
-    PairMatches {
+    Ok(PairMatches {
         idx,
         valid: m.valid,
         refined,
-    }
+    })
 }
 
 /// Outcome of [`Tracker::track_pair`].
@@ -386,13 +390,9 @@ impl Tracker {
         idx_init: Option<&[u32]>,
     ) -> Result<PairTrack, SlamError> {
         check_pair(pred, kf, kf_conf, cam)?;
-        if pred.descriptors_on_device_only() {
-            let host = pred.clone().with_host_descriptors()?;
-            return self.track_pair(&host, kf, kf_conf, cam, t_init, idx_init);
-        }
         let p = ResidualParams::tracking(&self.cfg);
         let start = std::time::Instant::now();
-        let matches = match_pair(pred, &self.matching, idx_init);
+        let matches = match_pair(pred, &self.matching, idx_init)?;
         tracing::debug!(
             "pair matched on the CPU in {:.1} ms",
             start.elapsed().as_secs_f64() * 1e3

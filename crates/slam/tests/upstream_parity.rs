@@ -274,7 +274,7 @@ fn match_pair_matches_upstream_where_rounding_agrees() {
         device_desc: None,
     };
     pred.check().unwrap();
-    let m = rust3r_slam::pair::match_pair(&pred, &cfg.matching, None);
+    let m = rust3r_slam::pair::match_pair(&pred, &cfg.matching, None).unwrap();
     // rust3r's pixel before the refinement (rounded), from its own sub-pixel positions.
     let rays = ray_image(w, h, &pred.frame.points, |_| None, |_| true);
     let pts: Vec<[f32; 3]> = pred
