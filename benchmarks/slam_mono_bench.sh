@@ -7,6 +7,10 @@
 #   $RK       a 7-Scenes folder (../shared/data/redkitchen, or a part of it)
 #   $RUST3R   the rust3r binary built with --features rust3r-cli/cuda
 # and the jobs as arguments: FRAMES:STRIDE[:extra flags], e.g. 300:1 5000:1:--report-every=1000
+# (quote jobs whose flags have spaces). Issue #24 item 6, descriptors on the device against the old
+# round trip, and the system on the network's own outputs (timing mode, a keyframe every 20 frames):
+#   300:1:--gpu-tracking "300:1:--gpu-tracking --host-descriptors" \
+#   "300:1:--gpu-tracking --timing 20" "300:1:--gpu-tracking --timing 20 --host-descriptors"
 set -uo pipefail
 OUT=${OUT:-out/slam_mono}
 mkdir -p "$OUT"

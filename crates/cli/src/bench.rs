@@ -34,12 +34,62 @@ pub enum BenchCommand {
     /// Host cost of one small GPU operation (an allocation and one launch of a 256-element
     /// kernel): the floor under every pass made of many launches.
     Launch(LaunchArgs),
+    /// Host <-> device copies of one buffer (MASt3R-SLAM's pair descriptors are 19 MB): the
+    /// host copy alone, an upload through CubeCL's `create_from_slice` (two host copies before
+    /// the runtime's staging), through `Gpu::upload` (one) and a read back, in GB/s.
+    Transfer(TransferArgs),
     /// The radix sort alone (random 32-bit pairs, the low `--bits` bits set), whole and stage by
     /// stage; the result is checked against the host's stable sort.
     Sort(SortArgs),
     /// Write the garden scene tiled to N Gaussians (the splats `bench raster` renders) as a
     /// splat file, e.g. for `rust3r view` measurements.
     Scene(SceneArgs),
+}
+
+#[derive(Args)]
+pub struct TransferArgs {
+    /// Buffer size in MB (10^6 bytes); the default is one 512x384 view's 24-channel f32
+    /// descriptors.
+    #[arg(long, default_value_t = 18.9)]
+    mb: f64,
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn transfer(a: &TransferArgs) -> Result<()> {
+    let gpu = a.device.open()?;
+    let n = ((a.mb * 1e6) as usize / 4).max(1);
+    let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let gbs = |secs: f64| (n * 4) as f64 / secs.max(1e-12) / 1e9;
+    for round in 0..a.rounds.max(1) {
+        let t = Instant::now();
+        let copy = std::hint::black_box(data.clone());
+        let host = gbs(t.elapsed().as_secs_f64());
+        drop(std::hint::black_box(copy));
+        gpu.sync()?;
+        let t = Instant::now();
+        let old = gpu.client().create_from_slice(&bytes);
+        gpu.sync()?;
+        let via_slice = gbs(t.elapsed().as_secs_f64());
+        drop(old);
+        let t = Instant::now();
+        let buf = gpu.upload(&data);
+        gpu.sync()?;
+        let upload = gbs(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let back = gpu.read(&buf)?;
+        let read = gbs(t.elapsed().as_secs_f64());
+        anyhow::ensure!(back == data, "the read-back differs from the upload");
+        println!(
+            "round {round} on {}, {:.1} MB: host copy {host:.2} GB/s, create_from_slice {via_slice:.2} GB/s, Gpu::upload {upload:.2} GB/s, read back {read:.2} GB/s",
+            gpu.name(),
+            (n * 4) as f64 / 1e6
+        );
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -294,6 +344,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Mast3r(a) => crate::mast3r_cmd::bench(&a),
         BenchCommand::SlamMono(a) => crate::bench_slam::slam_mono(&a),
         BenchCommand::Launch(a) => launch(&a),
+        BenchCommand::Transfer(a) => transfer(&a),
         BenchCommand::Sort(a) => sort(&a),
         BenchCommand::Scene(a) => scene(&a),
     }

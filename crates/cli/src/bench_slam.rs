@@ -80,6 +80,18 @@ pub struct SlamMonoArgs {
     /// equations; `rust3r_slam::kernels::track_pair_gpu`) instead of the CPU.
     #[arg(long)]
     gpu_tracking: bool,
+    /// With --gpu-tracking: read the network's descriptors back and upload the pairs' per pair
+    /// (as before they stayed on the device), to compare.
+    #[arg(long)]
+    host_descriptors: bool,
+    /// Timing mode: track on the network's own pair outputs (no depth pairs; needs a network),
+    /// with every frame counted as tracked and a keyframe every this many frames
+    /// (`forced_keyframe_every`: random weights cannot be tracked), no occlusion check
+    /// (`matching.dist_thresh`) and every converged match used (`tracking.q_conf` and
+    /// `tracking.min_match_frac` 0), so the run pays what a real one would; the trajectory and
+    /// ATE mean nothing.
+    #[arg(long)]
+    timing: Option<usize>,
     /// Print frames per second, keyframes and memory every this many frames.
     #[arg(long, default_value_t = 500)]
     report_every: usize,
@@ -136,6 +148,9 @@ pub fn slam_mono(a: &SlamMonoArgs) -> Result<()> {
     };
     let enc_dim = model.config().enc_embed_dim;
     let mut front = Mast3rMonoFrontEnd::new(model, a.net_size).map_err(anyhow::Error::msg)?;
+    if a.host_descriptors {
+        front = front.descriptors_on_host();
+    }
     let retrieval = match (&a.retrieval, a.words) {
         (Some(r), _) => Some((
             RetrievalDatabase::load(r, None, AsmkParams::default())
@@ -192,19 +207,52 @@ fn run(
         focal_sigma: a.focal_sigma,
         seed: a.seed,
     };
-    let mut pairs = DepthPairs::new(front, depth_k, w, h, noise)?;
-    if a.encode_only {
-        pairs = pairs.inner_encode_only();
-    }
     let mut cfg = SlamConfig::default();
+    if a.timing.is_some() {
+        // Random weights: no occlusion check and every valid match takes part, so the
+        // Gauss-Newton iterations run (a YAML given with --config may set these back).
+        cfg.matching.dist_thresh = f64::MAX;
+        cfg.tracking.q_conf = 0.0;
+        cfg.tracking.min_match_frac = 0.0;
+    }
     if let Some(p) = &a.config {
         cfg.apply_yaml_file(p)?;
     }
+    // The front end the system runs: the network itself (timing mode) or the depth pairs
+    // around it.
+    let (mut own, mut pairs): (Box<dyn rust3r_slam::PointmapFrontEnd>, DepthPairs);
+    let front: &mut dyn rust3r_slam::PointmapFrontEnd = match a.timing {
+        Some(k) => {
+            ensure!(k >= 1, "--timing must be at least 1");
+            ensure!(
+                !a.encode_only,
+                "--timing tracks on the network's pairs: drop --encode-only"
+            );
+            own =
+                front.context("--timing needs a network (--size full or tiny, or --checkpoint)")?;
+            cfg.forced_keyframe_every = k;
+            own.as_mut()
+        }
+        None => {
+            pairs = DepthPairs::new(front, depth_k, w, h, noise)?;
+            if a.encode_only {
+                pairs = pairs.inner_encode_only();
+            }
+            if a.host_descriptors {
+                pairs = pairs.descriptors_on_host();
+            }
+            &mut pairs
+        }
+    };
     eprintln!(
-        "{}: {} frames ({}), network {arch} on {name}, pointmaps {w}x{h}, retrieval: {}",
+        "{}: {} frames ({}), network {arch} on {name}, pointmaps {}, retrieval: {}",
         a.data.display(),
         a.frames,
         ds.name(),
+        match a.timing {
+            Some(k) => format!("the network's (timing mode, a keyframe every {k} frames)"),
+            None => format!("{w}x{h} from depth"),
+        },
         retrieval_name.as_deref().unwrap_or("off (pose proximity)"),
     );
     let gpu = if a.gpu_tracking {
@@ -219,7 +267,7 @@ fn run(
     let result = rust3r_slam::run_slam_source(
         FrameSource::Inline {
             dataset: &ds,
-            front: &mut pairs,
+            front,
         },
         &cfg,
         None,

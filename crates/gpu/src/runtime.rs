@@ -346,6 +346,11 @@ impl Gpu {
         }
     }
 
+    /// Whether `other` runs on the same device (so buffers of one can be bound by the other).
+    pub fn same_device(&self, other: &Gpu) -> bool {
+        self.device == other.device
+    }
+
     /// The switches this device was opened with.
     pub fn tuning(&self) -> &GpuTuning {
         &self.tuning
@@ -436,13 +441,16 @@ impl Gpu {
         self.client.properties().hardware.max_cube_count.0
     }
 
-    /// Upload host data.
+    /// Upload host data. The bytes are copied once on the host (CubeCL's `create_from_slice`
+    /// copied them twice before the runtime's own staging copy).
     pub fn upload<T: Pod>(&self, data: &[T]) -> GpuBuffer<T> {
         let len = data.len();
         let handle = if len == 0 {
             self.client.create_from_slice(&[0u8; 4])
         } else {
-            self.client.create_from_slice(bytemuck::cast_slice(data))
+            let bytes = bytemuck::cast_slice::<T, u8>(data).to_vec();
+            self.client
+                .create(cubecl::bytes::Bytes::from_bytes_vec(bytes))
         };
         GpuBuffer {
             handle,
@@ -685,4 +693,25 @@ impl<T> GpuBuffer<T> {
             _t: PhantomData,
         }
     }
+}
+
+/// The device buffer of a binary32 Burn tensor of the CubeCL backend, row-major (a strided tensor
+/// is made contiguous on the device first), with the device it lives on. No host transfer: the
+/// buffer is the tensor's own (or its contiguous copy's).
+pub fn burn_tensor_buffer<const D: usize>(
+    t: burn::tensor::Tensor<D>,
+) -> Result<(Gpu, GpuBuffer<f32>), GpuError> {
+    let t = t
+        .try_into_primitive::<burn::backend::Cube>()
+        .map_err(|e| GpuError::Device(format!("not a CubeCL tensor: {e:?}")))?;
+    if t.dtype != burn::tensor::DType::F32 {
+        return Err(GpuError::Device(format!(
+            "expected a binary32 tensor, got {:?}",
+            t.dtype
+        )));
+    }
+    let t = burn_cubecl::kernel::into_contiguous(t);
+    let len = t.meta.shape().num_elements();
+    let gpu = Gpu::from_parts(t.client.clone(), t.device.clone());
+    Ok((gpu, GpuBuffer::from_handle(t.handle, len)))
 }

@@ -29,13 +29,15 @@
 //!
 //! The SLAM crate does not depend on this one: the CLI wires the two.
 
+use burn::tensor::DType;
 use rust3r_geometry::PinholeCamera;
 use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
+use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{Frame, SlamCalibration};
-use rust3r_slam::pair::{PairFrontEnd, PairPrediction};
+use rust3r_slam::pair::{DeviceDescriptors, PairFrontEnd, PairPrediction};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
-use crate::model::{Encoded, HostPrediction, Mast3r, Replayer};
+use crate::model::{Encoded, HostPrediction, Mast3r, Prediction, Replayer};
 use crate::preprocess::{Preprocessed, preprocess};
 use crate::retrieval::RetrievalDatabase;
 
@@ -53,6 +55,11 @@ pub struct Mast3rMonoFrontEnd {
     encoded: Vec<(usize, Encoded, Preprocessed)>,
     /// Learned retrieval: the database and the keyframe id of each of its images.
     retrieval: Option<(RetrievalDatabase, Vec<usize>)>,
+    /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): pair descriptors
+    /// stay there when the network runs on it.
+    tracker_gpu: Option<Gpu>,
+    /// Ignore the tracker's device: descriptors are read back (A/B comparisons).
+    host_descriptors: bool,
 }
 
 impl Mast3rMonoFrontEnd {
@@ -70,6 +77,8 @@ impl Mast3rMonoFrontEnd {
             last: None,
             encoded: Vec::new(),
             retrieval: None,
+            tracker_gpu: None,
+            host_descriptors: false,
         })
     }
 
@@ -85,6 +94,13 @@ impl Mast3rMonoFrontEnd {
         }
         self.retrieval = Some((db, Vec::new()));
         Ok(self)
+    }
+
+    /// Read pair descriptors back to the host even when the GPU tracker runs on the network's
+    /// device (as before they stayed there; for comparisons).
+    pub fn descriptors_on_host(mut self) -> Self {
+        self.host_descriptors = true;
+        self
     }
 
     /// The retrieval database, when learned retrieval is on.
@@ -204,6 +220,48 @@ impl Mast3rMonoFrontEnd {
         }
     }
 
+    /// Both views' predictions of the pair `(a, b)` with the descriptors left on `gpu` (the
+    /// rest read back in one transfer per view); `None` for the descriptors when the network
+    /// runs on another device (then they are read back too).
+    fn decode_device(
+        &mut self,
+        a: &Encoded,
+        b: &Encoded,
+        name: &str,
+        gpu: &Gpu,
+    ) -> Result<([HostPrediction; 2], Option<DeviceDescriptors>), SlamError> {
+        let err = |e: String| SlamError::InvalidInput(format!("{name}: {e}"));
+        let direct;
+        let preds: &[Prediction; 2] = if self.replay && a.grid == b.grid {
+            self.runner.decode(a, b).map_err(err)?
+        } else {
+            direct = self.model().decode(a, b);
+            &direct
+        };
+        // A copy on the device: a replay's output buffers are rewritten by the next replay.
+        let desc = |p: &Prediction| {
+            rust3r_gpu::burn_tensor_buffer(p.desc.clone().cast(DType::F32).mul_scalar(1.0))
+                .map_err(|e| SlamError::Gpu(format!("{name}: descriptors: {e}")))
+        };
+        let (g, frame) = desc(&preds[0])?;
+        if !g.same_device(gpu) {
+            return Ok(([preds[0].to_host(), preds[1].to_host()], None));
+        }
+        let (_, keyframe) = desc(&preds[1])?;
+        let host = [
+            preds[0].to_host_without_desc(),
+            preds[1].to_host_without_desc(),
+        ];
+        Ok((
+            host,
+            Some(DeviceDescriptors {
+                gpu: gpu.clone(),
+                frame,
+                keyframe,
+            }),
+        ))
+    }
+
     /// The frame decoded with itself: view 1's points (on the rays when calibrated) and
     /// confidence, coloured by the network image; `name` names the frame in errors.
     fn mono_of(
@@ -284,7 +342,17 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError> {
         let enc = self.cached(index)?.1.clone();
         let name = format!("frame {index}");
-        let [host, _] = self.decode_host(&enc, &enc, &name)?;
+        // Only view 1's points and confidences are used: one transfer, no descriptors.
+        let host = if self.replay {
+            let [p1, _] = self
+                .runner
+                .decode(&enc, &enc)
+                .map_err(|e| SlamError::InvalidInput(format!("{name}: {e}")))?;
+            p1.to_host_without_desc()
+        } else {
+            let [p1, _] = self.model().decode(&enc, &enc);
+            p1.to_host_without_desc()
+        };
         self.pointmap_of(&host, &self.cached(index)?.2, &name)
     }
 
@@ -298,7 +366,10 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
         }
         let (ef, ek) = (ef.clone(), ek.clone());
         let name = format!("frames {frame} and {keyframe}");
-        let [hf, hk] = self.decode_host(&ef, &ek, &name)?;
+        let ([hf, hk], device_desc) = match self.tracker_gpu.clone() {
+            Some(gpu) => self.decode_device(&ef, &ek, &name, &gpu)?,
+            None => (self.decode_host(&ef, &ek, &name)?, None),
+        };
         let (pf, pk) = (&self.cached(frame)?.2, &self.cached(keyframe)?.2);
         if hf.desc_conf.len() != hf.conf.len() || hk.desc_conf.len() != hk.conf.len() {
             return Err(SlamError::InvalidInput(format!(
@@ -317,7 +388,12 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
             keyframe_desc: hk.desc,
             keyframe_desc_conf: hk.desc_conf,
             desc_dim: hf.desc_dim,
+            device_desc,
         })
+    }
+
+    fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
+        self.tracker_gpu = gpu.filter(|_| !self.host_descriptors).cloned();
     }
 
     fn retain(&mut self, keep: &[usize]) {

@@ -113,3 +113,50 @@ fn slam_tracks_on_network_pairs() {
     assert_eq!((mono.pair_frames, mono.refined_matches), (0, 0));
     assert_eq!(mono.frames.len(), frames);
 }
+
+/// With the GPU tracker on the network's device (`set_tracker_device`), the pair's descriptors
+/// stay on the device and are the host path's bit for bit; points, confidences and descriptor
+/// confidences (read back in one packed transfer per view) are the host path's too; replaying
+/// the next pair does not overwrite the descriptors handed out before. On another device (none
+/// here), or with the tracker on the CPU, the descriptors come back to the host.
+#[test]
+fn pair_descriptors_stay_on_the_tracker_device() {
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
+    let gpu = rust3r_gpu::Gpu::default_device().unwrap();
+    let (f0, f1, f2) = (
+        data.frame(0).unwrap(),
+        data.frame(1).unwrap(),
+        data.frame(2).unwrap(),
+    );
+    let decode = |device: bool| {
+        let mut fe = front_end(224);
+        let pairs = fe.pairs().unwrap();
+        if device {
+            pairs.set_tracker_device(Some(&gpu));
+        }
+        pairs.encode(0, &f0).unwrap();
+        pairs.encode(1, &f1).unwrap();
+        pairs.encode(2, &f2).unwrap();
+        let p1 = pairs.pair(1, 0).unwrap();
+        let p2 = pairs.pair(2, 0).unwrap();
+        (p1, p2)
+    };
+    let (h1, h2) = decode(false);
+    let (d1, d2) = decode(true);
+    assert!(h1.device_desc.is_none());
+    for (h, d) in [(&h1, &d1), (&h2, &d2)] {
+        assert!(d.descriptors_on_device_only(), "descriptors were read back");
+        d.check().unwrap();
+        assert_eq!(d.frame, h.frame);
+        assert_eq!(d.keyframe_points, h.keyframe_points);
+        assert_eq!(d.keyframe_conf, h.keyframe_conf);
+        assert_eq!(d.frame_desc_conf, h.frame_desc_conf);
+        assert_eq!(d.keyframe_desc_conf, h.keyframe_desc_conf);
+        let back = d.clone().with_host_descriptors().unwrap();
+        assert_eq!(back.frame_desc, h.frame_desc);
+        assert_eq!(back.keyframe_desc, h.keyframe_desc);
+    }
+    // The two frames' descriptors differ, so the first read-back would have caught a replay
+    // writing over the buffers handed out for the first pair.
+    assert_ne!(h1.frame_desc, h2.frame_desc);
+}

@@ -257,6 +257,12 @@ pub struct SlamConfig {
     pub use_calib: bool,
     /// Run the back end on the tracking thread (deterministic).
     pub single_thread: bool,
+    /// Timing runs only (rust3r's `forced_keyframe_every`, 0: off): every frame counts as
+    /// tracked and every K-th frame becomes a keyframe, whatever tracking finds, so a network
+    /// whose outputs cannot be tracked (random weights) still pays for tracking, mapping, the
+    /// back end and retrieval as a real run would. The pose is tracking's when finite, else
+    /// the starting pose; non-finite fusion observations are dropped.
+    pub forced_keyframe_every: usize,
     /// `matching`.
     pub matching: MatchingConfig,
     /// `tracking`.
@@ -277,6 +283,7 @@ impl Default for SlamConfig {
         Self {
             use_calib: false,
             single_thread: false,
+            forced_keyframe_every: 0,
             matching: MatchingConfig {
                 max_iter: 10,
                 lambda_init: 1e-8,
@@ -539,6 +546,7 @@ impl SlamConfig {
             None => match key {
                 "use_calib" => self.use_calib = b(value)?,
                 "single_thread" => self.single_thread = b(value)?,
+                "forced_keyframe_every" => self.forced_keyframe_every = u(value)?,
                 _ => return Err(unknown()),
             },
             // Accepted for compatibility with MASt3R-SLAM files; the data loader handles these.

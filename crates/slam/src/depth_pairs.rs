@@ -32,11 +32,12 @@ use std::collections::HashMap;
 use nalgebra::{Matrix4, Vector3};
 use rayon::prelude::*;
 use rust3r_geometry::PinholeCamera;
+use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::IoError;
 use rust3r_io::datasets::{Dataset, Frame, Pose};
 
 use crate::SlamError;
-use crate::pair::{PairFrontEnd, PairPrediction};
+use crate::pair::{DeviceDescriptors, PairFrontEnd, PairPrediction};
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 
 /// Descriptor channels: a 5x5 patch without its centre.
@@ -73,6 +74,8 @@ impl Default for DepthNoise {
 struct Encoded {
     pm: Pointmap,
     desc: Vec<f32>,
+    /// The descriptors on the tracker's device (uploaded once, when the frame is encoded).
+    desc_dev: Option<GpuBuffer<f32>>,
     c2w: Matrix4<f64>,
 }
 
@@ -86,6 +89,11 @@ pub struct DepthPairs {
     /// The inner front end only encodes (retrieval) and is not asked to decode.
     encode_only: bool,
     encoded: HashMap<usize, Encoded>,
+    /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): descriptors are
+    /// kept there.
+    gpu: Option<Gpu>,
+    /// Ignore the tracker's device: descriptors stay on the host (A/B comparisons).
+    host_descriptors: bool,
 }
 
 impl DepthPairs {
@@ -121,6 +129,8 @@ impl DepthPairs {
             noise,
             encode_only: false,
             encoded: HashMap::new(),
+            gpu: None,
+            host_descriptors: false,
         })
     }
 
@@ -129,6 +139,13 @@ impl DepthPairs {
     /// cost (tests on a CPU; the throughput bench keeps it).
     pub fn inner_encode_only(mut self) -> Self {
         self.encode_only = true;
+        self
+    }
+
+    /// Keep every descriptor on the host, as before the GPU tracker took them on its device
+    /// (this front end's and the inner one's): the tracker uploads them per pair.
+    pub fn descriptors_on_host(mut self) -> Self {
+        self.host_descriptors = true;
         self
     }
 
@@ -238,6 +255,7 @@ impl DepthPairs {
             .collect();
         Ok(Encoded {
             desc: world_descriptors(&world, &pm.conf),
+            desc_dev: None,
             pm,
             c2w,
         })
@@ -335,7 +353,12 @@ impl PairFrontEnd for DepthPairs {
         if let Some(p) = self.inner_pairs() {
             p.encode(index, frame)?;
         }
-        let e = self.encode_depth(frame)?;
+        let mut e = self.encode_depth(frame)?;
+        if let Some(gpu) = &self.gpu {
+            // As a network on the tracker's device would leave them: on the device, once per
+            // frame (a keyframe's serve every frame tracked against it).
+            e.desc_dev = Some(gpu.upload(&e.desc));
+        }
         self.encoded.insert(index, e);
         Ok(())
     }
@@ -372,16 +395,40 @@ impl PairFrontEnd for DepthPairs {
             })
             .collect();
         let q = |pm: &Pointmap| pm.conf.iter().map(|&c| c.min(1.0) * 5.0).collect();
+        let (frame_desc, keyframe_desc, device_desc) = match (&self.gpu, &f.desc_dev, &k.desc_dev) {
+            (Some(gpu), Some(fd), Some(kd)) => (
+                Vec::new(),
+                Vec::new(),
+                Some(DeviceDescriptors {
+                    gpu: gpu.clone(),
+                    frame: fd.clone(),
+                    keyframe: kd.clone(),
+                }),
+            ),
+            _ => (f.desc.clone(), k.desc.clone(), None),
+        };
         Ok(PairPrediction {
             frame: self.own_view(frame)?,
-            frame_desc: f.desc.clone(),
+            frame_desc,
             frame_desc_conf: q(&f.pm),
             keyframe_points,
             keyframe_conf: k.pm.conf.clone(),
-            keyframe_desc: k.desc.clone(),
+            keyframe_desc,
             keyframe_desc_conf: q(&k.pm),
             desc_dim: DESC_DIM,
+            device_desc,
         })
+    }
+
+    fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
+        let gpu = gpu.filter(|_| !self.host_descriptors);
+        if let Some(p) = self.inner_pairs() {
+            p.set_tracker_device(gpu);
+        }
+        self.gpu = gpu.cloned();
+        for e in self.encoded.values_mut() {
+            e.desc_dev = gpu.map(|g| g.upload(&e.desc));
+        }
     }
 
     fn retain(&mut self, keep: &[usize]) {

@@ -39,6 +39,7 @@
 
 use nalgebra::{Vector2, Vector3};
 use rust3r_geometry::{PinholeCamera, Sim3};
+use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::datasets::Frame;
 
 use crate::SlamError;
@@ -50,10 +51,27 @@ use crate::tracker::{
     LevelView, NormalEq, ResidualParams, TrackResult, Tracker, accumulate, point_info_weighted,
 };
 
+/// The descriptors of a pair on the device the GPU tracker runs on (`Dff` and `Dkf`, each
+/// `[height * width * desc_dim]`, channels last): what a front end on that device hands over
+/// instead of reading them back ([`PairFrontEnd::set_tracker_device`]).
+#[derive(Debug, Clone)]
+pub struct DeviceDescriptors {
+    /// The device both buffers live on.
+    pub gpu: Gpu,
+    /// The frame's descriptors (`Dff`).
+    pub frame: GpuBuffer<f32>,
+    /// The keyframe's descriptors (`Dkf`).
+    pub keyframe: GpuBuffer<f32>,
+}
+
 /// The network's prediction for the pair (current frame, current keyframe), both views of the
 /// same size, row-major `[height][width]`, channels last. Points are as the network predicts
 /// them (not constrained to pixel rays, even for a calibrated front end).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The descriptors are on the host (`frame_desc`, `keyframe_desc`), or on the tracker's device
+/// (`device_desc`) with the host vectors empty; [`PairPrediction::with_host_descriptors`]
+/// reads them back for the host code.
+#[derive(Debug, Clone)]
 pub struct PairPrediction {
     /// The frame's points in its own camera (`Xff`), their confidence (`Cff`) and colours.
     pub frame: Pointmap,
@@ -71,6 +89,9 @@ pub struct PairPrediction {
     pub keyframe_desc_conf: Vec<f32>,
     /// Descriptor size.
     pub desc_dim: usize,
+    /// Both views' descriptors on the device (then `frame_desc` and `keyframe_desc` may be
+    /// empty).
+    pub device_desc: Option<DeviceDescriptors>,
 }
 
 impl PairPrediction {
@@ -84,19 +105,43 @@ impl PairPrediction {
         self.len() == 0
     }
 
+    /// Whether the descriptors are only on the device.
+    pub fn descriptors_on_device_only(&self) -> bool {
+        self.device_desc.is_some() && self.frame_desc.is_empty() && self.keyframe_desc.is_empty()
+    }
+
+    /// This prediction with its descriptors on the host: read back from the device when they
+    /// are only there.
+    pub fn with_host_descriptors(mut self) -> Result<Self, SlamError> {
+        if self.descriptors_on_device_only()
+            && let Some(d) = &self.device_desc
+        {
+            let read = |b: &GpuBuffer<f32>| {
+                d.gpu
+                    .read(b)
+                    .map_err(|e| SlamError::Gpu(format!("reading the pair's descriptors: {e}")))
+            };
+            self.frame_desc = read(&d.frame)?;
+            self.keyframe_desc = read(&d.keyframe)?;
+        }
+        Ok(self)
+    }
+
     /// Checks that every field has the size of the views and that the points are finite.
     pub fn check(&self) -> Result<(), SlamError> {
         let n = self.len();
         let f = &self.frame;
+        // Descriptors on the device only: their host vectors are empty, the buffers' sizes
+        // are checked instead.
+        let desc = match &self.device_desc {
+            Some(d) if self.descriptors_on_device_only() => [d.frame.len(), d.keyframe.len()],
+            _ => [self.frame_desc.len(), self.keyframe_desc.len()],
+        };
         let sizes = [
             ("frame points", f.points.len(), n),
             ("frame confidences", f.conf.len(), n),
             ("frame colours", f.colors.len(), n),
-            (
-                "frame descriptors",
-                self.frame_desc.len(),
-                n * self.desc_dim,
-            ),
+            ("frame descriptors", desc[0], n * self.desc_dim),
             (
                 "frame descriptor confidences",
                 self.frame_desc_conf.len(),
@@ -104,11 +149,7 @@ impl PairPrediction {
             ),
             ("keyframe points", self.keyframe_points.len(), n),
             ("keyframe confidences", self.keyframe_conf.len(), n),
-            (
-                "keyframe descriptors",
-                self.keyframe_desc.len(),
-                n * self.desc_dim,
-            ),
+            ("keyframe descriptors", desc[1], n * self.desc_dim),
             (
                 "keyframe descriptor confidences",
                 self.keyframe_desc_conf.len(),
@@ -161,6 +202,13 @@ pub trait PairFrontEnd {
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError>;
     /// Drops every kept encoding but those of `keep`.
     fn retain(&mut self, keep: &[usize]);
+    /// The device the GPU pair tracker runs on (`None`: pairs are tracked on the CPU). A front
+    /// end on that device may then leave the descriptors of its pair predictions there
+    /// ([`PairPrediction::device_desc`]) instead of reading them back; the default keeps them
+    /// on the host.
+    fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
+        let _ = gpu;
+    }
     /// Learned retrieval (MASt3R-SLAM's `RetrievalDatabase.update`) with encoded frame
     /// `frame`: the keyframes most similar to it, best first (at most `k`, scoring above
     /// `min_thresh`; keyframe ids as given to earlier `add_as`); afterwards the frame joins the
@@ -205,12 +253,17 @@ pub(crate) fn warm_start(idx_init: Option<&[u32]>, w: usize, n: usize) -> Vec<[f
 /// MASt3R-SLAM's `match_iterative_proj` on a pair: every keyframe pixel's `Xkf` located on
 /// the ray image of `Xff` starting from `idx_init` (the previous frame's matches against the
 /// same keyframe; identity when `None` or of another size), occlusion check, then the
-/// descriptor refinement when `cfg.radius > 0`.
+/// descriptor refinement when `cfg.radius > 0`, on the host (descriptors only on the device
+/// are read back first: [`PairPrediction::with_host_descriptors`]).
 pub fn match_pair(
     pred: &PairPrediction,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
-) -> PairMatches {
+) -> Result<PairMatches, SlamError> {
+    if cfg.radius > 0 && pred.descriptors_on_device_only() {
+        let host = pred.clone().with_host_descriptors()?;
+        return match_pair(&host, cfg, idx_init);
+    }
     let f = &pred.frame;
     let (w, n) = (f.width, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
@@ -220,11 +273,11 @@ pub fn match_pair(
     let p_init = warm_start(idx_init, w, n);
     let m = match_iterative_proj(&rays, &f.points, &all, &queries, &p_init, cfg);
     if cfg.radius == 0 {
-        return PairMatches {
+        return Ok(PairMatches {
             idx: m.idx,
             valid: m.valid,
             refined: 0,
-        };
+        });
     }
     let idx = refine_matches(
         &pred.frame_desc,
@@ -237,11 +290,11 @@ pub fn match_pair(
         cfg.dilation_max,
     );
     let refined = idx.iter().zip(&m.idx).filter(|(a, b)| a != b).count();
-    PairMatches {
+    Ok(PairMatches {
         idx,
         valid: m.valid,
         refined,
-    }
+    })
 }
 
 /// Outcome of [`Tracker::track_pair`].
@@ -339,7 +392,7 @@ impl Tracker {
         check_pair(pred, kf, kf_conf, cam)?;
         let p = ResidualParams::tracking(&self.cfg);
         let start = std::time::Instant::now();
-        let matches = match_pair(pred, &self.matching, idx_init);
+        let matches = match_pair(pred, &self.matching, idx_init)?;
         tracing::debug!(
             "pair matched on the CPU in {:.1} ms",
             start.elapsed().as_secs_f64() * 1e3

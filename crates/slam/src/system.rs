@@ -58,7 +58,7 @@ use crate::keyframes::{Keyframe, KeyframeStore};
 use crate::model::{ModelSource, render_model};
 use crate::pair::PairFrontEnd;
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
-use crate::tracker::{LevelView, ResidualParams, Tracker};
+use crate::tracker::{LevelView, ResidualParams, TrackResult, Tracker};
 
 /// Smallest fraction of pixels the frame-to-model view must cover; below it the frame is
 /// tracked against the keyframe alone.
@@ -1088,6 +1088,28 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
     r
 }
 
+/// [`SlamConfig::forced_keyframe_every`]: `res` counts as tracked (a keyframe when
+/// `keyframe`), with `t_init` for a non-finite pose and no fusion of non-finite points.
+fn force_tracked(res: &mut TrackResult, t_init: &Sim3, keyframe: bool) {
+    res.lost = false;
+    res.weak = false;
+    res.new_keyframe = keyframe;
+    let t = &res.t_kf_frame;
+    let finite = t.scale.is_finite()
+        && t.translation.iter().all(|v| v.is_finite())
+        && t.rotation.coords.iter().all(|v| v.is_finite());
+    if !finite {
+        res.t_kf_frame = *t_init;
+    }
+    if res
+        .observation
+        .as_ref()
+        .is_some_and(|(p, c)| p.iter().flatten().chain(c).any(|v| !v.is_finite()))
+    {
+        res.observation = None;
+    }
+}
+
 fn lock(s: &Mutex<Shared>) -> Result<std::sync::MutexGuard<'_, Shared>, SlamError> {
     s.lock()
         .map_err(|_| SlamError::Backend("the back end panicked".into()))
@@ -1124,6 +1146,11 @@ fn run_frames(
         std::collections::VecDeque::new();
     // Keyframes and back-end runs already reported to `progress`.
     let mut reported = (0usize, 0usize);
+    // Uncalibrated pairs are tracked on the GPU when one is given: the front end may leave
+    // the descriptors there.
+    if let Some(p) = source.pairs() {
+        p.set_tracker_device(gpu.filter(|_| cam.is_none()));
+    }
     for i in 0..total {
         let t0 = std::time::Instant::now();
         let inline = matches!(source, Source::Inline(..));
@@ -1328,6 +1355,10 @@ fn run_frames(
                         (res, pm)
                     }
                 };
+                let mut res = res;
+                if cfg.forced_keyframe_every > 0 {
+                    force_tracked(&mut res, &t_init, i % cfg.forced_keyframe_every == 0);
+                }
                 tracing::debug!(
                     "frame {i}: keyframe {k}, {} iterations, match {:.3}, keyframe fraction {:.3}",
                     res.iterations,

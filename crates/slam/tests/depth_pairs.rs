@@ -216,3 +216,130 @@ fn mono_back_end_keeps_ideal_pairs_accurate() {
     let ate = ate_sim3(&r, &gt);
     assert!(ate < 0.015, "ATE Sim(3) {ate} m");
 }
+
+/// Pair descriptors left on the GPU tracker's device ([`PairFrontEnd::set_tracker_device`])
+/// give the same matches, the same normal equations at every iteration (hence the same pose)
+/// and the same statistics as the same pair with its descriptors on the host, on a real
+/// redkitchen pair (frame 20 against keyframe 0, 128x96, scale and depth noise); the CPU
+/// tracker reads device-only descriptors back and gives its host result. Fails without a GPU
+/// adapter (lavapipe: apt-get install mesa-vulkan-drivers).
+#[test]
+fn device_resident_descriptors_track_as_the_host_ones() {
+    let gpu = rust3r_gpu::Gpu::new(&rust3r_gpu::GpuOptions {
+        poison: true,
+        ..Default::default()
+    })
+    .expect("a GPU adapter");
+    let ds = redkitchen();
+    let k = ds.depth_intrinsics().expect("depth camera");
+    let noise = DepthNoise {
+        scale_sigma: 0.1,
+        depth_sigma: 0.01,
+        focal_sigma: 0.0,
+        seed: 3,
+    };
+    let (fi, ki) = (20usize, 0usize);
+    let make = |device: bool| {
+        let mut pairs = DepthPairs::new(None, k, 128, 96, noise).expect("pairs");
+        if device {
+            pairs.set_tracker_device(Some(&gpu));
+        }
+        for i in [ki, fi] {
+            pairs
+                .encode(i, &ds.frame(i).expect("frame"))
+                .expect("encode");
+        }
+        let kf = pairs.mono(ki).expect("keyframe pointmap");
+        (pairs.pair(fi, ki).expect("pair"), kf)
+    };
+    let (host, kf) = make(false);
+    let (dev, kf_dev) = make(true);
+    assert_eq!(kf, kf_dev);
+    assert!(host.device_desc.is_none() && !host.descriptors_on_device_only());
+    assert!(dev.descriptors_on_device_only(), "no device descriptors");
+    dev.check()
+        .expect("a well-formed device-resident prediction");
+    // Read back, the device's descriptors are the host's, bit for bit.
+    let back = dev.clone().with_host_descriptors().expect("read back");
+    assert_eq!(back.frame_desc, host.frame_desc);
+    assert_eq!(back.keyframe_desc, host.keyframe_desc);
+
+    let cfg = SlamConfig::default();
+    let tracker = rust3r_slam::tracker::Tracker {
+        cfg: cfg.tracking.clone(),
+        matching: cfg.matching.clone(),
+        levels: 1,
+        optimize_scale: true,
+    };
+    let m_host = rust3r_slam::kernels::match_pair_gpu(&gpu, &host, &cfg.matching, None)
+        .expect("host matching");
+    let m_dev = rust3r_slam::kernels::match_pair_gpu(&gpu, &dev, &cfg.matching, None)
+        .expect("device matching");
+    let valid = m_host.valid.iter().filter(|v| **v).count();
+    assert!(valid > host.len() / 2, "{valid} valid matches");
+    assert!(m_host.refined > 0, "the descriptors moved no match");
+    assert_eq!(m_dev, m_host);
+
+    let kf_conf = kf.conf.clone();
+    let start = rust3r_geometry::Sim3::identity();
+    let g_host =
+        rust3r_slam::kernels::track_pair_gpu(&gpu, &tracker, &host, &kf, &kf_conf, &start, None)
+            .expect("host tracking");
+    let g_dev =
+        rust3r_slam::kernels::track_pair_gpu(&gpu, &tracker, &dev, &kf, &kf_conf, &start, None)
+            .expect("device tracking");
+    assert!(!g_host.result.lost && g_host.result.iterations > 1);
+    assert_eq!(g_dev.matches, g_host.matches);
+    assert_eq!(g_dev.used, g_host.used);
+    assert_eq!(g_dev.result.t_kf_frame, g_host.result.t_kf_frame);
+    assert_eq!(g_dev.result.iterations, g_host.result.iterations);
+    assert_eq!(g_dev.result.cost.to_bits(), g_host.result.cost.to_bits());
+    assert_eq!(g_dev.result.match_frac, g_host.result.match_frac);
+
+    let c_host = tracker
+        .track_pair(&host, &kf, &kf_conf, None, &start, None)
+        .expect("CPU, host descriptors");
+    let c_dev = tracker
+        .track_pair(&dev, &kf, &kf_conf, None, &start, None)
+        .expect("CPU, descriptors read back");
+    assert_eq!(c_dev.matches, c_host.matches);
+    assert_eq!(c_dev.result.t_kf_frame, c_host.result.t_kf_frame);
+}
+
+/// `forced_keyframe_every` (timing runs): every frame counts as tracked and exactly every K-th
+/// frame becomes a keyframe, even where tracking cannot succeed (`tracking.min_match_frac`
+/// above 1 loses every tracked frame without it); off, the same run loses frame 1.
+#[test]
+fn forced_tracking_makes_every_kth_frame_a_keyframe() {
+    let run = |forced: usize| {
+        let ds = PingPong::new(redkitchen(), 5, 7).expect("ping-pong");
+        let k = ds.depth_intrinsics().expect("depth camera");
+        let mut pairs = DepthPairs::new(None, k, 64, 48, DepthNoise::default()).expect("pairs");
+        let mut cfg = SlamConfig {
+            single_thread: true,
+            ..Default::default()
+        };
+        cfg.apply_yaml(
+            &format!("forced_keyframe_every: {forced}\ntracking:\n  min_match_frac: 1.1\n"),
+            std::path::Path::new("test.yaml"),
+        )
+        .expect("config");
+        assert_eq!(cfg.forced_keyframe_every, forced);
+        rust3r_slam::run_slam(&ds, &mut pairs, &cfg, None, |_| {}).expect("slam runs")
+    };
+    let off = run(0);
+    assert!(
+        !off.frames[1].tracked,
+        "tracking should fail without forcing"
+    );
+    let on = run(3);
+    assert!(
+        on.frames.iter().all(|f| f.tracked),
+        "every frame is tracked"
+    );
+    let kfs: Vec<usize> = on.keyframes.frames.iter().map(|k| k.frame_index).collect();
+    assert_eq!(kfs, vec![0, 3, 6]);
+    for (_, pose) in on.frame_poses() {
+        assert!(pose.translation.iter().all(|v| v.is_finite()) && pose.scale.is_finite());
+    }
+}

@@ -236,6 +236,7 @@ fn synthetic(
         keyframe_desc,
         keyframe_desc_conf: vec![q_value; w * h],
         desc_dim: dim,
+        device_desc: None,
     };
     pred.check().unwrap();
     // Y = T_CkCf X_f with X_f = s P_f: T_kf with scale 1 / s.
@@ -257,7 +258,7 @@ fn pair_matching_finds_the_true_pixels_and_refines_with_the_descriptors() {
     let cfg = SlamConfig::default().matching;
     for shift in [(0i64, 0i64), (2, -1)] {
         let syn = synthetic(&cam, &t_wk, &t_wf, 0.7, shift, 2.0);
-        let m = match_pair(&syn.pred, &cfg, None);
+        let m = match_pair(&syn.pred, &cfg, None).unwrap();
         let (mut checked, mut exact) = (0, 0);
         for (q, t) in syn.truth.iter().enumerate() {
             let Some(t) = t else { continue };
@@ -284,14 +285,14 @@ fn pair_matching_finds_the_true_pixels_and_refines_with_the_descriptors() {
         // Without refinement the shifted descriptors are ignored: matches stay geometric.
         let mut plain = cfg.clone();
         plain.radius = 0;
-        let m0 = match_pair(&syn.pred, &plain, None);
+        let m0 = match_pair(&syn.pred, &plain, None).unwrap();
         assert_eq!(m0.refined, 0);
         assert_eq!(
             m0.valid, m.valid,
             "validity is decided before the refinement"
         );
         // A warm start from the answer converges to the same matches.
-        let warm = match_pair(&syn.pred, &cfg, Some(&m.idx));
+        let warm = match_pair(&syn.pred, &cfg, Some(&m.idx)).unwrap();
         let same = warm
             .idx
             .iter()
@@ -406,7 +407,7 @@ fn descriptor_confidence_gates_and_weights_the_matches() {
         }
     }
     let h = track(&half, &good.kf);
-    let m = match_pair(&good.pred, &cfg.matching, None);
+    let m = match_pair(&good.pred, &cfg.matching, None).unwrap();
     let right = (0..m.valid.len())
         .filter(|&q| m.valid[q] && q % w >= w / 2)
         .count();
@@ -467,9 +468,9 @@ fn gpu_pair_matching_equals_the_cpu_reference() {
     let t_wf = common::se3([0.2, 1.0, 0.1], 3.0, [0.06, -0.02, 0.04]);
     let cfg = SlamConfig::default().matching;
     let syn = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (2, -1), 2.0);
-    let cpu = match_pair(&syn.pred, &cfg, None);
+    let cpu = match_pair(&syn.pred, &cfg, None).unwrap();
     for warm in [None, Some(cpu.idx.clone())] {
-        let c = match_pair(&syn.pred, &cfg, warm.as_deref());
+        let c = match_pair(&syn.pred, &cfg, warm.as_deref()).unwrap();
         let g =
             rust3r_slam::kernels::match_pair_gpu(&gpu, &syn.pred, &cfg, warm.as_deref()).unwrap();
         let n = c.idx.len();
@@ -508,7 +509,7 @@ fn gpu_pair_normal_equations_equal_the_cpu_reference() {
     let t_wf = common::se3([0.2, 1.0, 0.1], 3.0, [0.06, -0.02, 0.04]);
     let cfg = SlamConfig::default();
     let syn = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (0, 0), 2.0);
-    let m = match_pair(&syn.pred, &cfg.matching, None);
+    let m = match_pair(&syn.pred, &cfg.matching, None).unwrap();
     let p = ResidualParams::tracking(&cfg.tracking);
     let f = &syn.pred.frame;
     let kf_conf = vec![1.0f32; syn.kf.len()];

@@ -271,9 +271,10 @@ fn match_pair_matches_upstream_where_rounding_agrees() {
         keyframe_desc: t.f("D21").to_vec(),
         keyframe_desc_conf: vec![1.0; n],
         desc_dim: dim,
+        device_desc: None,
     };
     pred.check().unwrap();
-    let m = rust3r_slam::pair::match_pair(&pred, &cfg.matching, None);
+    let m = rust3r_slam::pair::match_pair(&pred, &cfg.matching, None).unwrap();
     // rust3r's pixel before the refinement (rounded), from its own sub-pixel positions.
     let rays = ray_image(w, h, &pred.frame.points, |_| None, |_| true);
     let pts: Vec<[f32; 3]> = pred

@@ -140,6 +140,35 @@ impl Prediction {
         }
     }
 
+    /// The points, confidences and descriptor confidences on the host, read back in one
+    /// transfer (packed on the device), and the descriptors left on the device: `desc` of the
+    /// result is empty (`desc_dim` is set).
+    pub fn to_host_without_desc(&self) -> HostPrediction {
+        let [batch, height, width, desc_dim] = self.desc.dims();
+        let n = batch * height * width;
+        let flat = |t: Tensor<1>| t.cast(DType::F32);
+        let mut parts = vec![
+            flat(self.pts3d.clone().reshape([n * 3])),
+            flat(self.conf.clone().reshape([n])),
+        ];
+        if let Some(q) = &self.desc_conf {
+            parts.push(flat(q.clone().reshape([n])));
+        }
+        let mut all = host_vec(&Tensor::cat(parts, 0));
+        let desc_conf = all.split_off((n * 4).min(all.len()));
+        let conf = all.split_off(n * 3);
+        HostPrediction {
+            batch,
+            height,
+            width,
+            pts3d: all,
+            conf,
+            desc_dim,
+            desc: Vec::new(),
+            desc_conf,
+        }
+    }
+
     /// Frame `i` of a batched prediction.
     pub fn frame(&self, i: usize) -> Prediction {
         self.frames(i, 1)

@@ -479,9 +479,8 @@ fn match_pair_on(
         .into_iter()
         .flatten()
         .collect();
-    // Every pixel is valid on both sides.
-    let all_src = gpu.upload(&vec![1u32; n]);
-    let all_meas = gpu.upload(&vec![1u32; n]);
+    // Every pixel is valid on both sides (filled on the device).
+    let all_valid = gpu.filled::<u32>(n, 1);
     let pos = gpu.upload(&init);
     let idx = gpu.alloc::<u32>(n);
     let valid = gpu.alloc::<u32>(n);
@@ -491,9 +490,9 @@ fn match_pair_on(
         rust3r_gpu::BLOCK_DIM,
         gpu.upload(&rays.data).arg(),
         src_pts.arg(),
-        all_src.arg(),
+        all_valid.arg(),
         gpu.upload(&flat3(&pred.keyframe_points)).arg(),
-        all_meas.arg(),
+        all_valid.arg(),
         gpu.upload(&pose_buffer(&Sim3::identity())).arg(),
         gpu.upload(&matching_params(cfg)).arg(),
         pos.arg(),
@@ -522,8 +521,24 @@ fn match_pair_on(
         });
     }
     let refined_idx = gpu.alloc::<u32>(n);
-    let frame_desc = gpu.upload(&pred.frame_desc);
-    let keyframe_desc = gpu.upload(&pred.keyframe_desc);
+    // The front end's buffers when it left the descriptors on this device, else one upload
+    // of each.
+    let resident = pred
+        .device_desc
+        .as_ref()
+        .is_some_and(|d| d.gpu.same_device(gpu));
+    let (frame_desc, keyframe_desc) = match &pred.device_desc {
+        Some(d) if resident => (d.frame.clone(), d.keyframe.clone()),
+        Some(_) if pred.descriptors_on_device_only() => {
+            return Err(SlamError::InvalidInput(
+                "the pair's descriptors are on another device than the tracker's".into(),
+            ));
+        }
+        _ => (
+            gpu.upload(&pred.frame_desc),
+            gpu.upload(&pred.keyframe_desc),
+        ),
+    };
     let uploaded_ms = start.elapsed().as_secs_f64() * 1e3;
     pair::refine_kernel::launch(
         gpu.client(),
@@ -543,7 +558,12 @@ fn match_pair_on(
     let before = gpu.read(&idx).map_err(gerr)?;
     let after = gpu.read(&refined_idx).map_err(gerr)?;
     tracing::trace!(
-        "pair refinement: descriptors uploaded at {uploaded_ms:.1} ms, refined matches read at {:.1} ms",
+        "pair refinement: descriptors {} at {uploaded_ms:.1} ms, refined matches read at {:.1} ms",
+        if resident {
+            "on the device (no upload)"
+        } else {
+            "uploaded"
+        },
         start.elapsed().as_secs_f64() * 1e3
     );
     let refined = after.iter().zip(&before).filter(|(a, b)| a != b).count();
