@@ -76,19 +76,17 @@ impl RopeTables {
     /// fused projection; `parts = 1` for a plain one), split into `heads`: `[B, N, heads, d]`,
     /// contiguous. One launch on a CubeCL device ([`super::kernels::rope_part`]).
     pub fn rotate_part(&self, x: Tensor<3>, part: usize, parts: usize, heads: usize) -> Tensor<4> {
-        let layout = super::kernels::RopeLayout { part, parts, heads };
-        match super::kernels::rope_part(x, self.cos.clone(), self.sin.clone(), layout) {
-            Ok(t) => t,
-            Err(x) => {
-                let [b, n, pc] = x.dims();
-                let c = pc / parts;
-                let t = x
-                    .reshape([b, n, parts, heads, c / heads])
-                    .narrow(2, part, 1)
-                    .reshape([b, n, heads, c / heads]);
-                self.apply(t)
-            }
+        if super::kernels::on_cube(&x) {
+            let layout = super::kernels::RopeLayout { part, parts, heads };
+            return super::kernels::rope_part(x, self.cos.clone(), self.sin.clone(), layout);
         }
+        let [b, n, pc] = x.dims();
+        let c = pc / parts;
+        let t = x
+            .reshape([b, n, parts, heads, c / heads])
+            .narrow(2, part, 1)
+            .reshape([b, n, heads, c / heads]);
+        self.apply(t)
     }
 
     /// Rotates `t` `[B, N, heads, d]`.

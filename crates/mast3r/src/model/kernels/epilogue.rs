@@ -7,14 +7,14 @@
 //! `i / (R / G)` (the decoder's two stacked views, `G = 2`).
 
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, DType, Shape, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Shape, TensorMetadata, backend_extension};
 use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use rust3r_gpu::{BLOCK_DIM, Gpu, GpuBuffer, global_id};
+use rust3r_gpu::{BLOCK_DIM, Gpu, global_id};
 
-use super::buffer;
+use super::{Output, buffer, with_float};
 
 #[cube(launch, launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -77,81 +77,62 @@ impl EpilogueBackend for CubeBackend {
         let groups = (bias.shape().num_elements() / cols).max(1);
         let gpu = Gpu::from_parts(y.client.clone(), y.device.clone());
         let dtype = y.dtype;
-        let out = gpu.client().empty((total * dtype.size()).max(4));
-        macro_rules! go {
-            ($f:ty) => {{
-                let (yb, _y) = buffer::<$f>(y);
-                let (bb, _b) = buffer::<$f>(bias);
-                let (rb, _r) = buffer::<$f>(residual);
-                let ob = GpuBuffer::<$f>::from_handle(out.clone(), total);
-                rust3r_gpu::launch!(
-                    &gpu,
-                    epilogue_kernel::<$f>(
-                        gpu.client(),
-                        gpu.grid_1d(total),
-                        BLOCK_DIM,
-                        yb.arg(),
-                        bb.arg(),
-                        rb.arg(),
-                        ob.arg(),
-                        total as u32,
-                        cols as u32,
-                        (rows / groups) as u32,
-                        flags.gelu,
-                        flags.add_residual,
-                    )
-                );
-            }};
-        }
-        match dtype {
-            DType::F16 => go!(half::f16),
-            DType::BF16 => go!(half::bf16),
-            _ => go!(f32),
-        }
-        CubeTensor::new_contiguous(
-            gpu.client().clone(),
-            gpu.device().clone(),
-            shape,
-            out,
-            dtype,
-        )
+        let out = Output::new(&gpu, shape, dtype);
+        with_float!(dtype, F => {
+            let (yb, _y) = buffer::<F>(y);
+            let (bb, _b) = buffer::<F>(bias);
+            let (rb, _r) = buffer::<F>(residual);
+            rust3r_gpu::launch!(
+                &gpu,
+                epilogue_kernel::<F>(
+                    gpu.client(),
+                    gpu.grid_1d(total),
+                    BLOCK_DIM,
+                    yb.arg(),
+                    bb.arg(),
+                    rb.arg(),
+                    out.buffer::<F>().arg(),
+                    total as u32,
+                    cols as u32,
+                    (rows / groups) as u32,
+                    flags.gelu,
+                    flags.add_residual,
+                )
+            );
+        });
+        out.into_tensor()
     }
 }
 
-/// `residual + act(y + bias)` in one launch (module docs), or `Err` with the inputs back when
-/// `y` is not on a CubeCL device.
-#[allow(clippy::type_complexity)]
+/// `residual + act(y + bias)` in one launch (module docs); `y` on a CubeCL device
+/// ([`super::on_cube`]).
 pub(crate) fn linear_epilogue<const D: usize>(
     y: Tensor<D>,
     bias: Tensor<2>,
     residual: Option<Tensor<D>>,
     gelu: bool,
-) -> Result<Tensor<D>, (Tensor<D>, Option<Tensor<D>>)> {
-    use burn::backend::{Dispatch, DispatchDevice};
-    if !matches!(y.device().as_dispatch(), DispatchDevice::Cube(_)) {
-        return Err((y, residual));
-    }
+) -> Tensor<D> {
+    use burn::backend::Dispatch;
     let flags = EpilogueFlags {
         gelu,
         add_residual: residual.is_some(),
     };
     // Without a residual the kernel never reads that argument: `y` stands in.
     let residual = residual.unwrap_or_else(|| y.clone());
-    Ok(Tensor::from_dispatch(
-        <Dispatch as EpilogueBackend>::fused_linear_epilogue(
-            y.into_dispatch(),
-            bias.into_dispatch(),
-            residual.into_dispatch(),
-            flags,
-        ),
+    Tensor::from_dispatch(<Dispatch as EpilogueBackend>::fused_linear_epilogue(
+        y.into_dispatch(),
+        bias.into_dispatch(),
+        residual.into_dispatch(),
+        flags,
     ))
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData};
 
-    use crate::model::kernels::test_values;
+    use crate::model::kernels::test_util::test_values;
+    use crate::model::kernels::test_util::{assert_close, device, host, stored};
 
     /// Float64 `r + act(y + b)`, the exact GELU through `libm::erf`.
     fn reference(
@@ -177,49 +158,31 @@ mod tests {
 
     #[test]
     fn fused_epilogue_matches_float64_with_and_without_gelu_and_residual() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = device();
         let (rows, cols, groups) = (6, 300, 2);
-        let y = test_values(rows * cols, 1, 1.5);
-        let b = test_values(groups * cols, 2, 0.0);
-        let r = test_values(rows * cols, 3, 0.0);
         for gelu in [false, true] {
             for with_r in [false, true] {
                 for (dtype, tol) in [(DType::F32, 2e-6), (DType::F16, 2e-3)] {
-                    let round = |v: &[f32]| -> Vec<f32> {
-                        if dtype == DType::F16 {
-                            v.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
-                        } else {
-                            v.to_vec()
-                        }
-                    };
-                    let (yr, br, rr) = (round(&y), round(&b), round(&r));
-                    let want = reference(&yr, &br, with_r.then_some(&rr[..]), cols, groups, gelu);
+                    let y = stored(&test_values(rows * cols, 1, 1.5), dtype);
+                    let b = stored(&test_values(groups * cols, 2, 0.0), dtype);
+                    let r = stored(&test_values(rows * cols, 3, 0.0), dtype);
+                    let want = reference(&y, &b, with_r.then_some(&r[..]), cols, groups, gelu);
                     let up = |v: Vec<f32>, shape: [usize; 2]| {
                         Tensor::<2>::from_data(TensorData::new(v, shape), (&device, DType::F32))
                             .cast(dtype)
                     };
                     let got = super::linear_epilogue(
-                        up(yr, [rows, cols]),
-                        up(br, [groups, cols]),
-                        with_r.then(|| up(rr, [rows, cols])),
+                        up(y, [rows, cols]),
+                        up(b, [groups, cols]),
+                        with_r.then(|| up(r, [rows, cols])),
                         gelu,
-                    )
-                    .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+                    );
                     assert_eq!(got.dtype(), dtype);
-                    let got = got
-                        .cast(DType::F32)
-                        .into_data()
-                        .try_to_vec::<f32>()
-                        .expect("f32 output");
-                    let err = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(&g, &w)| (g as f64 - w).abs())
-                        .fold(0.0, f64::max);
-                    let top = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-                    assert!(
-                        err <= tol * top,
-                        "{dtype:?}, gelu {gelu}, residual {with_r}: max |diff| {err} of {top}"
+                    assert_close(
+                        &host(got),
+                        &want,
+                        tol,
+                        &format!("{dtype:?}, gelu {gelu}, residual {with_r}"),
                     );
                 }
             }

@@ -13,14 +13,14 @@
 //! group `r / (R / G)`, so the decoder's two stacked views (`G = 2`) share one launch.
 
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, DType, Shape, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Shape, TensorMetadata, backend_extension};
 use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use rust3r_gpu::{Gpu, GpuBuffer, block_id};
+use rust3r_gpu::{Gpu, block_id};
 
-use super::{UNITS, buffer, cube_sum};
+use super::{Output, UNITS, buffer, cube_sum, with_float};
 
 #[cube(launch, launch_unchecked)]
 fn layer_norm_rows<F: Float>(
@@ -86,71 +86,55 @@ impl NormBackend for CubeBackend {
         let groups = (gamma.shape().num_elements() / cols).max(1);
         let gpu = Gpu::from_parts(x.client.clone(), x.device.clone());
         let dtype = x.dtype;
+        let out = Output::new(&gpu, shape, dtype);
         let (gb, _g) = buffer::<f32>(gamma);
         let (bb, _b) = buffer::<f32>(beta);
-        let out = gpu.client().empty((rows * cols * dtype.size()).max(4));
-        macro_rules! go {
-            ($f:ty) => {{
-                let (xb, _x) = buffer::<$f>(x);
-                let ob = GpuBuffer::<$f>::from_handle(out.clone(), rows * cols);
-                rust3r_gpu::launch!(
-                    &gpu,
-                    layer_norm_rows::<$f>(
-                        gpu.client(),
-                        gpu.grid(rows),
-                        CubeDim::new_1d(UNITS),
-                        xb.arg(),
-                        gb.arg(),
-                        bb.arg(),
-                        ob.arg(),
-                        cols as u32,
-                        (rows / groups) as u32,
-                        eps,
-                    )
-                );
-            }};
-        }
-        match dtype {
-            DType::F16 => go!(half::f16),
-            DType::BF16 => go!(half::bf16),
-            _ => go!(f32),
-        }
-        CubeTensor::new_contiguous(
-            gpu.client().clone(),
-            gpu.device().clone(),
-            shape,
-            out,
-            dtype,
-        )
+        with_float!(dtype, F => {
+            let (xb, _x) = buffer::<F>(x);
+            rust3r_gpu::launch!(
+                &gpu,
+                layer_norm_rows::<F>(
+                    gpu.client(),
+                    gpu.grid(rows),
+                    CubeDim::new_1d(UNITS),
+                    xb.arg(),
+                    gb.arg(),
+                    bb.arg(),
+                    out.buffer::<F>().arg(),
+                    cols as u32,
+                    (rows / groups) as u32,
+                    eps,
+                )
+            );
+        });
+        out.into_tensor()
     }
 }
 
 /// LayerNorm of `x` over its last dimension in one launch (module docs); `gamma`, `beta`
-/// binary32 `[G, C]` with `G` dividing the number of rows. `None` when `x` is not on a CubeCL
-/// device (the caller then runs the separate operations).
+/// binary32 `[G, C]` with `G` dividing the number of rows; `x` on a CubeCL device
+/// ([`super::on_cube`]).
 pub(crate) fn layer_norm<const D: usize>(
     x: Tensor<D>,
     gamma: Tensor<2>,
     beta: Tensor<2>,
     eps: f64,
-) -> Result<Tensor<D>, Tensor<D>> {
-    use burn::backend::{Dispatch, DispatchDevice};
-    if !matches!(x.device().as_dispatch(), DispatchDevice::Cube(_)) {
-        return Err(x);
-    }
-    Ok(Tensor::from_dispatch(
-        <Dispatch as NormBackend>::fused_layer_norm(
-            x.into_dispatch(),
-            gamma.into_dispatch(),
-            beta.into_dispatch(),
-            eps as f32,
-        ),
+) -> Tensor<D> {
+    use burn::backend::Dispatch;
+    Tensor::from_dispatch(<Dispatch as NormBackend>::fused_layer_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps as f32,
     ))
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData};
+
+    use crate::model::kernels::test_util::test_values as values;
+    use crate::model::kernels::test_util::{assert_close, device, host, stored};
 
     /// Float64 LayerNorm of `rows` rows of `cols`, group `r / (rows / groups)` per row.
     fn reference(
@@ -177,28 +161,20 @@ mod tests {
         out
     }
 
-    use crate::model::kernels::test_values as values;
-
     #[test]
     fn fused_layer_norm_matches_float64_in_binary32_and_binary16() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = device();
+        let up = |v: &[f32], shape: [usize; 2]| {
+            Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
+        };
         // Row widths of the network (1024, 768), one that is not a multiple of the cube, and
-        // a narrower row than the cube.
+        // a narrower row than the cube; large row means test the centred variance.
         for (cols, rows, groups) in [(1024, 6, 1), (768, 8, 2), (1000, 3, 1), (100, 4, 2)] {
-            let x = values(rows * cols, cols as u32, 40.0);
             let gamma = values(groups * cols, 7, 0.0);
             let beta = values(groups * cols, 11, 0.0);
             let eps = 1e-6;
-            let up = |v: &[f32], shape: [usize; 2]| {
-                Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
-            };
             for (dtype, tol) in [(DType::F32, 1e-5), (DType::F16, 1e-3)] {
-                // The input as stored: the reference sees the same rounded values.
-                let x: Vec<f32> = if dtype == DType::F16 {
-                    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
-                } else {
-                    x.clone()
-                };
+                let x = stored(&values(rows * cols, cols as u32, 40.0), dtype);
                 let want = reference(&x, &gamma, &beta, cols, groups, eps);
                 let xt = Tensor::<3>::from_data(
                     TensorData::new(x, [groups, rows / groups, cols]),
@@ -210,32 +186,17 @@ mod tests {
                     up(&gamma, [groups, cols]),
                     up(&beta, [groups, cols]),
                     eps,
-                )
-                .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+                );
                 assert_eq!(got.dims(), [groups, rows / groups, cols]);
                 assert_eq!(got.dtype(), dtype);
-                let got = got
-                    .cast(DType::F32)
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .expect("f32 output");
-                let err = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(&g, &w)| (g as f64 - w).abs())
-                    .fold(0.0, f64::max);
-                let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-                assert!(
-                    err <= tol * scale,
-                    "{dtype:?}, {cols} wide: max |diff| {err} of {scale}"
-                );
+                assert_close(&host(got), &want, tol, &format!("{dtype:?}, {cols} wide"));
             }
         }
     }
 
     #[test]
     fn fused_layer_norm_keeps_a_non_contiguous_input_in_order() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = device();
         let (rows, cols) = (5, 64);
         let x = values(rows * cols, 3, 2.0);
         // Stored transposed, then swapped back: a strided view of the same values.
@@ -252,17 +213,8 @@ mod tests {
         .swap_dims(0, 1);
         let ones = Tensor::<2>::ones([1, cols], (&device, DType::F32));
         let zeros = Tensor::<2>::zeros([1, cols], (&device, DType::F32));
-        let got = super::layer_norm(xt, ones.clone(), zeros.clone(), 1e-5)
-            .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"))
-            .into_data()
-            .try_to_vec::<f32>()
-            .expect("f32 output");
+        let got = super::layer_norm(xt, ones, zeros, 1e-5);
         let want = reference(&x, &vec![1.0; cols], &vec![0.0; cols], cols, 1, 1e-5);
-        let err = got
-            .iter()
-            .zip(&want)
-            .map(|(&g, &w)| (g as f64 - w).abs())
-            .fold(0.0, f64::max);
-        assert!(err <= 1e-5, "max |diff| {err}");
+        assert_close(&host(got), &want, 1e-5, "strided input");
     }
 }

@@ -13,6 +13,7 @@ mod rope;
 mod softmax;
 
 pub(crate) use epilogue::linear_epilogue;
+
 pub(crate) use layer_norm::layer_norm;
 pub(crate) use rope::{RopeLayout, rope_part};
 pub(crate) use softmax::softmax_rows;
@@ -26,10 +27,10 @@ use rust3r_gpu::GpuBuffer;
 /// verification on lavapipe).
 const UNITS: u32 = 256;
 
-/// Sum of `v` over the cube (every unit gets it): a tree over [`UNITS`] values in shared
-/// memory.
+/// Sum (or, with `max`, maximum) of `v` over the cube; every unit gets it: a tree over
+/// [`UNITS`] values in shared memory.
 #[cube]
-fn cube_sum(v: f32) -> f32 {
+fn cube_reduce(v: f32, #[comptime] max_of: bool) -> f32 {
     let t = UNIT_POS as usize;
     let mut smem = Shared::<[f32]>::new_slice(256usize);
     smem[t] = v;
@@ -39,7 +40,11 @@ fn cube_sum(v: f32) -> f32 {
         if t < stride {
             let a = smem[t];
             let b = smem[t + stride];
-            smem[t] = a + b;
+            if comptime![max_of] {
+                smem[t] = max(a, b);
+            } else {
+                smem[t] = a + b;
+            }
         }
         sync_cube();
         stride /= 2;
@@ -49,27 +54,87 @@ fn cube_sum(v: f32) -> f32 {
     s
 }
 
-/// Maximum of `v` over the cube (every unit gets it); see [`cube_sum`].
+/// Sum of `v` over the cube ([`cube_reduce`]).
+#[cube]
+fn cube_sum(v: f32) -> f32 {
+    cube_reduce(v, false)
+}
+
+/// Maximum of `v` over the cube ([`cube_reduce`]).
 #[cube]
 fn cube_max(v: f32) -> f32 {
-    let t = UNIT_POS as usize;
-    let mut smem = Shared::<[f32]>::new_slice(256usize);
-    smem[t] = v;
-    sync_cube();
-    let mut stride = 128usize;
-    while stride > 0 {
-        if t < stride {
-            let a = smem[t];
-            let b = smem[t + stride];
-            smem[t] = max(a, b);
-        }
-        sync_cube();
-        stride /= 2;
-    }
-    let s = smem[0];
-    sync_cube();
-    s
+    cube_reduce(v, true)
 }
+
+/// Whether `t` lives on a CubeCL device, where the fused kernels run (elsewhere the callers
+/// run the separate operations). Every kernel function below expects it.
+pub(crate) fn on_cube<const D: usize>(t: &burn::tensor::Tensor<D>) -> bool {
+    matches!(
+        t.device().as_dispatch(),
+        burn::backend::DispatchDevice::Cube(_)
+    )
+}
+
+/// A kernel's output: a fresh contiguous tensor of `shape` in `dtype` on `gpu`.
+struct Output {
+    gpu: rust3r_gpu::Gpu,
+    handle: cubecl::server::Handle,
+    shape: burn::backend::Shape,
+    dtype: burn::backend::DType,
+}
+
+impl Output {
+    fn new(
+        gpu: &rust3r_gpu::Gpu,
+        shape: burn::backend::Shape,
+        dtype: burn::backend::DType,
+    ) -> Self {
+        let bytes = (shape.num_elements() * dtype.size()).max(4);
+        Output {
+            gpu: gpu.clone(),
+            handle: gpu.client().empty(bytes),
+            shape,
+            dtype,
+        }
+    }
+
+    /// The storage as a typed buffer, for the launch.
+    fn buffer<T>(&self) -> GpuBuffer<T> {
+        GpuBuffer::from_handle(self.handle.clone(), self.shape.num_elements())
+    }
+
+    fn into_tensor(self) -> CubeTensor {
+        CubeTensor::new_contiguous(
+            self.gpu.client().clone(),
+            self.gpu.device().clone(),
+            self.shape,
+            self.handle,
+            self.dtype,
+        )
+    }
+}
+
+/// Runs `$body` with the type `$f` naming the element type of `$dtype`: binary16, bfloat16,
+/// or binary32 for anything else.
+macro_rules! with_float {
+    ($dtype:expr, $f:ident => $body:block) => {
+        match $dtype {
+            burn::backend::DType::F16 => {
+                type $f = half::f16;
+                $body
+            }
+            burn::backend::DType::BF16 => {
+                type $f = half::bf16;
+                $body
+            }
+            _ => {
+                type $f = f32;
+                $body
+            }
+        }
+    };
+}
+use with_float;
 
 /// The tensor's storage as a typed buffer (made contiguous first); the tensor is returned to
 /// keep it alive until the launch is queued.
@@ -79,16 +144,56 @@ fn buffer<T>(t: CubeTensor) -> (GpuBuffer<T>, CubeTensor) {
     (GpuBuffer::from_handle(t.handle.clone(), len), t)
 }
 
-/// Deterministic test values in about [-1.5, 1.5), plus `offset` on every third run of 97.
+/// Helpers of the kernels' float64 reference tests.
 #[cfg(test)]
-fn test_values(n: usize, seed: u32, offset: f32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let h = (i as u32)
-                .wrapping_mul(2654435761)
-                .wrapping_add(seed.wrapping_mul(40503));
-            let u = (h >> 8) as f32 / (1u32 << 24) as f32;
-            (u - 0.5) * 3.0 + offset * ((i / 97) % 3) as f32
-        })
-        .collect()
+mod test_util {
+    use burn::tensor::{DType, Device, DeviceKind, Tensor};
+
+    /// The lavapipe (or first) wgpu device.
+    pub fn device() -> Device {
+        Device::wgpu(DeviceKind::DefaultDevice)
+    }
+
+    /// `v` as stored in `dtype` (rounded to binary16 for `F16`), so a reference sees the
+    /// values the kernel reads.
+    pub fn stored(v: &[f32], dtype: DType) -> Vec<f32> {
+        if dtype == DType::F16 {
+            v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+        } else {
+            v.to_vec()
+        }
+    }
+
+    /// A device tensor's values in binary32 on the host.
+    pub fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.cast(DType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("binary32 values")
+    }
+
+    /// Asserts max |got - want| <= tol * max |want|.
+    pub fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let err = got
+            .iter()
+            .zip(want)
+            .map(|(&g, &w)| (g as f64 - w).abs())
+            .fold(0.0, f64::max);
+        let top = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
+        assert!(err <= tol * top, "{what}: max |diff| {err} of {top}");
+    }
+
+    /// Deterministic test values in about [-1.5, 1.5), plus `offset` on every third run of 97.
+    pub fn test_values(n: usize, seed: u32, offset: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let h = (i as u32)
+                    .wrapping_mul(2654435761)
+                    .wrapping_add(seed.wrapping_mul(40503));
+                let u = (h >> 8) as f32 / (1u32 << 24) as f32;
+                (u - 0.5) * 3.0 + offset * ((i / 97) % 3) as f32
+            })
+            .collect()
+    }
 }

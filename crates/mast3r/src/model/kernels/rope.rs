@@ -5,14 +5,14 @@
 //! part's copy out of the projection, the quarter swap (`flip`) and the products and sum.
 
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, DType, Shape, backend_extension};
+use burn::backend::{Backend, Shape, backend_extension};
 use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use rust3r_gpu::{BLOCK_DIM, Gpu, GpuBuffer, global_id};
+use rust3r_gpu::{BLOCK_DIM, Gpu, global_id};
 
-use super::buffer;
+use super::{Output, buffer, with_float};
 
 #[cube(launch, launch_unchecked)]
 fn rope_part_kernel<F: Float>(
@@ -81,84 +81,64 @@ impl RopeBackend for CubeBackend {
         let total = b * n * c;
         let gpu = Gpu::from_parts(x.client.clone(), x.device.clone());
         let dtype = x.dtype;
-        let out = gpu.client().empty((total * dtype.size()).max(4));
-        macro_rules! go {
-            ($f:ty) => {{
-                let (xb, _x) = buffer::<$f>(x);
-                let (cb, _c) = buffer::<$f>(cos);
-                let (sb, _s) = buffer::<$f>(sin);
-                let ob = GpuBuffer::<$f>::from_handle(out.clone(), total);
-                rust3r_gpu::launch!(
-                    &gpu,
-                    rope_part_kernel::<$f>(
-                        gpu.client(),
-                        gpu.grid_1d(total),
-                        BLOCK_DIM,
-                        xb.arg(),
-                        cb.arg(),
-                        sb.arg(),
-                        ob.arg(),
-                        total as u32,
-                        n as u32,
-                        layout.parts as u32,
-                        layout.part as u32,
-                        c as u32,
-                        d as u32,
-                    )
-                );
-            }};
-        }
-        match dtype {
-            DType::F16 => go!(half::f16),
-            DType::BF16 => go!(half::bf16),
-            _ => go!(f32),
-        }
-        CubeTensor::new_contiguous(
-            gpu.client().clone(),
-            gpu.device().clone(),
-            Shape::new([b, n, layout.heads, d]),
-            out,
-            dtype,
-        )
+        let out = Output::new(&gpu, Shape::new([b, n, layout.heads, d]), dtype);
+        with_float!(dtype, F => {
+            let (xb, _x) = buffer::<F>(x);
+            let (cb, _c) = buffer::<F>(cos);
+            let (sb, _s) = buffer::<F>(sin);
+            rust3r_gpu::launch!(
+                &gpu,
+                rope_part_kernel::<F>(
+                    gpu.client(),
+                    gpu.grid_1d(total),
+                    BLOCK_DIM,
+                    xb.arg(),
+                    cb.arg(),
+                    sb.arg(),
+                    out.buffer::<F>().arg(),
+                    total as u32,
+                    n as u32,
+                    layout.parts as u32,
+                    layout.part as u32,
+                    c as u32,
+                    d as u32,
+                )
+            );
+        });
+        out.into_tensor()
     }
 }
 
-/// The rotated part (module docs), or `Err(x)` when `x` is not on a CubeCL device.
+/// The rotated part (module docs); `x` on a CubeCL device ([`super::on_cube`]).
 pub(crate) fn rope_part(
     x: Tensor<3>,
     cos: Tensor<4>,
     sin: Tensor<4>,
     layout: RopeLayout,
-) -> Result<Tensor<4>, Tensor<3>> {
-    use burn::backend::{Dispatch, DispatchDevice};
-    if !matches!(x.device().as_dispatch(), DispatchDevice::Cube(_)) {
-        return Err(x);
-    }
-    Ok(Tensor::from_dispatch(
-        <Dispatch as RopeBackend>::fused_rope_part(
-            x.into_dispatch(),
-            cos.into_dispatch(),
-            sin.into_dispatch(),
-            layout,
-        ),
+) -> Tensor<4> {
+    use burn::backend::Dispatch;
+    Tensor::from_dispatch(<Dispatch as RopeBackend>::fused_rope_part(
+        x.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        layout,
     ))
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData};
 
     use super::RopeLayout;
-    use crate::model::kernels::test_values;
+    use crate::model::kernels::test_util::test_values;
+    use crate::model::kernels::test_util::{assert_close, device, host, stored};
     use crate::model::rope::host_tables;
 
     /// Float64 rotation of part `part` of `x` `[B, N, P * H * d]`: `t * cos + swap(t) * sin`,
     /// `swap` exchanging the quarters `[a, b, c, e]` of each head vector into `[b, a, e, c]`.
-    #[allow(clippy::too_many_arguments)]
     fn reference(
         x: &[f32],
-        cos: &[f32],
-        sin: &[f32],
+        (cos, sin): (&[f32], &[f32]),
         b: usize,
         n: usize,
         l: RopeLayout,
@@ -186,7 +166,7 @@ mod tests {
 
     #[test]
     fn fused_rope_matches_float64_for_every_part_in_binary32_and_binary16() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = device();
         let (gh, gw, heads, d, b) = (3, 5, 3, 16, 2);
         let n = gh * gw;
         let (cos, sin) = host_tables(gh, gw, d, 100.0);
@@ -195,15 +175,9 @@ mod tests {
             for part in 0..parts {
                 let l = RopeLayout { part, parts, heads };
                 for (dtype, tol) in [(DType::F32, 1e-6), (DType::F16, 2e-3)] {
-                    let round = |v: &[f32]| -> Vec<f32> {
-                        if dtype == DType::F16 {
-                            v.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
-                        } else {
-                            v.to_vec()
-                        }
-                    };
-                    let (xr, cr, sr) = (round(&x), round(&cos), round(&sin));
-                    let want = reference(&xr, &cr, &sr, b, n, l, d);
+                    let (xr, cr, sr) =
+                        (stored(&x, dtype), stored(&cos, dtype), stored(&sin, dtype));
+                    let want = reference(&xr, (&cr, &sr), b, n, l, d);
                     let up4 = |v: Vec<f32>| {
                         Tensor::<4>::from_data(
                             TensorData::new(v, [1, n, 1, d]),
@@ -216,23 +190,13 @@ mod tests {
                         (&device, DType::F32),
                     )
                     .cast(dtype);
-                    let got = super::rope_part(xt, up4(cr), up4(sr), l)
-                        .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+                    let got = super::rope_part(xt, up4(cr), up4(sr), l);
                     assert_eq!(got.dims(), [b, n, heads, d]);
-                    let got = got
-                        .cast(DType::F32)
-                        .into_data()
-                        .try_to_vec::<f32>()
-                        .expect("f32 output");
-                    let err = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(&g, &w)| (g as f64 - w).abs())
-                        .fold(0.0, f64::max);
-                    let top = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-                    assert!(
-                        err <= tol * top,
-                        "{dtype:?}, part {part} of {parts}: max |diff| {err} of {top}"
+                    assert_close(
+                        &host(got),
+                        &want,
+                        tol,
+                        &format!("{dtype:?}, part {part} of {parts}"),
                     );
                 }
             }

@@ -5,14 +5,14 @@
 //! around them) that the scores went through as separate operations. `scale` must be positive.
 
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, DType, Shape, TensorMetadata, backend_extension};
+use burn::backend::{Backend, Shape, TensorMetadata, backend_extension};
 use burn::tensor::Tensor;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use rust3r_gpu::{Gpu, GpuBuffer, block_id};
+use rust3r_gpu::{Gpu, block_id};
 
-use super::{UNITS, buffer, cube_max, cube_sum};
+use super::{Output, UNITS, buffer, cube_max, cube_sum, with_float};
 
 #[cube(launch, launch_unchecked)]
 fn softmax_rows_kernel<F: Float>(x: &[F], out: &mut [F], cols: u32, scale: f32) {
@@ -51,64 +51,46 @@ impl SoftmaxBackend for CubeBackend {
     fn fused_softmax_rows(x: CubeTensor, scale: f32) -> CubeTensor {
         let shape: Shape = x.shape();
         let cols = shape.as_slice().last().copied().unwrap_or(1).max(1);
-        let n = shape.num_elements();
-        let rows = n / cols;
+        let rows = shape.num_elements() / cols;
         let gpu = Gpu::from_parts(x.client.clone(), x.device.clone());
         let dtype = x.dtype;
-        let out = gpu.client().empty((n * dtype.size()).max(4));
-        macro_rules! go {
-            ($f:ty) => {{
-                let (xb, _x) = buffer::<$f>(x);
-                let ob = GpuBuffer::<$f>::from_handle(out.clone(), n);
-                rust3r_gpu::launch!(
-                    &gpu,
-                    softmax_rows_kernel::<$f>(
-                        gpu.client(),
-                        gpu.grid(rows),
-                        CubeDim::new_1d(UNITS),
-                        xb.arg(),
-                        ob.arg(),
-                        cols as u32,
-                        scale,
-                    )
-                );
-            }};
-        }
-        match dtype {
-            DType::F16 => go!(half::f16),
-            DType::BF16 => go!(half::bf16),
-            _ => go!(f32),
-        }
-        CubeTensor::new_contiguous(
-            gpu.client().clone(),
-            gpu.device().clone(),
-            shape,
-            out,
-            dtype,
-        )
+        let out = Output::new(&gpu, shape, dtype);
+        with_float!(dtype, F => {
+            let (xb, _x) = buffer::<F>(x);
+            rust3r_gpu::launch!(
+                &gpu,
+                softmax_rows_kernel::<F>(
+                    gpu.client(),
+                    gpu.grid(rows),
+                    CubeDim::new_1d(UNITS),
+                    xb.arg(),
+                    out.buffer::<F>().arg(),
+                    cols as u32,
+                    scale,
+                )
+            );
+        });
+        out.into_tensor()
     }
 }
 
-/// `softmax(x * scale)` over the last dimension in one launch (module docs); `Err(x)` when `x`
-/// is not on a CubeCL device (the caller then runs the separate operations).
-pub(crate) fn softmax_rows<const D: usize>(
-    x: Tensor<D>,
-    scale: f64,
-) -> Result<Tensor<D>, Tensor<D>> {
-    use burn::backend::{Dispatch, DispatchDevice};
-    if !matches!(x.device().as_dispatch(), DispatchDevice::Cube(_)) || scale <= 0.0 {
-        return Err(x);
-    }
-    Ok(Tensor::from_dispatch(
-        <Dispatch as SoftmaxBackend>::fused_softmax_rows(x.into_dispatch(), scale as f32),
+/// `softmax(x * scale)` over the last dimension in one launch (module docs), `scale > 0`, `x`
+/// on a CubeCL device ([`super::on_cube`]).
+pub(crate) fn softmax_rows<const D: usize>(x: Tensor<D>, scale: f64) -> Tensor<D> {
+    use burn::backend::Dispatch;
+    debug_assert!(scale > 0.0, "softmax_rows takes a positive scale");
+    Tensor::from_dispatch(<Dispatch as SoftmaxBackend>::fused_softmax_rows(
+        x.into_dispatch(),
+        scale as f32,
     ))
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{DType, Device, DeviceKind, Tensor, TensorData};
+    use burn::tensor::{DType, Tensor, TensorData};
 
-    use crate::model::kernels::test_values;
+    use crate::model::kernels::test_util::test_values;
+    use crate::model::kernels::test_util::{assert_close, device, host, stored};
 
     /// Float64 `softmax(x * scale)` of rows of `cols`.
     fn reference(x: &[f32], cols: usize, scale: f64) -> Vec<f64> {
@@ -127,7 +109,7 @@ mod tests {
 
     #[test]
     fn fused_softmax_matches_float64_in_binary32_and_binary16() {
-        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        let device = device();
         // The attention's row lengths (768 tokens at 512x384, 196 at 224x224), one longer than
         // the cube's reach per pass, and a short one; large scores test the maximum shift.
         for (cols, rows, scale, offset) in [
@@ -136,37 +118,17 @@ mod tests {
             (1000, 3, 1.0, 0.0),
             (33, 4, 8.0, 40.0),
         ] {
-            let x = test_values(rows * cols, cols as u32, offset);
             for (dtype, tol) in [(DType::F32, 1e-5), (DType::F16, 1e-3)] {
-                let x: Vec<f32> = if dtype == DType::F16 {
-                    x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect()
-                } else {
-                    x.clone()
-                };
+                let x = stored(&test_values(rows * cols, cols as u32, offset), dtype);
                 let want = reference(&x, cols, scale);
                 let xt = Tensor::<4>::from_data(
                     TensorData::new(x, [1, rows, 1, cols]),
                     (&device, DType::F32),
                 )
                 .cast(dtype);
-                let got = super::softmax_rows(xt, scale)
-                    .unwrap_or_else(|_| panic!("wgpu is a CubeCL device"));
+                let got = super::softmax_rows(xt, scale);
                 assert_eq!(got.dtype(), dtype);
-                let got = got
-                    .cast(DType::F32)
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .expect("f32 output");
-                let err = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(&g, &w)| (g as f64 - w).abs())
-                    .fold(0.0, f64::max);
-                let top = want.iter().fold(0.0f64, |m, w| m.max(*w));
-                assert!(
-                    err <= tol * top,
-                    "{dtype:?}, {cols} wide: max |diff| {err} of {top}"
-                );
+                assert_close(&host(got), &want, tol, &format!("{dtype:?}, {cols} wide"));
             }
         }
     }
