@@ -469,7 +469,9 @@ impl Trainer {
             params,
             moments: moments.bytes_per_value(false) * (values - rest)
                 + moments.bytes_per_value(true) * rest,
-            adc_stats: 8,
+            // gradient-norm sum and view count, and the multi-view error score (allocated
+            // whether or not consistent densification is on)
+            adc_stats: 12,
             // gradients, the rasterizer's buffers, four intersections, and one group (SH,
             // the largest) rebuilt during densification
             transient: grads + raster + isects + 4 * 3 * k,
