@@ -710,8 +710,15 @@ pub fn burn_tensor_buffer<const D: usize>(
             t.dtype
         )));
     }
+    let gpu = Gpu::from_parts(t.client.clone(), t.device.clone());
+    Ok((gpu, cube_tensor_buffer(t)))
+}
+
+/// The device buffer of a CubeCL Burn tensor, row-major: a strided tensor is made contiguous on
+/// the device first. No host transfer, and no check of the element type (the caller names it).
+/// The buffer's handle keeps the memory alive, so the tensor can be dropped.
+pub fn cube_tensor_buffer<T>(t: burn_cubecl::tensor::CubeTensor) -> GpuBuffer<T> {
     let t = burn_cubecl::kernel::into_contiguous(t);
     let len = t.meta.shape().num_elements();
-    let gpu = Gpu::from_parts(t.client.clone(), t.device.clone());
-    Ok((gpu, GpuBuffer::from_handle(t.handle, len)))
+    GpuBuffer::from_handle(t.handle, len)
 }

@@ -68,9 +68,7 @@ pub trait SplatBackend: Backend {
 }
 
 fn buffer(t: CubeTensor) -> GpuBuffer<f32> {
-    let t = burn_cubecl::kernel::into_contiguous(t);
-    let len = t.meta.shape().num_elements();
-    GpuBuffer::from_handle(t.handle, len)
+    rust3r_gpu::cube_tensor_buffer(t)
 }
 
 fn tensor(gpu: &Gpu, buf: GpuBuffer<f32>, shape: Shape) -> CubeTensor {

@@ -17,6 +17,7 @@
 )]
 
 use cubecl::prelude::*;
+use rust3r_gpu::reduce::{ReduceOp, reduce_columns};
 use rust3r_gpu::{Gpu, GpuBuffer};
 
 use crate::kernels::project::PROJ;
@@ -53,14 +54,14 @@ fn error_rows(
     row_hi[y] = hi;
 }
 
-/// One thread per row: the image's error range from the row extremes, then the row's running
-/// count of high-error pixels into the summed-area table (`(w + 1) x (h + 1)`, first row and
-/// column zero).
+/// One thread per row: the row's running count of high-error pixels (the error normalised by
+/// the image's range `[range_lo[0], range_hi[0]]`) into the summed-area table
+/// (`(w + 1) x (h + 1)`, first row and column zero).
 #[cube(launch)]
 fn mask_rows(
     err: &[f32],
-    row_lo: &[f32],
-    row_hi: &[f32],
+    range_lo: &[f32],
+    range_hi: &[f32],
     sat: &mut [f32],
     width: u32,
     height: u32,
@@ -70,13 +71,8 @@ fn mask_rows(
     if y >= height as usize {
         terminate!();
     }
-    let h = height as usize;
-    let mut lo = 1000000.0f32;
-    let mut hi = 0.0f32;
-    for r in 0..h {
-        lo = min(lo, row_lo[r]);
-        hi = max(hi, row_hi[r]);
-    }
+    let lo = range_lo[0];
+    let hi = range_hi[0];
     let inv = 1.0f32 / (hi - lo + 1.0e-8f32);
     let w = width as usize;
     let stride = w + 1;
@@ -179,6 +175,9 @@ pub fn accumulate_error_score(
         width,
         height,
     );
+    // The image's error range: one reduction of the row extremes.
+    let lo = reduce_columns(gpu, &lo, 1, ReduceOp::Min);
+    let hi = reduce_columns(gpu, &hi, 1, ReduceOp::Max);
     mask_rows::launch(
         gpu.client(),
         gpu.grid_1d(h),

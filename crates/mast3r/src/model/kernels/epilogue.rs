@@ -79,9 +79,9 @@ impl EpilogueBackend for CubeBackend {
         let dtype = y.dtype;
         let out = Output::new(&gpu, shape, dtype);
         with_float!(dtype, F => {
-            let (yb, _y) = buffer::<F>(y);
-            let (bb, _b) = buffer::<F>(bias);
-            let (rb, _r) = buffer::<F>(residual);
+            let yb = buffer::<F>(y);
+            let bb = buffer::<F>(bias);
+            let rb = buffer::<F>(residual);
             rust3r_gpu::launch!(
                 &gpu,
                 epilogue_kernel::<F>(

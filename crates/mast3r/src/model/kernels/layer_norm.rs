@@ -87,10 +87,10 @@ impl NormBackend for CubeBackend {
         let gpu = Gpu::from_parts(x.client.clone(), x.device.clone());
         let dtype = x.dtype;
         let out = Output::new(&gpu, shape, dtype);
-        let (gb, _g) = buffer::<f32>(gamma);
-        let (bb, _b) = buffer::<f32>(beta);
+        let gb = buffer::<f32>(gamma);
+        let bb = buffer::<f32>(beta);
         with_float!(dtype, F => {
-            let (xb, _x) = buffer::<F>(x);
+            let xb = buffer::<F>(x);
             rust3r_gpu::launch!(
                 &gpu,
                 layer_norm_rows::<F>(

@@ -136,13 +136,9 @@ macro_rules! with_float {
 }
 use with_float;
 
-/// The tensor's storage as a typed buffer (made contiguous first); the tensor is returned to
-/// keep it alive until the launch is queued.
-fn buffer<T>(t: CubeTensor) -> (GpuBuffer<T>, CubeTensor) {
-    let t = burn_cubecl::kernel::into_contiguous(t);
-    let len = t.meta.shape().num_elements();
-    (GpuBuffer::from_handle(t.handle.clone(), len), t)
-}
+// The tensor's storage as a typed buffer (made contiguous first; its handle keeps the memory
+// alive).
+use rust3r_gpu::cube_tensor_buffer as buffer;
 
 /// Helpers of the kernels' float64 reference tests.
 #[cfg(test)]

@@ -83,9 +83,9 @@ impl RopeBackend for CubeBackend {
         let dtype = x.dtype;
         let out = Output::new(&gpu, Shape::new([b, n, layout.heads, d]), dtype);
         with_float!(dtype, F => {
-            let (xb, _x) = buffer::<F>(x);
-            let (cb, _c) = buffer::<F>(cos);
-            let (sb, _s) = buffer::<F>(sin);
+            let xb = buffer::<F>(x);
+            let cb = buffer::<F>(cos);
+            let sb = buffer::<F>(sin);
             rust3r_gpu::launch!(
                 &gpu,
                 rope_part_kernel::<F>(

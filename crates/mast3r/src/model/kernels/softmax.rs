@@ -56,7 +56,7 @@ impl SoftmaxBackend for CubeBackend {
         let dtype = x.dtype;
         let out = Output::new(&gpu, shape, dtype);
         with_float!(dtype, F => {
-            let (xb, _x) = buffer::<F>(x);
+            let xb = buffer::<F>(x);
             rust3r_gpu::launch!(
                 &gpu,
                 softmax_rows_kernel::<F>(
