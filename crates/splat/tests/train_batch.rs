@@ -295,3 +295,68 @@ fn data_parallel_shares_and_batch_limits_are_checked() {
         .expect("a group of one takes the whole batch");
     assert_eq!(t.step, 1);
 }
+
+/// The same equality through NCCL on two CUDA devices (one thread per device, each opening its
+/// own device and joining the group), where the machine has them: a CUDA build
+/// (`--features rust3r-cli/cuda`), two devices and libnccl.so on the library path
+/// (docs/multi-gpu.md). Elsewhere (CI) it says why it has nothing to check and passes.
+#[test]
+fn nccl_ranks_on_two_cuda_devices_equal_the_single_gpu_batch() {
+    use rust3r_gpu::collective::{nccl_available, nccl_join, nccl_new_id};
+    use rust3r_gpu::{BackendKind, CUDA_COMPILED, list_cuda_devices};
+    let devices = list_cuda_devices().map(|d| d.len()).unwrap_or(0);
+    if !CUDA_COMPILED || devices < 2 || nccl_available().is_err() {
+        eprintln!(
+            "skipped: needs a CUDA build, two CUDA devices and NCCL (cuda build: {CUDA_COMPILED}, \
+             devices: {devices}, NCCL: {:?})",
+            nccl_available().err().map(|e| e.to_string())
+        );
+        return;
+    }
+    let open = |r: usize| {
+        Gpu::new(&GpuOptions {
+            backend: BackendKind::Cuda,
+            adapter: Some(r),
+            ..Default::default()
+        })
+        .expect("CUDA device")
+    };
+    let cams = [camera(0.3), camera(-0.25)];
+    let tgts = [target(2), target(5)];
+    let steps = 7;
+    let single = params(&steps_single(&open(0), &cams, &tgts, steps));
+    let id = nccl_new_id().expect("NCCL id");
+    let replicas: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|r| {
+                let (cams, tgts, id, open) = (&cams, &tgts, &id, &open);
+                s.spawn(move || {
+                    let gpu = open(r);
+                    let c = nccl_join(&gpu, id, r, 2).expect("join");
+                    let mut t =
+                        Trainer::new(&gpu, config(ShPrecision::F16), &init()).expect("trainer");
+                    let tgt = gpu.upload(&tgts[r]);
+                    for _ in 0..steps {
+                        t.step_data_parallel(&[BatchView::rgb(&cams[r], &tgt)], 2, c.as_ref())
+                            .expect("data-parallel step");
+                    }
+                    params(&t)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect()
+    });
+    assert!(replicas[0] == replicas[1], "the replicas differ");
+    let mut worst = 0.0f64;
+    for (a, b) in single.iter().zip(&replicas[0]) {
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            worst = worst.max((*x as f64 - *y as f64).abs() / (1.0 + x.abs() as f64));
+        }
+    }
+    eprintln!("NCCL, 2 CUDA devices vs one: largest relative difference {worst:e}");
+    assert!(worst <= 1e-5, "{worst:e}");
+}
