@@ -17,7 +17,7 @@
 //! [`add_assign`] and [`scale`] are the element-wise kernels a reduction needs around the
 //! collective (local sums over views, the mean over the batch).
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use cubecl::prelude::*;
 
@@ -41,6 +41,10 @@ pub trait Collective: Send + Sync {
         buf: GpuBuffer<f32>,
         root: usize,
     ) -> Result<GpuBuffer<f32>, GpuError>;
+    /// Gives up the group, from any thread: operations waiting for a rank that will not come
+    /// (it failed) end with an error instead of waiting forever, and later ones fail at once.
+    /// Called by a run's driver when one of its ranks stops with an error.
+    fn abort(&self);
 }
 
 #[cube(launch_unchecked)]
@@ -103,17 +107,56 @@ pub fn scale(gpu: &Gpu, dst: &GpuBuffer<f32>, s: f32) {
     }
 }
 
+/// A barrier that [`Collective::abort`] can break.
+struct Gate {
+    /// (ranks arrived in this generation, generation, aborted)
+    state: Mutex<(usize, u64, bool)>,
+    cv: Condvar,
+    n: usize,
+}
+
+impl Gate {
+    fn wait(&self) -> Result<(), GpuError> {
+        let aborted = || GpuError::Device("collective aborted: another rank stopped".into());
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.2 {
+            return Err(aborted());
+        }
+        let generation = st.1;
+        st.0 += 1;
+        if st.0 == self.n {
+            st.0 = 0;
+            st.1 += 1;
+            self.cv.notify_all();
+            return Ok(());
+        }
+        while st.1 == generation && !st.2 {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.1 == generation {
+            Err(aborted())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn abort(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).2 = true;
+        self.cv.notify_all();
+    }
+}
+
 struct Shared {
     world: usize,
     /// One host copy per rank of the operation in progress.
     slots: Mutex<Vec<Option<Vec<f32>>>>,
-    barrier: Barrier,
+    gate: Gate,
 }
 
 /// Ranks as threads of one process, data through host memory (see the module documentation).
 /// Ranks may share one device or use one each. A rank that stops calling (an error, a panic)
-/// leaves the others waiting at the next operation: callers end every rank's loop on the
-/// same condition.
+/// leaves the others waiting at the next operation until [`Collective::abort`] (the training
+/// driver aborts the group when a rank fails).
 pub struct InProcessCollective {
     rank: usize,
     shared: Arc<Shared>,
@@ -125,7 +168,11 @@ impl InProcessCollective {
         let shared = Arc::new(Shared {
             world: world_size,
             slots: Mutex::new(vec![None; world_size]),
-            barrier: Barrier::new(world_size.max(1)),
+            gate: Gate {
+                state: Mutex::new((0, 0, false)),
+                cv: Condvar::new(),
+                n: world_size.max(1),
+            },
         });
         (0..world_size)
             .map(|rank| InProcessCollective {
@@ -146,9 +193,9 @@ impl InProcessCollective {
     ) -> Result<T, GpuError> {
         let slots = &self.shared.slots;
         slots.lock().unwrap_or_else(|e| e.into_inner())[self.rank] = mine;
-        self.shared.barrier.wait();
+        self.shared.gate.wait()?;
         let out = f(&slots.lock().unwrap_or_else(|e| e.into_inner()));
-        self.shared.barrier.wait();
+        self.shared.gate.wait()?;
         out
     }
 }
@@ -235,6 +282,10 @@ impl Collective for InProcessCollective {
             )));
         }
         Ok(gpu.upload(&out))
+    }
+
+    fn abort(&self) {
+        self.shared.gate.abort();
     }
 }
 
@@ -374,6 +425,8 @@ mod nccl {
         rank: usize,
         world: usize,
         comm: nc::ncclComm_t,
+        /// Set once [`Collective::abort`] has released the communicator.
+        aborted: std::sync::atomic::AtomicBool,
     }
 
     // SAFETY: the communicator is used by one rank's thread at a time (the trait's methods
@@ -412,15 +465,30 @@ mod nccl {
                 rank,
                 world: world_size,
                 comm,
+                aborted: std::sync::atomic::AtomicBool::new(false),
             })
+        }
+    }
+
+    impl NcclCollective {
+        fn live(&self) -> Result<(), GpuError> {
+            if self.aborted.load(std::sync::atomic::Ordering::SeqCst) {
+                Err(GpuError::Device(
+                    "NCCL communicator aborted: another rank stopped".into(),
+                ))
+            } else {
+                Ok(())
+            }
         }
     }
 
     impl Drop for NcclCollective {
         fn drop(&mut self) {
-            // SAFETY: the communicator was made by ncclCommInitRank and is not used after.
-            unsafe {
-                nc::ncclCommDestroy(self.comm);
+            if !self.aborted.load(std::sync::atomic::Ordering::SeqCst) {
+                // SAFETY: the communicator was made by ncclCommInitRank and is not used after.
+                unsafe {
+                    nc::ncclCommDestroy(self.comm);
+                }
             }
         }
     }
@@ -439,6 +507,7 @@ mod nccl {
             gpu: &Gpu,
             buf: GpuBuffer<f32>,
         ) -> Result<GpuBuffer<f32>, GpuError> {
+            self.live()?;
             if buf.is_empty() {
                 return Ok(buf);
             }
@@ -470,6 +539,7 @@ mod nccl {
                     self.world
                 )));
             }
+            self.live()?;
             if buf.is_empty() {
                 return Ok(buf);
             }
@@ -487,6 +557,17 @@ mod nccl {
                 )
             })?;
             Ok(buf)
+        }
+
+        fn abort(&self) {
+            use std::sync::atomic::Ordering;
+            if !self.aborted.swap(true, Ordering::SeqCst) {
+                // SAFETY: ncclCommAbort may be called while operations on the communicator
+                // are pending (it ends them); the handle is not used after (`live`, `drop`).
+                unsafe {
+                    nc::ncclCommAbort(self.comm);
+                }
+            }
         }
     }
 }
@@ -567,6 +648,26 @@ mod tests {
                 assert!(h.join().expect("rank"), "a mismatch must fail");
             }
         });
+    }
+
+    #[test]
+    fn abort_ends_a_wait_for_a_rank_that_never_comes() {
+        let gpu = test_gpu();
+        let group = InProcessCollective::group(2);
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| group[0].all_reduce_sum(&gpu, gpu.upload(&[1.0f32])));
+            // Rank 1 fails instead of joining: its driver aborts the group.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            group[1].abort();
+            let e = waiting.join().expect("rank 0").expect_err("aborted");
+            assert!(e.to_string().contains("aborted"), "{e}");
+        });
+        // Later operations fail at once.
+        assert!(
+            group[1]
+                .all_reduce_sum(&gpu, gpu.upload(&[1.0f32]))
+                .is_err()
+        );
     }
 
     #[test]

@@ -1518,27 +1518,39 @@ pub fn train_data_parallel(
     // that never joins would leave the others waiting).
     let ready = std::sync::Barrier::new(ranks);
     let failed = AtomicBool::new(false);
-    let rank_main = |rank: usize,
-                     on_event: &mut Events<'_>|
-     -> Result<TrainSummary, PipelineError> {
-        let setup = (|| {
-            let gpu = factory.open(rank)?;
-            let session = TrainSession::open(dataset, opts.clone(), &gpu, on_event)?;
-            Ok::<_, PipelineError>((gpu, session))
-        })();
-        if setup.is_err() {
-            failed.store(true, Ordering::SeqCst);
-        }
-        ready.wait();
-        let (gpu, mut session) = setup?;
-        if failed.load(Ordering::SeqCst) {
-            return Err(invalid(format!(
-                "rank {rank}: another GPU of the run failed to start (its error is reported by rank 0 or above)"
-            )));
-        }
-        session.set_collective(factory.join(rank, &gpu)?)?;
-        session.run(on_event)
-    };
+    let joined: std::sync::Mutex<Vec<Arc<dyn Collective>>> = std::sync::Mutex::new(Vec::new());
+    let rank_main =
+        |rank: usize, on_event: &mut Events<'_>| -> Result<TrainSummary, PipelineError> {
+            let setup = (|| {
+                let gpu = factory.open(rank)?;
+                let session = TrainSession::open(dataset, opts.clone(), &gpu, on_event)?;
+                Ok::<_, PipelineError>((gpu, session))
+            })();
+            if setup.is_err() {
+                failed.store(true, Ordering::SeqCst);
+            }
+            ready.wait();
+            let (gpu, mut session) = setup?;
+            if failed.load(Ordering::SeqCst) {
+                return Err(invalid(format!(
+                    "rank {rank}: aborted, another GPU of the run failed to start"
+                )));
+            }
+            let c = factory.join(rank, &gpu)?;
+            joined
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c.clone());
+            session.set_collective(c)?;
+            let out = session.run(on_event);
+            if out.is_err() {
+                // The other local ranks wait for this one in their next collective: end it.
+                for c in joined.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    c.abort();
+                }
+            }
+            out
+        };
     std::thread::scope(|s| {
         let others: Vec<_> = (first + 1..local.end)
             .map(|rank| {
@@ -1547,23 +1559,30 @@ pub fn train_data_parallel(
             })
             .collect();
         let lead = rank_main(first, on_event);
-        let mut first_err = None;
+        let mut errors = Vec::new();
+        let summary = match lead {
+            Ok(s) => Some(s),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
         for (k, h) in others.into_iter().enumerate() {
             let rank = first + 1 + k;
             match h.join() {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(invalid(format!("GPU rank {rank}: {e}")));
-                }
-                Err(_) => {
-                    first_err.get_or_insert(invalid(format!("GPU rank {rank} panicked")));
-                }
+                Ok(Err(e)) => errors.push(invalid(format!("GPU rank {rank}: {e}"))),
+                Err(_) => errors.push(invalid(format!("GPU rank {rank} panicked"))),
             }
         }
-        match (lead, first_err) {
-            (Err(e), _) => Err(e),
-            (Ok(_), Some(e)) => Err(e),
-            (Ok(summary), None) => Ok(summary),
+        // Report the cause, not the ranks that stopped because the group was aborted.
+        let cause = errors
+            .iter()
+            .position(|e| !e.to_string().contains("aborted"))
+            .unwrap_or(0);
+        match (summary, errors.is_empty()) {
+            (Some(s), true) => Ok(s),
+            _ => Err(errors.swap_remove(cause)),
         }
     })
 }
