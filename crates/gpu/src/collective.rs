@@ -328,7 +328,9 @@ pub use nccl::{NcclCollective, nccl_unique_id};
 /// without the library.
 pub fn nccl_new_id() -> Result<NcclId, GpuError> {
     #[cfg(feature = "cuda")]
-    return nccl_unique_id();
+    {
+        nccl_unique_id()
+    }
     #[cfg(not(feature = "cuda"))]
     {
         nccl_available()?;
@@ -345,7 +347,9 @@ pub fn nccl_join(
     world_size: usize,
 ) -> Result<Box<dyn Collective>, GpuError> {
     #[cfg(feature = "cuda")]
-    return Ok(Box::new(NcclCollective::new(gpu, id, rank, world_size)?));
+    {
+        Ok(Box::new(NcclCollective::new(gpu, id, rank, world_size)?))
+    }
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (gpu, id, rank, world_size);
