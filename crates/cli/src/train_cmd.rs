@@ -7,9 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::ProgressBar;
+use rust3r_gpu::collective::{self, Collective, NcclId};
+use rust3r_gpu::rendezvous;
+use rust3r_gpu::{BackendKind, Gpu, GpuOptions};
 use rust3r_io::scene::{ImageCache, Scene};
 use rust3r_pipelines::{
-    FastSchedule, InitKind, StrategyKind, TrainEvent, TrainOptions, TrainPreset, TrainSession,
+    FastSchedule, InitKind, PipelineError, RankFactory, StrategyKind, TrainEvent, TrainOptions,
+    TrainPreset, TrainSession, train_data_parallel,
 };
 use rust3r_splat::train::ConsistencyConfig;
 use rust3r_splat::train::Trainer;
@@ -108,6 +112,31 @@ pub struct TrainArgs {
     /// Record the live view to this `.rrd` file instead (open it with `rerun FILE`).
     #[arg(long)]
     pub rerun_save: Option<PathBuf>,
+    /// Train on N GPUs, data-parallel (docs/multi-gpu.md): CUDA devices --adapter (default 0)
+    /// to --adapter + N - 1, gradients summed through NCCL. N > 1 needs --backend cuda and
+    /// libnccl; wgpu stays single-GPU.
+    #[arg(long, default_value_t = 1)]
+    pub gpus: usize,
+    /// Views per optimisation step: their mean gradient, one Adam update (gsplat's batch).
+    /// Default 1, or the number of GPUs of the run (one view per GPU per step).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Several processes or hosts: the run's total number of GPUs (default: --gpus). Every
+    /// process is started with the same dataset and flags, --rank and --rendezvous.
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<usize>,
+    /// Several processes or hosts: the rank of this process's first GPU (its GPUs are ranks
+    /// R..R + --gpus - 1). The process with rank 0 writes the outputs.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    pub rank: usize,
+    /// Several processes or hosts: HOST:PORT where the process with rank 0 listens (it binds
+    /// this address: 0.0.0.0:PORT accepts every interface) and the others connect, to hand out
+    /// NCCL's group id (docs/multi-gpu.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub rendezvous: Option<String>,
+    /// Seconds to wait for every process to reach the rendezvous.
+    #[arg(long, default_value_t = 300.0)]
+    pub rendezvous_timeout: f64,
     #[command(flatten)]
     pub splat: SplatArgs,
     #[command(flatten)]
@@ -291,6 +320,7 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         image_cache_bytes: (a.image_cache * 1e9) as u64,
         lpips: None,
         stop: None,
+        batch: a.batch.unwrap_or(a.world_size.unwrap_or(a.gpus).max(1)),
         ..TrainOptions::default()
     };
     a.splat.apply(&mut opts)?;
@@ -447,6 +477,9 @@ impl<'a> TrainPrinter<'a> {
 }
 
 pub fn run(a: &TrainArgs) -> Result<()> {
+    if a.gpus != 1 || a.world_size.is_some_and(|w| w != 1) {
+        return run_multi_gpu(a);
+    }
     let live = LiveSink::from_flags(a.rerun, a.rerun_save.as_ref())
         .map(|s| Live::open("rust3r train", &s))
         .transpose()?;
@@ -477,6 +510,118 @@ pub fn run(a: &TrainArgs) -> Result<()> {
     }
     println!(
         "done: {} steps in {:.1} s of training, {} Gaussians -> {}",
+        summary.steps_run,
+        summary.train_seconds,
+        summary.num_splats,
+        summary.splats.display()
+    );
+    Ok(())
+}
+
+/// One CUDA device and one NCCL rank per GPU of `--gpus`.
+struct NcclRanks {
+    base: GpuOptions,
+    /// The CUDA device of this process's first rank (`--adapter`).
+    device0: usize,
+    /// This process's first rank.
+    first: usize,
+    world: usize,
+    id: NcclId,
+}
+
+impl RankFactory for NcclRanks {
+    fn open(&self, rank: usize) -> Result<Gpu, PipelineError> {
+        let gpu = Gpu::new(&GpuOptions {
+            adapter: Some(self.device0 + rank - self.first),
+            ..self.base.clone()
+        })?;
+        tracing::info!("rank {rank}: {}", gpu.name());
+        Ok(gpu)
+    }
+
+    fn join(&self, rank: usize, gpu: &Gpu) -> Result<Arc<dyn Collective>, PipelineError> {
+        Ok(Arc::from(collective::nccl_join(
+            gpu, &self.id, rank, self.world,
+        )?))
+    }
+}
+
+/// `rust3r train --gpus N`: data-parallel training over NCCL, one thread per GPU.
+fn run_multi_gpu(a: &TrainArgs) -> Result<()> {
+    let n = a.gpus;
+    if n == 0 {
+        bail!("--gpus must be at least 1");
+    }
+    let base = a.device.options()?;
+    if base.backend != BackendKind::Cuda {
+        bail!("--gpus {n} needs --backend cuda: wgpu stays single-GPU");
+    }
+    if a.rerun || a.rerun_save.is_some() || a.live.view {
+        bail!("--gpus {n}: the live views (--rerun, --view) are single-GPU only");
+    }
+    let world = a.world_size.unwrap_or(n);
+    let first = a.rank;
+    if first + n > world {
+        bail!(
+            "--rank {first} with --gpus {n} runs ranks {first}..{}, beyond --world-size {world}",
+            first + n - 1
+        );
+    }
+    collective::nccl_available()?;
+    let mut opts = options_of(a)?;
+    opts.lpips = a.lpips.load()?;
+    opts.raster = a.device.tuning()?.raster;
+    opts.stop = Some(ctrl_c_flag()?);
+    // NCCL's group id: made here with one process, else by rank 0 and handed out over TCP
+    // before anything slow starts (every process then opens its scene and joins NCCL).
+    let timeout = std::time::Duration::from_secs_f64(a.rendezvous_timeout.max(1.0));
+    let id = if world == n {
+        collective::nccl_new_id()?
+    } else {
+        let addr = a
+            .rendezvous
+            .as_deref()
+            .context("--world-size beyond this process's --gpus needs --rendezvous HOST:PORT")?;
+        if first == 0 {
+            let id = collective::nccl_new_id()?;
+            let server = rendezvous::RendezvousServer::bind(addr)?;
+            println!("rank 0: waiting at {addr} for {} more GPUs", world - n);
+            server.publish(&id, world, n, timeout)?;
+            id
+        } else {
+            rendezvous::fetch_id(addr, world, n, timeout)?
+        }
+    };
+    let ranks = NcclRanks {
+        device0: base.adapter.unwrap_or(0),
+        first,
+        base,
+        world,
+        id,
+    };
+    let mut printer = TrainPrinter::new(None);
+    printer.line(&format!(
+        "data-parallel: ranks {first}..{} of {world} on CUDA devices {}..{}, {} views per step",
+        first + n - 1,
+        ranks.device0,
+        ranks.device0 + n - 1,
+        opts.batch
+    ));
+    let summary = train_data_parallel(
+        &a.dataset,
+        opts,
+        first..first + n,
+        world,
+        &ranks,
+        &mut |e| printer.event(e),
+    );
+    printer.finish()?;
+    let summary = summary?;
+    if summary.interrupted {
+        return Ok(());
+    }
+    println!(
+        "done: {} steps in {:.1} s of training on {n} GPUs, {} Gaussians -> {}",
         summary.steps_run,
         summary.train_seconds,
         summary.num_splats,

@@ -274,6 +274,55 @@ fn bad_device_choice_is_an_error_not_a_panic() {
     }
 }
 
+/// `train --gpus N` without what it needs stops with an error naming it, before any work:
+/// wgpu (single-GPU), a build without CUDA / NCCL (CI), ranks outside the world, a batch
+/// smaller than the GPUs. Never a panic.
+#[test]
+fn train_on_several_gpus_without_their_requirements_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let lego = data("lego");
+    let out = dir.path().join("out");
+    let base = [
+        "train",
+        lego.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--steps",
+        "2",
+    ];
+    let cases: [(&[&str], &str); 4] = [
+        (&["--gpus", "2"], "wgpu stays single-GPU"),
+        (
+            &["--gpus", "2", "--rank", "1", "--backend", "cuda"],
+            "beyond --world-size 2",
+        ),
+        (
+            &["--gpus", "0", "--backend", "cuda"],
+            "--gpus must be at least 1",
+        ),
+        (&["--batch", "0"], "--batch must be at least 1"),
+    ];
+    for (flags, expect) in cases {
+        let args: Vec<&str> = base.iter().chain(flags).copied().collect();
+        let (ok, _, err) = rust3r(&args);
+        assert!(
+            !ok && err.contains(expect) && !err.contains("panicked"),
+            "{flags:?}: {err}"
+        );
+    }
+    // Without the `cuda` feature (CI) or without libnccl: an error naming NCCL. (A CUDA build
+    // on a machine with two GPUs and NCCL trains instead.)
+    let args: Vec<&str> = base
+        .iter()
+        .chain(&["--gpus", "2", "--backend", "cuda"])
+        .copied()
+        .collect();
+    let (ok, _, err) = rust3r(&args);
+    if !ok {
+        assert!(err.contains("NCCL") && !err.contains("panicked"), "{err}");
+    }
+}
+
 #[test]
 fn train_writes_splats_eval_and_checkpoint_and_resumes() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@
 
 pub mod bf16;
 pub mod blas;
+pub mod collective;
 pub mod compact;
 pub mod fp8;
 pub mod gather;
@@ -19,6 +20,7 @@ pub mod half;
 pub mod profile;
 pub mod random;
 pub mod reduce;
+pub mod rendezvous;
 pub mod runtime;
 pub mod scan;
 pub mod sort;

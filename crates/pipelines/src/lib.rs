@@ -23,6 +23,7 @@ pub use capture::{
 };
 pub use error::PipelineError;
 pub use train::{
-    EvalRecord, FastSchedule, InitKind, Interpolated, Refinement, StrategyKind, TrainEvent,
-    TrainOptions, TrainPreset, TrainSession, TrainSummary, ViewScore,
+    EvalRecord, FastSchedule, InitKind, Interpolated, RankFactory, Refinement, StrategyKind,
+    TrainEvent, TrainOptions, TrainPreset, TrainSession, TrainSummary, ViewScore,
+    train_data_parallel,
 };

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use burn::tensor::Device;
+use rust3r_gpu::collective::Collective;
 use rust3r_gpu::{Gpu, GpuBuffer};
 use rust3r_io::scene::{ImageCache, Scene, SceneKind, SceneOptions, ViewImage, open_scene};
 use rust3r_lpips::{Image, Lpips, LpipsWeights};
@@ -17,8 +18,8 @@ use rust3r_splat::train::extras::EXPOSURE_IDENTITY;
 use rust3r_splat::train::init::InitSplats;
 use rust3r_splat::train::schedule::{ResolutionSchedule, growth_cap};
 use rust3r_splat::train::{
-    AdcConfig, ConsistencyConfig, DepthTarget, LearningRates, StepExtras, StepInfo, StepTarget,
-    Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig,
+    AdcConfig, BatchView, ConsistencyConfig, DepthTarget, LearningRates, StepExtras, StepInfo,
+    StepTarget, Strategy, TrainConfig, Trainer, images::PackedImage, init, mcmc::McmcConfig,
 };
 use rust3r_splat::{Camera, RasterTuning, ShPrecision};
 use serde::{Deserialize, Serialize};
@@ -179,6 +180,10 @@ pub struct TrainOptions {
     pub stop: Option<Arc<AtomicBool>>,
     /// Rasterizer layout choices (default: per adapter).
     pub raster: RasterTuning,
+    /// Views per optimisation step (their mean gradient, one Adam update: gsplat's batch).
+    /// 1: the classic one-view step. With several ranks ([`train_data_parallel`]) the batch is
+    /// shared out, views `r, r + N, ...` to rank `r`, and must hold at least one per rank.
+    pub batch: usize,
 }
 
 impl Default for TrainOptions {
@@ -216,6 +221,7 @@ impl Default for TrainOptions {
             lpips: None,
             stop: None,
             raster: RasterTuning::default(),
+            batch: 1,
         }
     }
 }
@@ -554,6 +560,8 @@ pub struct TrainSession {
     resolution: Option<ResolutionSchedule>,
     /// Gaussians at the session's start (the floor of the resolution-tied budget).
     initial_splats: usize,
+    /// This session is one rank of a data-parallel run ([`TrainSession::set_collective`]).
+    collective: Option<Arc<dyn Collective>>,
 }
 
 impl TrainSession {
@@ -972,7 +980,35 @@ impl TrainSession {
             refine,
             resolution,
             initial_splats,
+            collective: None,
         })
+    }
+
+    /// Makes this session one rank of a data-parallel run (docs/multi-gpu.md): every rank opens
+    /// the same scene with the same options, steps on its share of each batch, and sums its
+    /// gradients with the others' through `collective`. Rank 0 alone writes outputs
+    /// (evaluations, checkpoints, splats) and reports events; the others stay silent.
+    pub fn set_collective(&mut self, collective: Arc<dyn Collective>) -> Result<(), PipelineError> {
+        let world = collective.world_size();
+        if self.opts.batch < world {
+            return Err(invalid(format!(
+                "a batch of {} views cannot be shared by {world} GPUs (--batch must be at least --gpus)",
+                self.opts.batch
+            )));
+        }
+        let r = &self.refine.cfg;
+        if r.pose || r.exposure {
+            return Err(invalid(
+                "pose and exposure refinement train on one GPU only",
+            ));
+        }
+        self.collective = Some(collective);
+        Ok(())
+    }
+
+    /// Whether this session writes outputs (a single run, or rank 0 of a data-parallel one).
+    fn is_lead(&self) -> bool {
+        self.collective.as_ref().is_none_or(|c| c.rank() == 0)
     }
 
     pub fn trainer(&self) -> &Trainer {
@@ -1067,15 +1103,14 @@ impl TrainSession {
             steps,
         });
         let mut last_eval = self.records.last().cloned();
+        let lead = self.is_lead();
+        let batch = self.opts.batch.max(1);
         while self.trainer.step < steps {
-            if self
-                .opts
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::SeqCst))
-            {
-                self.trainer.save_checkpoint(&ck_path)?;
-                write_splats(&self.trainer, &[out.join("splats.ply")])?;
+            if self.stop_requested()? {
+                if lead {
+                    self.trainer.save_checkpoint(&ck_path)?;
+                    write_splats(&self.trainer, &[out.join("splats.ply")])?;
+                }
                 on_event(TrainEvent::Interrupted {
                     step: self.trainer.step,
                     checkpoint: &ck_path,
@@ -1089,15 +1124,28 @@ impl TrainSession {
                     last_eval,
                 });
             }
-            if order.is_empty() {
-                order = self.train.clone();
-                for k in (1..order.len()).rev() {
-                    let j = self.trainer.rng.below(k + 1);
-                    order.swap(k, j);
+            // The batch's views: the shuffled order, reshuffled whenever it runs out (every
+            // rank draws the same order: the shuffle uses the trainer's seeded generator).
+            let mut views = Vec::with_capacity(batch);
+            while views.len() < batch {
+                if order.is_empty() {
+                    order = self.train.clone();
+                    for k in (1..order.len()).rev() {
+                        let j = self.trainer.rng.below(k + 1);
+                        order.swap(k, j);
+                    }
                 }
+                let Some(i) = order.pop() else { break };
+                views.push(i);
             }
-            let Some(i) = order.pop() else { break };
-            let info = self.step_view(i)?;
+            if views.is_empty() {
+                break;
+            }
+            let info = if views.len() == 1 && self.collective.is_none() {
+                self.step_view(views[0])?
+            } else {
+                self.step_batch(&views)?
+            };
             let s = self.trainer.step;
             let stats = if s.is_multiple_of(100) || s == steps {
                 peak = peak.max(gpu.memory_reserved());
@@ -1119,6 +1167,9 @@ impl TrainSession {
                 trainer: &self.trainer,
             });
             let last = s == steps;
+            if !lead {
+                continue;
+            }
             if self.opts.save_at.contains(&s) {
                 let mut paths = vec![out.join(format!("splats_{s}.ply"))];
                 if self.opts.spz {
@@ -1173,7 +1224,7 @@ impl TrainSession {
             }
         }
         gpu.sync()?;
-        if self.eval.is_empty() {
+        if self.eval.is_empty() || !lead {
             train_s += seg.elapsed().as_secs_f64();
         }
         let mut paths = vec![out.join("splats.ply")];
@@ -1183,8 +1234,10 @@ impl TrainSession {
         if self.opts.sog {
             paths.push(out.join("splats.sog"));
         }
-        write_splats(&self.trainer, &paths)?;
-        self.trainer.save_checkpoint(&ck_path)?;
+        if lead {
+            write_splats(&self.trainer, &paths)?;
+            self.trainer.save_checkpoint(&ck_path)?;
+        }
         Ok(TrainSummary {
             steps_run: self.trainer.step - start_step,
             train_seconds: train_s,
@@ -1193,6 +1246,104 @@ impl TrainSession {
             interrupted: false,
             last_eval,
         })
+    }
+
+    /// Whether to stop now (Ctrl-C). Ranks of a data-parallel run agree: each one's flag is
+    /// summed over the ranks, every 100 steps (a collective every step would stall the
+    /// pipeline), so they all stop at the same step.
+    fn stop_requested(&self) -> Result<bool, PipelineError> {
+        let mine = self
+            .opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::SeqCst));
+        let Some(c) = &self.collective else {
+            return Ok(mine);
+        };
+        if !self.trainer.step.is_multiple_of(100) {
+            return Ok(false);
+        }
+        let flag = self.gpu.upload(&[if mine { 1.0f32 } else { 0.0 }]);
+        let sum = c.all_reduce_sum(&self.gpu, flag)?;
+        Ok(self.gpu.read(&sum)?[0] > 0.0)
+    }
+
+    /// One step on a batch of training views (their mean gradient, one update); with a
+    /// collective, on this rank's share of them (views `rank, rank + N, ...`). Depth
+    /// supervision applies per view; pose and exposure refinement are one-view only.
+    fn step_batch(&mut self, views: &[usize]) -> Result<StepInfo, PipelineError> {
+        let s = self.trainer.step;
+        let r = &self.refine;
+        if (r.cfg.pose && s >= r.cfg.pose_start) || (r.cfg.exposure && s >= r.cfg.exposure_start) {
+            return Err(invalid(
+                "pose and exposure refinement step one view at a time (--batch 1, one GPU)",
+            ));
+        }
+        let level = self
+            .resolution
+            .map(|r| (r.level_at(s), r))
+            .filter(|(l, r)| *l < r.levels);
+        if let (Some(r), Some(cap)) = (&self.resolution, self.opts.max_splats) {
+            self.trainer.cfg.max_splats =
+                Some(growth_cap(self.initial_splats, cap, r.factor_at(s)));
+        }
+        let mine: Vec<usize> = match &self.collective {
+            Some(c) => views
+                .iter()
+                .skip(c.rank())
+                .step_by(c.world_size())
+                .copied()
+                .collect(),
+            None => views.to_vec(),
+        };
+        let targets = mine
+            .iter()
+            .map(|&i| {
+                self.targets
+                    .get_at(&self.gpu, i, level.map(|(l, _)| l as usize))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let cams: Vec<Camera> = mine
+            .iter()
+            .map(|&i| {
+                let mut cam = Camera::from(&self.scene.views[i]);
+                cam.world_to_camera = self.refine.poses[i];
+                if let Some((l, r)) = level {
+                    let (w, h) = ResolutionSchedule::size_at(r.factor_of(l), cam.width, cam.height);
+                    cam.intrinsics = cam.intrinsics.scaled(w, h);
+                }
+                cam
+            })
+            .collect();
+        let r = &self.refine;
+        let batch_views: Vec<BatchView<'_>> =
+            mine.iter()
+                .zip(&targets)
+                .zip(&cams)
+                .map(|((&i, target), cam)| BatchView {
+                    camera: cam,
+                    target: target.target(),
+                    extras: StepExtras {
+                        // Depth maps are at full resolution: no depth term on coarse levels.
+                        depth: r.depth[i].as_ref().filter(|_| level.is_none()).map(|d| {
+                            DepthTarget {
+                                depth: &d.depth,
+                                weight: r.cfg.depth_weight * d.k,
+                                pixel_weight: d.weight.as_ref(),
+                                min_alpha: 0.5,
+                            }
+                        }),
+                        ..Default::default()
+                    },
+                })
+                .collect();
+        let (info, _) = match &self.collective {
+            Some(c) => self
+                .trainer
+                .step_data_parallel(&batch_views, views.len(), c.as_ref())?,
+            None => self.trainer.step_batch(&batch_views)?,
+        };
+        Ok(info)
     }
 
     /// One step on training view `i`, with the refinements that apply at this step.
@@ -1326,6 +1477,116 @@ impl TrainSession {
     }
 }
 
+/// One rank's device and collective, made by [`train_data_parallel`]'s caller: `open(rank)`
+/// opens the rank's device, `join(rank, &gpu)` joins the group on it (NCCL: blocks until every
+/// rank has joined).
+pub trait RankFactory: Sync {
+    fn open(&self, rank: usize) -> Result<Gpu, PipelineError>;
+    fn join(&self, rank: usize, gpu: &Gpu) -> Result<Arc<dyn Collective>, PipelineError>;
+}
+
+/// Data-parallel training (docs/multi-gpu.md) of the ranks `local` of a group of `world`
+/// (all of them in one process: `0..world`; one process per GPU: `rank..rank + 1`): one thread
+/// per local rank opens its device and the scene (each rank holds a full replica and its own
+/// copy of the images), the local ranks check that every one of them is ready, join the
+/// collective, and run [`TrainSession::run`] on their share of each batch of `opts.batch`
+/// views. The first local rank runs on the calling thread and reports events; rank 0 writes
+/// the outputs. Returns the first local rank's summary.
+pub fn train_data_parallel(
+    dataset: &Path,
+    opts: TrainOptions,
+    local: std::ops::Range<usize>,
+    world: usize,
+    factory: &dyn RankFactory,
+    on_event: &mut Events<'_>,
+) -> Result<TrainSummary, PipelineError> {
+    check_options(&opts)?;
+    if local.is_empty() || local.end > world {
+        return Err(invalid(format!(
+            "ranks {local:?} of a group of {world}: need at least one, all below {world}"
+        )));
+    }
+    if opts.batch < world {
+        return Err(invalid(format!(
+            "a batch of {} views cannot be shared by {world} GPUs (--batch must be at least the number of GPUs)",
+            opts.batch
+        )));
+    }
+    let ranks = local.len();
+    let first = local.start;
+    // Setup errors on any rank reach every rank here, before the first collective (a rank
+    // that never joins would leave the others waiting).
+    let ready = std::sync::Barrier::new(ranks);
+    let failed = AtomicBool::new(false);
+    let joined: std::sync::Mutex<Vec<Arc<dyn Collective>>> = std::sync::Mutex::new(Vec::new());
+    let rank_main =
+        |rank: usize, on_event: &mut Events<'_>| -> Result<TrainSummary, PipelineError> {
+            let setup = (|| {
+                let gpu = factory.open(rank)?;
+                let session = TrainSession::open(dataset, opts.clone(), &gpu, on_event)?;
+                Ok::<_, PipelineError>((gpu, session))
+            })();
+            if setup.is_err() {
+                failed.store(true, Ordering::SeqCst);
+            }
+            ready.wait();
+            let (gpu, mut session) = setup?;
+            if failed.load(Ordering::SeqCst) {
+                return Err(invalid(format!(
+                    "rank {rank}: aborted, another GPU of the run failed to start"
+                )));
+            }
+            let c = factory.join(rank, &gpu)?;
+            joined
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(c.clone());
+            session.set_collective(c)?;
+            let out = session.run(on_event);
+            if out.is_err() {
+                // The other local ranks wait for this one in their next collective: end it.
+                for c in joined.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    c.abort();
+                }
+            }
+            out
+        };
+    std::thread::scope(|s| {
+        let others: Vec<_> = (first + 1..local.end)
+            .map(|rank| {
+                let rank_main = &rank_main;
+                s.spawn(move || rank_main(rank, &mut |_| {}))
+            })
+            .collect();
+        let lead = rank_main(first, on_event);
+        let mut errors = Vec::new();
+        let summary = match lead {
+            Ok(s) => Some(s),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        for (k, h) in others.into_iter().enumerate() {
+            let rank = first + 1 + k;
+            match h.join() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => errors.push(invalid(format!("GPU rank {rank}: {e}"))),
+                Err(_) => errors.push(invalid(format!("GPU rank {rank} panicked"))),
+            }
+        }
+        // Report the cause, not the ranks that stopped because the group was aborted.
+        let cause = errors
+            .iter()
+            .position(|e| !e.to_string().contains("aborted"))
+            .unwrap_or(0);
+        match (summary, errors.is_empty()) {
+            (Some(s), true) => Ok(s),
+            _ => Err(errors.swap_remove(cause)),
+        }
+    })
+}
+
 /// Writes render | ground truth side by side as a PNG (atomically).
 pub fn write_side_by_side(
     path: &Path,
@@ -1435,6 +1696,14 @@ fn check_options(opts: &TrainOptions) -> Result<(), PipelineError> {
     }
     if opts.sh_degree > 3 {
         return Err(invalid("--sh-degree must be 0..=3"));
+    }
+    if opts.batch == 0 {
+        return Err(invalid("--batch must be at least 1"));
+    }
+    if opts.batch > 1 && opts.visible_adam {
+        return Err(invalid(
+            "--visible-adam steps one view at a time (--batch 1)",
+        ));
     }
     if let Some(w) = opts.alpha_loss
         && !(w.is_finite() && w >= 0.0)

@@ -28,11 +28,13 @@ pub mod loss;
 pub mod mcmc;
 pub mod schedule;
 
+use rust3r_gpu::collective::{self, Collective};
 use rust3r_gpu::{Gpu, GpuBuffer};
 use serde::{Deserialize, Serialize};
 
 use crate::render::{
-    GpuSplats, RasterTuning, RenderOptions, ShCoeffs, ShPrecision, render, render_backward_with,
+    GpuSplats, RasterTuning, RenderOptions, RenderState, ShCoeffs, ShPrecision, render,
+    render_backward_with,
 };
 use crate::{Camera, SplatError};
 use adam::{AdamConfig, MomentPrecision, Moments, adam_update};
@@ -256,6 +258,40 @@ pub struct DepthTarget<'a> {
     pub min_alpha: f32,
 }
 
+/// One view of a batched step ([`Trainer::step_batch`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchView<'a> {
+    pub camera: &'a Camera,
+    pub target: StepTarget<'a>,
+    pub extras: StepExtras<'a>,
+}
+
+impl<'a> BatchView<'a> {
+    /// RGB target only, no extras.
+    pub fn rgb(camera: &'a Camera, rgb: &'a GpuBuffer<f32>) -> Self {
+        Self {
+            camera,
+            target: StepTarget::rgb(rgb),
+            extras: StepExtras::default(),
+        }
+    }
+}
+
+/// What the forward and backward pass of one view leave for the parameter update.
+struct ViewPass {
+    /// Parameter gradients in [`GROUPS`] order (SH empty when the fused SH step computes it).
+    grads: [GpuBuffer<f32>; 5],
+    /// Half-float SH with one view per step: the render state and projected gradient the fused
+    /// SH Adam step reads.
+    fused_sh: Option<(RenderState, GpuBuffer<f32>)>,
+    radii: GpuBuffer<u32>,
+    num_visible: usize,
+    loss: LossOutput,
+    alpha_loss: Option<AlphaLossOutput>,
+    depth_loss: Option<extras::DepthLossOutput>,
+    extra: ExtraGrads,
+}
+
 /// Gradients of the step's loss with respect to the extras' own parameters.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ExtraGrads {
@@ -323,9 +359,10 @@ pub struct Trainer {
     pub step: u64,
     pub rng: HostRng,
     loss: LossKernels,
-    last_loss: Option<LossOutput>,
-    last_alpha_loss: Option<AlphaLossOutput>,
-    last_depth_loss: Option<extras::DepthLossOutput>,
+    /// The last step's loss terms, one per view (alpha and depth: of the views that had one).
+    last_loss: Vec<LossOutput>,
+    last_alpha_loss: Vec<AlphaLossOutput>,
+    last_depth_loss: Vec<extras::DepthLossOutput>,
     zeros_cache: Option<GpuBuffer<f32>>,
     /// Largest device bytes in use sampled inside steps ([`Trainer::track_memory`]).
     peak_in_use: Option<u64>,
@@ -402,9 +439,9 @@ impl Trainer {
             step: 0,
             rng,
             loss: LossKernels::new(gpu),
-            last_loss: None,
-            last_alpha_loss: None,
-            last_depth_loss: None,
+            last_loss: Vec::new(),
+            last_alpha_loss: Vec::new(),
+            last_depth_loss: Vec::new(),
             zeros_cache: None,
             peak_in_use: None,
             raster: RasterTuning::default(),
@@ -587,7 +624,156 @@ impl Trainer {
         target: &StepTarget<'_>,
         extras: &StepExtras<'_>,
     ) -> Result<(StepInfo, ExtraGrads), SplatError> {
+        let view = BatchView {
+            camera,
+            target: *target,
+            extras: *extras,
+        };
+        let (info, mut extra) = self.step_views(std::slice::from_ref(&view), 1, None)?;
+        Ok((info, extra.pop().unwrap_or_default()))
+    }
+
+    /// One optimisation step over a batch of views, as gsplat's batched step: every view is
+    /// rendered and back-propagated in turn, the parameter gradients are summed and divided by
+    /// the number of views (the gradient of the mean loss), then ONE Adam update and one
+    /// densification decision follow. Densification statistics are accumulated per view on
+    /// the view's own gradient (gsplat scales its 2D-mean gradients by the number of cameras
+    /// for this), so a batch of `B` views counts `B` observations. A batch of one is exactly
+    /// [`Trainer::step_extras`]. Returns each view's [`ExtraGrads`] (of that view's loss).
+    ///
+    /// Memory: one more set of parameter gradients than a single-view step (the sum), and
+    /// half-float SH stores its gradient (the fused SH Adam step needs the one view's render).
+    /// [`TrainConfig::visible_adam`] is single-view only (an error here).
+    pub fn step_batch(
+        &mut self,
+        views: &[BatchView<'_>],
+    ) -> Result<(StepInfo, Vec<ExtraGrads>), SplatError> {
+        self.step_views(views, views.len(), None)
+    }
+
+    /// This rank's share of a data-parallel step over a batch of `batch` views (docs/multi-gpu.md):
+    /// `views` are the batch's views `rank, rank + N, ...` (`N` = the collective's world size),
+    /// their gradient sum is summed over the ranks through `collective` and divided by `batch`,
+    /// and every rank applies the same Adam update; the densification statistics are summed over
+    /// the ranks before each refinement. Every replica starts from the same parameters and
+    /// configuration and takes the same (deterministic) decisions, so replicas stay identical.
+    /// The result equals [`Trainer::step_batch`] on the whole batch up to float rounding of the
+    /// sums (their order differs).
+    pub fn step_data_parallel(
+        &mut self,
+        views: &[BatchView<'_>],
+        batch: usize,
+        collective: &dyn Collective,
+    ) -> Result<(StepInfo, Vec<ExtraGrads>), SplatError> {
+        let world = collective.world_size();
+        if world == 0 || collective.rank() >= world {
+            return Err(SplatError::InvalidConfig(format!(
+                "rank {} in a group of {world}",
+                collective.rank()
+            )));
+        }
+        let share = (batch + world - 1 - collective.rank()) / world;
+        if batch < world || views.len() != share {
+            return Err(SplatError::InvalidConfig(format!(
+                "rank {} of {world} got {} views of a batch of {batch}: each of the {world} ranks \
+                 takes views rank, rank + {world}, ... (the batch needs at least one view per rank)",
+                collective.rank(),
+                views.len()
+            )));
+        }
+        self.step_views(views, batch, Some(collective))
+    }
+
+    fn step_views(
+        &mut self,
+        views: &[BatchView<'_>],
+        batch: usize,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(StepInfo, Vec<ExtraGrads>), SplatError> {
+        if views.is_empty() {
+            return Err(SplatError::InvalidConfig(
+                "a training step needs at least one view".into(),
+            ));
+        }
+        if collective.is_none() && batch != views.len() {
+            return Err(SplatError::InvalidConfig(format!(
+                "a step over {} views with a batch of {batch}",
+                views.len()
+            )));
+        }
+        if batch > 1 && self.cfg.visible_adam {
+            return Err(SplatError::InvalidConfig(format!(
+                "visible_adam steps one view at a time, not a batch of {batch}"
+            )));
+        }
+        let alpha_weight = self.cfg.alpha_loss_weight;
+        if !(alpha_weight.is_finite() && alpha_weight >= 0.0) {
+            return Err(SplatError::InvalidConfig(format!(
+                "alpha_loss_weight must be a finite number >= 0, found {alpha_weight}"
+            )));
+        }
+        for v in views {
+            Self::check_target(v.camera, &v.target)?;
+        }
         let gpu = self.gpu.clone();
+        // One view on one rank: the fused half-float SH Adam step reads that view's render.
+        let fused = batch == 1 && collective.is_none();
+        rust3r_gpu::profile::start(&gpu);
+        let mut sum: Option<[GpuBuffer<f32>; 5]> = None;
+        let mut fused_sh = None;
+        let mut visible = None;
+        let mut num_visible = 0;
+        let (mut losses, mut alpha_losses, mut depth_losses, mut extra) =
+            (vec![], vec![], vec![], vec![]);
+        for v in views {
+            let p = self.view_pass(v, fused)?;
+            match &sum {
+                None => sum = Some(p.grads),
+                Some(acc) => {
+                    for (a, g) in acc.iter().zip(&p.grads) {
+                        collective::add_assign(&gpu, a, g)?;
+                    }
+                }
+            }
+            fused_sh = p.fused_sh;
+            visible = Some(p.radii);
+            num_visible += p.num_visible;
+            losses.push(p.loss);
+            alpha_losses.extend(p.alpha_loss);
+            depth_losses.extend(p.depth_loss);
+            extra.push(p.extra);
+        }
+        let mut grads = sum.ok_or_else(|| SplatError::InvalidConfig("no views".into()))?;
+        if let Some(c) = collective {
+            for g in grads.iter_mut() {
+                *g = c.all_reduce_sum(&gpu, g.clone())?;
+            }
+            rust3r_gpu::profile::mark(&gpu, "all-reduce");
+        }
+        if batch > 1 {
+            let inv = 1.0 / batch as f32;
+            for g in &grads {
+                collective::scale(&gpu, g, inv);
+            }
+        }
+        let visible = if self.cfg.visible_adam { visible } else { None };
+        let refined = self.apply_step(grads, fused_sh, visible, collective)?;
+        self.last_loss = losses;
+        self.last_alpha_loss = alpha_losses;
+        self.last_depth_loss = depth_losses;
+        self.step += 1;
+        Ok((
+            StepInfo {
+                step: self.step,
+                num_splats: self.splats.len(),
+                num_visible,
+                refined,
+            },
+            extra,
+        ))
+    }
+
+    fn check_target(camera: &Camera, target: &StepTarget<'_>) -> Result<(), SplatError> {
         let (w, h) = (camera.width, camera.height);
         let npix = (w as usize) * (h as usize);
         if target.rgb.len() != npix * 3 {
@@ -606,24 +792,31 @@ impl Trainer {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Forward and backward pass of one view: its loss terms, its parameter gradients, and its
+    /// densification statistics accumulated (ADC gradient norms and counts, the multi-view
+    /// error score). `fused`: half-float SH leaves its gradient to the fused Adam step, which
+    /// gets this view's render state.
+    fn view_pass(&mut self, view: &BatchView<'_>, fused: bool) -> Result<ViewPass, SplatError> {
+        let gpu = self.gpu.clone();
+        let (camera, target, extras) = (view.camera, &view.target, &view.extras);
+        let (w, h) = (camera.width, camera.height);
+        let npix = (w as usize) * (h as usize);
         let alpha_weight = self.cfg.alpha_loss_weight;
-        if !(alpha_weight.is_finite() && alpha_weight >= 0.0) {
-            return Err(SplatError::InvalidConfig(format!(
-                "alpha_loss_weight must be a finite number >= 0, found {alpha_weight}"
-            )));
-        }
+        let half_sh = self.splats.sh.is_half();
         let opts = RenderOptions {
             background: self.cfg.background,
             antialiased: self.cfg.antialiased,
             sh_degree: Some(self.active_sh_degree()),
             deterministic: self.cfg.deterministic,
             absgrad: matches!(&self.cfg.strategy, Strategy::Adc(a) if a.absgrad && self.step < a.refine_stop),
-            // Half-float SH: Adam computes the SH gradient itself (not stored).
-            sh_grad: !self.splats.sh.is_half(),
+            // Half-float SH on one view: Adam computes the SH gradient itself (not stored).
+            sh_grad: !(half_sh && fused),
             tuning: self.raster,
             ..Default::default()
         };
-        rust3r_gpu::profile::start(&gpu);
         let (out, state) = render(&gpu, &self.splats, camera, &opts)?;
         self.sample_memory();
         let lambda = self.cfg.ssim_lambda;
@@ -712,14 +905,63 @@ impl Trainer {
             extra_grads.world_to_camera = Some(grads.world_to_camera);
         }
         self.sample_memory();
+        // ADC statistics of this view (per view, on the view's own gradient).
+        if let Strategy::Adc(adc) = &self.cfg.strategy
+            && self.step < adc.refine_stop
+        {
+            let (signal, stride) = match &grads.means2d_abs {
+                Some(abs) => (abs, 2),
+                None => (&grads.projected, crate::kernels::project::VPROJ as u32),
+            };
+            densify::accumulate(
+                &gpu,
+                signal,
+                stride,
+                &out.radii,
+                &self.grad2d,
+                &self.count,
+                w,
+                h,
+            );
+        }
+        let fused_sh = (half_sh && fused).then(|| (state, grads.projected.clone()));
+        Ok(ViewPass {
+            grads: [
+                grads.means,
+                grads.log_scales,
+                grads.quats,
+                grads.opacity_logits,
+                grads.sh,
+            ],
+            fused_sh,
+            radii: out.radii,
+            num_visible: out.num_visible,
+            loss,
+            alpha_loss,
+            depth_loss,
+            extra: extra_grads,
+        })
+    }
+
+    /// The parameter update of a step from its (mean) gradients: the MCMC regularisers, Adam,
+    /// then densification or MCMC relocation and noise. With a collective the densification
+    /// statistics are summed over the ranks before a refinement.
+    fn apply_step(
+        &mut self,
+        grads: [GpuBuffer<f32>; 5],
+        fused_sh: Option<(RenderState, GpuBuffer<f32>)>,
+        visible: Option<GpuBuffer<u32>>,
+        collective: Option<&dyn Collective>,
+    ) -> Result<Option<RefineInfo>, SplatError> {
+        let gpu = self.gpu.clone();
         if let Strategy::Mcmc(mc) = &self.cfg.strategy {
             mcmc::add_regularizer_grads(
                 &gpu,
                 mc,
                 &self.splats.opacity_logits,
                 &self.splats.log_scales,
-                &grads.opacity_logits,
-                &grads.log_scales,
+                &grads[3],
+                &grads[1],
             );
         }
         let t = self.step + 1;
@@ -731,15 +973,8 @@ impl Trainer {
             (1, lr.opacities, 0.0),
             (3, lr.sh_dc, lr.sh_rest),
         ];
-        let grad_bufs = [
-            &grads.means,
-            &grads.log_scales,
-            &grads.quats,
-            &grads.opacity_logits,
-            &grads.sh,
-        ];
         let rows = self.rows();
-        let visible = self.cfg.visible_adam.then_some(&out.radii);
+        let visible = visible.as_ref();
         // SH first: its fused gradient reads the means of the render.
         for g in [4, 0, 1, 2, 3] {
             let key = adam::rounding_key(self.cfg.seed, g, t);
@@ -748,10 +983,13 @@ impl Trainer {
                 (_, ShCoeffs::F32(sh)) => sh,
                 (_, ShCoeffs::Half { dc, rest }) => {
                     let (_, lr_dc, lr_rest) = rates[g];
-                    let grad = adam::ShGrad::Fused {
-                        means: &self.splats.means,
-                        inputs: state.sh_grad_inputs(),
-                        v_proj: &grads.projected,
+                    let grad = match &fused_sh {
+                        Some((state, v_proj)) => adam::ShGrad::Fused {
+                            means: &self.splats.means,
+                            inputs: state.sh_grad_inputs(),
+                            v_proj,
+                        },
+                        None => adam::ShGrad::Buffer(&grads[4]),
                     };
                     adam::adam_update_sh_half(
                         &gpu,
@@ -773,7 +1011,7 @@ impl Trainer {
             adam_update(
                 &gpu,
                 param,
-                grad_bufs[g],
+                &grads[g],
                 &self.moments[g],
                 rows[g],
                 rates[g],
@@ -785,29 +1023,20 @@ impl Trainer {
         }
 
         self.sample_memory();
-        drop(state);
+        drop(fused_sh);
+        drop(grads);
         rust3r_gpu::profile::mark(&gpu, "adam");
         let s = self.step;
         let mut refined = None;
         match self.cfg.strategy.clone() {
             Strategy::Adc(adc) => {
                 if s < adc.refine_stop {
-                    let (signal, stride) = match &grads.means2d_abs {
-                        Some(abs) => (abs, 2),
-                        None => (&grads.projected, crate::kernels::project::VPROJ as u32),
-                    };
-                    densify::accumulate(
-                        &gpu,
-                        signal,
-                        stride,
-                        &out.radii,
-                        &self.grad2d,
-                        &self.count,
-                        w,
-                        h,
-                    );
                     if s > adc.refine_start && s.is_multiple_of(adc.refine_every.max(1)) {
-                        drop(grads);
+                        if let Some(c) = collective {
+                            self.grad2d = c.all_reduce_sum(&gpu, self.grad2d.clone())?;
+                            self.count = c.all_reduce_sum(&gpu, self.count.clone())?;
+                            self.error_score = c.all_reduce_sum(&gpu, self.error_score.clone())?;
+                        }
                         refined = Some(self.refine_adc(&adc, s)?);
                     }
                     if adc.reset_every > 0 && s > 0 && s.is_multiple_of(adc.reset_every) {
@@ -816,7 +1045,6 @@ impl Trainer {
                 }
             }
             Strategy::Mcmc(mc) => {
-                drop(grads);
                 if s < mc.refine_stop
                     && s > mc.refine_start
                     && s.is_multiple_of(mc.refine_every.max(1))
@@ -837,19 +1065,7 @@ impl Trainer {
             }
         }
         rust3r_gpu::profile::mark(&gpu, "densify / noise");
-        self.last_loss = Some(loss);
-        self.last_alpha_loss = alpha_loss;
-        self.last_depth_loss = depth_loss;
-        self.step += 1;
-        Ok((
-            StepInfo {
-                step: self.step,
-                num_splats: self.splats.len(),
-                num_visible: out.num_visible,
-                refined,
-            },
-            extra_grads,
-        ))
+        Ok(refined)
     }
 
     /// Sample the device memory in use inside every following step: after the forward pass,
@@ -872,39 +1088,52 @@ impl Trainer {
         }
     }
 
-    /// Loss of the last step, the alpha term included (reads one or two values back).
+    /// Loss of the last step, the alpha term included (reads one or two values back per view);
+    /// over a batch, the mean over this trainer's views.
     pub fn last_loss(&self) -> Result<Option<f32>, SplatError> {
-        match &self.last_loss {
-            Some(l) => Ok(Some(
-                l.value(&self.gpu)? + self.last_alpha_loss()?.unwrap_or(0.0),
-            )),
-            None => Ok(None),
+        if self.last_loss.is_empty() {
+            return Ok(None);
         }
+        let mut sum = 0.0;
+        for l in &self.last_loss {
+            sum += l.value(&self.gpu)?;
+        }
+        for a in &self.last_alpha_loss {
+            sum += a.value(&self.gpu)?;
+        }
+        Ok(Some(sum / self.last_loss.len() as f32))
     }
 
-    /// The alpha term of the last step's loss, when it had one (reads one value back).
+    /// The alpha term of the last step's loss, when it had one (reads one value back per view;
+    /// over a batch, the mean over the views that had one).
     pub fn last_alpha_loss(&self) -> Result<Option<f32>, SplatError> {
-        match &self.last_alpha_loss {
-            Some(l) => Ok(Some(l.value(&self.gpu)?)),
-            None => Ok(None),
-        }
+        Self::mean_value(self.last_alpha_loss.iter().map(|l| l.value(&self.gpu)))
     }
 
-    /// The depth term of the last step's loss, when it had one (reads one value back; not part
-    /// of [`Trainer::last_loss`]).
+    /// The depth term of the last step's loss, when it had one (reads one value back per view;
+    /// not part of [`Trainer::last_loss`]; over a batch, the mean over the views that had one).
     pub fn last_depth_loss(&self) -> Result<Option<f32>, SplatError> {
-        match &self.last_depth_loss {
-            Some(l) => Ok(Some(l.value(&self.gpu)?)),
-            None => Ok(None),
-        }
+        Self::mean_value(self.last_depth_loss.iter().map(|l| l.value(&self.gpu)))
     }
 
-    /// PSNR of the last step's render against its target (reads one value back).
+    /// PSNR of the last step's render against its target (reads one value back per view; over
+    /// a batch, the mean over this trainer's views).
     pub fn last_psnr(&self) -> Result<Option<f32>, SplatError> {
-        match &self.last_loss {
-            Some(l) => Ok(Some(l.psnr(&self.gpu)?)),
-            None => Ok(None),
+        Self::mean_value(self.last_loss.iter().map(|l| l.psnr(&self.gpu)))
+    }
+
+    fn mean_value<E>(
+        values: impl Iterator<Item = Result<f32, E>>,
+    ) -> Result<Option<f32>, SplatError>
+    where
+        SplatError: From<E>,
+    {
+        let (mut sum, mut n) = (0.0f32, 0usize);
+        for v in values {
+            sum += v?;
+            n += 1;
         }
+        Ok((n > 0).then(|| sum / n as f32))
     }
 
     /// Rebuild every per-Gaussian buffer from `parent` / `variant` (see [`densify`]).
