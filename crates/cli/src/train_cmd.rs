@@ -118,7 +118,9 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     pub gpus: usize,
     /// Views per optimisation step: their mean gradient, one Adam update (gsplat's batch).
-    /// Default 1, or the number of GPUs of the run (one view per GPU per step).
+    /// Default 1, or the number of GPUs of the run (one view per GPU per step). With B > 1 the
+    /// learning rates, Adam and (default preset) the schedule and default --steps are scaled
+    /// as gsplat does (docs/multi-gpu.md).
     #[arg(long)]
     pub batch: Option<usize>,
     /// Several processes or hosts: the run's total number of GPUs (default: --gpus). Every
@@ -323,6 +325,11 @@ pub fn options_of(a: &TrainArgs) -> Result<TrainOptions> {
         batch: a.batch.unwrap_or(a.world_size.unwrap_or(a.gpus).max(1)),
         ..TrainOptions::default()
     };
+    // A batch of B views per step: the default schedule's views in 1/B of its steps (its step
+    // counts are scaled the same way: `TrainConfig::for_batch`).
+    if a.steps.is_none() && opts.batch > 1 && opts.preset == TrainPreset::Default {
+        opts.steps = (opts.steps / opts.batch as u64).max(1);
+    }
     a.splat.apply(&mut opts)?;
     Ok(opts)
 }

@@ -1688,6 +1688,8 @@ pub fn train_config(opts: &TrainOptions, scale: f64) -> TrainConfig {
         sh_precision,
         ..Default::default()
     }
+    // Batches: gsplat's scaling rules; the fast preset's schedule already follows --steps.
+    .for_batch(opts.batch, opts.preset == TrainPreset::Default)
 }
 
 fn check_options(opts: &TrainOptions) -> Result<(), PipelineError> {

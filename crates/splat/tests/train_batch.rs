@@ -360,3 +360,43 @@ fn nccl_ranks_on_two_cuda_devices_equal_the_single_gpu_batch() {
     eprintln!("NCCL, 2 CUDA devices vs one: largest relative difference {worst:e}");
     assert!(worst <= 1e-5, "{worst:e}");
 }
+
+/// gsplat's batch rules (`simple_trainer.py`: learning rates times sqrt(B), eps / sqrt(B),
+/// `1 - beta` times B; its `steps_scaler` for the schedule), written out by hand for B = 4.
+#[test]
+fn a_batch_scales_rates_adam_and_schedule_as_gsplat_does() {
+    use rust3r_splat::train::{AdcConfig, LearningRates, Strategy};
+    let base = TrainConfig::default();
+    assert_eq!(base.clone().for_batch(1, true), base);
+    let b4 = base.clone().for_batch(4, true);
+    let (lr, lr0) = (&b4.lr, LearningRates::default());
+    for (got, want) in [
+        (lr.means, lr0.means * 2.0),
+        (lr.scales, lr0.scales * 2.0),
+        (lr.quats, lr0.quats * 2.0),
+        (lr.opacities, lr0.opacities * 2.0),
+        (lr.sh_dc, lr0.sh_dc * 2.0),
+        (lr.sh_rest, lr0.sh_rest * 2.0),
+    ] {
+        assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+    }
+    assert!((b4.adam.beta1 - 0.6).abs() < 1e-6, "{}", b4.adam.beta1);
+    assert!((b4.adam.beta2 - 0.996).abs() < 1e-6, "{}", b4.adam.beta2);
+    assert!((b4.adam.eps - 0.5e-15).abs() < 1e-21);
+    assert_eq!(b4.lr.decay_steps, 7_500);
+    assert_eq!(b4.sh_degree_interval, 250);
+    let Strategy::Adc(a) = &b4.strategy else {
+        panic!("ADC expected")
+    };
+    let a0 = AdcConfig::default();
+    assert_eq!(
+        (a.refine_start, a.refine_stop, a.refine_every, a.reset_every),
+        (125, 3_750, 25, 750)
+    );
+    assert_eq!(a.grad2d_threshold, a0.grad2d_threshold);
+    // Without the schedule: rates and Adam only.
+    let rates_only = base.clone().for_batch(4, false);
+    assert_eq!(rates_only.strategy, base.strategy);
+    assert_eq!(rates_only.lr.decay_steps, 30_000);
+    assert_eq!(rates_only.adam, b4.adam);
+}

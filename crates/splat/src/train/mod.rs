@@ -185,6 +185,58 @@ pub struct TrainConfig {
     pub sh_precision: ShPrecision,
 }
 
+impl TrainConfig {
+    /// This configuration adapted to steps over `batch` views (gsplat's `simple_trainer.py`
+    /// batch rules, after Malladi et al.'s square-root scaling for Adam): learning rates times
+    /// `sqrt(batch)`, Adam's `eps` divided by it and `1 - beta` times `batch`; with
+    /// `scale_schedule` every step count (densification start / stop / interval, opacity
+    /// resets, SH degree interval, learning-rate decay) divided by `batch`, so a run of
+    /// `S / batch` steps sees the views of an `S`-step one-view run on the same schedule. A
+    /// batch of 1 returns the configuration unchanged.
+    pub fn for_batch(mut self, batch: usize, scale_schedule: bool) -> Self {
+        if batch <= 1 {
+            return self;
+        }
+        let b = batch as f32;
+        let root = b.sqrt();
+        let lr = &mut self.lr;
+        for rate in [
+            &mut lr.means,
+            &mut lr.scales,
+            &mut lr.quats,
+            &mut lr.opacities,
+            &mut lr.sh_dc,
+            &mut lr.sh_rest,
+        ] {
+            *rate *= root;
+        }
+        self.adam.eps /= root;
+        self.adam.beta1 = (1.0 - b * (1.0 - self.adam.beta1)).max(0.0);
+        self.adam.beta2 = (1.0 - b * (1.0 - self.adam.beta2)).max(0.0);
+        if scale_schedule {
+            let per = |steps: u64| (steps / batch as u64).max(1);
+            self.sh_degree_interval = per(self.sh_degree_interval);
+            self.lr.decay_steps = per(self.lr.decay_steps);
+            match &mut self.strategy {
+                Strategy::Adc(a) => {
+                    a.refine_start = per(a.refine_start);
+                    a.refine_stop = per(a.refine_stop);
+                    a.refine_every = per(a.refine_every);
+                    if a.reset_every > 0 {
+                        a.reset_every = per(a.reset_every);
+                    }
+                }
+                Strategy::Mcmc(m) => {
+                    m.refine_start = per(m.refine_start);
+                    m.refine_stop = per(m.refine_stop);
+                    m.refine_every = per(m.refine_every);
+                }
+            }
+        }
+        self
+    }
+}
+
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
