@@ -320,9 +320,10 @@ pub fn track_pair_gpu(
 ) -> Result<crate::pair::PairTrack, SlamError> {
     crate::pair::check_pair(pred, kf, kf_conf, None)?;
     let start = std::time::Instant::now();
-    // The frame's points serve the matching and every iteration's normal equations.
-    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
-    let matches = match_pair_on(gpu, pred, &frame_pts, &tracker.matching, idx_init)?;
+    // The frame's points serve the matching and every iteration's normal equations; the
+    // front end's copies when it left them on this device.
+    let (frame_pts, kf_pts) = resident_points(gpu, pred);
+    let matches = match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
@@ -457,15 +458,36 @@ pub fn match_pair_gpu(
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
-    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
-    match_pair_on(gpu, pred, &frame_pts, cfg, idx_init)
+    let (frame_pts, kf_pts) = resident_points(gpu, pred);
+    match_pair_on(gpu, pred, &frame_pts, &kf_pts, cfg, idx_init)
 }
 
-/// [`match_pair_gpu`] with the frame's points already on the device (`src_pts`, `[n * 3]`).
+/// A pair's `Xff` and `Xkf` on `gpu`: the front end's copies when it left them there
+/// ([`crate::pair::DeviceDescriptors::points`]), else uploaded.
+fn resident_points(
+    gpu: &Gpu,
+    pred: &crate::pair::PairPrediction,
+) -> (GpuBuffer<f32>, GpuBuffer<f32>) {
+    let n = pred.frame.len() * 3;
+    match pred.device_desc.as_ref().filter(|d| d.gpu.same_device(gpu)) {
+        Some(crate::pair::DeviceDescriptors {
+            points: Some((f, k)),
+            ..
+        }) if f.len() == n && k.len() == n => (f.clone(), k.clone()),
+        _ => (
+            gpu.upload(&flat3(&pred.frame.points)),
+            gpu.upload(&flat3(&pred.keyframe_points)),
+        ),
+    }
+}
+
+/// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
+/// camera (`kf_pts`) already on the device (`[n * 3]` each).
 fn match_pair_on(
     gpu: &Gpu,
     pred: &crate::pair::PairPrediction,
     src_pts: &GpuBuffer<f32>,
+    kf_pts: &GpuBuffer<f32>,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
@@ -491,7 +513,7 @@ fn match_pair_on(
         gpu.upload(&rays.data).arg(),
         src_pts.arg(),
         all_valid.arg(),
-        gpu.upload(&flat3(&pred.keyframe_points)).arg(),
+        kf_pts.arg(),
         all_valid.arg(),
         gpu.upload(&pose_buffer(&Sim3::identity())).arg(),
         gpu.upload(&matching_params(cfg)).arg(),
