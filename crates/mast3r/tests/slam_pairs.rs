@@ -275,7 +275,7 @@ fn byte_images_normalise_on_the_device_as_on_the_host() {
     let back = |t: burn::tensor::Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
     let (w, h) = (13usize, 7usize);
     let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 256) as u8).collect();
-    assert!((0..=255u8).all(|b| rgb.contains(&b)) && rgb.len() % 4 != 0);
+    assert!((0..=255u8).all(|b| rgb.contains(&b)) && !rgb.len().is_multiple_of(4));
     let mut data = vec![0.0f32; rgb.len()];
     for (i, px) in rgb.chunks_exact(3).enumerate() {
         for c in 0..3 {
