@@ -323,7 +323,9 @@ pub fn track_pair_gpu(
     // The frame's points serve the matching and every iteration's normal equations; the
     // front end's copies when it left them on this device.
     let (frame_pts, kf_pts) = resident_points(gpu, pred);
-    let matches = match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
+    // The matches stay on the device too, for the normal equations.
+    let (matches, idx_dev) =
+        match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
@@ -336,14 +338,15 @@ pub fn track_pair_gpu(
         None,
         t_init,
         matches,
-        &mut |_, _, idx, used, qk, t| {
+        // `idx` is the matches' `idx`, already on the device (`idx_dev`).
+        &mut |_, _, _, used, qk, t| {
             let eq = sums
                 .get_or_insert_with(|| {
                     GpuPairNormalEq::with_frame(
                         gpu,
                         frame_pts.clone(),
                         &kf.points,
-                        idx,
+                        idx_dev.clone(),
                         used,
                         qk,
                         &p,
@@ -393,15 +396,16 @@ impl GpuPairNormalEq {
         p: &ResidualParams,
     ) -> Self {
         let src_pts = gpu.upload(&flat3(frame_points));
-        Self::with_frame(gpu, src_pts, kf_points, idx, used, qk, p)
+        Self::with_frame(gpu, src_pts, kf_points, gpu.upload(idx), used, qk, p)
     }
 
-    /// [`GpuPairNormalEq::new`] with the frame's points already on the device (`[n * 3]`).
+    /// [`GpuPairNormalEq::new`] with the frame's points (`[n * 3]`) and the matches already on
+    /// the device.
     fn with_frame(
         gpu: &Gpu,
         src_pts: GpuBuffer<f32>,
         kf_points: &[[f32; 3]],
-        idx: &[u32],
+        idx: GpuBuffer<u32>,
         used: &[bool],
         qk: &[f32],
         p: &ResidualParams,
@@ -413,7 +417,7 @@ impl GpuPairNormalEq {
         Self {
             src_pts,
             meas_pts: gpu.upload(&flat3(kf_points)),
-            idx: gpu.upload(idx),
+            idx,
             used: gpu.upload(&mask(used)),
             qk: gpu.upload(qk),
             params: gpu.upload(&params),
@@ -459,7 +463,7 @@ pub fn match_pair_gpu(
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
     let (frame_pts, kf_pts) = resident_points(gpu, pred);
-    match_pair_on(gpu, pred, &frame_pts, &kf_pts, cfg, idx_init)
+    Ok(match_pair_on(gpu, pred, &frame_pts, &kf_pts, cfg, idx_init)?.0)
 }
 
 /// A pair's `Xff` and `Xkf` on `gpu`: the front end's copies when it left them there
@@ -482,7 +486,8 @@ fn resident_points(
 }
 
 /// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
-/// camera (`kf_pts`) already on the device (`[n * 3]` each).
+/// camera (`kf_pts`) already on the device (`[n * 3]` each); also returns the matches' `idx` on
+/// the device.
 fn match_pair_on(
     gpu: &Gpu,
     pred: &crate::pair::PairPrediction,
@@ -490,7 +495,7 @@ fn match_pair_on(
     kf_pts: &GpuBuffer<f32>,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
-) -> Result<crate::pair::PairMatches, SlamError> {
+) -> Result<(crate::pair::PairMatches, GpuBuffer<u32>), SlamError> {
     let f = &pred.frame;
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
@@ -536,11 +541,14 @@ fn match_pair_on(
         start.elapsed().as_secs_f64() * 1e3
     );
     if cfg.radius == 0 {
-        return Ok(crate::pair::PairMatches {
-            idx: gpu.read(&idx).map_err(gerr)?,
-            valid,
-            refined: 0,
-        });
+        return Ok((
+            crate::pair::PairMatches {
+                idx: gpu.read(&idx).map_err(gerr)?,
+                valid,
+                refined: 0,
+            },
+            idx,
+        ));
     }
     let refined_idx = gpu.alloc::<u32>(n);
     // The front end's buffers when it left the descriptors on this device, else one upload
@@ -589,11 +597,14 @@ fn match_pair_on(
         start.elapsed().as_secs_f64() * 1e3
     );
     let refined = after.iter().zip(&before).filter(|(a, b)| a != b).count();
-    Ok(crate::pair::PairMatches {
-        idx: after,
-        valid,
-        refined,
-    })
+    Ok((
+        crate::pair::PairMatches {
+            idx: after,
+            valid,
+            refined,
+        },
+        refined_idx,
+    ))
 }
 
 /// The normal equations from the [`NE_COLS`] column sums.
