@@ -485,6 +485,30 @@ fn resident_points(
     }
 }
 
+/// The iterative projection's start positions (`[n * 2]`, `(u, v)` per keyframe pixel) made on
+/// the device: frame pixel `idx_init[q]` of a `w`-wide frame, or pixel `q` itself when
+/// `idx_init` is `None` or not `n` long, as the CPU matching starts; only the previous matches go
+/// up.
+pub fn warm_start_on(gpu: &Gpu, idx_init: Option<&[u32]>, w: usize, n: usize) -> GpuBuffer<f32> {
+    let warm = idx_init.filter(|i| i.len() == n);
+    let prev = match warm {
+        Some(i) => gpu.upload(i),
+        None => gpu.alloc::<u32>(1),
+    };
+    let pos = gpu.alloc::<f32>(2 * n);
+    pair::warm_start_kernel::launch(
+        gpu.client(),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
+        prev.arg(),
+        pos.arg(),
+        n as u32,
+        w as u32,
+        warm.is_none() as u32,
+    );
+    pos
+}
+
 /// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
 /// camera (`kf_pts`) already on the device (`[n * 3]` each); also returns the matches' `idx` on
 /// the device.
@@ -502,13 +526,9 @@ fn match_pair_on(
     let start = std::time::Instant::now();
     let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
     let ray_ms = start.elapsed().as_secs_f64() * 1e3;
-    let init: Vec<f32> = crate::pair::warm_start(idx_init, w, n)
-        .into_iter()
-        .flatten()
-        .collect();
+    let pos = warm_start_on(gpu, idx_init, w, n);
     // Every pixel is valid on both sides (filled on the device).
     let all_valid = gpu.filled::<u32>(n, 1);
-    let pos = gpu.upload(&init);
     let idx = gpu.alloc::<u32>(n);
     let valid = gpu.alloc::<u32>(n);
     track::match_kernel::launch(
