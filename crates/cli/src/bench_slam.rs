@@ -92,6 +92,10 @@ pub struct SlamMonoArgs {
     /// ATE mean nothing.
     #[arg(long)]
     timing: Option<usize>,
+    /// Read the frames and make the network's input on the tracking thread (as before frames
+    /// were prepared ahead on a loader thread: `FrameSource::Pipelined`), to compare.
+    #[arg(long)]
+    inline_frames: bool,
     /// Print frames per second, keyframes and memory every this many frames.
     #[arg(long, default_value_t = 500)]
     report_every: usize,
@@ -260,35 +264,42 @@ fn run(
     } else {
         None
     };
+    if let Some(path) = &a.trajectory {
+        // Written before the run: the data set moves to the frame loader thread.
+        output::write_ground_truth(&path.with_extension("gt.txt"), &ds)?;
+    }
+    let source = if a.inline_frames {
+        FrameSource::Inline {
+            dataset: &ds,
+            front,
+        }
+    } else {
+        FrameSource::Pipelined {
+            dataset: Box::new(ds),
+            front,
+            ahead: 4,
+        }
+    };
     let start = Instant::now();
     let mut last = (Instant::now(), 0usize);
     let mut reports = Vec::new();
     let every = a.report_every.max(1);
-    let result = rust3r_slam::run_slam_source(
-        FrameSource::Inline {
-            dataset: &ds,
-            front,
-        },
-        &cfg,
-        None,
-        gpu.as_ref(),
-        |p| {
-            if p.frame % every == 0 || p.frame == a.frames {
-                let dt = last.0.elapsed().as_secs_f64();
-                let fps = (p.frame - last.1) as f64 / dt.max(1e-9);
-                let (rss, peak) = rss_mib();
-                eprintln!(
-                    "frame {}: {fps:.1} FPS since the last report, {} keyframes, {}, RSS {rss:.0} MiB (peak {peak:.0})",
-                    p.frame, p.keyframes, p.state
-                );
-                reports.push(serde_json::json!({
-                    "frame": p.frame, "fps": fps, "keyframes": p.keyframes,
-                    "rss_mib": rss, "peak_rss_mib": peak,
-                }));
-                last = (Instant::now(), p.frame);
-            }
-        },
-    )?;
+    let result = rust3r_slam::run_slam_source(source, &cfg, None, gpu.as_ref(), |p| {
+        if p.frame % every == 0 || p.frame == a.frames {
+            let dt = last.0.elapsed().as_secs_f64();
+            let fps = (p.frame - last.1) as f64 / dt.max(1e-9);
+            let (rss, peak) = rss_mib();
+            eprintln!(
+                "frame {}: {fps:.1} FPS since the last report, {} keyframes, {}, RSS {rss:.0} MiB (peak {peak:.0})",
+                p.frame, p.keyframes, p.state
+            );
+            reports.push(serde_json::json!({
+                "frame": p.frame, "fps": fps, "keyframes": p.keyframes,
+                "rss_mib": rss, "peak_rss_mib": peak,
+            }));
+            last = (Instant::now(), p.frame);
+        }
+    })?;
     let secs = start.elapsed().as_secs_f64();
     let est: Vec<_> = result
         .frame_poses()
@@ -299,7 +310,6 @@ fn run(
         .collect();
     if let Some(path) = &a.trajectory {
         output::write_tum_poses(path, &est)?;
-        output::write_ground_truth(&path.with_extension("gt.txt"), &ds)?;
     }
     let ate = ate_from_trajectories(
         &Trajectory::from_sim3(&est),
@@ -330,8 +340,14 @@ fn run(
             / result.keyframes.frames.len().max(1) as f64
     );
     println!(
-        "time: network + depth pairs {:.1} s, tracking {:.1} s, mapping {:.1} s, back end {:.1} s (its own thread), waiting for the back end {:.1} s",
-        tm.load_s, tm.track_s, tm.map_s, tm.backend_s, tm.backend_wait_s
+        "time: network + depth pairs {:.1} s, tracking {:.1} s, mapping {:.1} s, back end {:.1} s (its own thread), waiting for the back end {:.1} s; frames read and prepared {:.1} s (loader thread), waited for {:.1} s",
+        tm.load_s,
+        tm.track_s,
+        tm.map_s,
+        tm.backend_s,
+        tm.backend_wait_s,
+        tm.prepare_s,
+        tm.wait_frames_s
     );
     if let Some(path) = &a.json {
         let json = serde_json::json!({
@@ -343,7 +359,9 @@ fn run(
             "relocalisations": result.relocalisations, "frames_without_pose": lost,
             "ate_sim3_m": ate.as_ref().map(|r| r.rmse),
             "timings": {"load_s": tm.load_s, "track_s": tm.track_s, "map_s": tm.map_s,
-                "backend_s": tm.backend_s, "backend_wait_s": tm.backend_wait_s},
+                "backend_s": tm.backend_s, "backend_wait_s": tm.backend_wait_s,
+                "prepare_s": tm.prepare_s, "wait_frames_s": tm.wait_frames_s},
+            "inline_frames": a.inline_frames,
             "scale_sigma": a.scale_sigma, "depth_sigma": a.depth_sigma,
             "focal_sigma": a.focal_sigma, "seed": a.seed, "encode_only": a.encode_only,
             "reports": reports,

@@ -205,7 +205,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         let nominal = rust3r_geometry::PinholeCamera::new(512.0, 512.0, 256.0, 192.0, 512, 384);
         let camera = front.camera().unwrap_or(nominal);
         mono_front = Some(front);
-        (0, camera)
+        (1, camera)
     } else {
         let depth_k = dataset.depth_intrinsics().with_context(|| {
             format!(
@@ -263,11 +263,13 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     }
     let start = Instant::now();
     // The network runs on the tracking thread (one model on the GPU; the pair (frame, keyframe)
-    // it decodes depends on the keyframe, known only there); RGB-D frames on loaders.
+    // it decodes depends on the keyframe, known only there), its input is made ahead on a
+    // loader thread with its own handle on the data set; RGB-D frames on loaders.
     let source = match mono_front.as_mut() {
-        Some(front) => FrameSource::Inline {
-            dataset: dataset.as_ref(),
+        Some(front) => FrameSource::Pipelined {
+            dataset: datasets::open_with(&args.dataset, &open_options)?,
             front,
+            ahead: 4,
         },
         None => FrameSource::Prefetch {
             loaders,
@@ -327,7 +329,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     );
     let t = &result.timings;
     println!(
-        "time: tracking {:.1} s, mapping {:.1} s, back end {:.1} s{}, waiting for frames {:.1} s / for the back end {:.1} s, decoding {:.1} s ({n_loaders} loader thread{})",
+        "time: tracking {:.1} s, mapping {:.1} s, back end {:.1} s{}, waiting for frames {:.1} s / for the back end {:.1} s, decoding {:.1} s{} ({n_loaders} loader thread{})",
         t.track_s,
         t.map_s,
         t.backend_s,
@@ -339,6 +341,11 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         t.wait_frames_s,
         t.backend_wait_s,
         t.load_s,
+        if t.prepare_s > 0.0 {
+            format!(" + frames read and prepared ahead {:.1} s", t.prepare_s)
+        } else {
+            String::new()
+        },
         if n_loaders == 1 { "" } else { "s" },
     );
     if args.input.retrieval.is_some() || result.relocalisations > 0 || lost > 0 {

@@ -25,7 +25,9 @@
 //! Threads: the network (one model on one device) runs where the SLAM system calls it, the
 //! tracking thread ([`rust3r_slam::FrameSource::Inline`]): which keyframe a frame is decoded
 //! with is only known there, after the previous frame is tracked. The pair's points are as the
-//! network predicts them; the SLAM system puts them on the pixel rays in calibrated mode.
+//! network predicts them; the SLAM system puts them on the pixel rays in calibrated mode. What
+//! needs no network (undistortion, resizing, normalisation) can run ahead on a loader thread
+//! ([`PairFrontEnd::preparer`], [`rust3r_slam::FrameSource::Pipelined`]).
 //!
 //! The SLAM crate does not depend on this one: the CLI wires the two.
 
@@ -34,7 +36,9 @@ use rust3r_geometry::PinholeCamera;
 use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
 use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{Frame, SlamCalibration};
-use rust3r_slam::pair::{DeviceDescriptors, PairFrontEnd, PairPrediction};
+use rust3r_slam::pair::{
+    DeviceDescriptors, FramePreparer, PairFrontEnd, PairPrediction, PreparedInput,
+};
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
 use crate::model::{Encoded, HostPrediction, Mast3r, Prediction, Replayer};
@@ -168,29 +172,20 @@ impl PointmapFrontEnd for Mast3rMonoFrontEnd {
 impl Mast3rMonoFrontEnd {
     /// Undistorts (calibrated), preprocesses and encodes a frame.
     fn encode_frame(&mut self, frame: &Frame) -> Result<(Encoded, Preprocessed), SlamError> {
-        let (w, h) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
-        let undistorted = match &self.calib {
-            Some((calib, _)) => Some(calib.undistort(frame)?),
-            None => None,
-        };
-        let rgb = undistorted.as_ref().unwrap_or(&frame.rgb);
-        let p = preprocess(rgb.as_raw(), w, h, self.size)
-            .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", frame.rgb_path.display())))?;
-        if let Some((_, cam)) = &self.calib
-            && (p.width, p.height) != (cam.width as usize, cam.height as usize)
-        {
-            return Err(SlamError::InvalidInput(format!(
-                "{}: the network image is {}x{} but the calibrated camera is {}x{}",
-                frame.rgb_path.display(),
-                p.width,
-                p.height,
-                cam.width,
-                cam.height
-            )));
-        }
-        let img = self
-            .model()
-            .image_tensor(p.data.clone(), [1, 3, p.height, p.width]);
+        let p = prepare_input(self.calib.as_ref(), self.size, frame)?;
+        self.encode_input(frame, p)
+    }
+
+    /// Uploads and encodes a frame's network image ([`prepare_input`]).
+    fn encode_input(
+        &mut self,
+        frame: &Frame,
+        p: Preprocessed,
+    ) -> Result<(Encoded, Preprocessed), SlamError> {
+        let start = std::time::Instant::now();
+        // Bytes up, normalised on the device (a quarter of the binary32 image's upload).
+        let img = self.model().image_tensor_u8(&p.rgb, p.height, p.width);
+        let uploaded_s = start.elapsed().as_secs_f64();
         let enc = if self.replay {
             self.runner.encode(img).map_err(|e| {
                 SlamError::InvalidInput(format!("{}: {e}", frame.rgb_path.display()))
@@ -198,6 +193,12 @@ impl Mast3rMonoFrontEnd {
         } else {
             self.model().encode(img)
         };
+        tracing::trace!(
+            "frame {} encode: upload_ms={:.2} encode_launch_ms={:.2}",
+            frame.index,
+            uploaded_s * 1e3,
+            (start.elapsed().as_secs_f64() - uploaded_s) * 1e3
+        );
         Ok((enc, p))
     }
 
@@ -230,6 +231,7 @@ impl Mast3rMonoFrontEnd {
         name: &str,
         gpu: &Gpu,
     ) -> Result<([HostPrediction; 2], Option<DeviceDescriptors>), SlamError> {
+        let start = std::time::Instant::now();
         let err = |e: String| SlamError::InvalidInput(format!("{name}: {e}"));
         let direct;
         let preds: &[Prediction; 2] = if self.replay && a.grid == b.grid {
@@ -248,16 +250,38 @@ impl Mast3rMonoFrontEnd {
             return Ok(([preds[0].to_host(), preds[1].to_host()], None));
         }
         let (_, keyframe) = desc(&preds[1])?;
-        let host = [
-            preds[0].to_host_without_desc(),
-            preds[1].to_host_without_desc(),
-        ];
+        // The points too (the tracker's matching reads them there; the host still needs them).
+        let pts = |p: &Prediction| {
+            let [b, h, w, _] = p.pts3d.dims();
+            rust3r_gpu::burn_tensor_buffer(
+                p.pts3d
+                    .clone()
+                    .cast(DType::F32)
+                    .reshape([b * h * w * 3])
+                    .mul_scalar(1.0),
+            )
+            .map(|(_, buf)| buf)
+            .map_err(|e| SlamError::Gpu(format!("{name}: points: {e}")))
+        };
+        let points = Some((pts(&preds[0])?, pts(&preds[1])?));
+        let launched_s = start.elapsed().as_secs_f64();
+        // Both views' points and confidences in one read-back.
+        let [h0, h1]: [HostPrediction; 2] = Prediction::all_to_host_without_desc(preds)
+            .try_into()
+            .map_err(|_| SlamError::Backend(format!("{name}: two views expected")))?;
+        let host = [h0, h1];
+        tracing::trace!(
+            "{name} pair decode: decode_launch_ms={:.2} readback_ms={:.2}",
+            launched_s * 1e3,
+            (start.elapsed().as_secs_f64() - launched_s) * 1e3
+        );
         Ok((
             host,
             Some(DeviceDescriptors {
                 gpu: gpu.clone(),
                 frame,
                 keyframe,
+                points,
             }),
         ))
     }
@@ -300,6 +324,44 @@ impl Mast3rMonoFrontEnd {
     }
 }
 
+/// A frame's network image: undistorted with `calib` (calibrated mode), then MASt3R-SLAM's
+/// `resize_img(size)`. Needs no network: runs on loader threads ([`PairFrontEnd::preparer`]).
+fn prepare_input(
+    calib: Option<&(SlamCalibration, PinholeCamera)>,
+    size: usize,
+    frame: &Frame,
+) -> Result<Preprocessed, SlamError> {
+    let start = std::time::Instant::now();
+    let (w, h) = (frame.rgb.width() as usize, frame.rgb.height() as usize);
+    let undistorted = match calib {
+        Some((calib, _)) => Some(calib.undistort(frame)?),
+        None => None,
+    };
+    let rgb = undistorted.as_ref().unwrap_or(&frame.rgb);
+    let undistorted_s = start.elapsed().as_secs_f64();
+    let p = preprocess(rgb.as_raw(), w, h, size)
+        .map_err(|e| SlamError::InvalidInput(format!("{}: {e}", frame.rgb_path.display())))?;
+    if let Some((_, cam)) = calib
+        && (p.width, p.height) != (cam.width as usize, cam.height as usize)
+    {
+        return Err(SlamError::InvalidInput(format!(
+            "{}: the network image is {}x{} but the calibrated camera is {}x{}",
+            frame.rgb_path.display(),
+            p.width,
+            p.height,
+            cam.width,
+            cam.height
+        )));
+    }
+    tracing::trace!(
+        "frame {} input: undistort_ms={:.2} preprocess_ms={:.2}",
+        frame.index,
+        undistorted_s * 1e3,
+        (start.elapsed().as_secs_f64() - undistorted_s) * 1e3
+    );
+    Ok(p)
+}
+
 /// The points and confidence of one view of a prediction as a pointmap coloured by `p`.
 fn host_pointmap(
     host: &HostPrediction,
@@ -334,6 +396,36 @@ fn host_pointmap(
 impl PairFrontEnd for Mast3rMonoFrontEnd {
     fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError> {
         let (enc, p) = self.encode_frame(frame)?;
+        self.encoded.retain(|e| e.0 != index);
+        self.encoded.push((index, enc, p));
+        Ok(())
+    }
+
+    fn preparer(&mut self) -> Option<FramePreparer> {
+        let (calib, size) = (self.calib.clone(), self.size);
+        Some(std::sync::Arc::new(move |frame: &Frame| {
+            let p = prepare_input(calib.as_ref(), size, frame)?;
+            Ok(Box::new(p) as PreparedInput)
+        }))
+    }
+
+    fn encode_prepared(
+        &mut self,
+        index: usize,
+        frame: &Frame,
+        input: Option<PreparedInput>,
+    ) -> Result<(), SlamError> {
+        let p = match input.map(|i| i.downcast::<Preprocessed>()) {
+            Some(Ok(p)) => *p,
+            Some(Err(_)) => {
+                return Err(SlamError::InvalidInput(format!(
+                    "{}: the prepared input is not a MASt3R network image",
+                    frame.rgb_path.display()
+                )));
+            }
+            None => prepare_input(self.calib.as_ref(), self.size, frame)?,
+        };
+        let (enc, p) = self.encode_input(frame, p)?;
         self.encoded.retain(|e| e.0 != index);
         self.encoded.push((index, enc, p));
         Ok(())
@@ -376,8 +468,13 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
                 "{name}: the network has no descriptor confidence (two_confs), which pair tracking needs"
             )));
         }
+        let start = std::time::Instant::now();
         let frame_pm = host_pointmap(&hf, pf, &name)?;
         let keyframe_pm = host_pointmap(&hk, pk, &name)?;
+        tracing::trace!(
+            "{name} pair pointmaps: convert_ms={:.2}",
+            start.elapsed().as_secs_f64() * 1e3
+        );
         // `Tracker::track_pair` checks the prediction's sizes.
         Ok(PairPrediction {
             frame: frame_pm,

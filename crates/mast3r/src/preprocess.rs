@@ -193,6 +193,12 @@ impl Preprocessed {
     }
 }
 
+/// A pixel value as the network takes it: `(v / 255 - 0.5) / 0.5` in binary32 (upstream's
+/// `ToTensor` then `Normalize(0.5, 0.5)`).
+pub fn normalise(v: u8) -> f32 {
+    (v as f32 / 255.0 - 0.5) / 0.5
+}
+
 /// Python's `int(round(x))` on a double (ties to even).
 fn py_round(x: f64) -> usize {
     x.round_ties_even() as usize
@@ -261,7 +267,7 @@ pub fn preprocess(
     let mut data = vec![0.0f32; 3 * cw * ch];
     for (i, px) in crop.chunks_exact(3).enumerate() {
         for c in 0..3 {
-            data[c * cw * ch + i] = (px[c] as f32 / 255.0 - 0.5) / 0.5;
+            data[c * cw * ch + i] = normalise(px[c]);
         }
     }
     Ok(Preprocessed {

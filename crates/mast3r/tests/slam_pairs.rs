@@ -6,7 +6,7 @@
 mod common;
 
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
-use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
+use rust3r_slam::{FrameSource, PointmapFrontEnd, SlamConfig, run_slam, run_slam_source};
 
 fn front_end(size: usize) -> Mast3rMonoFrontEnd {
     common::tiny_front_end(size)
@@ -155,8 +155,150 @@ fn pair_descriptors_stay_on_the_tracker_device() {
         let back = d.clone().with_host_descriptors().unwrap();
         assert_eq!(back.frame_desc, h.frame_desc);
         assert_eq!(back.keyframe_desc, h.keyframe_desc);
+        // The points left on the device for the tracker are the host's too.
+        let dd = d.device_desc.as_ref().unwrap();
+        let (fp, kp) = dd.points.as_ref().expect("points left on the device");
+        let flat = |p: &[[f32; 3]]| p.iter().flatten().copied().collect::<Vec<f32>>();
+        assert_eq!(gpu.read(fp).unwrap(), flat(&h.frame.points));
+        assert_eq!(gpu.read(kp).unwrap(), flat(&h.keyframe_points));
     }
     // The two frames' descriptors differ, so the first read-back would have caught a replay
     // writing over the buffers handed out for the first pair.
     assert_ne!(h1.frame_desc, h2.frame_desc);
+}
+
+/// The bench's timing mode on the tiny network: every frame is tracked on its pair with the
+/// keyframe (a keyframe every 3 frames), whatever random weights predict.
+fn timing_config() -> SlamConfig {
+    let mut cfg = SlamConfig {
+        single_thread: true,
+        forced_keyframe_every: 3,
+        ..Default::default()
+    };
+    cfg.matching.dist_thresh = f64::MAX;
+    cfg.tracking.q_conf = 0.0;
+    cfg.tracking.min_match_frac = 0.0;
+    cfg
+}
+
+/// Frames read and prepared for the network on a loader thread (`FrameSource::Pipelined`), with
+/// the GPU tracker reading the pair's points and descriptors where the network left them, give
+/// the trajectory, the keyframe pointmaps and the match counts of the same run with everything
+/// on the tracking thread and the pairs read back and uploaded again (`FrameSource::Inline`,
+/// `descriptors_on_host`), bit for bit; and the same as the GPU tracker on the device-resident
+/// pairs of an inline run.
+#[test]
+fn pipelined_frames_and_resident_pairs_track_as_inline() {
+    let open = || rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
+    let gpu = rust3r_gpu::Gpu::default_device().unwrap();
+    let cfg = timing_config();
+    let frames = 7;
+    let run = |pipelined: bool, host_pairs: bool| {
+        let mut fe = front_end(224);
+        if host_pairs {
+            fe = fe.descriptors_on_host();
+        }
+        let data = open();
+        let source = if pipelined {
+            FrameSource::Pipelined {
+                dataset: data,
+                front: &mut fe,
+                ahead: 2,
+            }
+        } else {
+            FrameSource::Inline {
+                dataset: data.as_ref(),
+                front: &mut fe,
+            }
+        };
+        // `Inline` borrows the data set: run inside this closure's scope.
+        run_slam_source(source, &cfg, Some(frames), Some(&gpu), |_| {}).unwrap()
+    };
+    let reference = run(false, true);
+    assert_eq!(reference.pair_frames, frames - 1);
+    assert!(reference.keyframes.frames.len() >= 2);
+    for (pipelined, host_pairs) in [(true, false), (false, false), (true, true)] {
+        let r = run(pipelined, host_pairs);
+        let what = format!("pipelined {pipelined}, pairs on the host {host_pairs}");
+        assert_eq!(r.frame_poses(), reference.frame_poses(), "{what}");
+        assert_eq!(
+            (r.pair_frames, r.refined_matches),
+            (reference.pair_frames, reference.refined_matches),
+            "{what}"
+        );
+        assert_eq!(r.keyframes.frames.len(), reference.keyframes.frames.len());
+        for (a, b) in r.keyframes.frames.iter().zip(&reference.keyframes.frames) {
+            assert_eq!(a.pointmap, b.pointmap, "{what}");
+        }
+        if pipelined {
+            assert!(r.timings.prepare_s > 0.0, "{what}: nothing prepared ahead");
+        }
+    }
+}
+
+/// A prepared input that is not the front end's own network image is refused with an error
+/// naming the frame, and the front end's preparer makes the input `encode` would.
+#[test]
+fn prepared_inputs_are_checked() {
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
+    let f0 = data.frame(0).unwrap();
+    let mut fe = front_end(224);
+    let pairs = fe.pairs().unwrap();
+    let prep = pairs
+        .preparer()
+        .expect("the network prepares its input ahead");
+    let err = pairs
+        .encode_prepared(0, &f0, Some(Box::new(3u8)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&f0.rgb_path.display().to_string()) && err.contains("prepared input"),
+        "{err}"
+    );
+    pairs
+        .encode_prepared(0, &f0, Some(prep(&f0).unwrap()))
+        .unwrap();
+    let ahead = pairs.mono(0).unwrap();
+    let mut fe = front_end(224);
+    let pairs = fe.pairs().unwrap();
+    pairs.encode(0, &f0).unwrap();
+    assert_eq!(ahead, pairs.mono(0).unwrap());
+}
+
+/// The network image uploaded as bytes and normalised on the device equals the one normalised
+/// on the host, bit for bit: every byte value (in an image whose size is not a multiple of four
+/// bytes) and a real preprocessed frame.
+#[test]
+fn byte_images_normalise_on_the_device_as_on_the_host() {
+    let fe = front_end(224);
+    let model = fe.model();
+    let back = |t: burn::tensor::Tensor<4>| t.into_data().try_to_vec::<f32>().unwrap();
+    let (w, h) = (13usize, 7usize);
+    let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 256) as u8).collect();
+    assert!((0..=255u8).all(|b| rgb.contains(&b)) && !rgb.len().is_multiple_of(4));
+    let mut data = vec![0.0f32; rgb.len()];
+    for (i, px) in rgb.chunks_exact(3).enumerate() {
+        for c in 0..3 {
+            data[c * w * h + i] = (px[c] as f32 / 255.0 - 0.5) / 0.5;
+        }
+    }
+    let device = back(model.image_tensor_u8(&rgb, h, w));
+    let host = back(model.image_tensor(data, [1, 3, h, w]));
+    assert_eq!(
+        device.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        host.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    let data = rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
+    let f = data.frame(0).unwrap();
+    let p = rust3r_mast3r::preprocess::preprocess(
+        f.rgb.as_raw(),
+        f.rgb.width() as usize,
+        f.rgb.height() as usize,
+        512,
+    )
+    .unwrap();
+    assert_eq!(
+        back(model.image_tensor_u8(&p.rgb, p.height, p.width)),
+        back(model.image_tensor(p.data.clone(), [1, 3, p.height, p.width]))
+    );
 }

@@ -350,8 +350,21 @@ impl PointmapFrontEnd for DepthPairs {
 
 impl PairFrontEnd for DepthPairs {
     fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError> {
+        self.encode_prepared(index, frame, None)
+    }
+
+    fn preparer(&mut self) -> Option<crate::pair::FramePreparer> {
+        self.inner_pairs().and_then(|p| p.preparer())
+    }
+
+    fn encode_prepared(
+        &mut self,
+        index: usize,
+        frame: &Frame,
+        input: Option<crate::pair::PreparedInput>,
+    ) -> Result<(), SlamError> {
         if let Some(p) = self.inner_pairs() {
-            p.encode(index, frame)?;
+            p.encode_prepared(index, frame, input)?;
         }
         let mut e = self.encode_depth(frame)?;
         if let Some(gpu) = &self.gpu {
@@ -403,6 +416,7 @@ impl PairFrontEnd for DepthPairs {
                     gpu: gpu.clone(),
                     frame: fd.clone(),
                     keyframe: kd.clone(),
+                    points: None,
                 }),
             ),
             _ => (f.desc.clone(), k.desc.clone(), None),

@@ -51,6 +51,15 @@ use crate::tracker::{
     LevelView, NormalEq, ResidualParams, TrackResult, Tracker, accumulate, point_info_weighted,
 };
 
+/// A frame's network input made off the tracking thread by a [`FramePreparer`] (the front
+/// end's own type: [`PairFrontEnd::encode_prepared`] takes it back).
+pub type PreparedInput = Box<dyn std::any::Any + Send>;
+
+/// Makes a decoded frame's network input (resizing, normalisation: everything that does not
+/// need the network) on a loader thread ([`crate::FrameSource::Pipelined`]).
+pub type FramePreparer =
+    std::sync::Arc<dyn Fn(&Frame) -> Result<PreparedInput, SlamError> + Send + Sync>;
+
 /// The descriptors of a pair on the device the GPU tracker runs on (`Dff` and `Dkf`, each
 /// `[height * width * desc_dim]`, channels last): what a front end on that device hands over
 /// instead of reading them back ([`PairFrontEnd::set_tracker_device`]).
@@ -62,6 +71,10 @@ pub struct DeviceDescriptors {
     pub frame: GpuBuffer<f32>,
     /// The keyframe's descriptors (`Dkf`).
     pub keyframe: GpuBuffer<f32>,
+    /// Copies of the frame's points (`Xff`) and of the keyframe's points in the frame's camera
+    /// (`Xkf`), each `[height * width * 3]`, equal to [`PairPrediction::frame`]'s and
+    /// [`PairPrediction::keyframe_points`]: the GPU tracker then uploads neither.
+    pub points: Option<(GpuBuffer<f32>, GpuBuffer<f32>)>,
 }
 
 /// The network's prediction for the pair (current frame, current keyframe), both views of the
@@ -195,6 +208,23 @@ impl PairPrediction {
 pub trait PairFrontEnd {
     /// Encodes frame `index` and keeps its encoding.
     fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError>;
+    /// What prepares a frame's network input off the tracking thread
+    /// ([`crate::FrameSource::Pipelined`]); `None` (the default): [`PairFrontEnd::encode`]
+    /// does all the work.
+    fn preparer(&mut self) -> Option<FramePreparer> {
+        None
+    }
+    /// [`PairFrontEnd::encode`] from the input [`PairFrontEnd::preparer`] made of `frame`
+    /// (`None`: made here); the result must equal `encode(index, frame)`'s.
+    fn encode_prepared(
+        &mut self,
+        index: usize,
+        frame: &Frame,
+        input: Option<PreparedInput>,
+    ) -> Result<(), SlamError> {
+        let _ = input;
+        self.encode(index, frame)
+    }
     /// The pointmap of encoded frame `index` decoded with itself (what
     /// [`crate::PointmapFrontEnd::pointmap`] gives for the frame).
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError>;

@@ -23,7 +23,9 @@
 //! with themselves. The network runs on the tracking thread because the keyframe a frame is
 //! decoded with is only known there, after the previous frame was tracked (and one model on
 //! one device gains nothing from a second thread); decode time is counted as
-//! [`Timings::load_s`]. [`FrameSource::Prefetch`] loaders only give pointmaps.
+//! [`Timings::load_s`]. [`FrameSource::Pipelined`] keeps that, and reads the frames and makes the
+//! network's input ([`PairFrontEnd::preparer`]) ahead on a loader thread. [`FrameSource::Prefetch`]
+//! loaders only give pointmaps.
 //!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one
@@ -56,7 +58,7 @@ use crate::backend::{Edge, KeyframeView, optimize, overlap};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
 use crate::model::{ModelSource, render_model};
-use crate::pair::PairFrontEnd;
+use crate::pair::{PairFrontEnd, PreparedInput};
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 use crate::tracker::{LevelView, ResidualParams, TrackResult, Tracker};
 
@@ -744,15 +746,32 @@ pub enum FrameSource<'a> {
         /// Queue bound in frames.
         ahead: usize,
     },
+    /// As [`FrameSource::Inline`] (the front end stays on the tracking thread, pairs are
+    /// decoded there), with each frame read and its network input prepared
+    /// ([`PairFrontEnd::preparer`]: resizing, normalisation) on one loader thread, at most
+    /// `ahead` frames ahead of tracking (bounded queue, in order). Results equal
+    /// [`FrameSource::Inline`]'s.
+    Pipelined {
+        /// The data set, moved to the loader thread.
+        dataset: Box<dyn Dataset>,
+        /// Its front end.
+        front: &'a mut dyn PointmapFrontEnd,
+        /// Queue bound in frames (at least 1).
+        ahead: usize,
+    },
 }
 
 /// Wall-clock seconds per phase of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timings {
     /// Decoding and pointmap construction (summed over loader threads when prefetching),
-    /// network pair decoding included.
+    /// network pair decoding included; with [`FrameSource::Pipelined`] the tracking thread's
+    /// part (encoding and decoding).
     pub load_s: f64,
-    /// Tracking thread waiting for decoded frames (prefetching).
+    /// Reading frames and preparing their network input on the loader thread
+    /// ([`FrameSource::Pipelined`]; overlaps the tracking thread).
+    pub prepare_s: f64,
+    /// Tracking thread waiting for decoded frames (prefetching, pipelining).
     pub wait_frames_s: f64,
     /// Frame-to-keyframe tracking.
     pub track_s: f64,
@@ -788,6 +807,7 @@ fn load(
 ) -> Result<Loaded, SlamError> {
     let start = std::time::Instant::now();
     let frame = dataset.frame(i)?;
+    let read_s = start.elapsed().as_secs_f64();
     let pm = match front.pairs().filter(|_| pairs) {
         Some(p) => {
             p.encode(i, &frame)?;
@@ -795,24 +815,61 @@ fn load(
         }
         None => Some(front.pointmap(&frame)?),
     };
+    let load_s = start.elapsed().as_secs_f64();
+    tracing::debug!(
+        "frame {i} load: read_ms={:.2} front_ms={:.2}",
+        read_s * 1e3,
+        (load_s - read_s) * 1e3
+    );
     Ok(Loaded {
         timestamp: frame.timestamp,
         rgb_path: frame.rgb_path,
         pm,
-        load_s: start.elapsed().as_secs_f64(),
+        load_s,
     })
 }
+
+/// A frame read, with its network input, on the loader thread of [`FrameSource::Pipelined`].
+type PreparedFrame = Result<(rust3r_io::datasets::Frame, Option<PreparedInput>), SlamError>;
 
 enum Source<'a> {
     /// The front end on the tracking thread; `bool`: track on network pairs.
     Inline(&'a dyn Dataset, &'a mut dyn PointmapFrontEnd, bool),
+    /// Frames read and prepared on a loader thread, encoded on this one; `bool` as `Inline`.
+    Pipelined(Receiver<PreparedFrame>, &'a mut dyn PointmapFrontEnd, bool),
     Channels(Vec<std::sync::mpsc::Receiver<Result<Loaded, SlamError>>>),
 }
 
 impl Source<'_> {
+    /// Whether the front end runs on the tracking thread ([`Loaded::load_s`] is spent there).
+    fn loads_here(&self) -> bool {
+        !matches!(self, Self::Channels(_))
+    }
+
     fn next(&mut self, i: usize) -> Result<Loaded, SlamError> {
         match self {
             Self::Inline(d, f, pairs) => load(*d, &mut **f, i, *pairs),
+            Self::Pipelined(rx, f, pairs) => {
+                let (frame, input) = rx
+                    .recv()
+                    .map_err(|_| SlamError::Backend("the frame loader thread stopped".into()))??;
+                let start = std::time::Instant::now();
+                let pm = match f.pairs().filter(|_| *pairs) {
+                    Some(p) => {
+                        p.encode_prepared(i, &frame, input)?;
+                        None
+                    }
+                    None => Some(f.pointmap(&frame)?),
+                };
+                let load_s = start.elapsed().as_secs_f64();
+                tracing::debug!("frame {i} load: front_ms={:.2}", load_s * 1e3);
+                Ok(Loaded {
+                    timestamp: frame.timestamp,
+                    rgb_path: frame.rgb_path,
+                    pm,
+                    load_s,
+                })
+            }
             Self::Channels(rx) => {
                 let n = rx.len();
                 rx[i % n]
@@ -825,7 +882,7 @@ impl Source<'_> {
     /// The pair decoder when frames are tracked on network pairs.
     fn pairs(&mut self) -> Option<&mut dyn PairFrontEnd> {
         match self {
-            Self::Inline(_, f, true) => f.pairs(),
+            Self::Inline(_, f, true) | Self::Pipelined(_, f, true) => f.pairs(),
             _ => None,
         }
     }
@@ -854,6 +911,12 @@ pub fn run_slam_source(
 ) -> Result<SlamResult, SlamError> {
     let (len, name, camera, metric) = match &source {
         FrameSource::Inline { dataset, front } => (
+            dataset.len(),
+            dataset.name().to_string(),
+            front.camera(),
+            front.is_metric(),
+        ),
+        FrameSource::Pipelined { dataset, front, .. } => (
             dataset.len(),
             dataset.name().to_string(),
             front.camera(),
@@ -909,6 +972,7 @@ pub fn run_slam_source(
     // The GPU tracks calibrated frames and uncalibrated network pairs (crate::kernels).
     let mut timings = Timings::default();
     let load_s = Arc::new(Mutex::new(0.0f64));
+    let prepare_s = Arc::new(Mutex::new(0.0f64));
     let result = std::thread::scope(|scope| {
         let src = match source {
             FrameSource::Inline { dataset, front } => {
@@ -916,6 +980,45 @@ pub fn run_slam_source(
                 // tracking thread.
                 let pairs = cfg.tracking.pairs && front.pairs().is_some();
                 Source::Inline(dataset, front, pairs)
+            }
+            FrameSource::Pipelined {
+                dataset,
+                front,
+                ahead,
+            } => {
+                let pairs = cfg.tracking.pairs && front.pairs().is_some();
+                let prep = front.pairs().filter(|_| pairs).and_then(|p| p.preparer());
+                let (tx, rx) = std::sync::mpsc::sync_channel::<PreparedFrame>(ahead.max(1));
+                let prepare_s = prepare_s.clone();
+                std::thread::Builder::new()
+                    .name("rust3r-loader".into())
+                    .spawn_scoped(scope, move || {
+                        let mut spent = 0.0;
+                        for i in 0..total {
+                            let start = std::time::Instant::now();
+                            let item = dataset.frame(i).map_err(SlamError::from);
+                            let read_s = start.elapsed().as_secs_f64();
+                            let item = item.and_then(|frame| {
+                                let input = prep.as_ref().map(|p| p(&frame)).transpose()?;
+                                Ok((frame, input))
+                            });
+                            let took = start.elapsed().as_secs_f64();
+                            spent += took;
+                            tracing::debug!(
+                                "frame {i} prepare: read_ms={:.2} input_ms={:.2}",
+                                read_s * 1e3,
+                                (took - read_s) * 1e3
+                            );
+                            let stop = item.is_err();
+                            // The receiver is gone when tracking stopped early.
+                            if tx.send(item).is_err() || stop {
+                                break;
+                            }
+                        }
+                        *prepare_s.lock().expect("timing lock") += spent;
+                    })
+                    .expect("spawning the frame loader thread");
+                Source::Pipelined(rx, front, pairs)
             }
             FrameSource::Prefetch { loaders, ahead } => {
                 let nl = loaders.len();
@@ -987,6 +1090,7 @@ pub fn run_slam_source(
     let keyframe_bytes = peak.max(s.store.memory_bytes());
     timings.backend_s = s.backend_s;
     timings.load_s += *load_s.lock().expect("timing lock");
+    timings.prepare_s += *prepare_s.lock().expect("timing lock");
     Ok(SlamResult {
         frames,
         keyframes: s.store,
@@ -1153,7 +1257,7 @@ fn run_frames(
     }
     for i in 0..total {
         let t0 = std::time::Instant::now();
-        let inline = matches!(source, Source::Inline(..));
+        let inline = source.loads_here();
         let Loaded {
             timestamp,
             rgb_path,
@@ -1164,12 +1268,13 @@ fn run_frames(
             timestamp,
             rgb_path,
         };
-        let waited = t0.elapsed().as_secs_f64();
-        if inline {
+        let waited = if inline {
             timings.load_s += load_s;
+            (t0.elapsed().as_secs_f64() - load_s).max(0.0)
         } else {
-            timings.wait_frames_s += waited;
-        }
+            t0.elapsed().as_secs_f64()
+        };
+        timings.wait_frames_s += waited;
         let t_frame = std::time::Instant::now();
         let mut tracked_s = 0.0;
         // Network decoding on this thread (pair tracking decodes here, not while loading).
@@ -1683,10 +1788,20 @@ fn run_frames(
         };
         timings.track_s += tracked_s;
         timings.load_s += decode_s;
-        timings.map_s += t_frame.elapsed().as_secs_f64()
+        let map_s = t_frame.elapsed().as_secs_f64()
             - tracked_s
             - decode_s
             - (backend_after - backend_before);
+        timings.map_s += map_s;
+        tracing::debug!(
+            "frame {i} profile: load_ms={:.2} wait_ms={:.2} decode_ms={:.2} track_ms={:.2} map_ms={:.2} backend_inline_ms={:.2}",
+            if inline { load_s * 1e3 } else { 0.0 },
+            waited * 1e3,
+            decode_s * 1e3,
+            tracked_s * 1e3,
+            map_s * 1e3,
+            (backend_after - backend_before) * 1e3
+        );
         progress(&Progress {
             frame: i + 1,
             total,

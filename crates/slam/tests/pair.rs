@@ -616,3 +616,31 @@ fn gpu_pair_tracking_equals_the_cpu_reference() {
     .unwrap_err();
     assert!(err.to_string().contains("48x36"), "{err}");
 }
+
+/// The GPU matching's start positions, made on the device, are the pixels of the previous
+/// matches (or the keyframe pixels themselves) as exact floats, bit for bit.
+#[test]
+fn gpu_warm_start_is_exact() {
+    let gpu = gpu();
+    let (w, h) = (37usize, 23usize);
+    let n = w * h;
+    let prev: Vec<u32> = (0..n as u32).map(|q| (q * 7919 + 13) % n as u32).collect();
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let pixels = |idx: &mut dyn Iterator<Item = u32>| {
+        bits(
+            idx.flat_map(|i| [(i as usize % w) as f32, (i as usize / w) as f32])
+                .collect(),
+        )
+    };
+    let identity = pixels(&mut (0..n as u32));
+    for (init, want) in [
+        (Some(prev.as_slice()), pixels(&mut prev.iter().copied())),
+        (None, identity.clone()),
+        (Some(&prev[..n - 1]), identity.clone()),
+    ] {
+        let got = gpu
+            .read(&rust3r_slam::kernels::warm_start_on(&gpu, init, w, n))
+            .unwrap();
+        assert_eq!(bits(got), want, "{:?}", init.map(<[u32]>::len));
+    }
+}

@@ -31,7 +31,7 @@ mod rope;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rust3r_gpu::profile::Profiler;
 
 pub use graph::Replayer;
@@ -167,6 +167,47 @@ impl Prediction {
             desc: Vec::new(),
             desc_conf,
         }
+    }
+
+    /// [`Prediction::to_host_without_desc`] of several predictions, read back in one transfer.
+    pub fn all_to_host_without_desc(preds: &[Prediction]) -> Vec<HostPrediction> {
+        let mut parts = Vec::new();
+        let mut sizes = Vec::new();
+        for p in preds {
+            let [batch, height, width, desc_dim] = p.desc.dims();
+            let n = batch * height * width;
+            let flat = |t: Tensor<1>| t.cast(DType::F32);
+            parts.push(flat(p.pts3d.clone().reshape([n * 3])));
+            parts.push(flat(p.conf.clone().reshape([n])));
+            let q = p.desc_conf.as_ref().map_or(0, |_| n);
+            if let Some(q) = &p.desc_conf {
+                parts.push(flat(q.clone().reshape([n])));
+            }
+            sizes.push((batch, height, width, desc_dim, n, q));
+        }
+        if parts.is_empty() {
+            return Vec::new();
+        }
+        let all = host_vec(&Tensor::cat(parts, 0));
+        let mut at = 0;
+        let mut take = |len: usize| {
+            let v = all[at..at + len].to_vec();
+            at += len;
+            v
+        };
+        sizes
+            .into_iter()
+            .map(|(batch, height, width, desc_dim, n, q)| HostPrediction {
+                batch,
+                height,
+                width,
+                pts3d: take(n * 3),
+                conf: take(n),
+                desc_dim,
+                desc: Vec::new(),
+                desc_conf: take(q),
+            })
+            .collect()
     }
 
     /// Frame `i` of a batched prediction.
@@ -477,6 +518,48 @@ impl Mast3r {
     pub fn image_tensor(&self, data: Vec<f32>, shape: [usize; 4]) -> Tensor<4> {
         let t = Tensor::<4>::from_data(TensorData::new(data, shape), (&self.device, DType::F32));
         self.to_precision(t)
+    }
+
+    /// [`Mast3r::image_tensor`] of interleaved 8-bit RGB (`rgb`, `height * width * 3`, as
+    /// [`crate::preprocess::Preprocessed::rgb`]): uploaded as bytes, a quarter of the binary32
+    /// image, and normalised on the device through a table of
+    /// [`crate::preprocess::normalise`]'s values, so the result equals `image_tensor` of the
+    /// preprocessed `data` bit for bit.
+    pub fn image_tensor_u8(&self, rgb: &[u8], height: usize, width: usize) -> Tensor<4> {
+        let n = height * width * 3;
+        assert_eq!(rgb.len(), n, "a {width}x{height} RGB image has {n} bytes");
+        // Four bytes per 32-bit word (WGSL has no 8-bit storage), little-endian.
+        let words: Vec<i32> = rgb
+            .chunks(4)
+            .map(|c| {
+                let mut b = [0u8; 4];
+                b[..c.len()].copy_from_slice(c);
+                i32::from_le_bytes(b)
+            })
+            .collect();
+        let m = words.len();
+        let packed =
+            Tensor::<1, Int>::from_data(TensorData::new(words, [m]), (&self.device, DType::I32));
+        let bytes: Vec<Tensor<1, Int>> = (0..4)
+            .map(|k| {
+                packed
+                    .clone()
+                    .bitwise_right_shift_scalar(8 * k)
+                    .bitwise_and_scalar(255)
+            })
+            .collect();
+        let idx = Tensor::stack::<2>(bytes, 1)
+            .reshape([4 * m])
+            .narrow(0, 0, n);
+        let table: Vec<f32> = (0..=255u8).map(crate::preprocess::normalise).collect();
+        let table =
+            Tensor::<1>::from_data(TensorData::new(table, [256]), (&self.device, DType::F32));
+        let img = table
+            .select(0, idx)
+            .reshape([height, width, 3])
+            .permute([2, 0, 1])
+            .unsqueeze_dim::<4>(0);
+        self.to_precision(img)
     }
 
     fn to_precision<const D: usize>(&self, t: Tensor<D>) -> Tensor<D> {

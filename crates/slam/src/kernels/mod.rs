@@ -320,9 +320,12 @@ pub fn track_pair_gpu(
 ) -> Result<crate::pair::PairTrack, SlamError> {
     crate::pair::check_pair(pred, kf, kf_conf, None)?;
     let start = std::time::Instant::now();
-    // The frame's points serve the matching and every iteration's normal equations.
-    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
-    let matches = match_pair_on(gpu, pred, &frame_pts, &tracker.matching, idx_init)?;
+    // The frame's points serve the matching and every iteration's normal equations; the
+    // front end's copies when it left them on this device.
+    let (frame_pts, kf_pts) = resident_points(gpu, pred);
+    // The matches stay on the device too, for the normal equations.
+    let (matches, idx_dev) =
+        match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
@@ -335,14 +338,15 @@ pub fn track_pair_gpu(
         None,
         t_init,
         matches,
-        &mut |_, _, idx, used, qk, t| {
+        // `idx` is the matches' `idx`, already on the device (`idx_dev`).
+        &mut |_, _, _, used, qk, t| {
             let eq = sums
                 .get_or_insert_with(|| {
                     GpuPairNormalEq::with_frame(
                         gpu,
                         frame_pts.clone(),
                         &kf.points,
-                        idx,
+                        idx_dev.clone(),
                         used,
                         qk,
                         &p,
@@ -392,15 +396,16 @@ impl GpuPairNormalEq {
         p: &ResidualParams,
     ) -> Self {
         let src_pts = gpu.upload(&flat3(frame_points));
-        Self::with_frame(gpu, src_pts, kf_points, idx, used, qk, p)
+        Self::with_frame(gpu, src_pts, kf_points, gpu.upload(idx), used, qk, p)
     }
 
-    /// [`GpuPairNormalEq::new`] with the frame's points already on the device (`[n * 3]`).
+    /// [`GpuPairNormalEq::new`] with the frame's points (`[n * 3]`) and the matches already on
+    /// the device.
     fn with_frame(
         gpu: &Gpu,
         src_pts: GpuBuffer<f32>,
         kf_points: &[[f32; 3]],
-        idx: &[u32],
+        idx: GpuBuffer<u32>,
         used: &[bool],
         qk: &[f32],
         p: &ResidualParams,
@@ -412,7 +417,7 @@ impl GpuPairNormalEq {
         Self {
             src_pts,
             meas_pts: gpu.upload(&flat3(kf_points)),
-            idx: gpu.upload(idx),
+            idx,
             used: gpu.upload(&mask(used)),
             qk: gpu.upload(qk),
             params: gpu.upload(&params),
@@ -457,31 +462,73 @@ pub fn match_pair_gpu(
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
-    let frame_pts = gpu.upload(&flat3(&pred.frame.points));
-    match_pair_on(gpu, pred, &frame_pts, cfg, idx_init)
+    let (frame_pts, kf_pts) = resident_points(gpu, pred);
+    Ok(match_pair_on(gpu, pred, &frame_pts, &kf_pts, cfg, idx_init)?.0)
 }
 
-/// [`match_pair_gpu`] with the frame's points already on the device (`src_pts`, `[n * 3]`).
+/// A pair's `Xff` and `Xkf` on `gpu`: the front end's copies when it left them there
+/// ([`crate::pair::DeviceDescriptors::points`]), else uploaded.
+fn resident_points(
+    gpu: &Gpu,
+    pred: &crate::pair::PairPrediction,
+) -> (GpuBuffer<f32>, GpuBuffer<f32>) {
+    let n = pred.frame.len() * 3;
+    match pred.device_desc.as_ref().filter(|d| d.gpu.same_device(gpu)) {
+        Some(crate::pair::DeviceDescriptors {
+            points: Some((f, k)),
+            ..
+        }) if f.len() == n && k.len() == n => (f.clone(), k.clone()),
+        _ => (
+            gpu.upload(&flat3(&pred.frame.points)),
+            gpu.upload(&flat3(&pred.keyframe_points)),
+        ),
+    }
+}
+
+/// The iterative projection's start positions (`[n * 2]`, `(u, v)` per keyframe pixel) made on
+/// the device: frame pixel `idx_init[q]` of a `w`-wide frame, or pixel `q` itself when
+/// `idx_init` is `None` or not `n` long, as the CPU matching starts; only the previous matches go
+/// up.
+pub fn warm_start_on(gpu: &Gpu, idx_init: Option<&[u32]>, w: usize, n: usize) -> GpuBuffer<f32> {
+    let warm = idx_init.filter(|i| i.len() == n);
+    let prev = match warm {
+        Some(i) => gpu.upload(i),
+        None => gpu.alloc::<u32>(1),
+    };
+    let pos = gpu.alloc::<f32>(2 * n);
+    pair::warm_start_kernel::launch(
+        gpu.client(),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
+        prev.arg(),
+        pos.arg(),
+        n as u32,
+        w as u32,
+        warm.is_none() as u32,
+    );
+    pos
+}
+
+/// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
+/// camera (`kf_pts`) already on the device (`[n * 3]` each); also returns the matches' `idx` on
+/// the device.
 fn match_pair_on(
     gpu: &Gpu,
     pred: &crate::pair::PairPrediction,
     src_pts: &GpuBuffer<f32>,
+    kf_pts: &GpuBuffer<f32>,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
-) -> Result<crate::pair::PairMatches, SlamError> {
+) -> Result<(crate::pair::PairMatches, GpuBuffer<u32>), SlamError> {
     let f = &pred.frame;
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
     let start = std::time::Instant::now();
     let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
     let ray_ms = start.elapsed().as_secs_f64() * 1e3;
-    let init: Vec<f32> = crate::pair::warm_start(idx_init, w, n)
-        .into_iter()
-        .flatten()
-        .collect();
+    let pos = warm_start_on(gpu, idx_init, w, n);
     // Every pixel is valid on both sides (filled on the device).
     let all_valid = gpu.filled::<u32>(n, 1);
-    let pos = gpu.upload(&init);
     let idx = gpu.alloc::<u32>(n);
     let valid = gpu.alloc::<u32>(n);
     track::match_kernel::launch(
@@ -491,7 +538,7 @@ fn match_pair_on(
         gpu.upload(&rays.data).arg(),
         src_pts.arg(),
         all_valid.arg(),
-        gpu.upload(&flat3(&pred.keyframe_points)).arg(),
+        kf_pts.arg(),
         all_valid.arg(),
         gpu.upload(&pose_buffer(&Sim3::identity())).arg(),
         gpu.upload(&matching_params(cfg)).arg(),
@@ -514,11 +561,14 @@ fn match_pair_on(
         start.elapsed().as_secs_f64() * 1e3
     );
     if cfg.radius == 0 {
-        return Ok(crate::pair::PairMatches {
-            idx: gpu.read(&idx).map_err(gerr)?,
-            valid,
-            refined: 0,
-        });
+        return Ok((
+            crate::pair::PairMatches {
+                idx: gpu.read(&idx).map_err(gerr)?,
+                valid,
+                refined: 0,
+            },
+            idx,
+        ));
     }
     let refined_idx = gpu.alloc::<u32>(n);
     // The front end's buffers when it left the descriptors on this device, else one upload
@@ -567,11 +617,14 @@ fn match_pair_on(
         start.elapsed().as_secs_f64() * 1e3
     );
     let refined = after.iter().zip(&before).filter(|(a, b)| a != b).count();
-    Ok(crate::pair::PairMatches {
-        idx: after,
-        valid,
-        refined,
-    })
+    Ok((
+        crate::pair::PairMatches {
+            idx: after,
+            valid,
+            refined,
+        },
+        refined_idx,
+    ))
 }
 
 /// The normal equations from the [`NE_COLS`] column sums.

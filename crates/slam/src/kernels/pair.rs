@@ -26,6 +26,24 @@ pub const PP_HUBER: usize = 2;
 /// Length of `params`.
 pub const PP_LEN: usize = 3;
 
+/// The iterative projection's start of every keyframe pixel `q` (`pos`: `[n * 2]`, `(u, v)`):
+/// frame pixel `idx[q]` (the previous frame's matches against the same keyframe), or pixel `q`
+/// itself when `identity` is 1 (`idx` is then not read); `crate::pair::warm_start` on the
+/// device, so only the matches go up (half the start positions' bytes, none for the identity).
+#[cube(launch)]
+pub fn warm_start_kernel(idx: &[u32], pos: &mut [f32], n: u32, width: u32, identity: u32) {
+    let q = rust3r_gpu::global_id();
+    if q >= n as usize {
+        terminate!();
+    }
+    let mut i = u32::cast_from(q);
+    if identity == 0 {
+        i = idx[q];
+    }
+    pos[2 * q] = f32::cast_from(i % width);
+    pos[2 * q + 1] = f32::cast_from(i / width);
+}
+
 /// Descriptor refinement (MASt3R-SLAM's `refine_matches`): per keyframe pixel `q`, the window
 /// of `2 radius + 1` samples `d` pixels apart around the current match, for `d` from
 /// `dilation_max` down to 1, each dilation re-centred on the best score so far; the best score
