@@ -1279,14 +1279,7 @@ impl TrainSession {
                 "pose and exposure refinement step one view at a time (--batch 1, one GPU)",
             ));
         }
-        let level = self
-            .resolution
-            .map(|r| (r.level_at(s), r))
-            .filter(|(l, r)| *l < r.levels);
-        if let (Some(r), Some(cap)) = (&self.resolution, self.opts.max_splats) {
-            self.trainer.cfg.max_splats =
-                Some(growth_cap(self.initial_splats, cap, r.factor_at(s)));
-        }
+        let level = self.level_at(s);
         let mine: Vec<usize> = match &self.collective {
             Some(c) => views
                 .iter()
@@ -1346,18 +1339,23 @@ impl TrainSession {
         Ok(info)
     }
 
-    /// One step on training view `i`, with the refinements that apply at this step.
-    fn step_view(&mut self, i: usize) -> Result<StepInfo, PipelineError> {
-        let s = self.trainer.step;
-        // Coarse-to-fine: the level's images and camera, and the Gaussian budget it allows.
-        let level = self
-            .resolution
-            .map(|r| (r.level_at(s), r))
-            .filter(|(l, r)| *l < r.levels);
+    /// Coarse-to-fine at step `s`: the image level and its schedule (`None` at full resolution),
+    /// after setting the Gaussian budget that level allows.
+    fn level_at(&mut self, s: u64) -> Option<(u32, ResolutionSchedule)> {
         if let (Some(r), Some(cap)) = (&self.resolution, self.opts.max_splats) {
             self.trainer.cfg.max_splats =
                 Some(growth_cap(self.initial_splats, cap, r.factor_at(s)));
         }
+        self.resolution
+            .map(|r| (r.level_at(s), r))
+            .filter(|(l, r)| *l < r.levels)
+    }
+
+    /// One step on training view `i`, with the refinements that apply at this step.
+    fn step_view(&mut self, i: usize) -> Result<StepInfo, PipelineError> {
+        let s = self.trainer.step;
+        // Coarse-to-fine: the level's images and camera, and the Gaussian budget it allows.
+        let level = self.level_at(s);
         let target = self
             .targets
             .get_at(&self.gpu, i, level.map(|(l, _)| l as usize))?;
