@@ -107,6 +107,16 @@ pub fn scale(gpu: &Gpu, dst: &GpuBuffer<f32>, s: f32) {
     }
 }
 
+/// A broadcast's root must be a rank of the group (both collectives check it first).
+fn check_root(root: usize, world: usize) -> Result<(), GpuError> {
+    if root >= world {
+        return Err(GpuError::Config(format!(
+            "broadcast from rank {root} in a group of {world}"
+        )));
+    }
+    Ok(())
+}
+
 /// A barrier that [`Collective::abort`] can break.
 struct Gate {
     /// (ranks arrived in this generation, generation, aborted)
@@ -253,12 +263,7 @@ impl Collective for InProcessCollective {
         buf: GpuBuffer<f32>,
         root: usize,
     ) -> Result<GpuBuffer<f32>, GpuError> {
-        if root >= self.shared.world {
-            return Err(GpuError::Config(format!(
-                "broadcast from rank {root} in a group of {}",
-                self.shared.world
-            )));
-        }
+        check_root(root, self.shared.world)?;
         let (data, err) = match (self.rank == root).then(|| gpu.read(&buf)) {
             Some(Ok(v)) => (Some(v), None),
             Some(Err(e)) => (None, Some(e)),
@@ -484,6 +489,25 @@ mod nccl {
                 Ok(())
             }
         }
+
+        /// Runs the NCCL operation `op` (named `what` in errors) in place on `buf`: nothing for
+        /// an empty buffer, else `op(device pointer, length, CubeCL's stream)` after the
+        /// communicator is checked live, its result checked.
+        fn in_place(
+            &self,
+            gpu: &Gpu,
+            buf: GpuBuffer<f32>,
+            what: &str,
+            op: impl FnOnce(u64, usize, nc::cudaStream_t) -> nc::ncclResult_t,
+        ) -> Result<GpuBuffer<f32>, GpuError> {
+            self.live()?;
+            if buf.is_empty() {
+                return Ok(buf);
+            }
+            let (ptr, stream) = pointer_and_stream(gpu, &buf)?;
+            check(what, op(ptr, buf.len(), stream as nc::cudaStream_t))?;
+            Ok(buf)
+        }
     }
 
     impl Drop for NcclCollective {
@@ -511,24 +535,21 @@ mod nccl {
             gpu: &Gpu,
             buf: GpuBuffer<f32>,
         ) -> Result<GpuBuffer<f32>, GpuError> {
-            self.live()?;
-            if buf.is_empty() {
-                return Ok(buf);
-            }
-            let (ptr, stream) = pointer_and_stream(gpu, &buf)?;
-            // SAFETY: in place on a live buffer of `len` floats, on the stream its kernels use.
-            check("ncclAllReduce", unsafe {
-                nc::ncclAllReduce(
-                    ptr as *const _,
-                    ptr as *mut _,
-                    buf.len(),
-                    nc::ncclDataType_t::ncclFloat32,
-                    nc::ncclRedOp_t::ncclSum,
-                    self.comm,
-                    stream as nc::cudaStream_t,
-                )
-            })?;
-            Ok(buf)
+            self.in_place(gpu, buf, "ncclAllReduce", |ptr, len, stream| {
+                // SAFETY: in place on a live buffer of `len` floats, on the stream its kernels
+                // use (`in_place`).
+                unsafe {
+                    nc::ncclAllReduce(
+                        ptr as *const _,
+                        ptr as *mut _,
+                        len,
+                        nc::ncclDataType_t::ncclFloat32,
+                        nc::ncclRedOp_t::ncclSum,
+                        self.comm,
+                        stream,
+                    )
+                }
+            })
         }
 
         fn broadcast(
@@ -537,30 +558,21 @@ mod nccl {
             buf: GpuBuffer<f32>,
             root: usize,
         ) -> Result<GpuBuffer<f32>, GpuError> {
-            if root >= self.world {
-                return Err(GpuError::Config(format!(
-                    "broadcast from rank {root} in a group of {}",
-                    self.world
-                )));
-            }
-            self.live()?;
-            if buf.is_empty() {
-                return Ok(buf);
-            }
-            let (ptr, stream) = pointer_and_stream(gpu, &buf)?;
-            // SAFETY: in place on a live buffer of `len` floats, on the stream its kernels use.
-            check("ncclBroadcast", unsafe {
-                nc::ncclBroadcast(
-                    ptr as *const _,
-                    ptr as *mut _,
-                    buf.len(),
-                    nc::ncclDataType_t::ncclFloat32,
-                    root as i32,
-                    self.comm,
-                    stream as nc::cudaStream_t,
-                )
-            })?;
-            Ok(buf)
+            super::check_root(root, self.world)?;
+            self.in_place(gpu, buf, "ncclBroadcast", |ptr, len, stream| {
+                // SAFETY: as in `all_reduce_sum`.
+                unsafe {
+                    nc::ncclBroadcast(
+                        ptr as *const _,
+                        ptr as *mut _,
+                        len,
+                        nc::ncclDataType_t::ncclFloat32,
+                        root as i32,
+                        self.comm,
+                        stream,
+                    )
+                }
+            })
         }
 
         fn abort(&self) {
