@@ -58,7 +58,7 @@ use crate::backend::{Edge, KeyframeView, optimize, overlap};
 use crate::config::SlamConfig;
 use crate::keyframes::{Keyframe, KeyframeStore};
 use crate::model::{ModelSource, render_model};
-use crate::pair::{PairFrontEnd, PreparedInput};
+use crate::pair::{PairFrontEnd, PairPrediction, PreparedInput};
 use crate::pointmap::{Pointmap, PointmapFrontEnd};
 use crate::tracker::{LevelView, ResidualParams, TrackResult, Tracker};
 
@@ -1106,6 +1106,41 @@ pub fn run_slam_source(
     })
 }
 
+/// How frames are tracked on network pairs: on the GPU ([`crate::kernels::track_pair_gpu`]) when
+/// one is given and the pairs are uncalibrated, else on the CPU ([`Tracker::track_pair`]). The
+/// frame loop, loop verification and relocalisation all track through it.
+#[derive(Clone, Copy)]
+struct PairTracker<'a> {
+    tracker: &'a Tracker,
+    gpu: Option<&'a rust3r_gpu::Gpu>,
+    cam: Option<PinholeCamera>,
+}
+
+impl PairTracker<'_> {
+    /// The GPU the pairs are tracked on, if any (the front end may leave descriptors there).
+    fn device(&self) -> Option<&rust3r_gpu::Gpu> {
+        self.gpu.filter(|_| self.cam.is_none())
+    }
+
+    fn track(
+        &self,
+        pred: &PairPrediction,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        t_init: &Sim3,
+        warm: Option<&[u32]>,
+    ) -> Result<crate::pair::PairTrack, SlamError> {
+        match self.device() {
+            Some(g) => {
+                crate::kernels::track_pair_gpu(g, self.tracker, pred, kf, kf_conf, t_init, warm)
+            }
+            None => self
+                .tracker
+                .track_pair(pred, kf, kf_conf, self.cam, t_init, warm),
+        }
+    }
+}
+
 /// Keyframe `j` of the store decoded as the pair (frame `i`, keyframe `j`) and tracked on it
 /// from the identity (learned retrieval's candidates: the pose estimate may be far off).
 /// Returns `T_CjCi` and the match fraction unless the pose is poorly constrained (the caller
@@ -1114,8 +1149,7 @@ pub fn run_slam_source(
 fn verify_on_pair(
     pairs: &mut dyn PairFrontEnd,
     shared: &Mutex<Shared>,
-    tracker: &Tracker,
-    cam: Option<PinholeCamera>,
+    pt: &PairTracker<'_>,
     i: usize,
     j: usize,
     decode_s: &mut f64,
@@ -1128,7 +1162,7 @@ fn verify_on_pair(
     };
     let pred = timed(decode_s, || pairs.pair(i, jf))?;
     let pt = timed(track_s, || {
-        tracker.track_pair(&pred, &kpm, &kconf, cam, &Sim3::identity(), None)
+        pt.track(&pred, &kpm, &kconf, &Sim3::identity(), None)
     })?;
     let r = &pt.result;
     tracing::debug!(
@@ -1149,8 +1183,7 @@ fn verify_on_pair(
 fn retrieved_keyframe(
     source: &mut Source<'_>,
     shared: &Mutex<Shared>,
-    tracker: &Tracker,
-    cam: Option<PinholeCamera>,
+    pt: &PairTracker<'_>,
     cfg: &SlamConfig,
     i: usize,
     nk: usize,
@@ -1169,8 +1202,7 @@ fn retrieved_keyframe(
         if j + 1 >= nk {
             continue; // the previous keyframe is connected anyway
         }
-        if let Some((t_ji, frac)) =
-            verify_on_pair(pairs, shared, tracker, cam, i, j, decode_s, track_s)?
+        if let Some((t_ji, frac)) = verify_on_pair(pairs, shared, pt, i, j, decode_s, track_s)?
             && frac >= cfg.local_opt.min_match_frac
         {
             loops.push((j, t_ji));
@@ -1252,8 +1284,9 @@ fn run_frames(
     let mut reported = (0usize, 0usize);
     // Uncalibrated pairs are tracked on the GPU when one is given: the front end may leave
     // the descriptors there.
+    let pair_tracker = PairTracker { tracker, gpu, cam };
     if let Some(p) = source.pairs() {
-        p.set_tracker_device(gpu.filter(|_| cam.is_none()));
+        p.set_tracker_device(pair_tracker.device());
     }
     for i in 0..total {
         let t0 = std::time::Instant::now();
@@ -1307,8 +1340,7 @@ fn run_frames(
                 let nk = retrieved_keyframe(
                     &mut source,
                     shared,
-                    tracker,
-                    cam,
+                    &pair_tracker,
                     cfg,
                     i,
                     k,
@@ -1385,12 +1417,7 @@ fn run_frames(
                             .as_ref()
                             .filter(|w| w.0 == k)
                             .map(|w| w.1.as_slice());
-                        let pt = match (gpu, cam) {
-                            (Some(g), None) => crate::kernels::track_pair_gpu(
-                                g, tracker, &pred, &kf_pm, &kf_conf, &t_init, warm,
-                            )?,
-                            _ => tracker.track_pair(&pred, &kf_pm, &kf_conf, cam, &t_init, warm)?,
-                        };
+                        let pt = pair_tracker.track(&pred, &kf_pm, &kf_conf, &t_init, warm)?;
                         tracked_s += t_track.elapsed().as_secs_f64();
                         tracing::debug!(
                             "frame {i}: pair with keyframe {k}: {} matches used, {} moved by the descriptors",
@@ -1548,8 +1575,7 @@ fn run_frames(
                         let nk = retrieved_keyframe(
                             &mut source,
                             shared,
-                            tracker,
-                            cam,
+                            &pair_tracker,
                             cfg,
                             i,
                             nk,
@@ -1601,8 +1627,7 @@ fn run_frames(
                         match verify_on_pair(
                             pairs,
                             shared,
-                            tracker,
-                            cam,
+                            &pair_tracker,
                             i,
                             j,
                             &mut decode_s,

@@ -28,18 +28,22 @@ struct Whitener {
 }
 
 impl Whitener {
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
+    /// `(x - m) P` for every `dim`-wide row of `x`, in float64 (one matrix product).
+    fn apply_rows(&self, x: &[f32]) -> Vec<f32> {
         let d = self.dim;
-        let centred: Vec<f64> = x.iter().zip(&self.m).map(|(&a, &m)| a as f64 - m).collect();
-        let mut out = vec![0f64; d];
-        for (i, &c) in centred.iter().enumerate() {
-            let row = &self.p[i * d..(i + 1) * d];
-            for (o, &p) in out.iter_mut().zip(row) {
-                *o += c * p;
-            }
-        }
-        out.into_iter().map(|v| v as f32).collect()
+        let c = faer::Mat::<f64>::from_fn(x.len() / d, d, |r, i| x[r * d + i] as f64 - self.m[i]);
+        let out = &c * faer::MatRef::from_row_major_slice(&self.p, d, d);
+        rows_f32(&out)
     }
+}
+
+/// A float64 matrix's rows, flattened, as f32.
+fn rows_f32(m: &faer::Mat<f64>) -> Vec<f32> {
+    let mut out = Vec::with_capacity(m.nrows() * m.ncols());
+    for r in 0..m.nrows() {
+        out.extend((0..m.ncols()).map(|c| m[(r, c)] as f32));
+    }
+    out
 }
 
 /// One layer of the projector (`nn.Sequential` of `Linear`, `LayerNorm`, `GELU`).
@@ -60,15 +64,36 @@ enum Layer {
 }
 
 impl Layer {
+    /// The layer on every row of `x` (rows of the layer's input width), flattened.
+    fn apply_rows(&self, x: &[f32]) -> Vec<f32> {
+        match self {
+            Layer::Linear { w, b, d_in, d_out } => {
+                // x W^T + b in float64 (products of f32 values are exact in f64).
+                let (d_in, d_out) = (*d_in, *d_out);
+                let xm =
+                    faer::Mat::<f64>::from_fn(x.len() / d_in, d_in, |r, k| x[r * d_in + k] as f64);
+                let wt = faer::Mat::<f64>::from_fn(d_in, d_out, |k, o| w[o * d_in + k] as f64);
+                let mut y = &xm * &wt;
+                for r in 0..y.nrows() {
+                    for o in 0..d_out {
+                        y[(r, o)] += b[o] as f64;
+                    }
+                }
+                rows_f32(&y)
+            }
+            Layer::Norm { w, .. } => x
+                .chunks_exact(w.len())
+                .flat_map(|r| self.apply(r))
+                .collect(),
+            Layer::Gelu => self.apply(x),
+        }
+    }
+
+    /// The layer on one row (`Norm`; `Gelu` on any number of values; `Linear` goes through
+    /// [`Layer::apply_rows`]).
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         match self {
-            Layer::Linear { w, b, d_in, d_out } => (0..*d_out)
-                .map(|o| {
-                    let row = &w[o * d_in..(o + 1) * d_in];
-                    let s: f64 = row.iter().zip(x).map(|(&a, &v)| a as f64 * v as f64).sum();
-                    (s + b[o] as f64) as f32
-                })
-                .collect(),
+            Layer::Linear { .. } => self.apply_rows(x),
             Layer::Norm { w, b } => {
                 let n = x.len() as f64;
                 let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
@@ -353,15 +378,17 @@ impl RetrievalHead {
             ));
         }
         let n = feat.len() / e;
-        let proj: Vec<Vec<f32>> = crate::retrieval::par_map(n, |t| {
-            let x = &feat[t * e..(t + 1) * e];
+        // Blocks of tokens in parallel, each through the head as matrix products.
+        const ROWS: usize = 64;
+        let proj: Vec<Vec<f32>> = crate::retrieval::par_map(n.div_ceil(ROWS), |blk| {
+            let x = &feat[blk * ROWS * e..((blk + 1) * ROWS).min(n) * e];
             let pre = match &self.prewhiten {
-                Some(w) => w.apply(x),
+                Some(w) => w.apply_rows(x),
                 None => x.to_vec(),
             };
             let mut y = pre.clone();
             for l in &self.projector {
-                y = l.apply(&y);
+                y = l.apply_rows(&y);
             }
             if self.residual {
                 for (a, b) in y.iter_mut().zip(&pre) {
@@ -369,7 +396,14 @@ impl RetrievalHead {
                 }
             }
             y
-        });
+        })
+        .into_iter()
+        .flat_map(|y| {
+            y.chunks_exact(self.dim)
+                .map(<[f32]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect();
         let attention: Vec<f32> = proj
             .iter()
             .map(|y| y.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt() as f32)
@@ -379,13 +413,14 @@ impl RetrievalHead {
         // torch.topk: largest first; ties by index.
         order.sort_by(|&a, &b| attention[b].total_cmp(&attention[a]).then(a.cmp(&b)));
         order.truncate(k);
-        let mut features = Vec::with_capacity(k * self.dim);
-        for &t in &order {
-            match &self.postwhiten {
-                Some(w) => features.extend(w.apply(&proj[t])),
-                None => features.extend_from_slice(&proj[t]),
-            }
-        }
+        let selected: Vec<f32> = order
+            .iter()
+            .flat_map(|&t| proj[t].iter().copied())
+            .collect();
+        let features = match &self.postwhiten {
+            Some(w) => w.apply_rows(&selected),
+            None => selected,
+        };
         Ok(LocalFeatures {
             features,
             attention: order.iter().map(|&t| attention[t]).collect(),
