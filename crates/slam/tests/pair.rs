@@ -644,3 +644,88 @@ fn gpu_warm_start_is_exact() {
         assert_eq!(bits(got), want, "{:?}", init.map(<[u32]>::len));
     }
 }
+
+/// The ray image made on the device from the frame's points (`kernels::ray_image_on`) against a
+/// float64 reference written plainly (unit rays, Scharr / 32 with reflected borders), and the
+/// host's `matching::ray_image` against the same reference, on images with zero points and on
+/// one-pixel-wide and one-pixel-high images.
+#[test]
+fn gpu_ray_image_equals_a_float64_reference() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    for (w, h) in [(37usize, 23usize), (1, 5), (6, 1), (64, 48)] {
+        let n = w * h;
+        let pts: Vec<[f32; 3]> = (0..n)
+            .map(|i| {
+                if i % 17 == 3 {
+                    [0.0; 3] // no point: a zero ray
+                } else {
+                    [
+                        rng.random_range(-1.0..1.0),
+                        rng.random_range(-1.0..1.0),
+                        rng.random_range(0.5..3.0),
+                    ]
+                }
+            })
+            .collect();
+        let unit = |p: [f32; 3]| {
+            let p = Vector3::new(p[0] as f64, p[1] as f64, p[2] as f64);
+            if p.norm() > 0.0 { p / p.norm() } else { p }
+        };
+        let refl = |i: isize, len: usize| -> usize {
+            let r = if i < 0 {
+                -i
+            } else if i >= len as isize {
+                2 * len as isize - 2 - i
+            } else {
+                i
+            };
+            r.clamp(0, len as isize - 1) as usize
+        };
+        let k = [[-3.0, 0.0, 3.0], [-10.0, 0.0, 10.0], [-3.0, 0.0, 3.0]];
+        let mut want = vec![0.0f64; n * 9];
+        for v in 0..h {
+            for u in 0..w {
+                let o = (v * w + u) * 9;
+                let r = unit(pts[v * w + u]);
+                want[o..o + 3].copy_from_slice(r.as_slice());
+                for a in 0..3 {
+                    for b in 0..3 {
+                        let vv = refl(v as isize + a as isize - 1, h);
+                        let uu = refl(u as isize + b as isize - 1, w);
+                        let r = unit(pts[vv * w + uu]);
+                        for c in 0..3 {
+                            want[o + 3 + c] += k[a][b] / 32.0 * r[c];
+                            want[o + 6 + c] += k[b][a] / 32.0 * r[c];
+                        }
+                    }
+                }
+            }
+        }
+        let flat: Vec<f32> = pts.iter().flatten().copied().collect();
+        let got = gpu
+            .read(&rust3r_slam::kernels::ray_image_on(
+                &gpu,
+                &gpu.upload(&flat),
+                w,
+                h,
+            ))
+            .unwrap();
+        let host = rust3r_slam::matching::ray_image(w, h, &pts, |_| None, |_| true);
+        let worst = |g: &[f32]| {
+            g.iter()
+                .zip(&want)
+                .map(|(a, b)| (*a as f64 - b).abs())
+                .fold(0.0f64, f64::max)
+        };
+        assert_eq!(got.len(), want.len());
+        assert!(worst(&got) < 1e-6, "{w}x{h}: device off by {}", worst(&got));
+        assert!(
+            worst(&host.data) < 1e-6,
+            "{w}x{h}: host off by {}",
+            worst(&host.data)
+        );
+        // A zero point has a zero ray on both.
+        assert_eq!(&got[3 * 9..3 * 9 + 3], &[0.0; 3]);
+    }
+}

@@ -509,6 +509,24 @@ pub fn warm_start_on(gpu: &Gpu, idx_init: Option<&[u32]>, w: usize, n: usize) ->
     pos
 }
 
+/// The ray image ([`crate::matching::ray_image`] with every pixel valid: unit rays and their
+/// Scharr gradients, `[h * w * 9]`) of a `w` x `h` pointmap already on the device (`pts`:
+/// `[w * h * 3]`), made there ([`pair::ray_image_kernel`]).
+pub fn ray_image_on(gpu: &Gpu, pts: &GpuBuffer<f32>, w: usize, h: usize) -> GpuBuffer<f32> {
+    let n = w * h;
+    let rays = gpu.alloc::<f32>(n * crate::matching::RAY_CHANNELS);
+    pair::ray_image_kernel::launch(
+        gpu.client(),
+        gpu.grid_1d(n),
+        rust3r_gpu::BLOCK_DIM,
+        pts.arg(),
+        rays.arg(),
+        w as u32,
+        h as u32,
+    );
+    rays
+}
+
 /// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
 /// camera (`kf_pts`) already on the device (`[n * 3]` each); also returns the matches' `idx` on
 /// the device.
@@ -524,8 +542,7 @@ fn match_pair_on(
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
     let start = std::time::Instant::now();
-    let rays = crate::matching::ray_image(w, h, &f.points, |_| None, |_| true);
-    let ray_ms = start.elapsed().as_secs_f64() * 1e3;
+    let rays = ray_image_on(gpu, src_pts, w, h);
     let pos = warm_start_on(gpu, idx_init, w, n);
     // Every pixel is valid on both sides (filled on the device).
     let all_valid = gpu.filled::<u32>(n, 1);
@@ -535,7 +552,7 @@ fn match_pair_on(
         gpu.client(),
         gpu.grid_1d(n),
         rust3r_gpu::BLOCK_DIM,
-        gpu.upload(&rays.data).arg(),
+        rays.arg(),
         src_pts.arg(),
         all_valid.arg(),
         kf_pts.arg(),
@@ -557,7 +574,7 @@ fn match_pair_on(
         .map(|v| v != 0)
         .collect();
     tracing::trace!(
-        "pair matching: ray image {ray_ms:.1} ms, iterative projection done at {:.1} ms",
+        "pair matching: ray image on the device, iterative projection done at {:.1} ms",
         start.elapsed().as_secs_f64() * 1e3
     );
     if cfg.radius == 0 {

@@ -15,7 +15,7 @@
 
 use cubecl::prelude::*;
 
-use super::track::{transform_point, write_normal_terms, zero_normal_terms};
+use super::track::{Point3, transform_point, write_normal_terms, zero_normal_terms};
 
 /// `params` index of `1/sigma_ray`.
 pub const PP_ISR: usize = 0;
@@ -189,4 +189,119 @@ pub fn pair_normal_eq_kernel(
             );
         }
     }
+}
+
+/// Reflected index of `crate::matching::ray_image`'s padding: `-i` below 0, `2 len - 2 - i`
+/// past the end, then clamped to `0..len`.
+#[cube]
+fn reflect(i: i32, len: i32) -> usize {
+    let mut r = i;
+    if i < 0i32 {
+        r = -i;
+    } else if i >= len {
+        r = 2i32 * len - 2i32 - i;
+    }
+    usize::cast_from(clamp(r, 0i32, len - 1i32))
+}
+
+/// Unit ray of point `j` (`pts`: three floats a point), zero for the origin.
+#[cube]
+fn unit_ray(pts: &[f32], j: usize) -> Point3 {
+    let x = pts[j * 3];
+    let y = pts[j * 3 + 1];
+    let z = pts[j * 3 + 2];
+    let norm = (x * x + y * y + z * z).sqrt();
+    // A zero norm means a zero point: 0 / 1 keeps its ray zero.
+    let d = select(norm > 0.0f32, norm, 1.0f32);
+    Point3 {
+        x: x / d,
+        y: y / d,
+        z: z / d,
+    }
+}
+
+/// The ray image of a pointmap whose every pixel has a point (`crate::matching::ray_image` with
+/// no fallback and every pixel valid; `pts`: `[h * w * 3]`): per pixel its unit ray and the
+/// rays' Scharr gradients / 32 along u and v with reflected borders, 9 floats a pixel (`rays`).
+/// The non-zero taps are summed in the host's order (kernel row outer, column inner), so the
+/// two differ only by the rounding of fused multiply-adds.
+#[cube(launch)]
+pub fn ray_image_kernel(pts: &[f32], rays: &mut [f32], width: u32, height: u32) {
+    let q = rust3r_gpu::global_id();
+    if q >= (width * height) as usize {
+        terminate!();
+    }
+    let w = i32::cast_from(width);
+    let h = i32::cast_from(height);
+    let u = i32::cast_from(q % width as usize);
+    let v = i32::cast_from(q / width as usize);
+    let wu = width as usize;
+    let v0 = reflect(v - 1i32, h) * wu;
+    let v1 = reflect(v, h) * wu;
+    let v2 = reflect(v + 1i32, h) * wu;
+    let u0 = reflect(u - 1i32, w);
+    let u1 = reflect(u, w);
+    let u2 = reflect(u + 1i32, w);
+    // r_ab: the ray at row offset a - 1, column offset b - 1.
+    let r00 = unit_ray(pts, v0 + u0);
+    let r01 = unit_ray(pts, v0 + u1);
+    let r02 = unit_ray(pts, v0 + u2);
+    let r10 = unit_ray(pts, v1 + u0);
+    let r12 = unit_ray(pts, v1 + u2);
+    let r20 = unit_ray(pts, v2 + u0);
+    let r21 = unit_ray(pts, v2 + u1);
+    let r22 = unit_ray(pts, v2 + u2);
+    let c = unit_ray(pts, q);
+    // Scharr / 32: rows [-3 0 3], [-10 0 10], [-3 0 3] for u; the transpose for v.
+    let s = 3.0f32 / 32.0f32;
+    let l = 10.0f32 / 32.0f32;
+    let o = q * 9;
+    rays[o] = c.x;
+    rays[o + 1] = c.y;
+    rays[o + 2] = c.z;
+    rays[o + 3] = grad(
+        -s, r00.x, s, r02.x, -l, r10.x, l, r12.x, -s, r20.x, s, r22.x,
+    );
+    rays[o + 4] = grad(
+        -s, r00.y, s, r02.y, -l, r10.y, l, r12.y, -s, r20.y, s, r22.y,
+    );
+    rays[o + 5] = grad(
+        -s, r00.z, s, r02.z, -l, r10.z, l, r12.z, -s, r20.z, s, r22.z,
+    );
+    rays[o + 6] = grad(
+        -s, r00.x, -l, r01.x, -s, r02.x, s, r20.x, l, r21.x, s, r22.x,
+    );
+    rays[o + 7] = grad(
+        -s, r00.y, -l, r01.y, -s, r02.y, s, r20.y, l, r21.y, s, r22.y,
+    );
+    rays[o + 8] = grad(
+        -s, r00.z, -l, r01.z, -s, r02.z, s, r20.z, l, r21.z, s, r22.z,
+    );
+}
+
+/// `k0 r0 + ... + k5 r5`, summed from the left starting at zero.
+#[allow(clippy::too_many_arguments)]
+#[cube]
+fn grad(
+    k0: f32,
+    r0: f32,
+    k1: f32,
+    r1: f32,
+    k2: f32,
+    r2: f32,
+    k3: f32,
+    r3: f32,
+    k4: f32,
+    r4: f32,
+    k5: f32,
+    r5: f32,
+) -> f32 {
+    let mut g = 0.0f32;
+    g += k0 * r0;
+    g += k1 * r1;
+    g += k2 * r2;
+    g += k3 * r3;
+    g += k4 * r4;
+    g += k5 * r5;
+    g
 }
