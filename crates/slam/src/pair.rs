@@ -454,6 +454,7 @@ impl Tracker {
     ) -> Result<PairTrack, SlamError> {
         let f = &pred.frame;
         let p = ResidualParams::tracking(&self.cfg);
+        let start = std::time::Instant::now();
         // Frame: Xff with its confidence (a single observation, so average = Cff).
         let fv = LevelView::build(f, &f.conf, cam, 0, &p, false, false);
         let kv = LevelView::build(kf, kf_conf, cam, 0, &p, p.sigma_plane > 0.0, false);
@@ -483,6 +484,7 @@ impl Tracker {
             n_unique += !*s as usize;
             *s = true;
         }
+        let weighed_ms = start.elapsed().as_secs_f64() * 1e3;
         let match_frac = n_used as f64 / n as f64;
         let keyframe_frac = (n_kf as f64 / n as f64).min(n_unique as f64 / n as f64);
         let lost = match_frac < self.cfg.min_match_frac;
@@ -506,6 +508,7 @@ impl Tracker {
         if let Some(e) = failed {
             return Err(e);
         }
+        let solved_ms = start.elapsed().as_secs_f64() * 1e3;
         let observation = (!lost).then(|| {
             let tq = crate::projective::Affine::from_sim3(&t);
             let mut obs = vec![[0.0f32; 3]; n];
@@ -536,6 +539,10 @@ impl Tracker {
         // Failure detection as for RGB-D (`tracking.min_constraint`; 0, upstream's behaviour,
         // only measures).
         self.judge(&mut result, last_eq.as_ref(), kf, kf_conf);
+        tracing::trace!(
+            "pair weighed and filtered at {weighed_ms:.2} ms, solved at {solved_ms:.2} ms, observation and judgement done at {:.2} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
         if result.weak {
             result.new_keyframe = false;
         }

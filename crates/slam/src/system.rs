@@ -1487,6 +1487,9 @@ fn run_frames(
                         (res, pm)
                     }
                 };
+                // The keyframe's pointmap is fused below: a copy held here would make the
+                // store copy the whole pointmap before writing it (`Arc::make_mut`).
+                drop(kf_pm);
                 let mut res = res;
                 if cfg.forced_keyframe_every > 0 {
                     force_tracked(&mut res, &t_init, i % cfg.forced_keyframe_every == 0);

@@ -128,10 +128,13 @@ impl RetrievalDatabase {
         k: usize,
         min_thresh: f64,
     ) -> Result<Query, RetrievalError> {
+        let start = std::time::Instant::now();
         let local = self.head.select(feat)?;
+        let selected_ms = start.elapsed().as_secs_f64() * 1e3;
         let dim = local.dim;
         let m = self.params.query_assignment;
         let assign = self.codebook.nearest_all(&local.features, m);
+        let assigned_ms = start.elapsed().as_secs_f64() * 1e3;
         let query_codes = aggregate(&self.codebook, &local.features, dim, &assign);
         let mut scores = Vec::new();
         let mut retrieved = Vec::new();
@@ -156,6 +159,10 @@ impl RetrievalDatabase {
             self.ivf.add(&agg);
             agg
         });
+        tracing::trace!(
+            "retrieval: features selected at {selected_ms:.1} ms, assigned to words at {assigned_ms:.1} ms, queried and stored at {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
         Ok(Query {
             local,
             assign,

@@ -331,6 +331,7 @@ pub fn track_pair_gpu(
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
     let mut sums: Option<GpuPairNormalEq> = None;
     let mut solve = std::time::Duration::ZERO;
+    let mut setup = std::time::Duration::ZERO;
     let track = tracker.track_matched_pair(
         pred,
         kf,
@@ -342,7 +343,8 @@ pub fn track_pair_gpu(
         &mut |_, _, _, used, qk, t| {
             let eq = sums
                 .get_or_insert_with(|| {
-                    GpuPairNormalEq::with_frame(
+                    let t0 = std::time::Instant::now();
+                    let eq = GpuPairNormalEq::with_frame(
                         gpu,
                         frame_pts.clone(),
                         &kf.points,
@@ -350,7 +352,9 @@ pub fn track_pair_gpu(
                         used,
                         qk,
                         &p,
-                    )
+                    );
+                    setup = t0.elapsed();
+                    eq
                 })
                 .at(gpu, t);
             solve = start.elapsed();
@@ -358,10 +362,11 @@ pub fn track_pair_gpu(
         },
     )?;
     tracing::debug!(
-        "pair tracked on the GPU in {:.1} ms: matching {:.1} ms, up to the last normal equations {:.1} ms, {} iterations",
+        "pair tracked on the GPU in {:.1} ms: matching {:.1} ms, up to the last normal equations {:.1} ms (their set-up {:.2} ms), {} iterations",
         start.elapsed().as_secs_f64() * 1e3,
         matched.as_secs_f64() * 1e3,
         solve.as_secs_f64() * 1e3,
+        setup.as_secs_f64() * 1e3,
         track.result.iterations
     );
     Ok(track)
