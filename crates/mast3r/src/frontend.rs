@@ -491,6 +491,12 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
 
     fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
         self.tracker_gpu = gpu.filter(|_| !self.host_descriptors).cloned();
+        // Visual words are assigned on the tracker's GPU too (the same words as on the host).
+        if let Some((db, _)) = &mut self.retrieval
+            && let Err(e) = db.set_device(gpu)
+        {
+            tracing::warn!("learned retrieval stays on the host: {e}");
+        }
     }
 
     fn retain(&mut self, keep: &[usize]) {

@@ -10,7 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rust3r_mast3r::retrieval::{AsmkParams, Codebook, RetrievalDatabase, RetrievalError};
+use rust3r_mast3r::retrieval::{
+    AsmkParams, Codebook, DeviceCodebook, RetrievalDatabase, RetrievalError,
+};
 use rust3r_mast3r::{SafetensorsFile, TensorF32};
 use rust3r_testdata::rel_err;
 
@@ -42,6 +44,17 @@ fn unpack(codes: &[u32], code_words: usize, dim: usize) -> Vec<i64> {
 
 #[test]
 fn retrieval_matches_upstream() {
+    check_against_upstream(None);
+}
+
+/// The same queries with the visual words assigned on the GPU (`DeviceCodebook`).
+#[test]
+fn retrieval_with_words_assigned_on_the_gpu_matches_upstream() {
+    let gpu = rust3r_gpu::Gpu::default_device().expect("a GPU adapter (lavapipe)");
+    check_against_upstream(Some(&gpu));
+}
+
+fn check_against_upstream(gpu: Option<&rust3r_gpu::Gpu>) {
     let (feats, ff) = tensors(&fixture("features.safetensors"));
     let _ = ff;
     let (want, _) = tensors(&fixture("expected.safetensors"));
@@ -51,6 +64,8 @@ fn retrieval_matches_upstream() {
         AsmkParams::default(),
     )
     .unwrap();
+    db.set_device(gpu).unwrap();
+    assert_eq!(db.on_device(), gpu.is_some());
     let steps = feats.len();
     assert!(steps >= 4, "{steps} frames");
     let (k, min_thresh) = (3, 5e-3);
@@ -223,4 +238,46 @@ fn dump_encoder_features() {
     let mut meta = BTreeMap::new();
     meta.insert("frames".to_string(), format!("{frames:?}"));
     rust3r_mast3r::write_safetensors(&out, &t, &meta).unwrap();
+}
+
+/// Words assigned on the GPU equal the float64 host reference on a codebook with exact
+/// duplicates and near ties (features on centroids, centroids a rounding step apart), for one
+/// and several assignments and a feature count that is not a multiple of the kernel's rows.
+#[test]
+fn gpu_word_assignment_equals_the_host_reference() {
+    let gpu = rust3r_gpu::Gpu::default_device().expect("a GPU adapter (lavapipe)");
+    let (k, dim) = (700, 48);
+    let mut cb = Codebook::random(k, dim, 3).unwrap();
+    let mut c: Vec<f32> = (0..k).flat_map(|w| cb.centroid(w).to_vec()).collect();
+    // Word 5 duplicates word 9; word 11 is word 12 moved by one rounding step.
+    let (a, b) = c.split_at_mut(9 * dim);
+    a[5 * dim..6 * dim].copy_from_slice(&b[..dim]);
+    c[11 * dim] = f32::from_bits(c[12 * dim].to_bits() + 1);
+    for d in 1..dim {
+        c[11 * dim + d] = c[12 * dim + d];
+    }
+    cb = Codebook::new(c, dim).unwrap();
+    let mut state = 0x1234_5678u64;
+    let mut rnd = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let n = 23;
+    let mut feats: Vec<f32> = (0..n * dim).map(|_| rnd()).collect();
+    for (i, w) in [(0usize, 9usize), (1, 12), (2, 5)] {
+        feats[i * dim..(i + 1) * dim].copy_from_slice(cb.centroid(w));
+    }
+    let dev = DeviceCodebook::new(&gpu, &cb).unwrap();
+    for m in [1, 5, 17] {
+        let want = cb.nearest_all(&feats, m);
+        let got = dev.nearest_all(&cb, &feats, m).unwrap();
+        assert_eq!(got, want, "{m} assignments");
+    }
+    assert_eq!(
+        dev.nearest_all(&cb, &feats, 1).unwrap()[0],
+        vec![5],
+        "duplicates: the lower word"
+    );
 }

@@ -202,6 +202,33 @@ impl Codebook {
     }
 }
 
+impl Codebook {
+    /// Squared norm of centroid `w` (float64).
+    pub fn norm2(&self, w: usize) -> f64 {
+        self.norms[w]
+    }
+
+    /// The `m` nearest of the `words` to `v` (`vn` its squared norm in float64), nearest first,
+    /// ties by word, with float64 distances `|v|^2 + |c|^2 - 2 v.c` as [`Codebook::nearest`]
+    /// forms them.
+    pub(crate) fn rank(&self, v: &[f32], vn: f64, words: &[usize], m: usize) -> Vec<usize> {
+        let mut d: Vec<(f64, usize)> = words
+            .iter()
+            .map(|&w| {
+                let dot: f64 = self
+                    .centroid(w)
+                    .iter()
+                    .zip(v)
+                    .map(|(&c, &x)| c as f64 * x as f64)
+                    .sum();
+                (vn + self.norms[w] - 2.0 * dot, w)
+            })
+            .collect();
+        best_m(&mut d, m);
+        d.into_iter().map(|(_, w)| w).collect()
+    }
+}
+
 /// Keeps the `m` smallest `(distance, word)` pairs, sorted (ties by word).
 fn best_m(d: &mut Vec<(f64, usize)>, m: usize) {
     let cmp = |a: &(f64, usize), b: &(f64, usize)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));

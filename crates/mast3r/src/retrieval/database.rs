@@ -7,6 +7,7 @@ use std::path::Path;
 use super::asmk::{Aggregated, Codebook, aggregate};
 use super::head::{LocalFeatures, RetrievalHead};
 use super::ivf::InvertedFile;
+use super::quantize::DeviceCodebook;
 use super::{AsmkParams, RetrievalError};
 
 /// What one [`RetrievalDatabase::update`] computed (for inspection and parity tests).
@@ -35,6 +36,9 @@ pub struct RetrievalDatabase {
     codebook: Codebook,
     ivf: InvertedFile,
     params: AsmkParams,
+    /// The codebook on a GPU: words are assigned there ([`DeviceCodebook`]), with the host's
+    /// answer.
+    device: Option<DeviceCodebook>,
 }
 
 impl RetrievalDatabase {
@@ -69,6 +73,7 @@ impl RetrievalDatabase {
             codebook,
             ivf,
             params,
+            device: None,
         })
     }
 
@@ -111,6 +116,24 @@ impl RetrievalDatabase {
         self.ivf.is_empty()
     }
 
+    /// Assign visual words on `gpu` (the codebook is uploaded once; `None` goes back to the
+    /// host). The assignments are the host's either way ([`DeviceCodebook`]).
+    pub fn set_device(&mut self, gpu: Option<&rust3r_gpu::Gpu>) -> Result<(), RetrievalError> {
+        self.device = match gpu {
+            Some(g) if self.device.as_ref().is_some_and(|d| d.gpu().same_device(g)) => {
+                self.device.take()
+            }
+            Some(g) => Some(DeviceCodebook::new(g, &self.codebook)?),
+            None => None,
+        };
+        Ok(())
+    }
+
+    /// Whether visual words are assigned on a GPU.
+    pub fn on_device(&self) -> bool {
+        self.device.is_some()
+    }
+
     /// Bytes held by the inverted file.
     pub fn memory_bytes(&self) -> usize {
         self.ivf.memory_bytes()
@@ -133,7 +156,10 @@ impl RetrievalDatabase {
         let selected_ms = start.elapsed().as_secs_f64() * 1e3;
         let dim = local.dim;
         let m = self.params.query_assignment;
-        let assign = self.codebook.nearest_all(&local.features, m);
+        let assign = match &self.device {
+            Some(d) => d.nearest_all(&self.codebook, &local.features, m)?,
+            None => self.codebook.nearest_all(&local.features, m),
+        };
         let assigned_ms = start.elapsed().as_secs_f64() * 1e3;
         let query_codes = aggregate(&self.codebook, &local.features, dim, &assign);
         let mut scores = Vec::new();

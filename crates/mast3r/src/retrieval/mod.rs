@@ -15,6 +15,7 @@ pub mod asmk;
 pub mod database;
 pub mod head;
 pub mod ivf;
+pub mod quantize;
 
 use std::path::PathBuf;
 
@@ -22,6 +23,7 @@ pub use asmk::{Aggregated, Codebook};
 pub use database::{Query, RetrievalDatabase, codebook_path};
 pub use head::{LocalFeatures, NFeat, RetrievalHead};
 pub use ivf::InvertedFile;
+pub use quantize::DeviceCodebook;
 
 /// The next uniform value in `[-1, 1)` of a SplitMix64 stream (`state` advances): the random
 /// heads and codebooks made for timing without the released files.
@@ -77,6 +79,9 @@ pub enum RetrievalError {
         /// What is wrong.
         message: String,
     },
+    /// The GPU word assignment failed.
+    #[error("retrieval on the GPU: {0}")]
+    Gpu(#[from] rust3r_gpu::GpuError),
     /// Features or sizes that do not fit together.
     #[error("retrieval: {0}")]
     Features(String),
