@@ -341,14 +341,17 @@ pub fn run_capture_with(
     };
     let t_slam = Instant::now();
     let result = match (front, rgbd_front) {
+        // Frames are read and prepared for the network on a loader thread; pairs are tracked on
+        // the training GPU unless it is a software rasterizer (there the CPU tracker is faster).
         (FrontEnd::Network(front), _) => run_slam_source(
-            FrameSource::Inline {
-                dataset: dataset.as_ref(),
+            FrameSource::Pipelined {
+                dataset: subset(open()?),
                 front,
+                ahead: 4,
             },
             cfg,
             slam_max,
-            None,
+            (!gpu.is_llvmpipe()).then_some(gpu),
             &mut record,
         ),
         (FrontEnd::Rgbd, front) => {

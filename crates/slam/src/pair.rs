@@ -460,12 +460,18 @@ impl Tracker {
         let kv = LevelView::build(kf, kf_conf, cam, 0, &p, p.sigma_plane > 0.0, false);
         let n = kv.len();
         let q_conf = self.cfg.q_conf;
+        // Per keyframe pixel, in parallel (element-wise, so the same as sequential).
+        use rayon::prelude::*;
         let qk: Vec<f32> = (0..n)
+            .into_par_iter()
+            .with_min_len(4096)
             .map(|q| {
                 (pred.frame_desc_conf[matches.idx[q] as usize] * pred.keyframe_desc_conf[q]).sqrt()
             })
             .collect();
         let used: Vec<bool> = (0..n)
+            .into_par_iter()
+            .with_min_len(4096)
             .map(|q| {
                 matches.valid[q]
                     && fv.valid[matches.idx[q] as usize]
@@ -473,8 +479,9 @@ impl Tracker {
                     && qk[q] as f64 > q_conf
             })
             .collect();
-        let n_used = used.iter().filter(|u| **u).count();
+        let n_used = used.par_iter().filter(|u| **u).count();
         let n_kf = (0..n)
+            .into_par_iter()
             .filter(|&q| matches.valid[q] && qk[q] as f64 > q_conf)
             .count();
         let mut seen = vec![false; fv.len()];

@@ -36,6 +36,7 @@ use crate::matching::{Matches, RayImage, match_iterative_proj, ray_image};
 use crate::photometric::{IntensityPyramid, LevelTerm, PhotoParams};
 use crate::pointmap::{Pointmap, level_camera};
 use crate::residuals::{self, huber_weight};
+use rayon::prelude::*;
 
 /// Largest relative depth difference between a frame point moved into the keyframe and the
 /// keyframe's depth at its pixel for the photometric residual (same surface).
@@ -202,6 +203,8 @@ impl LevelView {
             sub.constrain_to_rays(c);
         }
         let valid: Vec<bool> = (0..sub.len())
+            .into_par_iter()
+            .with_min_len(4096)
             .map(|i| {
                 sub.conf[i] as f64 > p.c_conf
                     && (cam.is_none() || sub.points[i][2] as f64 > p.depth_eps)
