@@ -51,7 +51,8 @@ fn rows_f32(m: &faer::Mat<f64>) -> Vec<f32> {
 enum Layer {
     /// `[out, in]` weight and `[out]` bias.
     Linear {
-        w: Vec<f32>,
+        /// The weights `[d_out, d_in]` transposed, in float64 (`[d_in, d_out]` row-major).
+        wt: Vec<f64>,
         b: Vec<f32>,
         d_in: usize,
         d_out: usize,
@@ -64,16 +65,26 @@ enum Layer {
 }
 
 impl Layer {
+    /// `Linear` from torch's weights `w` (`[d_out, d_in]` row-major) and bias.
+    fn linear(w: &[f32], b: Vec<f32>, d_in: usize, d_out: usize) -> Self {
+        let mut wt = vec![0f64; d_in * d_out];
+        for o in 0..d_out {
+            for k in 0..d_in {
+                wt[k * d_out + o] = w[o * d_in + k] as f64;
+            }
+        }
+        Layer::Linear { wt, b, d_in, d_out }
+    }
+
     /// The layer on every row of `x` (rows of the layer's input width), flattened.
     fn apply_rows(&self, x: &[f32]) -> Vec<f32> {
         match self {
-            Layer::Linear { w, b, d_in, d_out } => {
+            Layer::Linear { wt, b, d_in, d_out } => {
                 // x W^T + b in float64 (products of f32 values are exact in f64).
                 let (d_in, d_out) = (*d_in, *d_out);
                 let xm =
                     faer::Mat::<f64>::from_fn(x.len() / d_in, d_in, |r, k| x[r * d_in + k] as f64);
-                let wt = faer::Mat::<f64>::from_fn(d_in, d_out, |k, o| w[o * d_in + k] as f64);
-                let mut y = &xm * &wt;
+                let mut y = &xm * faer::MatRef::from_row_major_slice(wt, d_in, d_out);
                 for r in 0..y.nrows() {
                     for o in 0..d_out {
                         y[(r, o)] += b[o] as f64;
@@ -267,12 +278,7 @@ impl RetrievalHead {
                 )));
             }
             dim_in.get_or_insert(ws[1]);
-            projector.push(Layer::Linear {
-                w,
-                b,
-                d_in: ws[1],
-                d_out: ws[0],
-            });
+            projector.push(Layer::linear(&w, b, ws[1], ws[0]));
             d_prev = Some(ws[0]);
             i += 3;
         }
@@ -324,7 +330,7 @@ impl RetrievalHead {
         };
         let prewhiten = Some(whitener(dim_in, &mut uniform));
         let s = 1.0 / (dim_in as f64).sqrt();
-        let w = uniform(dim * dim_in, s)
+        let w: Vec<f32> = uniform(dim * dim_in, s)
             .into_iter()
             .map(|v| v as f32)
             .collect();
@@ -332,12 +338,7 @@ impl RetrievalHead {
         let postwhiten = Some(whitener(dim, &mut uniform));
         Self {
             prewhiten,
-            projector: vec![Layer::Linear {
-                w,
-                b,
-                d_in: dim_in,
-                d_out: dim,
-            }],
+            projector: vec![Layer::linear(&w, b, dim_in, dim)],
             residual: dim == dim_in,
             postwhiten,
             nfeat,
