@@ -137,24 +137,8 @@ impl Codebook {
     /// L2 distance as `|v|^2 + |c|^2 - 2 v.c`, here in float64; ties by index).
     pub fn nearest(&self, v: &[f32], m: usize) -> Vec<usize> {
         let vn: f64 = v.iter().map(|&x| x as f64 * x as f64).sum();
-        let mut d: Vec<(f64, usize)> = (0..self.k)
-            .map(|w| {
-                let dot: f64 = self
-                    .centroid(w)
-                    .iter()
-                    .zip(v)
-                    .map(|(&c, &x)| c as f64 * x as f64)
-                    .sum();
-                (vn + self.norms[w] - 2.0 * dot, w)
-            })
-            .collect();
-        let m = m.min(self.k);
-        if m < d.len() {
-            d.select_nth_unstable_by(m, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            d.truncate(m);
-        }
-        d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        d.into_iter().map(|(_, w)| w).collect()
+        let all: Vec<usize> = (0..self.k).collect();
+        self.rank(v, vn, &all, m.min(self.k))
     }
 }
 
@@ -209,8 +193,8 @@ impl Codebook {
     }
 
     /// The `m` nearest of the `words` to `v` (`vn` its squared norm in float64), nearest first,
-    /// ties by word, with float64 distances `|v|^2 + |c|^2 - 2 v.c` as [`Codebook::nearest`]
-    /// forms them.
+    /// ties by word, with float64 distances `|v|^2 + |c|^2 - 2 v.c` (each dot product summed in
+    /// index order).
     pub(crate) fn rank(&self, v: &[f32], vn: f64, words: &[usize], m: usize) -> Vec<usize> {
         let mut d: Vec<(f64, usize)> = words
             .iter()
