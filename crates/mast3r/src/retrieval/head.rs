@@ -49,7 +49,7 @@ fn rows_f32(m: &faer::Mat<f64>) -> Vec<f32> {
 /// One layer of the projector (`nn.Sequential` of `Linear`, `LayerNorm`, `GELU`).
 #[derive(Debug, Clone)]
 enum Layer {
-    /// `[out, in]` weight and `[out]` bias.
+    /// `Linear`: weights and `[out]` bias.
     Linear {
         /// The weights `[d_out, d_in]` transposed, in float64 (`[d_in, d_out]` row-major).
         wt: Vec<f64>,
@@ -92,29 +92,19 @@ impl Layer {
                 }
                 rows_f32(&y)
             }
-            Layer::Norm { w, .. } => x
+            // LayerNorm over each row of its width.
+            Layer::Norm { w, b } => x
                 .chunks_exact(w.len())
-                .flat_map(|r| self.apply(r))
+                .flat_map(|x| {
+                    let n = x.len() as f64;
+                    let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
+                    let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+                    let inv = 1.0 / (var + 1e-5).sqrt();
+                    x.iter().zip(w.iter().zip(b)).map(move |(&v, (&w, &b))| {
+                        ((v as f64 - mean) * inv * w as f64 + b as f64) as f32
+                    })
+                })
                 .collect(),
-            Layer::Gelu => self.apply(x),
-        }
-    }
-
-    /// The layer on one row (`Norm`; `Gelu` on any number of values; `Linear` goes through
-    /// [`Layer::apply_rows`]).
-    fn apply(&self, x: &[f32]) -> Vec<f32> {
-        match self {
-            Layer::Linear { .. } => self.apply_rows(x),
-            Layer::Norm { w, b } => {
-                let n = x.len() as f64;
-                let mean = x.iter().map(|&v| v as f64).sum::<f64>() / n;
-                let var = x.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-                let inv = 1.0 / (var + 1e-5).sqrt();
-                x.iter()
-                    .zip(w.iter().zip(b))
-                    .map(|(&v, (&w, &b))| ((v as f64 - mean) * inv * w as f64 + b as f64) as f32)
-                    .collect()
-            }
             Layer::Gelu => x
                 .iter()
                 .map(|&v| {
