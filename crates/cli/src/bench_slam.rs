@@ -274,8 +274,14 @@ fn run(
             front,
         }
     } else {
+        // One handle on the sequence per loader thread.
+        let mut datasets: Vec<Box<dyn Dataset>> = vec![Box::new(ds)];
+        for _ in 1..FrameSource::default_loaders() {
+            let inner = datasets::open(&a.data, None, 1)?;
+            datasets.push(Box::new(PingPong::within(inner, span, a.stride, a.frames)?));
+        }
         FrameSource::Pipelined {
-            dataset: Box::new(ds),
+            datasets,
             front,
             ahead: 4,
         }

@@ -205,7 +205,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         let nominal = rust3r_geometry::PinholeCamera::new(512.0, 512.0, 256.0, 192.0, 512, 384);
         let camera = front.camera().unwrap_or(nominal);
         mono_front = Some(front);
-        (1, camera)
+        (FrameSource::default_loaders(), camera)
     } else {
         let depth_k = dataset.depth_intrinsics().with_context(|| {
             format!(
@@ -221,8 +221,7 @@ pub fn run(args: &SlamArgs) -> Result<()> {
         );
         // Frames are decoded and turned into pointmaps on loader threads (each with its own handle
         // on the data set), a few frames ahead of tracking.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let n_loaders = (cores / 4).clamp(1, 4);
+        let n_loaders = FrameSource::default_loaders();
         for _ in 0..n_loaders {
             loaders.push((
                 datasets::open(&args.dataset, kind, a.stride)?,
@@ -263,11 +262,13 @@ pub fn run(args: &SlamArgs) -> Result<()> {
     }
     let start = Instant::now();
     // The network runs on the tracking thread (one model on the GPU; the pair (frame, keyframe)
-    // it decodes depends on the keyframe, known only there), its input is made ahead on a
-    // loader thread with its own handle on the data set; RGB-D frames on loaders.
+    // it decodes depends on the keyframe, known only there), its input is made ahead on
+    // loader threads, each with its own handle on the data set; RGB-D frames on loaders.
     let source = match mono_front.as_mut() {
         Some(front) => FrameSource::Pipelined {
-            dataset: datasets::open_with(&args.dataset, &open_options)?,
+            datasets: (0..n_loaders)
+                .map(|_| datasets::open_with(&args.dataset, &open_options))
+                .collect::<Result<_, _>>()?,
             front,
             ahead: 4,
         },

@@ -200,8 +200,9 @@ fn pipelined_frames_and_resident_pairs_track_as_inline() {
         }
         let data = open();
         let source = if pipelined {
+            // Two loader threads (frames alternate between them).
             FrameSource::Pipelined {
-                dataset: data,
+                datasets: vec![data, open()],
                 front: &mut fe,
                 ahead: 2,
             }

@@ -345,7 +345,9 @@ pub fn run_capture_with(
         // the training GPU unless it is a software rasterizer (there the CPU tracker is faster).
         (FrontEnd::Network(front), _) => run_slam_source(
             FrameSource::Pipelined {
-                dataset: subset(open()?),
+                datasets: (0..FrameSource::default_loaders())
+                    .map(|_| open().map(subset))
+                    .collect::<Result<_, _>>()?,
                 front,
                 ahead: 4,
             },
@@ -356,8 +358,7 @@ pub fn run_capture_with(
         ),
         (FrontEnd::Rgbd, front) => {
             let front = front.ok_or_else(|| invalid("the rgbd mode needs depth images"))?;
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let n_loaders = (cores / 4).clamp(1, 4);
+            let n_loaders = FrameSource::default_loaders();
             let mut loaders: Vec<(Box<dyn Dataset>, Box<dyn PointmapFrontEnd>)> = Vec::new();
             for _ in 0..n_loaders {
                 loaders.push((subset(open()?), Box::new(front.clone())));

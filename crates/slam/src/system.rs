@@ -748,17 +748,26 @@ pub enum FrameSource<'a> {
     },
     /// As [`FrameSource::Inline`] (the front end stays on the tracking thread, pairs are
     /// decoded there), with each frame read and its network input prepared
-    /// ([`PairFrontEnd::preparer`]: resizing, normalisation) on one loader thread, at most
-    /// `ahead` frames ahead of tracking (bounded queue, in order). Results equal
-    /// [`FrameSource::Inline`]'s.
+    /// ([`PairFrontEnd::preparer`]: resizing, normalisation) on loader threads, one per entry
+    /// of `datasets` (loader `k` takes frames `k, k + L, ...`), at most `ahead` frames ahead of
+    /// tracking (bounded queues, taken in order). Results equal [`FrameSource::Inline`]'s.
     Pipelined {
-        /// The data set, moved to the loader thread.
-        dataset: Box<dyn Dataset>,
+        /// Handles on the same data set, one per loader thread (at least one), moved there.
+        datasets: Vec<Box<dyn Dataset>>,
         /// Its front end.
         front: &'a mut dyn PointmapFrontEnd,
         /// Queue bound in frames (at least 1).
         ahead: usize,
     },
+}
+
+impl FrameSource<'_> {
+    /// Loader threads for a machine of this many cores: a quarter of them, 1 to 4 (the
+    /// tracking thread, the back end and rayon's pool share the rest).
+    pub fn default_loaders() -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / 4).clamp(1, 4)
+    }
 }
 
 /// Wall-clock seconds per phase of a run.
@@ -768,7 +777,7 @@ pub struct Timings {
     /// network pair decoding included; with [`FrameSource::Pipelined`] the tracking thread's
     /// part (encoding and decoding).
     pub load_s: f64,
-    /// Reading frames and preparing their network input on the loader thread
+    /// Reading frames and preparing their network input on the loader threads (summed over them)
     /// ([`FrameSource::Pipelined`]; overlaps the tracking thread).
     pub prepare_s: f64,
     /// Tracking thread waiting for decoded frames (prefetching, pipelining).
@@ -835,8 +844,13 @@ type PreparedFrame = Result<(rust3r_io::datasets::Frame, Option<PreparedInput>),
 enum Source<'a> {
     /// The front end on the tracking thread; `bool`: track on network pairs.
     Inline(&'a dyn Dataset, &'a mut dyn PointmapFrontEnd, bool),
-    /// Frames read and prepared on a loader thread, encoded on this one; `bool` as `Inline`.
-    Pipelined(Receiver<PreparedFrame>, &'a mut dyn PointmapFrontEnd, bool),
+    /// Frames read and prepared on loader threads (frame `i` from `i % L`), encoded on this
+    /// one; `bool` as `Inline`.
+    Pipelined(
+        Vec<Receiver<PreparedFrame>>,
+        &'a mut dyn PointmapFrontEnd,
+        bool,
+    ),
     Channels(Vec<std::sync::mpsc::Receiver<Result<Loaded, SlamError>>>),
 }
 
@@ -850,9 +864,10 @@ impl Source<'_> {
         match self {
             Self::Inline(d, f, pairs) => load(*d, &mut **f, i, *pairs),
             Self::Pipelined(rx, f, pairs) => {
-                let (frame, input) = rx
+                let n = rx.len();
+                let (frame, input) = rx[i % n]
                     .recv()
-                    .map_err(|_| SlamError::Backend("the frame loader thread stopped".into()))??;
+                    .map_err(|_| SlamError::Backend("a frame loader thread stopped".into()))??;
                 let start = std::time::Instant::now();
                 let pm = match f.pairs().filter(|_| *pairs) {
                     Some(p) => {
@@ -916,12 +931,19 @@ pub fn run_slam_source(
             front.camera(),
             front.is_metric(),
         ),
-        FrameSource::Pipelined { dataset, front, .. } => (
-            dataset.len(),
-            dataset.name().to_string(),
-            front.camera(),
-            front.is_metric(),
-        ),
+        FrameSource::Pipelined {
+            datasets, front, ..
+        } => {
+            let d = datasets
+                .first()
+                .ok_or_else(|| SlamError::InvalidInput("no frame loaders given".into()))?;
+            (
+                d.len(),
+                d.name().to_string(),
+                front.camera(),
+                front.is_metric(),
+            )
+        }
         FrameSource::Prefetch { loaders, .. } => {
             let (d, f) = loaders
                 .first()
@@ -982,43 +1004,50 @@ pub fn run_slam_source(
                 Source::Inline(dataset, front, pairs)
             }
             FrameSource::Pipelined {
-                dataset,
+                datasets,
                 front,
                 ahead,
             } => {
                 let pairs = cfg.tracking.pairs && front.pairs().is_some();
                 let prep = front.pairs().filter(|_| pairs).and_then(|p| p.preparer());
-                let (tx, rx) = std::sync::mpsc::sync_channel::<PreparedFrame>(ahead.max(1));
-                let prepare_s = prepare_s.clone();
-                std::thread::Builder::new()
-                    .name("rust3r-loader".into())
-                    .spawn_scoped(scope, move || {
-                        let mut spent = 0.0;
-                        for i in 0..total {
-                            let start = std::time::Instant::now();
-                            let item = dataset.frame(i).map_err(SlamError::from);
-                            let read_s = start.elapsed().as_secs_f64();
-                            let item = item.and_then(|frame| {
-                                let input = prep.as_ref().map(|p| p(&frame)).transpose()?;
-                                Ok((frame, input))
-                            });
-                            let took = start.elapsed().as_secs_f64();
-                            spent += took;
-                            tracing::debug!(
-                                "frame {i} prepare: read_ms={:.2} input_ms={:.2}",
-                                read_s * 1e3,
-                                (took - read_s) * 1e3
-                            );
-                            let stop = item.is_err();
-                            // The receiver is gone when tracking stopped early.
-                            if tx.send(item).is_err() || stop {
-                                break;
+                let nl = datasets.len();
+                let bound = ahead.div_ceil(nl).max(1);
+                let mut rxs = Vec::with_capacity(nl);
+                for (k, dataset) in datasets.into_iter().enumerate() {
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<PreparedFrame>(bound);
+                    rxs.push(rx);
+                    let prepare_s = prepare_s.clone();
+                    let prep = prep.clone();
+                    std::thread::Builder::new()
+                        .name(format!("rust3r-loader-{k}"))
+                        .spawn_scoped(scope, move || {
+                            let mut spent = 0.0;
+                            for i in (k..total).step_by(nl) {
+                                let start = std::time::Instant::now();
+                                let item = dataset.frame(i).map_err(SlamError::from);
+                                let read_s = start.elapsed().as_secs_f64();
+                                let item = item.and_then(|frame| {
+                                    let input = prep.as_ref().map(|p| p(&frame)).transpose()?;
+                                    Ok((frame, input))
+                                });
+                                let took = start.elapsed().as_secs_f64();
+                                spent += took;
+                                tracing::debug!(
+                                    "frame {i} prepare: read_ms={:.2} input_ms={:.2}",
+                                    read_s * 1e3,
+                                    (took - read_s) * 1e3
+                                );
+                                let stop = item.is_err();
+                                // The receiver is gone when tracking stopped early.
+                                if tx.send(item).is_err() || stop {
+                                    break;
+                                }
                             }
-                        }
-                        *prepare_s.lock().expect("timing lock") += spent;
-                    })
-                    .expect("spawning the frame loader thread");
-                Source::Pipelined(rx, front, pairs)
+                            *prepare_s.lock().expect("timing lock") += spent;
+                        })
+                        .expect("spawning a frame loader thread");
+                }
+                Source::Pipelined(rxs, front, pairs)
             }
             FrameSource::Prefetch { loaders, ahead } => {
                 let nl = loaders.len();
