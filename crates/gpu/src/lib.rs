@@ -29,7 +29,7 @@ pub mod tuning;
 pub use cubecl;
 pub use runtime::{
     AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer,
-    GpuOptions, adapter_slot, burn_tensor_buffer, cube_tensor_buffer, list_adapters,
+    GpuOptions, GpuStream, adapter_slot, burn_tensor_buffer, cube_tensor_buffer, list_adapters,
     list_cuda_devices,
 };
 pub use tuning::{CudaTuning, GpuTuning, ProfileMode};

@@ -31,13 +31,15 @@
 //!
 //! The SLAM crate does not depend on this one: the CLI wires the two.
 
+use std::sync::{Arc, Mutex};
+
 use burn::tensor::DType;
 use rust3r_geometry::PinholeCamera;
 use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
 use rust3r_gpu::Gpu;
 use rust3r_io::datasets::{Frame, SlamCalibration};
 use rust3r_slam::pair::{
-    DeviceDescriptors, FramePreparer, PairFrontEnd, PairPrediction, PreparedInput,
+    DeviceDescriptors, FramePreparer, PairFrontEnd, PairPrediction, PreparedInput, RetrievalJob,
 };
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
@@ -57,8 +59,9 @@ pub struct Mast3rMonoFrontEnd {
     last: Option<(Encoded, HostPrediction, Preprocessed)>,
     /// Encoded frames kept for pair decoding: data-set index, encoding, network image.
     encoded: Vec<(usize, Encoded, Preprocessed)>,
-    /// Learned retrieval: the database and the keyframe id of each of its images.
-    retrieval: Option<(RetrievalDatabase, Vec<usize>)>,
+    /// Learned retrieval: the database and the keyframe id of each of its images, shared with
+    /// the queries running elsewhere ([`PairFrontEnd::retrieval_job`]).
+    retrieval: Option<Arc<Mutex<(RetrievalDatabase, Vec<usize>)>>>,
     /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): pair descriptors
     /// stay there when the network runs on it.
     tracker_gpu: Option<Gpu>,
@@ -96,7 +99,7 @@ impl Mast3rMonoFrontEnd {
                 db.head().dim_in()
             ));
         }
-        self.retrieval = Some((db, Vec::new()));
+        self.retrieval = Some(Arc::new(Mutex::new((db, Vec::new()))));
         Ok(self)
     }
 
@@ -107,9 +110,12 @@ impl Mast3rMonoFrontEnd {
         self
     }
 
-    /// The retrieval database, when learned retrieval is on.
-    pub fn retrieval(&self) -> Option<&RetrievalDatabase> {
-        self.retrieval.as_ref().map(|r| &r.0)
+    /// `f` of the retrieval database, when learned retrieval is on (it waits for a query
+    /// running elsewhere).
+    pub fn retrieval_db<T>(&self, f: impl FnOnce(&RetrievalDatabase) -> T) -> Option<T> {
+        self.retrieval
+            .as_ref()
+            .map(|r| f(&r.lock().unwrap_or_else(|e| e.into_inner()).0))
     }
 
     /// Calibrated mode: frames must have the calibration's size; they are undistorted with it
@@ -492,8 +498,12 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {
         self.tracker_gpu = gpu.filter(|_| !self.host_descriptors).cloned();
         // Visual words are assigned on the tracker's GPU too (the same words as on the host).
-        if let Some((db, _)) = &mut self.retrieval
-            && let Err(e) = db.set_device(gpu)
+        if let Some(r) = &self.retrieval
+            && let Err(e) = r
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .0
+                .set_device(gpu)
         {
             tracing::warn!("learned retrieval stays on the host: {e}");
         }
@@ -503,16 +513,16 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
         self.encoded.retain(|e| keep.contains(&e.0));
     }
 
-    fn retrieve(
+    fn retrieval_job(
         &mut self,
         frame: usize,
         add_as: Option<usize>,
         k: usize,
         min_thresh: f64,
-    ) -> Result<Option<Vec<usize>>, SlamError> {
-        if self.retrieval.is_none() {
+    ) -> Result<Option<RetrievalJob>, SlamError> {
+        let Some(retrieval) = self.retrieval.clone() else {
             return Ok(None);
-        }
+        };
         let feat = self
             .cached(frame)?
             .1
@@ -521,15 +531,20 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
             .into_data()
             .try_into_vec::<f32>()
             .map_err(|e| SlamError::Backend(format!("frame {frame}: encoder features: {e:?}")))?;
-        let (db, ids) = self.retrieval.as_mut().expect("checked");
-        let q = db
-            .update(&feat, add_as.is_some(), k, min_thresh)
-            .map_err(|e| SlamError::InvalidInput(format!("frame {frame}: {e}")))?;
-        let found = q.retrieved.iter().map(|&i| ids[i]).collect();
-        if let Some(kf) = add_as {
-            ids.push(kf);
-        }
-        Ok(Some(found))
+        Ok(Some(Box::new(move || {
+            let mut guard = retrieval
+                .lock()
+                .map_err(|_| SlamError::Backend("an earlier retrieval query panicked".into()))?;
+            let (db, ids) = &mut *guard;
+            let q = db
+                .update(&feat, add_as.is_some(), k, min_thresh)
+                .map_err(|e| SlamError::InvalidInput(format!("frame {frame}: {e}")))?;
+            let found = q.retrieved.iter().map(|&i| ids[i]).collect();
+            if let Some(kf) = add_as {
+                ids.push(kf);
+            }
+            Ok(found)
+        })))
     }
 }
 

@@ -184,16 +184,21 @@ fn timing_config() -> SlamConfig {
 /// Frames read and prepared for the network on a loader thread (`FrameSource::Pipelined`), with
 /// the GPU tracker reading the pair's points and descriptors where the network left them, give
 /// the trajectory, the keyframe pointmaps and the match counts of the same run with everything
-/// on the tracking thread and the pairs read back and uploaded again (`FrameSource::Inline`,
-/// `descriptors_on_host`), bit for bit; and the same as the GPU tracker on the device-resident
-/// pairs of an inline run.
+/// on the tracking thread, each frame decoded after the previous one was tracked, and the pairs
+/// read back and uploaded again (`FrameSource::Inline`, `descriptors_on_host`, no
+/// `decode_ahead`), bit for bit; and the same as the GPU tracker on the device-resident pairs of
+/// an inline run, with and without decoding ahead (the next frame decoded with the keyframe
+/// while a frame is tracked on its own thread and stream, decoded again after a keyframe).
 #[test]
 fn pipelined_frames_and_resident_pairs_track_as_inline() {
     let open = || rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
     let gpu = rust3r_gpu::Gpu::default_device().unwrap();
-    let cfg = timing_config();
     let frames = 7;
-    let run = |pipelined: bool, host_pairs: bool| {
+    let run = |pipelined: bool, host_pairs: bool, ahead: bool| {
+        let cfg = SlamConfig {
+            decode_ahead: ahead,
+            ..timing_config()
+        };
         let mut fe = front_end(224);
         if host_pairs {
             fe = fe.descriptors_on_host();
@@ -215,12 +220,20 @@ fn pipelined_frames_and_resident_pairs_track_as_inline() {
         // `Inline` borrows the data set: run inside this closure's scope.
         run_slam_source(source, &cfg, Some(frames), Some(&gpu), |_| {}).unwrap()
     };
-    let reference = run(false, true);
+    let reference = run(false, true, false);
     assert_eq!(reference.pair_frames, frames - 1);
     assert!(reference.keyframes.frames.len() >= 2);
-    for (pipelined, host_pairs) in [(true, false), (false, false), (true, true)] {
-        let r = run(pipelined, host_pairs);
-        let what = format!("pipelined {pipelined}, pairs on the host {host_pairs}");
+    assert_eq!(reference.timings.overlap_s, 0.0);
+    for (pipelined, host_pairs, ahead) in [
+        (true, false, true),
+        (false, false, true),
+        (true, true, true),
+        (false, false, false),
+    ] {
+        let r = run(pipelined, host_pairs, ahead);
+        let what =
+            format!("pipelined {pipelined}, pairs on the host {host_pairs}, decode ahead {ahead}");
+        assert_eq!(r.timings.overlap_s > 0.0, ahead, "{what}: overlap");
         assert_eq!(r.frame_poses(), reference.frame_poses(), "{what}");
         assert_eq!(
             (r.pair_frames, r.refined_matches),

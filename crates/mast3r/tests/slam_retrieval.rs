@@ -41,37 +41,42 @@ fn retrieval_finds_the_revisited_keyframe() {
     let found = pairs.retrieve(3, None, 3, 5e-3).unwrap().unwrap();
     assert_eq!(found.first(), Some(&10), "{found:?}");
     // A query without `add_as` leaves the database as it was.
-    assert_eq!(fe.retrieval().unwrap().len(), 3);
+    assert_eq!(fe.retrieval_db(|db| db.len()).unwrap(), 3);
 }
 
 #[test]
 fn revisit_closes_a_loop_and_lost_frames_relocalise() {
     // Loop: every tracked frame becomes a keyframe; the revisit of frame 0 retrieves keyframe 0
-    // and is verified on the decoded pair (match threshold relaxed for random weights).
+    // and is verified on the decoded pair (match threshold relaxed for random weights). In turn
+    // (`single_thread`) and with the queries on their own thread (the last keyframe's answer
+    // is verified after the last frame).
     let (_d, path) = folder(&[0, 20, 40, 0]);
     let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
-    let mut cfg = SlamConfig {
-        single_thread: true,
-        ..Default::default()
-    };
-    cfg.tracking.match_frac_thresh = 2.0;
-    cfg.tracking.min_match_frac = 0.0;
-    cfg.local_opt.min_match_frac = 0.0;
-    let mut fe = front_end();
-    let res = run_slam(data.as_ref(), &mut fe, &cfg, None, |_| {}).unwrap();
-    let kfs: Vec<usize> = res.keyframes.frames.iter().map(|k| k.frame_index).collect();
-    assert_eq!(kfs, vec![0, 1, 2, 3]);
-    assert!(
-        res.loop_closures >= 1,
-        "no loop closure; edges {:?}",
-        res.edges
-    );
-    assert!(
-        res.edges.iter().any(|e| (e.i, e.j) == (0, 3)),
-        "no loop edge 0-3: {:?}",
-        res.edges
-    );
-    assert_eq!(res.relocalisations, 0);
+    for single_thread in [true, false] {
+        let mut cfg = SlamConfig {
+            single_thread,
+            ..Default::default()
+        };
+        cfg.tracking.match_frac_thresh = 2.0;
+        cfg.tracking.min_match_frac = 0.0;
+        cfg.local_opt.min_match_frac = 0.0;
+        let mut fe = front_end();
+        let res = run_slam(data.as_ref(), &mut fe, &cfg, None, |_| {}).unwrap();
+        let kfs: Vec<usize> = res.keyframes.frames.iter().map(|k| k.frame_index).collect();
+        assert_eq!(kfs, vec![0, 1, 2, 3]);
+        assert!(
+            res.loop_closures >= 1,
+            "single thread {single_thread}: no loop closure; edges {:?}",
+            res.edges
+        );
+        assert!(
+            res.edges.iter().any(|e| (e.i, e.j) == (0, 3)),
+            "single thread {single_thread}: no loop edge 0-3: {:?}",
+            res.edges
+        );
+        assert_eq!(res.relocalisations, 0);
+        assert_eq!(fe.retrieval_db(|db| db.len()).unwrap(), 4);
+    }
 
     // Relocalisation: every tracked frame is lost; frame 2 (frame 0 again) retrieves keyframe 0
     // and relocalises on it; frame 1, lost in between, gets no pose.
@@ -95,5 +100,5 @@ fn revisit_closes_a_loop_and_lost_frames_relocalise() {
         res.edges
     );
     // The relocalised keyframe joined the database.
-    assert_eq!(fe.retrieval().unwrap().len(), 2);
+    assert_eq!(fe.retrieval_db(|db| db.len()).unwrap(), 2);
 }

@@ -257,6 +257,12 @@ pub struct SlamConfig {
     pub use_calib: bool,
     /// Run the back end on the tracking thread (deterministic).
     pub single_thread: bool,
+    /// Pair tracking (MASt3R): while a frame is tracked (on a thread and, on CUDA, a stream of
+    /// its own), the next frame is encoded and decoded with the current keyframe, so the
+    /// network and the tracker overlap. When the frame becomes a keyframe (or tracking is lost)
+    /// that decoding is thrown away and the next frame is decoded again with the right one: the
+    /// results are those of decoding in turn (`false`).
+    pub decode_ahead: bool,
     /// Timing runs only (rust3r's `forced_keyframe_every`, 0: off): every frame counts as
     /// tracked and every K-th frame becomes a keyframe, whatever tracking finds, so a network
     /// whose outputs cannot be tracked (random weights) still pays for tracking, mapping, the
@@ -283,6 +289,7 @@ impl Default for SlamConfig {
         Self {
             use_calib: false,
             single_thread: false,
+            decode_ahead: true,
             forced_keyframe_every: 0,
             matching: MatchingConfig {
                 max_iter: 10,
@@ -546,6 +553,7 @@ impl SlamConfig {
             None => match key {
                 "use_calib" => self.use_calib = b(value)?,
                 "single_thread" => self.single_thread = b(value)?,
+                "decode_ahead" => self.decode_ahead = b(value)?,
                 "forced_keyframe_every" => self.forced_keyframe_every = u(value)?,
                 _ => return Err(unknown()),
             },

@@ -452,15 +452,15 @@ impl PairFrontEnd for DepthPairs {
         self.encoded.retain(|i, _| keep.contains(i));
     }
 
-    fn retrieve(
+    fn retrieval_job(
         &mut self,
         frame: usize,
         add_as: Option<usize>,
         k: usize,
         min_thresh: f64,
-    ) -> Result<Option<Vec<usize>>, SlamError> {
+    ) -> Result<Option<crate::pair::RetrievalJob>, SlamError> {
         match self.inner_pairs() {
-            Some(p) => p.retrieve(frame, add_as, k, min_thresh),
+            Some(p) => p.retrieval_job(frame, add_as, k, min_thresh),
             None => Ok(None),
         }
     }

@@ -204,7 +204,8 @@ impl PairPrediction {
 /// The SLAM system calls it from the tracking thread only: [`PairFrontEnd::encode`] for every
 /// frame, [`PairFrontEnd::mono`] for the first frame and while relocalising,
 /// [`PairFrontEnd::pair`] while tracking, and [`PairFrontEnd::retain`] after every frame with
-/// the current keyframe's index.
+/// the current keyframe's index; only the jobs of [`PairFrontEnd::retrieval_job`] run
+/// elsewhere.
 pub trait PairFrontEnd {
     /// Encodes frame `index` and keeps its encoding.
     fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError>;
@@ -243,7 +244,7 @@ pub trait PairFrontEnd {
     /// `frame`: the keyframes most similar to it, best first (at most `k`, scoring above
     /// `min_thresh`; keyframe ids as given to earlier `add_as`); afterwards the frame joins the
     /// database as keyframe `add_as` when given. `Ok(None)`: no retrieval database, the system
-    /// falls back to pose proximity.
+    /// falls back to pose proximity. Runs [`PairFrontEnd::retrieval_job`] here.
     fn retrieve(
         &mut self,
         frame: usize,
@@ -251,10 +252,30 @@ pub trait PairFrontEnd {
         k: usize,
         min_thresh: f64,
     ) -> Result<Option<Vec<usize>>, SlamError> {
+        self.retrieval_job(frame, add_as, k, min_thresh)?
+            .map(|job| job())
+            .transpose()
+    }
+    /// [`PairFrontEnd::retrieve`] as a job that may run on another thread (MASt3R-SLAM queries
+    /// on its back end while tracking goes on): what needs the front end (the frame's encoder
+    /// features) is taken now, the query and the database update run when the job does. Jobs
+    /// update the database in the order they run; the caller runs each before making the
+    /// next. `Ok(None)` (the default): no retrieval database.
+    fn retrieval_job(
+        &mut self,
+        frame: usize,
+        add_as: Option<usize>,
+        k: usize,
+        min_thresh: f64,
+    ) -> Result<Option<RetrievalJob>, SlamError> {
         let _ = (frame, add_as, k, min_thresh);
         Ok(None)
     }
 }
+
+/// A retrieval query ready to run ([`PairFrontEnd::retrieval_job`]): the retrieved keyframe ids,
+/// best first.
+pub type RetrievalJob = Box<dyn FnOnce() -> Result<Vec<usize>, SlamError> + Send>;
 
 /// Matches of every keyframe pixel in the frame ([`match_pair`]).
 #[derive(Debug, Clone, PartialEq)]
