@@ -24,14 +24,16 @@ pub mod rendezvous;
 pub mod runtime;
 pub mod scan;
 pub mod sort;
+pub mod stream;
 pub mod tuning;
 
 pub use cubecl;
 pub use runtime::{
     AdapterInfo, AdapterSlot, BackendKind, CUDA_COMPILED, CudaDeviceInfo, Gpu, GpuBuffer,
-    GpuOptions, GpuStream, adapter_slot, burn_tensor_buffer, cube_tensor_buffer, list_adapters,
+    GpuOptions, adapter_slot, burn_tensor_buffer, cube_tensor_buffer, list_adapters,
     list_cuda_devices,
 };
+pub use stream::GpuStream;
 pub use tuning::{CudaTuning, GpuTuning, ProfileMode};
 
 use cubecl::prelude::*;

@@ -287,28 +287,6 @@ pub struct Gpu {
     placeholders: std::sync::Arc<[std::sync::OnceLock<Handle>; PLACEHOLDER_SLOTS]>,
 }
 
-/// A device queue of its own for work submitted from any thread inside [`GpuStream::run`],
-/// apart from each thread's default one. On CUDA it is a CUDA stream of its own, so that work
-/// overlaps the work of other threads' streams on the same device (CubeCL makes a stream wait
-/// for another's writes to a buffer both use); wgpu has one queue, and the work is ordered as
-/// submitted. Copy it to use one stream from several places.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GpuStream(burn::tensor::StreamId);
-
-impl GpuStream {
-    /// A stream distinct from every thread's default one and every other `GpuStream`.
-    #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
-        GpuStream(burn::tensor::StreamId::allocate())
-    }
-
-    /// Runs `f` with this stream as the calling thread's current one (restored afterwards,
-    /// also on unwind).
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.0.executes(f)
-    }
-}
-
 /// Distinct placeholder buffers a single launch can bind ([`Gpu::placeholder`]).
 pub const PLACEHOLDER_SLOTS: usize = 8;
 

@@ -513,3 +513,24 @@ fn profiler_charges_named_phases() {
     rust3r_gpu::profile::mark(&plain, "sort");
     assert!(plain.profiler().phases().is_empty() && plain.profiler().report().is_none());
 }
+
+/// Buffers written on the calling thread's stream, adopted by a `GpuStream` and gathered there
+/// from another thread, give the values written (the adoption leaves them as they were), and a
+/// buffer the other stream wrote reads back on the first one.
+#[test]
+fn buffers_cross_streams_through_adopt() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(9);
+    let data: Vec<u32> = (0..70_001).map(|_| rng.random()).collect();
+    let src = gpu.upload(&data);
+    let index = gather::iota(&gpu, data.len());
+    let stream = rust3r_gpu::GpuStream::new();
+    stream.run(|| rust3r_gpu::stream::adopt(&gpu, &[&src, &index]));
+    let out = std::thread::scope(|s| {
+        s.spawn(|| stream.run(|| gather::gather(&gpu, &src, &index)))
+            .join()
+            .unwrap()
+    });
+    assert_eq!(gpu.read(&src).unwrap(), data);
+    assert_eq!(gpu.read(&out).unwrap(), data);
+}

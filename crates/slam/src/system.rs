@@ -1630,6 +1630,9 @@ fn run_frames(
                             None => track(),
                             Some(n) => {
                                 let (t_overlap, decoded_s) = (std::time::Instant::now(), decode_s);
+                                // The tracker's stream waits for this pair now, not for the
+                                // next frame's network queued below.
+                                track_stream.run(|| pred.adopt_device_buffers());
                                 let (tracked, next) = std::thread::scope(|scope| {
                                     let worker = std::thread::Builder::new()
                                         .name("rust3r-pair-tracker".into())
