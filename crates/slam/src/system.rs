@@ -1190,13 +1190,36 @@ impl PairTracker<'_> {
         t_init: &Sim3,
         warm: Option<&[u32]>,
     ) -> Result<crate::pair::PairTrack, SlamError> {
+        self.track_then(pred, kf, kf_conf, t_init, warm, || {})
+    }
+
+    /// [`PairTracker::track`], calling `matched` when the device is free for other work: after
+    /// the GPU matching, or at once on the CPU.
+    fn track_then(
+        &self,
+        pred: &PairPrediction,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        t_init: &Sim3,
+        warm: Option<&[u32]>,
+        matched: impl FnOnce(),
+    ) -> Result<crate::pair::PairTrack, SlamError> {
         match self.device() {
-            Some(g) => {
-                crate::kernels::track_pair_gpu(g, self.tracker, pred, kf, kf_conf, t_init, warm)
+            Some(g) => crate::kernels::track_pair_gpu_then(
+                g,
+                self.tracker,
+                pred,
+                kf,
+                kf_conf,
+                t_init,
+                warm,
+                matched,
+            ),
+            None => {
+                matched();
+                self.tracker
+                    .track_pair(pred, kf, kf_conf, self.cam, t_init, warm)
             }
-            None => self
-                .tracker
-                .track_pair(pred, kf, kf_conf, self.cam, t_init, warm),
         }
     }
 }
@@ -1620,24 +1643,42 @@ fn run_frames(
                             .as_ref()
                             .filter(|w| w.0 == k)
                             .map(|w| w.1.as_slice());
-                        let track = || {
+                        // `matched` tells when the tracker's matching has left the device.
+                        let track = |matched: Option<std::sync::mpsc::Sender<()>>| {
                             let t = std::time::Instant::now();
-                            let r = track_stream
-                                .run(|| pair_tracker.track(&pred, &kf_pm, &kf_conf, &t_init, warm));
+                            let r = track_stream.run(|| {
+                                pair_tracker.track_then(
+                                    &pred,
+                                    &kf_pm,
+                                    &kf_conf,
+                                    &t_init,
+                                    warm,
+                                    || {
+                                        if let Some(m) = matched {
+                                            let _ = m.send(());
+                                        }
+                                    },
+                                )
+                            });
                             (r, t.elapsed().as_secs_f64())
                         };
                         let (pt, track_s) = match (decode_ahead && i + 1 < total).then_some(i + 1) {
-                            None => track(),
+                            None => track(None),
                             Some(n) => {
                                 let (t_overlap, decoded_s) = (std::time::Instant::now(), decode_s);
                                 // The tracker's stream waits for this pair now, not for the
                                 // next frame's network queued below.
                                 track_stream.run(|| pred.adopt_device_buffers());
                                 let (tracked, next) = std::thread::scope(|scope| {
+                                    let (tx, matched) = std::sync::mpsc::channel();
                                     let worker = std::thread::Builder::new()
                                         .name("rust3r-pair-tracker".into())
-                                        .spawn_scoped(scope, track)
+                                        .spawn_scoped(scope, move || track(Some(tx)))
                                         .expect("spawning the pair tracker thread");
+                                    // The network waits for the matching's kernels (sharing
+                                    // the device, both took about twice as long), not for
+                                    // the Gauss-Newton iterations (a sent or dropped sender).
+                                    let _ = matched.recv();
                                     let next = load_ahead(&mut source, n, kf_index, &mut decode_s);
                                     let tracked = worker
                                         .join()

@@ -318,6 +318,37 @@ pub fn track_pair_gpu(
     t_init: &Sim3,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairTrack, SlamError> {
+    track_pair_gpu_then(gpu, tracker, pred, kf, kf_conf, t_init, idx_init, || {})
+}
+
+/// [`track_pair_gpu`], calling `matched` once the matching (the tracker's heaviest device work)
+/// is done, before the Gauss-Newton iterations (or on an error before it).
+#[allow(clippy::too_many_arguments)]
+pub fn track_pair_gpu_then(
+    gpu: &Gpu,
+    tracker: &Tracker,
+    pred: &crate::pair::PairPrediction,
+    kf: &Pointmap,
+    kf_conf: &[f32],
+    t_init: &Sim3,
+    idx_init: Option<&[u32]>,
+    matched: impl FnOnce(),
+) -> Result<crate::pair::PairTrack, SlamError> {
+    // `matched` goes when the matching is done, or when this returns early.
+    struct Once<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Once<F> {
+        fn fire(&mut self) {
+            if let Some(f) = self.0.take() {
+                f()
+            }
+        }
+    }
+    impl<F: FnOnce()> Drop for Once<F> {
+        fn drop(&mut self) {
+            self.fire()
+        }
+    }
+    let mut matched = Once(Some(matched));
     crate::pair::check_pair(pred, kf, kf_conf, None)?;
     let start = std::time::Instant::now();
     // The frame's points serve the matching and every iteration's normal equations; the
@@ -326,6 +357,7 @@ pub fn track_pair_gpu(
     // The matches stay on the device too, for the normal equations.
     let (matches, idx_dev) =
         match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
+    matched.fire();
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
