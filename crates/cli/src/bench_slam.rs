@@ -17,7 +17,7 @@ use clap::Args;
 use rust3r_io::datasets::{self, Dataset};
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_mast3r::retrieval::{AsmkParams, Codebook, NFeat, RetrievalDatabase, RetrievalHead};
-use rust3r_mast3r::{Mast3r, Mast3rConfig, Precision};
+use rust3r_mast3r::{Mast3r, Mast3rConfig};
 use rust3r_slam::depth_pairs::{DepthNoise, DepthPairs, PingPong};
 use rust3r_slam::trajectory::Trajectory;
 use rust3r_slam::{Align, AteOptions, FrameSource, SlamConfig, ate_from_trajectories, output};
@@ -45,6 +45,10 @@ pub struct SlamMonoArgs {
     /// A MASt3R checkpoint instead of random weights.
     #[arg(long)]
     checkpoint: Option<PathBuf>,
+    /// The network's precision: f32 (TF32 matrix products on CUDA) or f16 (as `rust3r slam
+    /// --precision`).
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Network input size (long side, as MASt3R-SLAM's 512).
     #[arg(long, default_value_t = 512)]
     net_size: usize,
@@ -128,13 +132,14 @@ fn rss_mib() -> (f64, f64) {
 pub fn slam_mono(a: &SlamMonoArgs) -> Result<()> {
     ensure!(a.frames >= 2, "--frames must be at least 2");
     let (device, name) = crate::mast3r_cmd::burn_device(&a.device)?;
+    let precision = crate::mast3r_cmd::precision(&a.precision, &device)?;
     let t = Instant::now();
     let (model, arch) = match &a.checkpoint {
         None if a.size == "none" => {
             return run(a, None, name, "no network".into(), None);
         }
         Some(p) => (
-            Mast3r::load(p, &device, Precision::F32)
+            Mast3r::load(p, &device, precision)
                 .with_context(|| format!("--checkpoint {}", p.display()))?,
             p.display().to_string(),
         ),
@@ -145,7 +150,7 @@ pub fn slam_mono(a: &SlamMonoArgs) -> Result<()> {
                 other => bail!("--size {other}: expected full, tiny or none"),
             };
             (
-                Mast3r::random(&cfg, &device, Precision::F32, a.seed),
+                Mast3r::random(&cfg, &device, precision, a.seed),
                 format!("{} architecture, random weights", a.size),
             )
         }
@@ -379,7 +384,8 @@ fn run(
         let json = serde_json::json!({
             "data": a.data, "frames": result.frames.len(), "seconds": secs,
             "fps": result.frames.len() as f64 / secs, "steady_fps": steady_fps,
-            "decode_ahead": cfg.decode_ahead, "device": name, "network": arch,
+            "decode_ahead": cfg.decode_ahead, "precision": a.precision, "device": name,
+            "network": arch,
             "image": [w, h], "retrieval": retrieval_name,
             "keyframes": result.keyframes.frames.len(), "loop_closures": result.loop_closures,
             "keyframe_store_peak_bytes": result.keyframe_bytes,

@@ -111,7 +111,8 @@ pub fn burn_device(args: &DeviceArgs) -> Result<(Device, String)> {
     Ok((Device::wgpu(kind), info.name.clone()))
 }
 
-fn precision(s: &str, device: &Device) -> Result<Precision> {
+/// `--precision` (f32 or f16) for `device`: f16 needs the adapter's f16 support.
+pub fn precision(s: &str, device: &Device) -> Result<Precision> {
     let p: Precision = s.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     if p == Precision::F16 && !device.supports_dtype(DType::F16) {
         bail!("this adapter has no f16 shader support (wgpu SHADER_F16); use --precision f32");

@@ -49,6 +49,11 @@ pub struct SlamInputArgs {
     /// retrieval, reloc, rgbd).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The network's precision with --checkpoint: f32 (on CUDA its matrix products use TF32
+    /// unless turned off, as `rust3r mast3r`) or f16 (binary16 weights and activations,
+    /// LayerNorm and softmax statistics in binary32).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
     /// Run the back end on the tracking thread: bit-identical results run to run.
     #[arg(long)]
     pub single_thread: bool,
@@ -123,13 +128,13 @@ impl SlamInputArgs {
             return Ok(None);
         };
         let (device, _) = crate::mast3r_cmd::burn_device(device)?;
-        let model = rust3r_mast3r::Mast3r::load(ckpt, &device, rust3r_mast3r::Precision::F32)
-            .with_context(|| {
-                format!(
-                    "--checkpoint {}: cannot load a MASt3R network from it",
-                    ckpt.display()
-                )
-            })?;
+        let precision = crate::mast3r_cmd::precision(&self.precision, &device)?;
+        let model = rust3r_mast3r::Mast3r::load(ckpt, &device, precision).with_context(|| {
+            format!(
+                "--checkpoint {}: cannot load a MASt3R network from it",
+                ckpt.display()
+            )
+        })?;
         let mut front = Mast3rMonoFrontEnd::new(model, 512).map_err(anyhow::Error::msg)?;
         if let Some(r) = &self.retrieval {
             let db = rust3r_mast3r::retrieval::RetrievalDatabase::load(
