@@ -528,6 +528,8 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
             .1
             .feat
             .clone()
+            // The head takes binary32 features whatever the network's precision.
+            .cast(DType::F32)
             .into_data()
             .try_into_vec::<f32>()
             .map_err(|e| SlamError::Backend(format!("frame {frame}: encoder features: {e:?}")))?;

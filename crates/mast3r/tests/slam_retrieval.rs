@@ -8,6 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use rust3r_io::datasets::DatasetKind;
+use rust3r_mast3r::Precision;
 use rust3r_mast3r::frontend::Mast3rMonoFrontEnd;
 use rust3r_slam::{PointmapFrontEnd, SlamConfig, run_slam};
 
@@ -26,22 +27,26 @@ fn folder(frames: &[usize]) -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
+/// The revisit retrieves the first keyframe, with the network in binary32 and in binary16 (the
+/// head takes binary32 features either way: an f16 network once failed every query).
 #[test]
 fn retrieval_finds_the_revisited_keyframe() {
     let (_d, path) = folder(&[0, 20, 40, 0]);
     let data = rust3r_io::datasets::open(&path, Some(DatasetKind::ImageFolder), 1).unwrap();
-    let mut fe = front_end();
-    let pairs = fe.pairs().unwrap();
-    for i in 0..3 {
-        pairs.encode(i, &data.frame(i).unwrap()).unwrap();
-        // Keyframe ids 10, 11, 12: the database maps its images back to them.
-        pairs.retrieve(i, Some(10 + i), 3, 5e-3).unwrap().unwrap();
+    for precision in [Precision::F32, Precision::F16] {
+        let mut fe = common::tiny_front_end_with_retrieval_in(precision);
+        let pairs = fe.pairs().unwrap();
+        for i in 0..3 {
+            pairs.encode(i, &data.frame(i).unwrap()).unwrap();
+            // Keyframe ids 10, 11, 12: the database maps its images back to them.
+            pairs.retrieve(i, Some(10 + i), 3, 5e-3).unwrap().unwrap();
+        }
+        pairs.encode(3, &data.frame(3).unwrap()).unwrap();
+        let found = pairs.retrieve(3, None, 3, 5e-3).unwrap().unwrap();
+        assert_eq!(found.first(), Some(&10), "{precision:?}: {found:?}");
+        // A query without `add_as` leaves the database as it was.
+        assert_eq!(fe.retrieval_db(|db| db.len()).unwrap(), 3);
     }
-    pairs.encode(3, &data.frame(3).unwrap()).unwrap();
-    let found = pairs.retrieve(3, None, 3, 5e-3).unwrap().unwrap();
-    assert_eq!(found.first(), Some(&10), "{found:?}");
-    // A query without `add_as` leaves the database as it was.
-    assert_eq!(fe.retrieval_db(|db| db.len()).unwrap(), 3);
 }
 
 #[test]

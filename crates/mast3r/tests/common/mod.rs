@@ -19,19 +19,33 @@ pub fn tiny_st() -> PathBuf {
 /// The tiny checkpoint as MASt3R-SLAM's front end at network input size `size`, on the default
 /// wgpu adapter (lavapipe in CI).
 pub fn tiny_front_end(size: usize) -> rust3r_mast3r::frontend::Mast3rMonoFrontEnd {
+    tiny_front_end_in(size, rust3r_mast3r::Precision::F32)
+}
+
+/// [`tiny_front_end`] with the network in `precision`.
+pub fn tiny_front_end_in(
+    size: usize,
+    precision: rust3r_mast3r::Precision,
+) -> rust3r_mast3r::frontend::Mast3rMonoFrontEnd {
     assert!(
         !rust3r_gpu::list_adapters().is_empty(),
         "a GPU adapter is required (CI installs Mesa's lavapipe)"
     );
     let device = burn::tensor::Device::wgpu(burn::tensor::DeviceKind::DefaultDevice);
-    let model =
-        rust3r_mast3r::Mast3r::load(tiny_pth(), &device, rust3r_mast3r::Precision::F32).unwrap();
+    let model = rust3r_mast3r::Mast3r::load(tiny_pth(), &device, precision).unwrap();
     rust3r_mast3r::frontend::Mast3rMonoFrontEnd::new(model, size).unwrap()
 }
 
 /// [`tiny_front_end`] at size 224 with the tiny retrieval head and codebook of
 /// `tests/fixtures/retrieval` (learned retrieval with random weights).
 pub fn tiny_front_end_with_retrieval() -> rust3r_mast3r::frontend::Mast3rMonoFrontEnd {
+    tiny_front_end_with_retrieval_in(rust3r_mast3r::Precision::F32)
+}
+
+/// [`tiny_front_end_with_retrieval`] with the network in `precision`.
+pub fn tiny_front_end_with_retrieval_in(
+    precision: rust3r_mast3r::Precision,
+) -> rust3r_mast3r::frontend::Mast3rMonoFrontEnd {
     use rust3r_mast3r::retrieval::{AsmkParams, RetrievalDatabase};
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/retrieval");
     let db = RetrievalDatabase::load(
@@ -40,7 +54,9 @@ pub fn tiny_front_end_with_retrieval() -> rust3r_mast3r::frontend::Mast3rMonoFro
         AsmkParams::default(),
     )
     .unwrap();
-    tiny_front_end(224).with_retrieval(db).unwrap()
+    tiny_front_end_in(224, precision)
+        .with_retrieval(db)
+        .unwrap()
 }
 
 pub fn json(path: &Path) -> serde_json::Value {
