@@ -1228,7 +1228,6 @@ impl PairTracker<'_> {
 /// from the identity (learned retrieval's candidates: the pose estimate may be far off).
 /// Returns `T_CjCi` and the match fraction unless the pose is poorly constrained (the caller
 /// compares the match fraction with its own threshold).
-#[allow(clippy::too_many_arguments)]
 fn verify_on_pair(
     pairs: &mut dyn PairFrontEnd,
     shared: &Mutex<Shared>,
