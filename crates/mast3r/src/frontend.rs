@@ -47,6 +47,10 @@ use crate::model::{Encoded, HostPrediction, Mast3r, Prediction, Replayer};
 use crate::preprocess::{Preprocessed, preprocess};
 use crate::retrieval::RetrievalDatabase;
 
+/// The retrieval database and the keyframe id of each of its images, shared between the front
+/// end and the queries it hands out.
+type SharedRetrieval = Arc<Mutex<(RetrievalDatabase, Vec<usize>)>>;
+
 /// The network as a [`PointmapFrontEnd`]; also keeps the last frame's encoding and descriptors for
 /// callers that need them (MASt3R-SLAM's matching).
 pub struct Mast3rMonoFrontEnd {
@@ -61,7 +65,7 @@ pub struct Mast3rMonoFrontEnd {
     encoded: Vec<(usize, Encoded, Preprocessed)>,
     /// Learned retrieval: the database and the keyframe id of each of its images, shared with
     /// the queries running elsewhere ([`PairFrontEnd::retrieval_job`]).
-    retrieval: Option<Arc<Mutex<(RetrievalDatabase, Vec<usize>)>>>,
+    retrieval: Option<SharedRetrieval>,
     /// The GPU pair tracker's device ([`PairFrontEnd::set_tracker_device`]): pair descriptors
     /// stay there when the network runs on it.
     tracker_gpu: Option<Gpu>,

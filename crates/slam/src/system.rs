@@ -1271,8 +1271,15 @@ struct Retrievals {
     stream: rust3r_gpu::GpuStream,
     /// A front end answered with a database (learned retrieval is on).
     learned: bool,
-    /// The query running: frame, keyframe id, thread.
-    pending: Option<(usize, usize, JoinHandle<Result<Vec<usize>, SlamError>>)>,
+    /// The query running.
+    pending: Option<PendingQuery>,
+}
+
+/// A keyframe's query running in the background.
+struct PendingQuery {
+    frame: usize,
+    keyframe: usize,
+    thread: JoinHandle<Result<Vec<usize>, SlamError>>,
 }
 
 /// What verifying retrieved keyframes takes from the frame loop.
@@ -1320,7 +1327,11 @@ impl Retrievals {
                     .map_err(|e| {
                         SlamError::Backend(format!("cannot start the retrieval thread: {e}"))
                     })?;
-                self.pending = Some((i, nk, thread));
+                self.pending = Some(PendingQuery {
+                    frame: i,
+                    keyframe: nk,
+                    thread,
+                });
             }
             Some(job) => {
                 self.learned = true;
@@ -1350,11 +1361,16 @@ impl Retrievals {
         if self
             .pending
             .as_ref()
-            .is_some_and(|p| !wait && !p.2.is_finished())
+            .is_some_and(|p| !wait && !p.thread.is_finished())
         {
             return Ok(Vec::new());
         }
-        let Some((i, nk, thread)) = self.pending.take() else {
+        let Some(PendingQuery {
+            frame: i,
+            keyframe: nk,
+            thread,
+        }) = self.pending.take()
+        else {
             return Ok(Vec::new());
         };
         let found = thread
