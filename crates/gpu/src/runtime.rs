@@ -676,6 +676,20 @@ impl<T> GpuBuffer<T> {
         // SAFETY: the allocation holds at least max(len, 1) elements of T.
         unsafe { BufferArg::from_raw_parts(self.handle.clone(), self.len.max(1)) }
     }
+    /// Kernel argument for this buffer read as vectors of `width` elements (a
+    /// `&[Vector<T, N>]` parameter launched with vector size `width`): `len / width` of them.
+    ///
+    /// # Panics
+    /// If `width` is 0 or does not divide the length.
+    pub fn arg_vectors(&self, width: usize) -> BufferArg {
+        assert!(
+            width > 0 && self.len.is_multiple_of(width),
+            "{} elements are not vectors of {width}",
+            self.len
+        );
+        // SAFETY: the allocation holds at least len elements of T, len / width vectors.
+        unsafe { BufferArg::from_raw_parts(self.handle.clone(), (self.len / width).max(1)) }
+    }
     /// Reinterpret the element type (same size only).
     pub fn cast<U>(self) -> GpuBuffer<U> {
         assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<U>());

@@ -383,7 +383,7 @@ fn host_pointmap(
         .chunks_exact(3)
         .map(|v| [v[0], v[1], v[2]])
         .collect();
-    if points.iter().flatten().any(|v| !v.is_finite()) {
+    if host.pts3d.iter().any(|v| !v.is_finite()) {
         return Err(SlamError::InvalidInput(format!(
             "{name}: the network produced non-finite points"
         )));
@@ -479,8 +479,12 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
             )));
         }
         let start = std::time::Instant::now();
-        let frame_pm = host_pointmap(&hf, pf, &name)?;
-        let keyframe_pm = host_pointmap(&hk, pk, &name)?;
+        // The two views side by side (~1 ms each on one core at 512x384).
+        let (frame_pm, keyframe_pm) = rayon::join(
+            || host_pointmap(&hf, pf, &name),
+            || host_pointmap(&hk, pk, &name),
+        );
+        let (frame_pm, keyframe_pm) = (frame_pm?, keyframe_pm?);
         tracing::trace!(
             "{name} pair pointmaps: convert_ms={:.2}",
             start.elapsed().as_secs_f64() * 1e3

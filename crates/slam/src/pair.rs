@@ -118,20 +118,6 @@ impl PairPrediction {
         self.len() == 0
     }
 
-    /// Makes the calling thread's current device stream wait, now, for the writes of the
-    /// buffers the prediction left on the device ([`rust3r_gpu::stream::adopt`]): a pair
-    /// handed to a tracker on another stream then does not wait for what the network queues
-    /// after it (the next frame).
-    pub fn adopt_device_buffers(&self) {
-        if let Some(d) = &self.device_desc {
-            let mut buffers = vec![&d.frame, &d.keyframe];
-            if let Some((f, k)) = &d.points {
-                buffers.extend([f, k]);
-            }
-            rust3r_gpu::stream::adopt(&d.gpu, &buffers);
-        }
-    }
-
     /// Whether the descriptors are only on the device.
     pub fn descriptors_on_device_only(&self) -> bool {
         self.device_desc.is_some() && self.frame_desc.is_empty() && self.keyframe_desc.is_empty()

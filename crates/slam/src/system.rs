@@ -24,7 +24,10 @@
 //! decoded with is known; decode time is counted as [`Timings::load_s`]. With
 //! [`SlamConfig::decode_ahead`] (the default), each frame's pair is tracked on a thread (and,
 //! on CUDA, a device stream) of its own while the tracking thread loads the next frame and
-//! decodes it with the same keyframe, so the network and the tracker overlap; when the frame
+//! decodes it with the same keyframe, so the network and the tracker overlap (on the GPU the
+//! pair's matching is queued on the tracking thread's stream just ahead of the next frame's
+//! network, and the tracker's read-backs and Gauss-Newton iterations run beside the network);
+//! when the frame
 //! becomes a keyframe or tracking is lost, that decoding is dropped and the next frame decoded
 //! again with the right keyframe, so the results are those of decoding in turn (only the phase
 //! times overlap: their sum exceeds the wall time). [`FrameSource::Pipelined`] keeps all that,
@@ -1190,36 +1193,51 @@ impl PairTracker<'_> {
         t_init: &Sim3,
         warm: Option<&[u32]>,
     ) -> Result<crate::pair::PairTrack, SlamError> {
-        self.track_then(pred, kf, kf_conf, t_init, warm, || {})
+        match self.device() {
+            Some(g) => {
+                crate::kernels::track_pair_gpu(g, self.tracker, pred, kf, kf_conf, t_init, warm)
+            }
+            None => self
+                .tracker
+                .track_pair(pred, kf, kf_conf, self.cam, t_init, warm),
+        }
     }
 
-    /// [`PairTracker::track`], calling `matched` when the device is free for other work: after
-    /// the GPU matching, or at once on the CPU.
-    fn track_then(
+    /// The pair's matching queued on the calling thread's device stream when pairs are tracked
+    /// on the GPU (checked against the keyframe first); `None` on the CPU, which matches as it
+    /// tracks.
+    fn queue(
+        &self,
+        pred: &PairPrediction,
+        kf: &Pointmap,
+        kf_conf: &[f32],
+        warm: Option<&[u32]>,
+    ) -> Result<Option<crate::kernels::QueuedMatching>, SlamError> {
+        match self.device() {
+            Some(g) => {
+                crate::pair::check_pair(pred, kf, kf_conf, None)?;
+                crate::kernels::queue_pair_matching(g, pred, &self.tracker.matching, warm).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// [`PairTracker::track`] on the matching [`PairTracker::queue`] queued (`None`: matching
+    /// now).
+    fn track_queued(
         &self,
         pred: &PairPrediction,
         kf: &Pointmap,
         kf_conf: &[f32],
         t_init: &Sim3,
         warm: Option<&[u32]>,
-        matched: impl FnOnce(),
+        queued: Option<crate::kernels::QueuedMatching>,
     ) -> Result<crate::pair::PairTrack, SlamError> {
-        match self.device() {
-            Some(g) => crate::kernels::track_pair_gpu_then(
-                g,
-                self.tracker,
-                pred,
-                kf,
-                kf_conf,
-                t_init,
-                warm,
-                matched,
-            ),
-            None => {
-                matched();
-                self.tracker
-                    .track_pair(pred, kf, kf_conf, self.cam, t_init, warm)
+        match (self.device(), queued) {
+            (Some(g), Some(q)) => {
+                crate::kernels::track_queued_pair_gpu(g, self.tracker, pred, kf, kf_conf, t_init, q)
             }
+            _ => self.track(pred, kf, kf_conf, t_init, warm),
         }
     }
 }
@@ -1658,22 +1676,11 @@ fn run_frames(
                             .as_ref()
                             .filter(|w| w.0 == k)
                             .map(|w| w.1.as_slice());
-                        // `matched` tells when the tracker's matching has left the device.
-                        let track = |matched: Option<std::sync::mpsc::Sender<()>>| {
+                        let track = |queued: Option<crate::kernels::QueuedMatching>| {
                             let t = std::time::Instant::now();
                             let r = track_stream.run(|| {
-                                pair_tracker.track_then(
-                                    &pred,
-                                    &kf_pm,
-                                    &kf_conf,
-                                    &t_init,
-                                    warm,
-                                    || {
-                                        if let Some(m) = matched {
-                                            let _ = m.send(());
-                                        }
-                                    },
-                                )
+                                pair_tracker
+                                    .track_queued(&pred, &kf_pm, &kf_conf, &t_init, warm, queued)
                             });
                             (r, t.elapsed().as_secs_f64())
                         };
@@ -1681,25 +1688,29 @@ fn run_frames(
                             None => track(None),
                             Some(n) => {
                                 let (t_overlap, decoded_s) = (std::time::Instant::now(), decode_s);
-                                // The tracker's stream waits for this pair now, not for the
-                                // next frame's network queued below.
-                                track_stream.run(|| pred.adopt_device_buffers());
+                                // The matching goes on this thread's stream ahead of the next
+                                // frame's network, one after the other on the device (side by
+                                // side on two streams both took about twice as long). The
+                                // tracker's stream adopts the pair and the matching before the
+                                // network is queued: its read-backs and Gauss-Newton
+                                // iterations wait for the matching, not for the network.
+                                let queued = pair_tracker.queue(&pred, &kf_pm, &kf_conf, warm)?;
+                                if let (Some(q), Some(g)) = (&queued, pair_tracker.device()) {
+                                    track_stream.run(|| q.adopt(g));
+                                }
+                                let queued_s = t_overlap.elapsed().as_secs_f64();
                                 let (tracked, next) = std::thread::scope(|scope| {
-                                    let (tx, matched) = std::sync::mpsc::channel();
                                     let worker = std::thread::Builder::new()
                                         .name("rust3r-pair-tracker".into())
-                                        .spawn_scoped(scope, move || track(Some(tx)))
+                                        .spawn_scoped(scope, move || track(queued))
                                         .expect("spawning the pair tracker thread");
-                                    // The network waits for the matching's kernels (sharing
-                                    // the device, both took about twice as long), not for
-                                    // the Gauss-Newton iterations (a sent or dropped sender).
-                                    let _ = matched.recv();
                                     let next = load_ahead(&mut source, n, kf_index, &mut decode_s);
                                     let tracked = worker
                                         .join()
                                         .unwrap_or_else(|e| std::panic::resume_unwind(e));
                                     (tracked, next)
                                 });
+                                let tracked = (tracked.0, tracked.1 + queued_s);
                                 overlap_s = t_overlap.elapsed().as_secs_f64();
                                 overlapped_s = tracked.1 + decode_s - decoded_s;
                                 ahead = Some(next);

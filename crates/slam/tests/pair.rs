@@ -151,6 +151,7 @@ fn refinement_equals_a_plain_window_search() {
 /// camera at the frame's scale. Frame descriptors are random unit vectors; the keyframe pixel
 /// `q` gets the descriptor of the frame pixel `shift` away from where `q` projects (when that
 /// pixel sees the same point). `q_value` is every descriptor confidence.
+#[derive(Clone)]
 struct Synthetic {
     pred: PairPrediction,
     kf: Pointmap,
@@ -459,43 +460,68 @@ fn gpu() -> rust3r_gpu::Gpu {
     .expect("a GPU adapter (lavapipe: apt-get install mesa-vulkan-drivers)")
 }
 
+/// The first `dim` floats of every pixel's descriptors.
+fn truncated_descriptors(pred: &PairPrediction, dim: usize) -> PairPrediction {
+    let cut = |d: &[f32]| -> Vec<f32> {
+        d.chunks(pred.desc_dim)
+            .flat_map(|c| c[..dim].iter().copied())
+            .collect()
+    };
+    PairPrediction {
+        frame_desc: cut(&pred.frame_desc),
+        keyframe_desc: cut(&pred.keyframe_desc),
+        desc_dim: dim,
+        ..pred.clone()
+    }
+}
+
 /// The GPU's matching (iterative projection, occlusion check, descriptor refinement) against
-/// the CPU's on a pair whose descriptors move every match by a shift, cold and warm-started.
+/// the CPU's on a pair whose descriptors move every match by a shift, cold and warm-started;
+/// with descriptors of 16 floats (read as vectors of 4), 14 (of 2) and 15 (one by one).
 #[test]
 fn gpu_pair_matching_equals_the_cpu_reference() {
     let gpu = gpu();
     let cam = common::camera(96, 72);
     let t_wf = common::se3([0.2, 1.0, 0.1], 3.0, [0.06, -0.02, 0.04]);
     let cfg = SlamConfig::default().matching;
-    let syn = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (2, -1), 2.0);
-    let cpu = match_pair(&syn.pred, &cfg, None).unwrap();
-    for warm in [None, Some(cpu.idx.clone())] {
-        let c = match_pair(&syn.pred, &cfg, warm.as_deref()).unwrap();
-        let g =
-            rust3r_slam::kernels::match_pair_gpu(&gpu, &syn.pred, &cfg, warm.as_deref()).unwrap();
-        let n = c.idx.len();
-        let same_valid = (0..n).filter(|&q| g.valid[q] == c.valid[q]).count();
-        let nv = c.valid.iter().filter(|v| **v).count();
-        let same_idx = (0..n)
-            .filter(|&q| c.valid[q] && g.idx[q] == c.idx[q])
-            .count();
-        // f32 on both sides, but the GPU may fuse multiply-adds: a position within a hair of
-        // a pixel boundary may round the other way.
-        assert!(nv > n / 2, "{nv} valid of {n}");
-        assert!(
-            same_valid as f64 > 0.995 * n as f64,
-            "{same_valid} of {n} flags agree"
-        );
-        assert!(
-            same_idx as f64 > 0.995 * nv as f64,
-            "{same_idx} of {nv} indices agree"
-        );
-        assert!(
-            g.refined.abs_diff(c.refined) as f64 <= 0.005 * nv as f64 && c.refined > nv * 9 / 10,
-            "refined: GPU {}, CPU {}",
-            g.refined,
-            c.refined
-        );
+    let full = synthetic(&cam, &Sim3::identity(), &t_wf, 0.7, (2, -1), 2.0);
+    assert_eq!(full.pred.desc_dim, 16);
+    for dim in [16, 14, 15] {
+        let pred = truncated_descriptors(&full.pred, dim);
+        let syn = Synthetic {
+            pred,
+            ..full.clone()
+        };
+        let cpu = match_pair(&syn.pred, &cfg, None).unwrap();
+        for warm in [None, Some(cpu.idx.clone())] {
+            let c = match_pair(&syn.pred, &cfg, warm.as_deref()).unwrap();
+            let g = rust3r_slam::kernels::match_pair_gpu(&gpu, &syn.pred, &cfg, warm.as_deref())
+                .unwrap();
+            let n = c.idx.len();
+            let same_valid = (0..n).filter(|&q| g.valid[q] == c.valid[q]).count();
+            let nv = c.valid.iter().filter(|v| **v).count();
+            let same_idx = (0..n)
+                .filter(|&q| c.valid[q] && g.idx[q] == c.idx[q])
+                .count();
+            // f32 on both sides, but the GPU may fuse multiply-adds: a position within a hair of
+            // a pixel boundary may round the other way.
+            assert!(nv > n / 2, "{nv} valid of {n}");
+            assert!(
+                same_valid as f64 > 0.995 * n as f64,
+                "{same_valid} of {n} flags agree"
+            );
+            assert!(
+                same_idx as f64 > 0.995 * nv as f64,
+                "{same_idx} of {nv} indices agree"
+            );
+            assert!(
+                g.refined.abs_diff(c.refined) as f64 <= 0.005 * nv as f64
+                    && c.refined > nv * 9 / 10,
+                "{dim} floats: refined: GPU {}, CPU {}",
+                g.refined,
+                c.refined
+            );
+        }
     }
 }
 

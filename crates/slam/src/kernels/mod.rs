@@ -318,46 +318,27 @@ pub fn track_pair_gpu(
     t_init: &Sim3,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairTrack, SlamError> {
-    track_pair_gpu_then(gpu, tracker, pred, kf, kf_conf, t_init, idx_init, || {})
+    crate::pair::check_pair(pred, kf, kf_conf, None)?;
+    let queued = queue_pair_matching(gpu, pred, &tracker.matching, idx_init)?;
+    track_queued_pair_gpu(gpu, tracker, pred, kf, kf_conf, t_init, queued)
 }
 
-/// [`track_pair_gpu`], calling `matched` once the matching (the tracker's heaviest device work)
-/// is done, before the Gauss-Newton iterations (or on an error before it).
-#[allow(clippy::too_many_arguments)]
-pub fn track_pair_gpu_then(
+/// [`track_pair_gpu`] on a matching already queued ([`queue_pair_matching`], checked with
+/// [`crate::pair::check_pair`]), on this thread's stream or adopted by it
+/// ([`QueuedMatching::adopt`]): reads the matches, then runs the Gauss-Newton iterations.
+pub fn track_queued_pair_gpu(
     gpu: &Gpu,
     tracker: &Tracker,
     pred: &crate::pair::PairPrediction,
     kf: &Pointmap,
     kf_conf: &[f32],
     t_init: &Sim3,
-    idx_init: Option<&[u32]>,
-    matched: impl FnOnce(),
+    queued: QueuedMatching,
 ) -> Result<crate::pair::PairTrack, SlamError> {
-    // `matched` goes when the matching is done, or when this returns early.
-    struct Once<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Once<F> {
-        fn fire(&mut self) {
-            if let Some(f) = self.0.take() {
-                f()
-            }
-        }
-    }
-    impl<F: FnOnce()> Drop for Once<F> {
-        fn drop(&mut self) {
-            self.fire()
-        }
-    }
-    let mut matched = Once(Some(matched));
-    crate::pair::check_pair(pred, kf, kf_conf, None)?;
-    let start = std::time::Instant::now();
+    let start = queued.start;
     // The frame's points serve the matching and every iteration's normal equations; the
-    // front end's copies when it left them on this device.
-    let (frame_pts, kf_pts) = resident_points(gpu, pred);
-    // The matches stay on the device too, for the normal equations.
-    let (matches, idx_dev) =
-        match_pair_on(gpu, pred, &frame_pts, &kf_pts, &tracker.matching, idx_init)?;
-    matched.fire();
+    // matches stay on the device too, for the normal equations.
+    let (matches, idx_dev, frame_pts) = queued.read(gpu)?;
     let matched = start.elapsed();
     let p = ResidualParams::tracking(&tracker.cfg);
     // Built at the first iteration (`used` and `qk` are fixed for the frame).
@@ -499,8 +480,7 @@ pub fn match_pair_gpu(
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
 ) -> Result<crate::pair::PairMatches, SlamError> {
-    let (frame_pts, kf_pts) = resident_points(gpu, pred);
-    Ok(match_pair_on(gpu, pred, &frame_pts, &kf_pts, cfg, idx_init)?.0)
+    Ok(queue_pair_matching(gpu, pred, cfg, idx_init)?.read(gpu)?.0)
 }
 
 /// A pair's `Xff` and `Xkf` on `gpu`: the front end's copies when it left them there
@@ -564,22 +544,38 @@ pub fn ray_image_on(gpu: &Gpu, pts: &GpuBuffer<f32>, w: usize, h: usize) -> GpuB
     rays
 }
 
-/// [`match_pair_gpu`] with the frame's points (`src_pts`) and the keyframe's in the frame's
-/// camera (`kf_pts`) already on the device (`[n * 3]` each); also returns the matches' `idx` on
-/// the device.
-fn match_pair_on(
+/// A pair's matching queued on the device stream of the thread that queued it
+/// ([`queue_pair_matching`]): the ray image, the iterative projection, the occlusion check and
+/// (with a refinement radius) the descriptor refinement; nothing read back yet. Another
+/// thread's stream reads it after [`QueuedMatching::adopt`] without waiting for the work the
+/// first thread queues next (the next frame's network).
+pub struct QueuedMatching {
+    frame_pts: GpuBuffer<f32>,
+    kf_pts: GpuBuffer<f32>,
+    /// The iterative projection's matches and their validity (u32 flags).
+    idx: GpuBuffer<u32>,
+    valid: GpuBuffer<u32>,
+    /// The refined matches; `None` without refinement.
+    refined: Option<GpuBuffer<u32>>,
+    /// When it was queued.
+    start: std::time::Instant,
+}
+
+/// Queues [`crate::pair::match_pair`] on `gpu` (on the calling thread's stream) for the pair's
+/// `Xff` and `Xkf`: the front end's device copies when it left them on `gpu`, else uploaded.
+/// Checks the pair against the keyframe (`kf`, `kf_conf`) as [`Tracker::track_pair`] does.
+pub fn queue_pair_matching(
     gpu: &Gpu,
     pred: &crate::pair::PairPrediction,
-    src_pts: &GpuBuffer<f32>,
-    kf_pts: &GpuBuffer<f32>,
     cfg: &MatchingConfig,
     idx_init: Option<&[u32]>,
-) -> Result<(crate::pair::PairMatches, GpuBuffer<u32>), SlamError> {
+) -> Result<QueuedMatching, SlamError> {
+    let start = std::time::Instant::now();
+    let (src_pts, kf_pts) = resident_points(gpu, pred);
     let f = &pred.frame;
     let (w, h, n) = (f.width, f.height, f.len());
     // Every pixel of a network pointmap has a point: no fallback rays, no validity gate.
-    let start = std::time::Instant::now();
-    let rays = ray_image_on(gpu, src_pts, w, h);
+    let rays = ray_image_on(gpu, &src_pts, w, h);
     let pos = warm_start_on(gpu, idx_init, w, n);
     // Every pixel is valid on both sides (filled on the device).
     let all_valid = gpu.filled::<u32>(n, 1);
@@ -604,27 +600,30 @@ fn match_pair_on(
         h as u32,
         cfg.max_iter as u32,
     );
-    let valid: Vec<bool> = gpu
-        .read(&valid)
-        .map_err(gerr)?
-        .into_iter()
-        .map(|v| v != 0)
-        .collect();
-    tracing::trace!(
-        "pair matching: ray image on the device, iterative projection done at {:.1} ms",
-        start.elapsed().as_secs_f64() * 1e3
-    );
-    if cfg.radius == 0 {
-        return Ok((
-            crate::pair::PairMatches {
-                idx: gpu.read(&idx).map_err(gerr)?,
-                valid,
-                refined: 0,
-            },
-            idx,
-        ));
-    }
-    let refined_idx = gpu.alloc::<u32>(n);
+    let refined = if cfg.radius == 0 {
+        None
+    } else {
+        Some(queue_refinement(gpu, pred, &idx, cfg)?)
+    };
+    Ok(QueuedMatching {
+        frame_pts: src_pts,
+        kf_pts,
+        idx,
+        valid,
+        refined,
+        start,
+    })
+}
+
+/// [`pair::refine_kernel`] queued from the matches `idx`; returns the refined matches.
+fn queue_refinement(
+    gpu: &Gpu,
+    pred: &crate::pair::PairPrediction,
+    idx: &GpuBuffer<u32>,
+    cfg: &MatchingConfig,
+) -> Result<GpuBuffer<u32>, SlamError> {
+    let f = &pred.frame;
+    let (w, h, n) = (f.width, f.height, f.len());
     // The front end's buffers when it left the descriptors on this device, else one upload
     // of each.
     let resident = pred
@@ -643,42 +642,85 @@ fn match_pair_on(
             gpu.upload(&pred.keyframe_desc),
         ),
     };
-    let uploaded_ms = start.elapsed().as_secs_f64() * 1e3;
+    let dim = pred.desc_dim;
+    if frame_desc.len() != n * dim || keyframe_desc.len() != n * dim {
+        return Err(SlamError::InvalidInput(format!(
+            "the pair's descriptors hold {} and {} floats, not {n} pixels x {dim}",
+            frame_desc.len(),
+            keyframe_desc.len()
+        )));
+    }
+    // The widest vector that divides the descriptor (MASt3R's 24 floats: 4).
+    let width = [4usize, 2, 1]
+        .into_iter()
+        .find(|v| dim.is_multiple_of(*v))
+        .unwrap_or(1);
+    let refined = gpu.alloc::<u32>(n);
     pair::refine_kernel::launch(
         gpu.client(),
         gpu.grid_1d(n),
         rust3r_gpu::BLOCK_DIM,
-        frame_desc.arg(),
-        keyframe_desc.arg(),
+        width,
+        frame_desc.arg_vectors(width),
+        keyframe_desc.arg_vectors(width),
         idx.arg(),
-        refined_idx.arg(),
+        refined.arg(),
         n as u32,
         w as u32,
         h as u32,
         cfg.radius as u32,
         cfg.dilation_max as u32,
-        pred.desc_dim as u32,
+        dim / width,
     );
-    let before = gpu.read(&idx).map_err(gerr)?;
-    let after = gpu.read(&refined_idx).map_err(gerr)?;
-    tracing::trace!(
-        "pair refinement: descriptors {} at {uploaded_ms:.1} ms, refined matches read at {:.1} ms",
-        if resident {
-            "on the device (no upload)"
-        } else {
-            "uploaded"
-        },
-        start.elapsed().as_secs_f64() * 1e3
-    );
-    let refined = after.iter().zip(&before).filter(|(a, b)| a != b).count();
-    Ok((
-        crate::pair::PairMatches {
-            idx: after,
-            valid,
-            refined,
-        },
-        refined_idx,
-    ))
+    Ok(refined)
+}
+
+impl QueuedMatching {
+    /// Makes the calling thread's stream wait for this matching (and for nothing the queueing
+    /// thread queues afterwards); call it on the stream that will [`QueuedMatching::read`] it,
+    /// before the queueing thread goes on.
+    pub fn adopt(&self, gpu: &Gpu) {
+        let mut buffers = vec![&self.idx, &self.valid];
+        buffers.extend(self.refined.as_ref());
+        rust3r_gpu::stream::adopt(gpu, &buffers);
+        rust3r_gpu::stream::adopt(gpu, &[&self.frame_pts, &self.kf_pts]);
+    }
+
+    /// The matches, read back (waiting for the device), with the final `idx` still on the
+    /// device and the frame's points there.
+    fn read(
+        self,
+        gpu: &Gpu,
+    ) -> Result<(crate::pair::PairMatches, GpuBuffer<u32>, GpuBuffer<f32>), SlamError> {
+        let valid: Vec<bool> = gpu
+            .read(&self.valid)
+            .map_err(gerr)?
+            .into_iter()
+            .map(|v| v != 0)
+            .collect();
+        let before = gpu.read(&self.idx).map_err(gerr)?;
+        let (idx, refined, dev) = match self.refined {
+            None => (before, 0, self.idx),
+            Some(r) => {
+                let after = gpu.read(&r).map_err(gerr)?;
+                let moved = after.iter().zip(&before).filter(|(a, b)| a != b).count();
+                (after, moved, r)
+            }
+        };
+        tracing::trace!(
+            "pair matching (ray image, iterative projection, refinement) read at {:.1} ms after queueing",
+            self.start.elapsed().as_secs_f64() * 1e3
+        );
+        Ok((
+            crate::pair::PairMatches {
+                idx,
+                valid,
+                refined,
+            },
+            dev,
+            self.frame_pts,
+        ))
+    }
 }
 
 /// The normal equations from the [`NE_COLS`] column sums.

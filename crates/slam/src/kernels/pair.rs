@@ -48,23 +48,30 @@ pub fn warm_start_kernel(idx: &[u32], pos: &mut [f32], n: u32, width: u32, ident
 /// of `2 radius + 1` samples `d` pixels apart around the current match, for `d` from
 /// `dilation_max` down to 1, each dilation re-centred on the best score so far; the best score
 /// starts at the smallest positive normal float and the first maximum wins (column outer).
-/// `dim` (the descriptor length) is compiled in, so the dot products unroll.
+/// The descriptors are read as vectors of `N` floats (`lanes` = `dim / N` of them per pixel,
+/// compiled in): the keyframe pixel's stay in registers and each window sample is `lanes`
+/// vector loads and dot products, not `dim` scalar loads 4 `dim` bytes apart across the warp.
 #[cube(launch)]
-pub fn refine_kernel(
-    ref_desc: &[f32],
-    query_desc: &[f32],
+pub fn refine_kernel<N: Size>(
+    ref_desc: &[Vector<f32, N>],
+    query_desc: &[Vector<f32, N>],
     idx_in: &[u32],
     idx_out: &mut [u32],
-    n: u32,
+    pixels: u32,
     width: u32,
     height: u32,
     radius: u32,
     dilation_max: u32,
-    #[comptime] dim: u32,
+    #[comptime] lanes: usize,
 ) {
     let q = rust3r_gpu::global_id();
-    if q >= n as usize {
+    if q >= pixels as usize {
         terminate!();
+    }
+    let mut query = Array::<Vector<f32, N>>::new(lanes);
+    #[unroll]
+    for k in 0..lanes {
+        query[k] = query_desc[q * lanes + k];
     }
     let i = idx_in[q];
     let w = i32::cast_from(width);
@@ -75,7 +82,6 @@ pub fn refine_kernel(
     let mut best = 1.1754944e-38f32;
     let mut ub = u0;
     let mut vb = v0;
-    let qb = q * dim as usize;
     let samples = 2u32 * radius + 1u32;
     let mut d = dilation_max;
     while d >= 1u32 {
@@ -86,11 +92,11 @@ pub fn refine_kernel(
                 for b in 0..samples {
                     let v = v0 - rd + i32::cast_from(b * d);
                     if v >= 0i32 && v < h {
-                        let base = (u32::cast_from(v * w + u) * dim) as usize;
+                        let base = usize::cast_from(v * w + u) * lanes;
                         let mut score = 0.0f32;
                         #[unroll]
-                        for k in 0..dim as usize {
-                            score += ref_desc[base + k] * query_desc[qb + k];
+                        for k in 0..lanes {
+                            score += ref_desc[base + k].dot(query[k]);
                         }
                         if score > best {
                             best = score;
