@@ -872,6 +872,51 @@ fn load_ahead(source: &mut Source<'_>, n: usize, kf: usize, decode_s: &mut f64) 
     }
 }
 
+/// One loader thread per element of `loaders` in `scope`: loader `k` makes frames `k`,
+/// `k + L`, ... below `total` with `make(&mut loader, i)` (the frame and the seconds it took),
+/// sends them through a channel of `ahead / L` frames and stops after an error or when the
+/// receiver is gone (tracking stopped early); the seconds are added to `spent` at its end.
+/// Returns the receivers, loader `k`'s at `k`.
+fn spawn_loaders<'scope, L, T>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    loaders: Vec<L>,
+    total: usize,
+    ahead: usize,
+    spent: &Arc<Mutex<f64>>,
+    make: impl Fn(&mut L, usize) -> (Result<T, SlamError>, f64) + Clone + Send + 'scope,
+) -> Vec<Receiver<Result<T, SlamError>>>
+where
+    L: Send + 'scope,
+    T: Send + 'scope,
+{
+    let nl = loaders.len();
+    let bound = ahead.div_ceil(nl).max(1);
+    loaders
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut loader)| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(bound);
+            let (spent, make) = (spent.clone(), make.clone());
+            std::thread::Builder::new()
+                .name(format!("rust3r-loader-{k}"))
+                .spawn_scoped(scope, move || {
+                    let mut total_s = 0.0;
+                    for i in (k..total).step_by(nl) {
+                        let (item, s) = make(&mut loader, i);
+                        total_s += s;
+                        let stop = item.is_err();
+                        if tx.send(item).is_err() || stop {
+                            break;
+                        }
+                    }
+                    *spent.lock().expect("timing lock") += total_s;
+                })
+                .expect("spawning a frame loader thread");
+            rx
+        })
+        .collect()
+}
+
 /// A frame read, with its network input, on the loader thread of [`FrameSource::Pipelined`].
 type PreparedFrame = Result<(rust3r_io::datasets::Frame, Option<PreparedInput>), SlamError>;
 
@@ -1044,72 +1089,30 @@ pub fn run_slam_source(
             } => {
                 let pairs = cfg.tracking.pairs && front.pairs().is_some();
                 let prep = front.pairs().filter(|_| pairs).and_then(|p| p.preparer());
-                let nl = datasets.len();
-                let bound = ahead.div_ceil(nl).max(1);
-                let mut rxs = Vec::with_capacity(nl);
-                for (k, dataset) in datasets.into_iter().enumerate() {
-                    let (tx, rx) = std::sync::mpsc::sync_channel::<PreparedFrame>(bound);
-                    rxs.push(rx);
-                    let prepare_s = prepare_s.clone();
-                    let prep = prep.clone();
-                    std::thread::Builder::new()
-                        .name(format!("rust3r-loader-{k}"))
-                        .spawn_scoped(scope, move || {
-                            let mut spent = 0.0;
-                            for i in (k..total).step_by(nl) {
-                                let start = std::time::Instant::now();
-                                let item = dataset.frame(i).map_err(SlamError::from);
-                                let read_s = start.elapsed().as_secs_f64();
-                                let item = item.and_then(|frame| {
-                                    let input = prep.as_ref().map(|p| p(&frame)).transpose()?;
-                                    Ok((frame, input))
-                                });
-                                let took = start.elapsed().as_secs_f64();
-                                spent += took;
-                                tracing::debug!(
-                                    "frame {i} prepare: read_ms={:.2} input_ms={:.2}",
-                                    read_s * 1e3,
-                                    (took - read_s) * 1e3
-                                );
-                                let stop = item.is_err();
-                                // The receiver is gone when tracking stopped early.
-                                if tx.send(item).is_err() || stop {
-                                    break;
-                                }
-                            }
-                            *prepare_s.lock().expect("timing lock") += spent;
-                        })
-                        .expect("spawning a frame loader thread");
-                }
+                let rxs = spawn_loaders(scope, datasets, total, ahead, &prepare_s, move |d, i| {
+                    let start = std::time::Instant::now();
+                    let item = d.frame(i).map_err(SlamError::from);
+                    let read_s = start.elapsed().as_secs_f64();
+                    let item = item.and_then(|frame| {
+                        let input = prep.as_ref().map(|p| p(&frame)).transpose()?;
+                        Ok((frame, input))
+                    });
+                    let took = start.elapsed().as_secs_f64();
+                    tracing::debug!(
+                        "frame {i} prepare: read_ms={:.2} input_ms={:.2}",
+                        read_s * 1e3,
+                        (took - read_s) * 1e3
+                    );
+                    (item, took)
+                });
                 Source::Pipelined(rxs, front, pairs)
             }
             FrameSource::Prefetch { loaders, ahead } => {
-                let nl = loaders.len();
-                let bound = ahead.div_ceil(nl).max(1);
-                let mut rxs = Vec::with_capacity(nl);
-                for (k, (dataset, mut front)) in loaders.into_iter().enumerate() {
-                    let (tx, rx) = std::sync::mpsc::sync_channel(bound);
-                    rxs.push(rx);
-                    let load_s = load_s.clone();
-                    std::thread::Builder::new()
-                        .name(format!("rust3r-loader-{k}"))
-                        .spawn_scoped(scope, move || {
-                            let mut spent = 0.0;
-                            for i in (k..total).step_by(nl) {
-                                let item = load(dataset.as_ref(), front.as_mut(), i, false);
-                                let stop = item.is_err();
-                                if let Ok(l) = &item {
-                                    spent += l.load_s;
-                                }
-                                // The receiver is gone when tracking stopped early.
-                                if tx.send(item).is_err() || stop {
-                                    break;
-                                }
-                            }
-                            *load_s.lock().expect("timing lock") += spent;
-                        })
-                        .expect("spawning a frame loader thread");
-                }
+                let rxs = spawn_loaders(scope, loaders, total, ahead, &load_s, |(d, f), i| {
+                    let item = load(d.as_ref(), f.as_mut(), i, false);
+                    let spent = item.as_ref().map_or(0.0, |l| l.load_s);
+                    (item, spent)
+                });
                 Source::Channels(rxs)
             }
         };
@@ -1507,8 +1510,6 @@ fn run_frames(
     let mut pair_warm: Option<(usize, Vec<u32>)> = None;
     // Poorly constrained frames in a row.
     let mut weak_run = 0usize;
-    // Learned retrieval is on (the front end answered a query), and what it found.
-    let mut learned = false;
     let (mut relocalisations, mut loop_closures) = (0usize, 0usize);
     // Frame-to-model: the last tracked frames (keyframe, pose in it, pointmap), oldest first.
     let mut recent: std::collections::VecDeque<(usize, Sim3, Arc<Pointmap>)> =
@@ -1603,7 +1604,6 @@ fn run_frames(
                     &mut decode_s,
                     &mut tracked_s,
                 )?;
-                learned |= retrievals.learned;
                 hand_over(runner, shared, ready, &mut loop_closures);
                 state = TrackingState::Tracking;
             }
@@ -1882,7 +1882,6 @@ fn run_frames(
                             &mut decode_s,
                             &mut tracked_s,
                         )?;
-                        learned |= retrievals.learned;
                         hand_over(runner, shared, ready, &mut loop_closures);
                     } else {
                         drop(s);
@@ -1923,7 +1922,7 @@ fn run_frames(
                     None => None,
                 };
                 let (ok, success) = if let Some(found) = retrieved {
-                    learned = true;
+                    retrievals.learned = true;
                     let mut ok: Vec<(usize, Sim3, f64)> = Vec::new();
                     let mut all_ok = true;
                     let pairs = source
@@ -2047,7 +2046,7 @@ fn run_frames(
                     ));
                     tracing::info!("frame {i}: relocalised against keyframe {}", ok[0].0);
                     relocalisations += 1;
-                    let retrieved = if learned {
+                    let retrieved = if retrievals.learned {
                         // Joins the database now that it is a keyframe (MASt3R-SLAM queries
                         // again with `add_after_query`).
                         let p = source
@@ -2088,7 +2087,7 @@ fn run_frames(
             if let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
                 // The next frame when it was loaded ahead.
                 let next = ahead.as_ref().map(|a| a.index);
-                if learned {
+                if retrievals.learned {
                     // Loop closure and relocalisation decode any keyframe with a new frame.
                     let keep: Vec<usize> = s
                         .store
