@@ -27,12 +27,12 @@
 //! decodes it with the same keyframe, so the network and the tracker overlap (on the GPU the
 //! pair's matching is queued on the tracking thread's stream just ahead of the next frame's
 //! network, and the tracker's read-backs and Gauss-Newton iterations run beside the network);
-//! when the frame
-//! becomes a keyframe or tracking is lost, that decoding is dropped and the next frame decoded
-//! again with the right keyframe, so the results are those of decoding in turn (only the phase
-//! times overlap: their sum exceeds the wall time). [`FrameSource::Pipelined`] keeps all that,
-//! and reads the frames and makes the network's input ([`PairFrontEnd::preparer`]) ahead on
-//! loader threads. [`FrameSource::Prefetch`] loaders only give pointmaps.
+//! when the frame becomes a keyframe or tracking is lost, that decoding is dropped and the next
+//! frame decoded again with the right keyframe, so the results are those of decoding in turn
+//! (only the phase times overlap: their sum exceeds the wall time). [`FrameSource::Pipelined`]
+//! keeps all that, and reads the frames and makes the network's input
+//! ([`PairFrontEnd::preparer`]) ahead on loader threads. [`FrameSource::Prefetch`] loaders only
+//! give pointmaps.
 //!
 //! Every frame keeps its pose relative to its keyframe, so the final trajectory (a pose for
 //! every frame) uses the back end's final keyframe poses. `local_opt.final_iters` adds one

@@ -79,6 +79,16 @@ fn mask(v: &[bool]) -> Vec<u32> {
     v.iter().map(|b| *b as u32).collect()
 }
 
+/// A u32 flag buffer read back as booleans (the inverse of [`mask`]).
+fn read_flags(gpu: &Gpu, flags: &GpuBuffer<u32>) -> Result<Vec<bool>, SlamError> {
+    Ok(gpu
+        .read(flags)
+        .map_err(gerr)?
+        .into_iter()
+        .map(|v| v != 0)
+        .collect())
+}
+
 /// A source/measurement pair of level views uploaded to the device.
 pub struct GpuPair {
     rays: GpuBuffer<f32>,
@@ -180,12 +190,7 @@ impl GpuPair {
     /// Reads the last matches back.
     pub fn matches(&self, gpu: &Gpu) -> Result<Matches, SlamError> {
         let idx = gpu.read(&self.idx).map_err(gerr)?;
-        let valid = gpu
-            .read(&self.valid)
-            .map_err(gerr)?
-            .into_iter()
-            .map(|v| v != 0)
-            .collect();
+        let valid = read_flags(gpu, &self.valid)?;
         let p = gpu.read(&self.pos).map_err(gerr)?;
         let pos = p.chunks_exact(2).map(|c| [c[0], c[1]]).collect();
         Ok(Matches { idx, pos, valid })
@@ -563,7 +568,7 @@ pub struct QueuedMatching {
 
 /// Queues [`crate::pair::match_pair`] on `gpu` (on the calling thread's stream) for the pair's
 /// `Xff` and `Xkf`: the front end's device copies when it left them on `gpu`, else uploaded.
-/// Checks the pair against the keyframe (`kf`, `kf_conf`) as [`Tracker::track_pair`] does.
+/// A tracker checks the pair against its keyframe first ([`crate::pair::check_pair`]).
 pub fn queue_pair_matching(
     gpu: &Gpu,
     pred: &crate::pair::PairPrediction,
@@ -692,12 +697,7 @@ impl QueuedMatching {
         self,
         gpu: &Gpu,
     ) -> Result<(crate::pair::PairMatches, GpuBuffer<u32>, GpuBuffer<f32>), SlamError> {
-        let valid: Vec<bool> = gpu
-            .read(&self.valid)
-            .map_err(gerr)?
-            .into_iter()
-            .map(|v| v != 0)
-            .collect();
+        let valid = read_flags(gpu, &self.valid)?;
         let before = gpu.read(&self.idx).map_err(gerr)?;
         let (idx, refined, dev) = match self.refined {
             None => (before, 0, self.idx),
