@@ -384,7 +384,7 @@ fn run(
         let json = serde_json::json!({
             "data": a.data, "frames": result.frames.len(), "seconds": secs,
             "fps": result.frames.len() as f64 / secs, "steady_fps": steady_fps,
-            "decode_ahead": cfg.decode_ahead, "precision": a.precision, "device": name,
+            "decode_ahead": cfg.decode_ahead, "encode_ahead": cfg.decode_ahead && cfg.encode_ahead, "precision": a.precision, "device": name,
             "network": arch,
             "image": [w, h], "retrieval": retrieval_name,
             "keyframes": result.keyframes.frames.len(), "loop_closures": result.loop_closures,

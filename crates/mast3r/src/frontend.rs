@@ -36,20 +36,71 @@ use std::sync::{Arc, Mutex};
 use burn::tensor::DType;
 use rust3r_geometry::PinholeCamera;
 use rust3r_geometry::mast3r_resize::{mast3r_resize_crop, transform_intrinsics_mast3r_slam};
-use rust3r_gpu::Gpu;
+use rust3r_gpu::{Gpu, GpuBuffer, GpuStream};
 use rust3r_io::datasets::{Frame, SlamCalibration};
 use rust3r_slam::pair::{
-    DeviceDescriptors, FramePreparer, PairFrontEnd, PairPrediction, PreparedInput, RetrievalJob,
+    DeviceDescriptors, FramePreparer, PairFrontEnd, PairPrediction, PreparedInput, QueuedPair,
+    RetrievalJob,
 };
 use rust3r_slam::{Pointmap, PointmapFrontEnd, SlamError};
 
-use crate::model::{Encoded, HostPrediction, Mast3r, Prediction, Replayer};
+use crate::model::{Encoded, HostPrediction, Mast3r, PackedLayout, Prediction, Replayer};
 use crate::preprocess::{Preprocessed, preprocess};
 use crate::retrieval::RetrievalDatabase;
 
 /// The retrieval database and the keyframe id of each of its images, shared between the front
 /// end and the queries it hands out.
 type SharedRetrieval = Arc<Mutex<(RetrievalDatabase, Vec<usize>)>>;
+
+/// A pair decoding queued on the device ([`Mast3rMonoFrontEnd::queue_decode_device`]).
+enum PendingDecode {
+    /// The network runs on another device than the tracker: read back already.
+    Host([HostPrediction; 2]),
+    /// Both views' points and confidences packed on the device, adopted by `stream`; the
+    /// descriptors (and points) left there.
+    Device {
+        packed: GpuBuffer<f32>,
+        layout: PackedLayout,
+        stream: GpuStream,
+        desc: DeviceDescriptors,
+        start: std::time::Instant,
+        launched_s: f64,
+    },
+}
+
+impl PendingDecode {
+    /// Both views on the host (waiting for the decoding), and the descriptors on the device.
+    fn finish(
+        self,
+        name: &str,
+    ) -> Result<([HostPrediction; 2], Option<DeviceDescriptors>), SlamError> {
+        match self {
+            PendingDecode::Host(host) => Ok((host, None)),
+            PendingDecode::Device {
+                packed,
+                layout,
+                stream,
+                desc,
+                start,
+                launched_s,
+            } => {
+                let all = stream
+                    .run(|| desc.gpu.read(&packed))
+                    .map_err(|e| SlamError::Gpu(format!("{name}: reading the pair back: {e}")))?;
+                let host: [HostPrediction; 2] = layout
+                    .unpack(&all)
+                    .try_into()
+                    .map_err(|_| SlamError::Backend(format!("{name}: two views expected")))?;
+                tracing::trace!(
+                    "{name} pair decode: decode_launch_ms={:.2} readback_ms={:.2}",
+                    launched_s * 1e3,
+                    (start.elapsed().as_secs_f64() - launched_s) * 1e3
+                );
+                Ok((host, Some(desc)))
+            }
+        }
+    }
+}
 
 /// The network as a [`PointmapFrontEnd`]; also keeps the last frame's encoding and descriptors for
 /// callers that need them (MASt3R-SLAM's matching).
@@ -62,7 +113,7 @@ pub struct Mast3rMonoFrontEnd {
     calib: Option<(SlamCalibration, PinholeCamera)>,
     last: Option<(Encoded, HostPrediction, Preprocessed)>,
     /// Encoded frames kept for pair decoding: data-set index, encoding, network image.
-    encoded: Vec<(usize, Encoded, Preprocessed)>,
+    encoded: Vec<(usize, Encoded, Arc<Preprocessed>)>,
     /// Learned retrieval: the database and the keyframe id of each of its images, shared with
     /// the queries running elsewhere ([`PairFrontEnd::retrieval_job`]).
     retrieval: Option<SharedRetrieval>,
@@ -71,6 +122,9 @@ pub struct Mast3rMonoFrontEnd {
     tracker_gpu: Option<Gpu>,
     /// Ignore the tracker's device: descriptors are read back (A/B comparisons).
     host_descriptors: bool,
+    /// Pair read-backs ([`PairFrontEnd::queue_pair`]): a stream of their own, so that they wait
+    /// for their decoding and not for encodings queued after it.
+    readback: GpuStream,
 }
 
 impl Mast3rMonoFrontEnd {
@@ -90,6 +144,7 @@ impl Mast3rMonoFrontEnd {
             retrieval: None,
             tracker_gpu: None,
             host_descriptors: false,
+            readback: GpuStream::new(),
         })
     }
 
@@ -232,15 +287,16 @@ impl Mast3rMonoFrontEnd {
     }
 
     /// Both views' predictions of the pair `(a, b)` with the descriptors left on `gpu` (the
-    /// rest read back in one transfer per view); `None` for the descriptors when the network
-    /// runs on another device (then they are read back too).
-    fn decode_device(
+    /// rest read back in one transfer when the result is finished, on a stream of its own that
+    /// waits for this decoding only: the network may encode other frames meanwhile); the
+    /// descriptors are read back too when the network runs on another device.
+    fn queue_decode_device(
         &mut self,
         a: &Encoded,
         b: &Encoded,
         name: &str,
         gpu: &Gpu,
-    ) -> Result<([HostPrediction; 2], Option<DeviceDescriptors>), SlamError> {
+    ) -> Result<PendingDecode, SlamError> {
         let start = std::time::Instant::now();
         let err = |e: String| SlamError::InvalidInput(format!("{name}: {e}"));
         let direct;
@@ -257,7 +313,10 @@ impl Mast3rMonoFrontEnd {
         };
         let (g, frame) = desc(&preds[0])?;
         if !g.same_device(gpu) {
-            return Ok(([preds[0].to_host(), preds[1].to_host()], None));
+            return Ok(PendingDecode::Host([
+                preds[0].to_host(),
+                preds[1].to_host(),
+            ]));
         }
         let (_, keyframe) = desc(&preds[1])?;
         // The points too (the tracker's matching reads them there; the host still needs them).
@@ -274,26 +333,27 @@ impl Mast3rMonoFrontEnd {
             .map_err(|e| SlamError::Gpu(format!("{name}: points: {e}")))
         };
         let points = Some((pts(&preds[0])?, pts(&preds[1])?));
-        let launched_s = start.elapsed().as_secs_f64();
-        // Both views' points and confidences in one read-back.
-        let [h0, h1]: [HostPrediction; 2] = Prediction::all_to_host_without_desc(preds)
-            .try_into()
-            .map_err(|_| SlamError::Backend(format!("{name}: two views expected")))?;
-        let host = [h0, h1];
-        tracing::trace!(
-            "{name} pair decode: decode_launch_ms={:.2} readback_ms={:.2}",
-            launched_s * 1e3,
-            (start.elapsed().as_secs_f64() - launched_s) * 1e3
-        );
-        Ok((
-            host,
-            Some(DeviceDescriptors {
+        // Both views' points and confidences packed for one read-back, which the read-back
+        // stream adopts now: it waits for the decoding, not for what is queued after it.
+        let (packed, layout) = Prediction::pack_without_desc(preds)
+            .ok_or_else(|| SlamError::Backend(format!("{name}: two views expected")))?;
+        let (_, packed) = rust3r_gpu::burn_tensor_buffer(packed)
+            .map_err(|e| SlamError::Gpu(format!("{name}: packed outputs: {e}")))?;
+        self.readback
+            .run(|| rust3r_gpu::stream::adopt(gpu, &[&packed]));
+        Ok(PendingDecode::Device {
+            packed,
+            layout,
+            stream: self.readback,
+            desc: DeviceDescriptors {
                 gpu: gpu.clone(),
                 frame,
                 keyframe,
                 points,
-            }),
-        ))
+            },
+            start,
+            launched_s: start.elapsed().as_secs_f64(),
+        })
     }
 
     /// The frame decoded with itself: view 1's points (on the rays when calibrated) and
@@ -324,7 +384,60 @@ impl Mast3rMonoFrontEnd {
         Ok(pm)
     }
 
-    fn cached(&self, index: usize) -> Result<&(usize, Encoded, Preprocessed), SlamError> {
+    /// Queues the pair `(frame, keyframe)` on the device; the closure reads it back and makes
+    /// the prediction ([`PairFrontEnd::queue_pair`]).
+    fn queue_pair_decode(
+        &mut self,
+        frame: usize,
+        keyframe: usize,
+    ) -> Result<impl FnOnce() -> Result<PairPrediction, SlamError> + 'static, SlamError> {
+        let ((_, ef, pf), (_, ek, pk)) = (self.cached(frame)?, self.cached(keyframe)?);
+        if (pf.width, pf.height) != (pk.width, pk.height) {
+            return Err(SlamError::InvalidInput(format!(
+                "frame {frame} ({}x{}) and keyframe {keyframe} ({}x{}) have different network image sizes",
+                pf.width, pf.height, pk.width, pk.height
+            )));
+        }
+        let (ef, ek, pf, pk) = (ef.clone(), ek.clone(), pf.clone(), pk.clone());
+        let name = format!("frames {frame} and {keyframe}");
+        let pending = match self.tracker_gpu.clone() {
+            Some(gpu) => self.queue_decode_device(&ef, &ek, &name, &gpu)?,
+            None => PendingDecode::Host(self.decode_host(&ef, &ek, &name)?),
+        };
+        Ok(move || {
+            let ([hf, hk], device_desc) = pending.finish(&name)?;
+            if hf.desc_conf.len() != hf.conf.len() || hk.desc_conf.len() != hk.conf.len() {
+                return Err(SlamError::InvalidInput(format!(
+                    "{name}: the network has no descriptor confidence (two_confs), which pair tracking needs"
+                )));
+            }
+            let start = std::time::Instant::now();
+            // The two views side by side (~1 ms each on one core at 512x384).
+            let (frame_pm, keyframe_pm) = rayon::join(
+                || host_pointmap(&hf, &pf, &name),
+                || host_pointmap(&hk, &pk, &name),
+            );
+            let (frame_pm, keyframe_pm) = (frame_pm?, keyframe_pm?);
+            tracing::trace!(
+                "{name} pair pointmaps: convert_ms={:.2}",
+                start.elapsed().as_secs_f64() * 1e3
+            );
+            // `Tracker::track_pair` checks the prediction's sizes.
+            Ok(PairPrediction {
+                frame: frame_pm,
+                frame_desc: hf.desc,
+                frame_desc_conf: hf.desc_conf,
+                keyframe_points: keyframe_pm.points,
+                keyframe_conf: keyframe_pm.conf,
+                keyframe_desc: hk.desc,
+                keyframe_desc_conf: hk.desc_conf,
+                desc_dim: hf.desc_dim,
+                device_desc,
+            })
+        })
+    }
+
+    fn cached(&self, index: usize) -> Result<&(usize, Encoded, Arc<Preprocessed>), SlamError> {
         self.encoded.iter().find(|e| e.0 == index).ok_or_else(|| {
             SlamError::InvalidInput(format!(
                 "frame {index} is not encoded (encoded: {:?})",
@@ -407,7 +520,7 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     fn encode(&mut self, index: usize, frame: &Frame) -> Result<(), SlamError> {
         let (enc, p) = self.encode_frame(frame)?;
         self.encoded.retain(|e| e.0 != index);
-        self.encoded.push((index, enc, p));
+        self.encoded.push((index, enc, Arc::new(p)));
         Ok(())
     }
 
@@ -437,7 +550,7 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
         };
         let (enc, p) = self.encode_input(frame, p)?;
         self.encoded.retain(|e| e.0 != index);
-        self.encoded.push((index, enc, p));
+        self.encoded.push((index, enc, Arc::new(p)));
         Ok(())
     }
 
@@ -459,48 +572,14 @@ impl PairFrontEnd for Mast3rMonoFrontEnd {
     }
 
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError> {
-        let ((_, ef, pf), (_, ek, pk)) = (self.cached(frame)?, self.cached(keyframe)?);
-        if (pf.width, pf.height) != (pk.width, pk.height) {
-            return Err(SlamError::InvalidInput(format!(
-                "frame {frame} ({}x{}) and keyframe {keyframe} ({}x{}) have different network image sizes",
-                pf.width, pf.height, pk.width, pk.height
-            )));
+        self.queue_pair(frame, keyframe).finish()
+    }
+
+    fn queue_pair(&mut self, frame: usize, keyframe: usize) -> QueuedPair {
+        match self.queue_pair_decode(frame, keyframe) {
+            Ok(finish) => QueuedPair::pending(finish),
+            Err(e) => QueuedPair::ready(Err(e)),
         }
-        let (ef, ek) = (ef.clone(), ek.clone());
-        let name = format!("frames {frame} and {keyframe}");
-        let ([hf, hk], device_desc) = match self.tracker_gpu.clone() {
-            Some(gpu) => self.decode_device(&ef, &ek, &name, &gpu)?,
-            None => (self.decode_host(&ef, &ek, &name)?, None),
-        };
-        let (pf, pk) = (&self.cached(frame)?.2, &self.cached(keyframe)?.2);
-        if hf.desc_conf.len() != hf.conf.len() || hk.desc_conf.len() != hk.conf.len() {
-            return Err(SlamError::InvalidInput(format!(
-                "{name}: the network has no descriptor confidence (two_confs), which pair tracking needs"
-            )));
-        }
-        let start = std::time::Instant::now();
-        // The two views side by side (~1 ms each on one core at 512x384).
-        let (frame_pm, keyframe_pm) = rayon::join(
-            || host_pointmap(&hf, pf, &name),
-            || host_pointmap(&hk, pk, &name),
-        );
-        let (frame_pm, keyframe_pm) = (frame_pm?, keyframe_pm?);
-        tracing::trace!(
-            "{name} pair pointmaps: convert_ms={:.2}",
-            start.elapsed().as_secs_f64() * 1e3
-        );
-        // `Tracker::track_pair` checks the prediction's sizes.
-        Ok(PairPrediction {
-            frame: frame_pm,
-            frame_desc: hf.desc,
-            frame_desc_conf: hf.desc_conf,
-            keyframe_points: keyframe_pm.points,
-            keyframe_conf: keyframe_pm.conf,
-            keyframe_desc: hk.desc,
-            keyframe_desc_conf: hk.desc_conf,
-            desc_dim: hf.desc_dim,
-            device_desc,
-        })
     }
 
     fn set_tracker_device(&mut self, gpu: Option<&Gpu>) {

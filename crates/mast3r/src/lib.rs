@@ -76,7 +76,9 @@ pub use config::{
     ActivationKind, ActivationMode, DptConfig, LocalFeatConfig, Mast3rConfig, expected_layout,
 };
 pub use error::{ConfigError, Error, LayoutReport};
-pub use model::{Encoded, HostPrediction, Mast3r, Precision, Prediction, Replayer, Trace};
+pub use model::{
+    Encoded, HostPrediction, Mast3r, PackedLayout, Precision, Prediction, Replayer, Trace,
+};
 pub use rust3r_torch_checkpoint::{
     CheckpointFormat, ElementType, PickleError, PickleErrorKind, PthFile, PthTensorInfo,
     SafetensorsFile, TensorF32, detect_format, write_safetensors,

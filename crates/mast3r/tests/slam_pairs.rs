@@ -188,16 +188,18 @@ fn timing_config() -> SlamConfig {
 /// read back and uploaded again (`FrameSource::Inline`, `descriptors_on_host`, no
 /// `decode_ahead`), bit for bit; and the same as the GPU tracker on the device-resident pairs of
 /// an inline run, with and without decoding ahead (the next frame decoded with the keyframe
-/// while a frame is tracked on its own thread and stream, decoded again after a keyframe).
+/// while a frame is tracked on its own thread and stream, decoded again after a keyframe), and
+/// with and without encoding the frame after it behind that decoding (`encode_ahead`).
 #[test]
 fn pipelined_frames_and_resident_pairs_track_as_inline() {
     let open = || rust3r_io::datasets::open(&rust3r_testdata::data("redkitchen"), None, 5).unwrap();
     let gpu = rust3r_gpu::Gpu::default_device().unwrap();
     // Keyframes 0 and 3: frame 4, decoded ahead with keyframe 0, is decoded again with 3.
     let frames = 5;
-    let run = |pipelined: bool, host_pairs: bool, ahead: bool| {
+    let run = |pipelined: bool, host_pairs: bool, ahead: bool, encode_ahead: bool| {
         let cfg = SlamConfig {
             decode_ahead: ahead,
+            encode_ahead,
             ..timing_config()
         };
         let mut fe = front_end(224);
@@ -221,19 +223,21 @@ fn pipelined_frames_and_resident_pairs_track_as_inline() {
         // `Inline` borrows the data set: run inside this closure's scope.
         run_slam_source(source, &cfg, Some(frames), Some(&gpu), |_| {}).unwrap()
     };
-    let reference = run(false, true, false);
+    let reference = run(false, true, false, false);
     assert_eq!(reference.pair_frames, frames - 1);
     assert!(reference.keyframes.frames.len() >= 2);
     assert_eq!(reference.timings.overlap_s, 0.0);
-    for (pipelined, host_pairs, ahead) in [
-        (true, false, true),
-        (false, false, true),
-        (true, true, true),
-        (false, false, false),
+    for (pipelined, host_pairs, ahead, encode) in [
+        (true, false, true, true),
+        (false, false, true, true),
+        (false, false, true, false),
+        (true, true, true, true),
+        (false, false, false, false),
     ] {
-        let r = run(pipelined, host_pairs, ahead);
-        let what =
-            format!("pipelined {pipelined}, pairs on the host {host_pairs}, decode ahead {ahead}");
+        let r = run(pipelined, host_pairs, ahead, encode);
+        let what = format!(
+            "pipelined {pipelined}, pairs on the host {host_pairs}, decode ahead {ahead}, encode ahead {encode}"
+        );
         assert_eq!(r.timings.overlap_s > 0.0, ahead, "{what}: overlap");
         assert_eq!(r.frame_poses(), reference.frame_poses(), "{what}");
         assert_eq!(

@@ -263,6 +263,11 @@ pub struct SlamConfig {
     /// that decoding is thrown away and the next frame is decoded again with the right one: the
     /// results are those of decoding in turn (`false`).
     pub decode_ahead: bool,
+    /// With `decode_ahead`: the frame after the next is encoded right behind the next frame's
+    /// decoding, while that decoding is read back ([`crate::pair::PairFrontEnd::queue_pair`]),
+    /// so the device encodes while the host finishes the frame. Encodings do not depend on the
+    /// keyframe: the results are those of encoding in turn (`false`).
+    pub encode_ahead: bool,
     /// Timing runs only (rust3r's `forced_keyframe_every`, 0: off): every frame counts as
     /// tracked and every K-th frame becomes a keyframe, whatever tracking finds, so a network
     /// whose outputs cannot be tracked (random weights) still pays for tracking, mapping, the
@@ -290,6 +295,7 @@ impl Default for SlamConfig {
             use_calib: false,
             single_thread: false,
             decode_ahead: true,
+            encode_ahead: true,
             forced_keyframe_every: 0,
             matching: MatchingConfig {
                 max_iter: 10,
@@ -554,6 +560,7 @@ impl SlamConfig {
                 "use_calib" => self.use_calib = b(value)?,
                 "single_thread" => self.single_thread = b(value)?,
                 "decode_ahead" => self.decode_ahead = b(value)?,
+                "encode_ahead" => self.encode_ahead = b(value)?,
                 "forced_keyframe_every" => self.forced_keyframe_every = u(value)?,
                 _ => return Err(unknown()),
             },

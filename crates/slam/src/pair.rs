@@ -231,6 +231,14 @@ pub trait PairFrontEnd {
     fn mono(&mut self, index: usize) -> Result<Pointmap, SlamError>;
     /// Decodes encoded frames `frame` and `keyframe` as the pair `(frame, keyframe)`.
     fn pair(&mut self, frame: usize, keyframe: usize) -> Result<PairPrediction, SlamError>;
+    /// [`PairFrontEnd::pair`] queued on the device: the front end may encode other frames
+    /// before [`QueuedPair::finish`] makes the prediction (equal to `pair(frame, keyframe)`'s),
+    /// and finishing waits for this decoding only, not for work queued after it
+    /// ([`SlamConfig::encode_ahead`](crate::SlamConfig::encode_ahead)). The default decodes
+    /// now.
+    fn queue_pair(&mut self, frame: usize, keyframe: usize) -> QueuedPair {
+        QueuedPair::ready(self.pair(frame, keyframe))
+    }
     /// Drops every kept encoding but those of `keep`.
     fn retain(&mut self, keep: &[usize]);
     /// The device the GPU pair tracker runs on (`None`: pairs are tracked on the CPU). A front
@@ -270,6 +278,44 @@ pub trait PairFrontEnd {
     ) -> Result<Option<RetrievalJob>, SlamError> {
         let _ = (frame, add_as, k, min_thresh);
         Ok(None)
+    }
+}
+
+/// A pair decoding queued on the device ([`PairFrontEnd::queue_pair`]).
+pub struct QueuedPair(QueuedPairState);
+
+enum QueuedPairState {
+    Ready(Result<PairPrediction, SlamError>),
+    Pending(Box<dyn FnOnce() -> Result<PairPrediction, SlamError>>),
+}
+
+impl QueuedPair {
+    /// A prediction already made.
+    pub fn ready(pred: Result<PairPrediction, SlamError>) -> Self {
+        QueuedPair(QueuedPairState::Ready(pred))
+    }
+
+    /// A prediction `finish` makes when called (waiting for the device there).
+    pub fn pending(finish: impl FnOnce() -> Result<PairPrediction, SlamError> + 'static) -> Self {
+        QueuedPair(QueuedPairState::Pending(Box::new(finish)))
+    }
+
+    /// The prediction, waiting for its decoding.
+    pub fn finish(self) -> Result<PairPrediction, SlamError> {
+        match self.0 {
+            QueuedPairState::Ready(p) => p,
+            QueuedPairState::Pending(f) => f(),
+        }
+    }
+}
+
+impl std::fmt::Debug for QueuedPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.0 {
+            QueuedPairState::Ready(_) => "ready",
+            QueuedPairState::Pending(_) => "pending",
+        };
+        f.debug_tuple("QueuedPair").field(&state).finish()
     }
 }
 

@@ -26,7 +26,9 @@
 //! on CUDA, a device stream) of its own while the tracking thread loads the next frame and
 //! decodes it with the same keyframe, so the network and the tracker overlap (on the GPU the
 //! pair's matching is queued on the tracking thread's stream just ahead of the next frame's
-//! network, and the tracker's read-backs and Gauss-Newton iterations run beside the network);
+//! network, and the tracker's read-backs and Gauss-Newton iterations run beside the network;
+//! with [`SlamConfig::encode_ahead`], also the default, the frame after is encoded right behind
+//! that decoding, which is read back on a stream of its own: [`PairFrontEnd::queue_pair`]);
 //! when the frame becomes a keyframe or tracking is lost, that decoding is dropped and the next
 //! frame decoded again with the right keyframe, so the results are those of decoding in turn
 //! (only the phase times overlap: their sum exceeds the wall time). [`FrameSource::Pipelined`]
@@ -851,24 +853,55 @@ fn load(
 
 /// Frame `index` loaded (encoded) ahead of its turn, and decoded as a pair with the keyframe
 /// of data-set index `.0` of `pair` ([`SlamConfig::decode_ahead`]); errors wait for its turn.
+/// `next`: frame `index + 1` loaded (encoded) behind that decoding
+/// ([`SlamConfig::encode_ahead`]).
 struct Ahead {
     index: usize,
     loaded: Result<Loaded, SlamError>,
     pair: Option<(usize, Result<PairPrediction, SlamError>)>,
+    next: Option<Result<Loaded, SlamError>>,
+}
+
+/// Frame `i`: the one loaded ahead (`early`, taken when it is frame `i`), else loaded now.
+fn next_frame(
+    source: &mut Source<'_>,
+    early: &mut Option<(usize, Result<Loaded, SlamError>)>,
+    i: usize,
+) -> Result<Loaded, SlamError> {
+    match early.take() {
+        Some((j, loaded)) if j == i => loaded,
+        other => {
+            debug_assert!(other.is_none(), "frame loaded ahead out of turn");
+            *early = other;
+            source.next(i)
+        }
+    }
 }
 
 /// Loads frame `n` and decodes it with keyframe `kf` (a data-set index), adding the decoding
-/// time to `decode_s`.
-fn load_ahead(source: &mut Source<'_>, n: usize, kf: usize, decode_s: &mut f64) -> Ahead {
-    let loaded = source.next(n);
-    let pair = match (&loaded, source.pairs()) {
-        (Ok(_), Some(p)) => Some((kf, timed(decode_s, || p.pair(n, kf)))),
+/// time to `decode_s`; with `encode_next`, loads (encodes) frame `n + 1` while that decoding
+/// is on the device, before reading it back.
+fn load_ahead(
+    source: &mut Source<'_>,
+    early: &mut Option<(usize, Result<Loaded, SlamError>)>,
+    n: usize,
+    kf: usize,
+    decode_s: &mut f64,
+    encode_next: bool,
+) -> Ahead {
+    let loaded = next_frame(source, early, n);
+    let queued = match (&loaded, source.pairs()) {
+        (Ok(_), Some(p)) => Some(timed(decode_s, || p.queue_pair(n, kf))),
         _ => None,
     };
+    // The next encoding goes on the device behind this decoding; its time is loading's.
+    let next = (encode_next && queued.is_some()).then(|| source.next(n + 1));
+    let pair = queued.map(|q| (kf, timed(decode_s, || q.finish())));
     Ahead {
         index: n,
         loaded,
         pair,
+        next,
     }
 }
 
@@ -1527,6 +1560,10 @@ fn run_frames(
     let decode_ahead = cfg.decode_ahead && source.pairs().is_some();
     let track_stream = rust3r_gpu::GpuStream::new();
     let mut ahead: Option<Ahead> = None;
+    // `encode_ahead`: the frame after the one decoded ahead, loaded (encoded) behind that
+    // decoding; kept here until its turn when the decoding ahead is dropped.
+    let encode_ahead = decode_ahead && cfg.encode_ahead;
+    let mut early: Option<(usize, Result<Loaded, SlamError>)> = None;
     let mut retrievals = Retrievals::new(cfg);
     let verifier = Verifier {
         shared,
@@ -1539,9 +1576,10 @@ fn run_frames(
         let (loaded, mut ahead_pair) = match ahead.take() {
             Some(a) => {
                 debug_assert_eq!(a.index, i, "frame loaded ahead out of turn");
+                early = a.next.map(|next| (i + 1, next));
                 (a.loaded, a.pair)
             }
-            None => (source.next(i), None),
+            None => (next_frame(&mut source, &mut early, i), None),
         };
         let Loaded {
             timestamp,
@@ -1704,7 +1742,14 @@ fn run_frames(
                                         .name("rust3r-pair-tracker".into())
                                         .spawn_scoped(scope, move || track(queued))
                                         .expect("spawning the pair tracker thread");
-                                    let next = load_ahead(&mut source, n, kf_index, &mut decode_s);
+                                    let next = load_ahead(
+                                        &mut source,
+                                        &mut early,
+                                        n,
+                                        kf_index,
+                                        &mut decode_s,
+                                        encode_ahead && n + 1 < total,
+                                    );
                                     let tracked = worker
                                         .join()
                                         .unwrap_or_else(|e| std::panic::resume_unwind(e));
@@ -2085,8 +2130,14 @@ fn run_frames(
         let (nk, backend_after, pose, new_keyframe, graph) = {
             let s = lock(shared)?;
             if let (Some(pairs), Some(kf)) = (source.pairs(), s.store.frames.last()) {
-                // The next frame when it was loaded ahead.
-                let next = ahead.as_ref().map(|a| a.index);
+                // The next frames when they were loaded ahead.
+                let next: Vec<usize> = ahead
+                    .iter()
+                    .flat_map(|a| {
+                        std::iter::once(a.index).chain(a.next.as_ref().map(|_| a.index + 1))
+                    })
+                    .chain(early.as_ref().map(|e| e.0))
+                    .collect();
                 if retrievals.learned {
                     // Loop closure and relocalisation decode any keyframe with a new frame.
                     let keep: Vec<usize> = s
@@ -2094,12 +2145,14 @@ fn run_frames(
                         .frames
                         .iter()
                         .map(|k| k.frame_index)
-                        .chain(next)
+                        .chain(next.iter().copied())
                         .collect();
                     pairs.retain(&keep);
                 } else {
                     // Only the current keyframe's encoding is needed from here on.
-                    let keep: Vec<usize> = std::iter::once(kf.frame_index).chain(next).collect();
+                    let keep: Vec<usize> = std::iter::once(kf.frame_index)
+                        .chain(next.iter().copied())
+                        .collect();
                     pairs.retain(&keep);
                 }
             }

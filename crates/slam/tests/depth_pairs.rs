@@ -345,19 +345,21 @@ fn forced_tracking_makes_every_kth_frame_a_keyframe() {
 }
 
 /// Decoding the next frame while a frame is tracked (`decode_ahead`: the CPU tracker on its own
-/// thread) gives the run of decoding in turn, bit for bit: with keyframes made as tracking
+/// thread; the frame after it loaded behind that decoding or not, `encode_ahead`) gives the run
+/// of decoding in turn, bit for bit: with keyframes made as tracking
 /// finds them (the pair decoded ahead with the old keyframe is dropped and decoded again) and
 /// with every tracked frame lost (`tracking.min_match_frac` above 1: relocalising frames are
 /// decoded with themselves).
 #[test]
 fn decoding_ahead_gives_the_run_of_decoding_in_turn() {
-    let run = |ahead: bool, lose: bool| {
+    let run = |ahead: bool, encode_ahead: bool, lose: bool| {
         let ds = PingPong::new(redkitchen(), 5, 24).expect("ping-pong");
         let k = ds.depth_intrinsics().expect("depth camera");
         let mut pairs = DepthPairs::new(None, k, 96, 72, DepthNoise::default()).expect("pairs");
         let mut cfg = SlamConfig {
             single_thread: true,
             decode_ahead: ahead,
+            encode_ahead,
             ..Default::default()
         };
         if lose {
@@ -366,23 +368,27 @@ fn decoding_ahead_gives_the_run_of_decoding_in_turn() {
         rust3r_slam::run_slam(&ds, &mut pairs, &cfg, None, |_| {}).expect("slam runs")
     };
     for lose in [false, true] {
-        let (a, b) = (run(true, lose), run(false, lose));
-        assert!(a.timings.overlap_s > 0.0, "lose {lose}: nothing overlapped");
+        let b = run(false, false, lose);
         assert_eq!(b.timings.overlap_s, 0.0);
-        assert_eq!(a.frame_poses(), b.frame_poses(), "lose {lose}");
         let tracked = |r: &rust3r_slam::SlamResult| r.frames.iter().map(|f| f.tracked).collect();
-        let t: Vec<bool> = tracked(&a);
-        assert_eq!(t, tracked(&b), "lose {lose}");
-        assert_eq!(a.keyframes.frames.len(), b.keyframes.frames.len());
-        for (x, y) in a.keyframes.frames.iter().zip(&b.keyframes.frames) {
-            assert_eq!(x.frame_index, y.frame_index, "lose {lose}");
-            assert_eq!(x.pointmap, y.pointmap, "lose {lose}");
+        let t: Vec<bool> = tracked(&b);
+        for encode in [true, false] {
+            let a = run(true, encode, lose);
+            let what = format!("lose {lose}, encode ahead {encode}");
+            assert!(a.timings.overlap_s > 0.0, "{what}: nothing overlapped");
+            assert_eq!(a.frame_poses(), b.frame_poses(), "{what}");
+            assert_eq!(tracked(&a), t, "{what}");
+            assert_eq!(a.keyframes.frames.len(), b.keyframes.frames.len());
+            for (x, y) in a.keyframes.frames.iter().zip(&b.keyframes.frames) {
+                assert_eq!(x.frame_index, y.frame_index, "{what}");
+                assert_eq!(x.pointmap, y.pointmap, "{what}");
+            }
         }
         if lose {
             assert!(!t[1], "frame 1 should be lost");
         } else {
             assert!(t.iter().all(|t| *t), "every frame is tracked");
-            assert!(a.keyframes.frames.len() >= 2, "a keyframe after the first");
+            assert!(b.keyframes.frames.len() >= 2, "a keyframe after the first");
         }
     }
 }

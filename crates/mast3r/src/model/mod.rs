@@ -116,6 +116,46 @@ pub struct HostPrediction {
     pub desc_conf: Vec<f32>,
 }
 
+/// How [`Prediction::pack_without_desc`] packed each prediction: batch, height, width,
+/// descriptor size, pixels and descriptor confidences.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedLayout(Vec<(usize, usize, usize, usize, usize, usize)>);
+
+impl PackedLayout {
+    /// Binary32 values packed.
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|(.., n, q)| n * 4 + q).sum()
+    }
+
+    /// Whether nothing was packed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The predictions (descriptors empty) from the packed values read back.
+    pub fn unpack(&self, all: &[f32]) -> Vec<HostPrediction> {
+        let mut at = 0;
+        let mut take = |len: usize| {
+            let v = all[at..at + len].to_vec();
+            at += len;
+            v
+        };
+        self.0
+            .iter()
+            .map(|&(batch, height, width, desc_dim, n, q)| HostPrediction {
+                batch,
+                height,
+                width,
+                pts3d: take(n * 3),
+                conf: take(n),
+                desc_dim,
+                desc: Vec::new(),
+                desc_conf: take(q),
+            })
+            .collect()
+    }
+}
+
 fn host_vec<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
     t.clone()
         .cast(DType::F32)
@@ -171,6 +211,15 @@ impl Prediction {
 
     /// [`Prediction::to_host_without_desc`] of several predictions, read back in one transfer.
     pub fn all_to_host_without_desc(preds: &[Prediction]) -> Vec<HostPrediction> {
+        match Self::pack_without_desc(preds) {
+            Some((all, layout)) => layout.unpack(&host_vec(&all)),
+            None => Vec::new(),
+        }
+    }
+
+    /// What [`Prediction::all_to_host_without_desc`] reads back, packed into one binary32
+    /// tensor on the device (queued, not read), and how to unpack it (`None`: no predictions).
+    pub fn pack_without_desc(preds: &[Prediction]) -> Option<(Tensor<1>, PackedLayout)> {
         let mut parts = Vec::new();
         let mut sizes = Vec::new();
         for p in preds {
@@ -185,29 +234,7 @@ impl Prediction {
             }
             sizes.push((batch, height, width, desc_dim, n, q));
         }
-        if parts.is_empty() {
-            return Vec::new();
-        }
-        let all = host_vec(&Tensor::cat(parts, 0));
-        let mut at = 0;
-        let mut take = |len: usize| {
-            let v = all[at..at + len].to_vec();
-            at += len;
-            v
-        };
-        sizes
-            .into_iter()
-            .map(|(batch, height, width, desc_dim, n, q)| HostPrediction {
-                batch,
-                height,
-                width,
-                pts3d: take(n * 3),
-                conf: take(n),
-                desc_dim,
-                desc: Vec::new(),
-                desc_conf: take(q),
-            })
-            .collect()
+        (!parts.is_empty()).then(|| (Tensor::cat(parts, 0), PackedLayout(sizes)))
     }
 
     /// Frame `i` of a batched prediction.
