@@ -62,7 +62,7 @@ enum PendingDecode {
         packed: GpuBuffer<f32>,
         layout: PackedLayout,
         stream: GpuStream,
-        desc: DeviceDescriptors,
+        desc: Box<DeviceDescriptors>,
         start: std::time::Instant,
         launched_s: f64,
     },
@@ -96,7 +96,7 @@ impl PendingDecode {
                     launched_s * 1e3,
                     (start.elapsed().as_secs_f64() - launched_s) * 1e3
                 );
-                Ok((host, Some(desc)))
+                Ok((host, Some(*desc)))
             }
         }
     }
@@ -345,12 +345,12 @@ impl Mast3rMonoFrontEnd {
             packed,
             layout,
             stream: self.readback,
-            desc: DeviceDescriptors {
+            desc: Box::new(DeviceDescriptors {
                 gpu: gpu.clone(),
                 frame,
                 keyframe,
                 points,
-            },
+            }),
             start,
             launched_s: start.elapsed().as_secs_f64(),
         })

@@ -285,14 +285,14 @@ pub trait PairFrontEnd {
 pub struct QueuedPair(QueuedPairState);
 
 enum QueuedPairState {
-    Ready(Result<PairPrediction, SlamError>),
+    Ready(Box<Result<PairPrediction, SlamError>>),
     Pending(Box<dyn FnOnce() -> Result<PairPrediction, SlamError>>),
 }
 
 impl QueuedPair {
     /// A prediction already made.
     pub fn ready(pred: Result<PairPrediction, SlamError>) -> Self {
-        QueuedPair(QueuedPairState::Ready(pred))
+        QueuedPair(QueuedPairState::Ready(Box::new(pred)))
     }
 
     /// A prediction `finish` makes when called (waiting for the device there).
@@ -303,7 +303,7 @@ impl QueuedPair {
     /// The prediction, waiting for its decoding.
     pub fn finish(self) -> Result<PairPrediction, SlamError> {
         match self.0 {
-            QueuedPairState::Ready(p) => p,
+            QueuedPairState::Ready(p) => *p,
             QueuedPairState::Pending(f) => f(),
         }
     }
