@@ -478,8 +478,23 @@ pub(crate) struct Conv2d {
     pub pad: usize,
 }
 
-/// The im2col matrix of a channels-last map: `[B, Ho, Wo, k * k * C]`, columns `(ky, kx, c)`.
+/// The im2col matrix of a channels-last map: `[B, Ho, Wo, k * k * C]`, columns `(ky, kx, c)`
+/// (one launch on a CubeCL device, [`super::kernels::im2col`]).
 fn im2col(x: Tensor<4>, k: usize, s: usize, p: usize) -> Tensor<4> {
+    if k > 1 && super::kernels::on_cube(&x) {
+        let window = super::kernels::Window {
+            k,
+            stride: s,
+            pad: p,
+        };
+        return super::kernels::im2col(x, window);
+    }
+    im2col_ops(x, k, s, p)
+}
+
+/// [`im2col`] as separate operations: the padded map's `k * k` strided views concatenated
+/// along channels (the fused kernel's reference).
+pub(crate) fn im2col_ops(x: Tensor<4>, k: usize, s: usize, p: usize) -> Tensor<4> {
     let [_, h, w, _] = x.dims();
     let x = if p > 0 {
         x.pad([(p, p), (p, p), (0, 0)], PadMode::Constant(0.0))

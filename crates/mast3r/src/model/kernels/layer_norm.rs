@@ -20,8 +20,10 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use rust3r_gpu::{Gpu, block_id};
 
-use super::{Output, UNITS, buffer, cube_sum, with_float};
+use super::{Output, UNITS, buffer, cube_sum, per_unit, reduce_with_planes, with_float};
 
+/// Rows of at most `per_unit * 256` values, read once and kept in registers; the sums go
+/// through subgroups with `planes` ([`super::cube_reduce`]).
 #[cube(launch, launch_unchecked)]
 fn layer_norm_rows<F: Float>(
     x: &[F],
@@ -31,6 +33,59 @@ fn layer_norm_rows<F: Float>(
     cols: u32,
     rows_per_group: u32,
     eps: f32,
+    #[comptime] per_unit: usize,
+    #[comptime] planes: bool,
+) {
+    let row = block_id();
+    let n = f32::cast_from(cols);
+    let cols = cols as usize;
+    let t = UNIT_POS as usize;
+    let base = row * cols;
+    let g = (row / rows_per_group as usize) * cols;
+    let mut vals = Array::<f32>::new(per_unit);
+    let mut acc = 0.0f32;
+    #[unroll]
+    for r in 0..per_unit {
+        let i = t + r * 256usize;
+        let mut v = 0.0f32;
+        if i < cols {
+            v = f32::cast_from(x[base + i]);
+        }
+        vals[r] = v;
+        acc += v;
+    }
+    let mean = cube_sum(acc, planes) / n;
+    let mut sq = 0.0f32;
+    #[unroll]
+    for r in 0..per_unit {
+        let i = t + r * 256usize;
+        if i < cols {
+            let d = vals[r] - mean;
+            sq += d * d;
+        }
+    }
+    let var = cube_sum(sq, planes) / n;
+    let inv = 1.0f32 / f32::sqrt(var + eps);
+    #[unroll]
+    for r in 0..per_unit {
+        let i = t + r * 256usize;
+        if i < cols {
+            out[base + i] = F::cast_from((vals[r] - mean) * inv * gamma[g + i] + beta[g + i]);
+        }
+    }
+}
+
+/// Rows of any length, read three times.
+#[cube(launch, launch_unchecked)]
+fn layer_norm_long_rows<F: Float>(
+    x: &[F],
+    gamma: &[f32],
+    beta: &[f32],
+    out: &mut [F],
+    cols: u32,
+    rows_per_group: u32,
+    eps: f32,
+    #[comptime] planes: bool,
 ) {
     let row = block_id();
     let n = f32::cast_from(cols);
@@ -44,7 +99,7 @@ fn layer_norm_rows<F: Float>(
         acc += f32::cast_from(x[base + i]);
         i += 256usize;
     }
-    let mean = cube_sum(acc) / n;
+    let mean = cube_sum(acc, planes) / n;
     let mut sq = 0.0f32;
     let mut j = t;
     while j < cols {
@@ -52,7 +107,7 @@ fn layer_norm_rows<F: Float>(
         sq += d * d;
         j += 256usize;
     }
-    let var = cube_sum(sq) / n;
+    let var = cube_sum(sq, planes) / n;
     let inv = 1.0f32 / f32::sqrt(var + eps);
     let mut k = t;
     while k < cols {
@@ -65,11 +120,13 @@ fn layer_norm_rows<F: Float>(
 #[backend_extension(Cube)]
 pub(crate) trait NormBackend: Backend {
     /// LayerNorm of `x` over its last dimension with `gamma`, `beta` `[G, C]` (module docs).
+    /// Subgroup reductions where the adapter has them and `planes` allows them.
     fn fused_layer_norm(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         eps: f32,
+        planes: bool,
     ) -> FloatTensor<Self>;
 }
 
@@ -79,6 +136,7 @@ impl NormBackend for CubeBackend {
         gamma: CubeTensor,
         beta: CubeTensor,
         eps: f32,
+        planes: bool,
     ) -> CubeTensor {
         let shape: Shape = x.shape();
         let cols = shape.as_slice().last().copied().unwrap_or(1).max(1);
@@ -89,23 +147,46 @@ impl NormBackend for CubeBackend {
         let out = Output::new(&gpu, shape, dtype);
         let gb = buffer::<f32>(gamma);
         let bb = buffer::<f32>(beta);
+        let planes = reduce_with_planes(&gpu, planes);
+        let rows_per_group = (rows / groups) as u32;
         with_float!(dtype, F => {
             let xb = buffer::<F>(x);
-            rust3r_gpu::launch!(
-                &gpu,
-                layer_norm_rows::<F>(
-                    gpu.client(),
-                    gpu.grid(rows),
-                    CubeDim::new_1d(UNITS),
-                    xb.arg(),
-                    gb.arg(),
-                    bb.arg(),
-                    out.buffer::<F>().arg(),
-                    cols as u32,
-                    (rows / groups) as u32,
-                    eps,
-                )
-            );
+            let (grid, dim) = (gpu.grid(rows), CubeDim::new_1d(UNITS));
+            match per_unit(cols) {
+                Some(n) => rust3r_gpu::launch!(
+                    &gpu,
+                    layer_norm_rows::<F>(
+                        gpu.client(),
+                        grid,
+                        dim,
+                        xb.arg(),
+                        gb.arg(),
+                        bb.arg(),
+                        out.buffer::<F>().arg(),
+                        cols as u32,
+                        rows_per_group,
+                        eps,
+                        n,
+                        planes,
+                    )
+                ),
+                None => rust3r_gpu::launch!(
+                    &gpu,
+                    layer_norm_long_rows::<F>(
+                        gpu.client(),
+                        grid,
+                        dim,
+                        xb.arg(),
+                        gb.arg(),
+                        bb.arg(),
+                        out.buffer::<F>().arg(),
+                        cols as u32,
+                        rows_per_group,
+                        eps,
+                        planes,
+                    )
+                ),
+            }
         });
         out.into_tensor()
     }
@@ -120,12 +201,24 @@ pub(crate) fn layer_norm<const D: usize>(
     beta: Tensor<2>,
     eps: f64,
 ) -> Tensor<D> {
+    layer_norm_with(x, gamma, beta, eps, true)
+}
+
+/// [`layer_norm`], with subgroup reductions only where `planes` allows them.
+fn layer_norm_with<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<2>,
+    beta: Tensor<2>,
+    eps: f64,
+    planes: bool,
+) -> Tensor<D> {
     use burn::backend::Dispatch;
     Tensor::from_dispatch(<Dispatch as NormBackend>::fused_layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),
         beta.into_dispatch(),
         eps as f32,
+        planes,
     ))
 }
 
@@ -167,9 +260,21 @@ mod tests {
         let up = |v: &[f32], shape: [usize; 2]| {
             Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
         };
-        // Row widths of the network (1024, 768), one that is not a multiple of the cube, and
-        // a narrower row than the cube; large row means test the centred variance.
-        for (cols, rows, groups) in [(1024, 6, 1), (768, 8, 2), (1000, 3, 1), (100, 4, 2)] {
+        super::super::test_util::report_planes(&device);
+        // Row widths of the network (1024, 768), one that is not a multiple of the cube, a
+        // narrower row than the cube and one longer than the registers hold (read three
+        // times); large row means test the centred variance. Both reductions: the tree, and
+        // subgroups where the adapter has them.
+        for ((cols, rows, groups), planes) in [
+            (1024, 6, 1),
+            (768, 8, 2),
+            (1000, 3, 1),
+            (100, 4, 2),
+            (3000, 2, 1),
+        ]
+        .into_iter()
+        .flat_map(|c| [(c, false), (c, true)])
+        {
             let gamma = values(groups * cols, 7, 0.0);
             let beta = values(groups * cols, 11, 0.0);
             let eps = 1e-6;
@@ -181,15 +286,17 @@ mod tests {
                     (&device, DType::F32),
                 )
                 .cast(dtype);
-                let got = super::layer_norm(
+                let got = super::layer_norm_with(
                     xt,
                     up(&gamma, [groups, cols]),
                     up(&beta, [groups, cols]),
                     eps,
+                    planes,
                 );
                 assert_eq!(got.dims(), [groups, rows / groups, cols]);
                 assert_eq!(got.dtype(), dtype);
-                assert_close(&host(got), &want, tol, &format!("{dtype:?}, {cols} wide"));
+                let what = format!("{dtype:?}, {cols} wide, planes allowed {planes}");
+                assert_close(&host(got), &want, tol, &what);
             }
         }
     }

@@ -8,11 +8,13 @@
 //! scaling, exponentials, casts) took about two thirds of the network's device time.
 
 mod epilogue;
+mod im2col;
 mod layer_norm;
 mod rope;
 mod softmax;
 
 pub(crate) use epilogue::linear_epilogue;
+pub(crate) use im2col::{Window, im2col};
 
 pub(crate) use layer_norm::layer_norm;
 pub(crate) use rope::{RopeLayout, rope_part};
@@ -27,10 +29,52 @@ use rust3r_gpu::GpuBuffer;
 /// verification on lavapipe).
 const UNITS: u32 = 256;
 
-/// Sum (or, with `max`, maximum) of `v` over the cube; every unit gets it: a tree over
-/// [`UNITS`] values in shared memory.
+/// Sum (or, with `max_of`, maximum) of `v` over the cube; every unit gets it. With `planes`
+/// (adapters with subgroups, [`reduce_with_planes`]): each plane reduces its values, the plane
+/// leaders store one partial each in shared memory, and every unit folds the
+/// `256 / PLANE_DIM` partials (one barrier instead of eight); else a tree over [`UNITS`]
+/// values in shared memory.
 #[cube]
-fn cube_reduce(v: f32, #[comptime] max_of: bool) -> f32 {
+fn cube_reduce(v: f32, #[comptime] max_of: bool, #[comptime] planes: bool) -> f32 {
+    if comptime![planes] {
+        plane_reduce(v, max_of)
+    } else {
+        tree_reduce(v, max_of)
+    }
+}
+
+/// [`cube_reduce`] through subgroups.
+#[cube]
+fn plane_reduce(v: f32, #[comptime] max_of: bool) -> f32 {
+    let t = UNIT_POS as usize;
+    let mut smem = Shared::<[f32]>::new_slice(256usize);
+    let p = if comptime![max_of] {
+        plane_max(v)
+    } else {
+        plane_sum(v)
+    };
+    if UNIT_POS_PLANE == 0u32 {
+        smem[t / (PLANE_DIM as usize)] = p;
+    }
+    sync_cube();
+    let parts = (256u32 / PLANE_DIM) as usize;
+    let mut out = smem[0];
+    let mut i = 1usize;
+    while i < parts {
+        if comptime![max_of] {
+            out = max(out, smem[i]);
+        } else {
+            out += smem[i];
+        }
+        i += 1usize;
+    }
+    sync_cube();
+    out
+}
+
+/// [`cube_reduce`] as a tree in shared memory.
+#[cube]
+fn tree_reduce(v: f32, #[comptime] max_of: bool) -> f32 {
     let t = UNIT_POS as usize;
     let mut smem = Shared::<[f32]>::new_slice(256usize);
     smem[t] = v;
@@ -56,15 +100,36 @@ fn cube_reduce(v: f32, #[comptime] max_of: bool) -> f32 {
 
 /// Sum of `v` over the cube ([`cube_reduce`]).
 #[cube]
-fn cube_sum(v: f32) -> f32 {
-    cube_reduce(v, false)
+fn cube_sum(v: f32, #[comptime] planes: bool) -> f32 {
+    cube_reduce(v, false, planes)
 }
 
 /// Maximum of `v` over the cube ([`cube_reduce`]).
 #[cube]
-fn cube_max(v: f32) -> f32 {
-    cube_reduce(v, true)
+fn cube_max(v: f32, #[comptime] planes: bool) -> f32 {
+    cube_reduce(v, true, planes)
 }
+
+/// Whether [`cube_reduce`] goes through subgroups on `gpu` (with `allow`; tests turn it off to
+/// check the shared-memory tree): the adapter has subgroup operations and every plane size it
+/// may pick is a power of two dividing the cube.
+fn reduce_with_planes(gpu: &rust3r_gpu::Gpu, allow: bool) -> bool {
+    allow
+        && gpu.plane_sizes().is_some_and(|(min, max)| {
+            min.is_power_of_two() && max.is_power_of_two() && UNITS % max == 0
+        })
+}
+
+/// Values a unit keeps in registers for a row of `cols` ([`UNITS`] units a row), or `None`
+/// when the row is too long for that (the kernels then read it again from memory).
+fn per_unit(cols: usize) -> Option<usize> {
+    let n = cols.div_ceil(UNITS as usize).max(1);
+    (n <= MAX_PER_UNIT).then_some(n)
+}
+
+/// Longest row a unit keeps in registers: 8 values (rows up to 2048; the network's are 196 to
+/// 1024 wide).
+const MAX_PER_UNIT: usize = 8;
 
 /// Whether `t` lives on a CubeCL device, where the fused kernels run (elsewhere the callers
 /// run the separate operations). Every kernel function below expects it.
@@ -166,6 +231,14 @@ mod test_util {
             .into_data()
             .try_to_vec::<f32>()
             .expect("binary32 values")
+    }
+
+    /// Prints the default adapter's subgroup sizes (whether the plane reductions run).
+    pub fn report_planes(_device: &Device) {
+        let planes = rust3r_gpu::Gpu::default_device()
+            .ok()
+            .and_then(|g| g.plane_sizes());
+        eprintln!("adapter subgroup sizes: {planes:?}");
     }
 
     /// Asserts max |got - want| <= tol * max |want|.
