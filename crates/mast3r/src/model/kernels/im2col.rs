@@ -42,11 +42,7 @@ struct Im2colDims {
 /// and writes; `d.c` counts vectors), with 32-bit index arithmetic (64-bit division is slow
 /// on GPUs; the matrix stays below 2^32 values); zeros where the window leaves the map.
 #[cube(launch, launch_unchecked)]
-fn im2col_kernel<F: Float, N: Size>(
-    x: &[Vector<F, N>],
-    out: &mut [Vector<F, N>],
-    d: Im2colDims,
-) {
+fn im2col_kernel<F: Float, N: Size>(x: &[Vector<F, N>], out: &mut [Vector<F, N>], d: Im2colDims) {
     let pos = block_id() as u32;
     let ox = pos % d.wo;
     let oy = (pos / d.wo) % d.ho;

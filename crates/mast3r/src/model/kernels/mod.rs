@@ -116,7 +116,7 @@ fn cube_max(v: f32, #[comptime] planes: bool) -> f32 {
 fn reduce_with_planes(gpu: &rust3r_gpu::Gpu, allow: bool) -> bool {
     allow
         && gpu.plane_sizes().is_some_and(|(min, max)| {
-            min.is_power_of_two() && max.is_power_of_two() && UNITS % max == 0
+            min.is_power_of_two() && max.is_power_of_two() && UNITS.is_multiple_of(max)
         })
 }
 
