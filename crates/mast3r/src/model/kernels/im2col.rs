@@ -4,7 +4,7 @@
 //! and the `k * k` strided slices concatenated along channels (one `slice_assign` launch
 //! each) of the DPT heads' 3x3 convolutions: about 4 ms per tracked frame on an H200 (`ncu`,
 //! docs/benchmarks/journal.md "MASt3R: registers and subgroups in the row kernels, im2col in
-//! one launch"). The reference is [`crate::model::layers::im2col`]'s separate operations.
+//! one launch"). The reference is [`crate::model::layers::im2col_ops`], the separate operations.
 
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Shape, TensorMetadata, backend_extension};

@@ -3,7 +3,8 @@
 //! replayed graphs like it): one row per cube, statistics in binary32 for every storage type.
 //! Each file holds one operation, its launcher and its float64 reference test.
 //!
-//! Why (docs/benchmarks/journal.md, "MASt3R: fused LayerNorm, softmax and RoPE"): per frame on
+//! Why (docs/benchmarks/journal.md, "MASt3R: fused LayerNorm, softmax and RoPE", and "MASt3R:
+//! registers and subgroups in the row kernels, im2col in one launch"): per frame on
 //! an H200, the separate Burn operations around the cuBLAS products (row statistics, centring,
 //! scaling, exponentials, casts) took about two thirds of the network's device time.
 
