@@ -22,8 +22,9 @@ use rust3r_gpu::{Gpu, block_id};
 
 use super::{Output, UNITS, buffer, cube_sum, per_unit, reduce_with_planes, with_float};
 
-/// Rows of at most `per_unit * 256` values, read once and kept in registers; the sums go
-/// through subgroups with `planes` ([`super::cube_reduce`]).
+/// Rows of at most `per_unit * 256` values are read once and kept in registers (`per_unit`
+/// 0: rows too long for that, read three times); the sums go through subgroups with `planes`
+/// ([`super::cube_reduce`]).
 #[cube(launch, launch_unchecked)]
 fn layer_norm_rows<F: Float>(
     x: &[F],
@@ -42,78 +43,61 @@ fn layer_norm_rows<F: Float>(
     let t = UNIT_POS as usize;
     let base = row * cols;
     let g = (row / rows_per_group as usize) * cols;
-    let mut vals = Array::<f32>::new(per_unit);
-    let mut acc = 0.0f32;
-    #[unroll]
-    for r in 0..per_unit {
-        let i = t + r * 256usize;
-        let mut v = 0.0f32;
-        if i < cols {
-            v = f32::cast_from(x[base + i]);
+    if comptime![per_unit > 0] {
+        let mut vals = Array::<f32>::new(per_unit);
+        let mut acc = 0.0f32;
+        #[unroll]
+        for r in 0..per_unit {
+            let i = t + r * 256usize;
+            let mut v = 0.0f32;
+            if i < cols {
+                v = f32::cast_from(x[base + i]);
+            }
+            vals[r] = v;
+            acc += v;
         }
-        vals[r] = v;
-        acc += v;
-    }
-    let mean = cube_sum(acc, planes) / n;
-    let mut sq = 0.0f32;
-    #[unroll]
-    for r in 0..per_unit {
-        let i = t + r * 256usize;
-        if i < cols {
-            let d = vals[r] - mean;
+        let mean = cube_sum(acc, planes) / n;
+        let mut sq = 0.0f32;
+        #[unroll]
+        for r in 0..per_unit {
+            let i = t + r * 256usize;
+            if i < cols {
+                let d = vals[r] - mean;
+                sq += d * d;
+            }
+        }
+        let var = cube_sum(sq, planes) / n;
+        let inv = 1.0f32 / f32::sqrt(var + eps);
+        #[unroll]
+        for r in 0..per_unit {
+            let i = t + r * 256usize;
+            if i < cols {
+                out[base + i] = F::cast_from((vals[r] - mean) * inv * gamma[g + i] + beta[g + i]);
+            }
+        }
+    } else {
+        let mut acc = 0.0f32;
+        let mut i = t;
+        while i < cols {
+            acc += f32::cast_from(x[base + i]);
+            i += 256usize;
+        }
+        let mean = cube_sum(acc, planes) / n;
+        let mut sq = 0.0f32;
+        let mut j = t;
+        while j < cols {
+            let d = f32::cast_from(x[base + j]) - mean;
             sq += d * d;
+            j += 256usize;
         }
-    }
-    let var = cube_sum(sq, planes) / n;
-    let inv = 1.0f32 / f32::sqrt(var + eps);
-    #[unroll]
-    for r in 0..per_unit {
-        let i = t + r * 256usize;
-        if i < cols {
-            out[base + i] = F::cast_from((vals[r] - mean) * inv * gamma[g + i] + beta[g + i]);
+        let var = cube_sum(sq, planes) / n;
+        let inv = 1.0f32 / f32::sqrt(var + eps);
+        let mut k = t;
+        while k < cols {
+            let y = (f32::cast_from(x[base + k]) - mean) * inv * gamma[g + k] + beta[g + k];
+            out[base + k] = F::cast_from(y);
+            k += 256usize;
         }
-    }
-}
-
-/// Rows of any length, read three times.
-#[cube(launch, launch_unchecked)]
-fn layer_norm_long_rows<F: Float>(
-    x: &[F],
-    gamma: &[f32],
-    beta: &[f32],
-    out: &mut [F],
-    cols: u32,
-    rows_per_group: u32,
-    eps: f32,
-    #[comptime] planes: bool,
-) {
-    let row = block_id();
-    let n = f32::cast_from(cols);
-    let cols = cols as usize;
-    let t = UNIT_POS as usize;
-    let base = row * cols;
-    let g = (row / rows_per_group as usize) * cols;
-    let mut acc = 0.0f32;
-    let mut i = t;
-    while i < cols {
-        acc += f32::cast_from(x[base + i]);
-        i += 256usize;
-    }
-    let mean = cube_sum(acc, planes) / n;
-    let mut sq = 0.0f32;
-    let mut j = t;
-    while j < cols {
-        let d = f32::cast_from(x[base + j]) - mean;
-        sq += d * d;
-        j += 256usize;
-    }
-    let var = cube_sum(sq, planes) / n;
-    let inv = 1.0f32 / f32::sqrt(var + eps);
-    let mut k = t;
-    while k < cols {
-        let y = (f32::cast_from(x[base + k]) - mean) * inv * gamma[g + k] + beta[g + k];
-        out[base + k] = F::cast_from(y);
-        k += 256usize;
     }
 }
 
@@ -148,45 +132,25 @@ impl NormBackend for CubeBackend {
         let gb = buffer::<f32>(gamma);
         let bb = buffer::<f32>(beta);
         let planes = reduce_with_planes(&gpu, planes);
-        let rows_per_group = (rows / groups) as u32;
         with_float!(dtype, F => {
             let xb = buffer::<F>(x);
-            let (grid, dim) = (gpu.grid(rows), CubeDim::new_1d(UNITS));
-            match per_unit(cols) {
-                Some(n) => rust3r_gpu::launch!(
-                    &gpu,
-                    layer_norm_rows::<F>(
-                        gpu.client(),
-                        grid,
-                        dim,
-                        xb.arg(),
-                        gb.arg(),
-                        bb.arg(),
-                        out.buffer::<F>().arg(),
-                        cols as u32,
-                        rows_per_group,
-                        eps,
-                        n,
-                        planes,
-                    )
-                ),
-                None => rust3r_gpu::launch!(
-                    &gpu,
-                    layer_norm_long_rows::<F>(
-                        gpu.client(),
-                        grid,
-                        dim,
-                        xb.arg(),
-                        gb.arg(),
-                        bb.arg(),
-                        out.buffer::<F>().arg(),
-                        cols as u32,
-                        rows_per_group,
-                        eps,
-                        planes,
-                    )
-                ),
-            }
+            rust3r_gpu::launch!(
+                &gpu,
+                layer_norm_rows::<F>(
+                    gpu.client(),
+                    gpu.grid(rows),
+                    CubeDim::new_1d(UNITS),
+                    xb.arg(),
+                    gb.arg(),
+                    bb.arg(),
+                    out.buffer::<F>().arg(),
+                    cols as u32,
+                    (rows / groups) as u32,
+                    eps,
+                    per_unit(cols).unwrap_or(0),
+                    planes,
+                )
+            );
         });
         out.into_tensor()
     }
@@ -260,7 +224,7 @@ mod tests {
         let up = |v: &[f32], shape: [usize; 2]| {
             Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), (&device, DType::F32))
         };
-        super::super::test_util::report_planes(&device);
+        super::super::test_util::report_planes();
         // Row widths of the network (1024, 768), one that is not a multiple of the cube, a
         // narrower row than the cube and one longer than the registers hold (read three
         // times); large row means test the centred variance. Both reductions: the tree, and

@@ -235,7 +235,7 @@ mod test_util {
     }
 
     /// Prints the default adapter's subgroup sizes (whether the plane reductions run).
-    pub fn report_planes(_device: &Device) {
+    pub fn report_planes() {
         let planes = rust3r_gpu::Gpu::default_device()
             .ok()
             .and_then(|g| g.plane_sizes());

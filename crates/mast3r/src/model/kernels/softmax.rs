@@ -18,7 +18,8 @@ use rust3r_gpu::{Gpu, block_id};
 
 use super::{Output, UNITS, buffer, cube_max, cube_sum, per_unit, reduce_with_planes, with_float};
 
-/// Rows of at most `per_unit * 256` values, kept in registers.
+/// Rows of at most `per_unit * 256` values are kept in registers; `per_unit` 0: rows too long
+/// for that, read three times.
 #[cube(launch, launch_unchecked)]
 fn softmax_rows_kernel<F: Float>(
     x: &[F],
@@ -32,68 +33,56 @@ fn softmax_rows_kernel<F: Float>(
     let cols = cols as usize;
     let t = UNIT_POS as usize;
     let base = row * cols;
-    let mut vals = Array::<f32>::new(per_unit);
-    let mut m = f32::min_value();
-    #[unroll]
-    for r in 0..per_unit {
-        let i = t + r * 256usize;
-        let mut v = f32::min_value();
-        if i < cols {
-            v = f32::cast_from(x[base + i]) * scale;
+    if comptime![per_unit > 0] {
+        let mut vals = Array::<f32>::new(per_unit);
+        let mut m = f32::min_value();
+        #[unroll]
+        for r in 0..per_unit {
+            let i = t + r * 256usize;
+            let mut v = f32::min_value();
+            if i < cols {
+                v = f32::cast_from(x[base + i]) * scale;
+            }
+            vals[r] = v;
+            m = max(m, v);
         }
-        vals[r] = v;
-        m = max(m, v);
-    }
-    let m = cube_max(m, planes);
-    let mut s = 0.0f32;
-    #[unroll]
-    for r in 0..per_unit {
-        // Past the row: exp(min - m) is 0.
-        let e = f32::exp(vals[r] - m);
-        vals[r] = e;
-        s += e;
-    }
-    let inv = 1.0f32 / cube_sum(s, planes);
-    #[unroll]
-    for r in 0..per_unit {
-        let i = t + r * 256usize;
-        if i < cols {
-            out[base + i] = F::cast_from(vals[r] * inv);
+        let m = cube_max(m, planes);
+        let mut s = 0.0f32;
+        #[unroll]
+        for r in 0..per_unit {
+            // Past the row: exp(min - m) is 0.
+            let e = f32::exp(vals[r] - m);
+            vals[r] = e;
+            s += e;
         }
-    }
-}
-
-/// Rows of any length, read three times.
-#[cube(launch, launch_unchecked)]
-fn softmax_long_rows_kernel<F: Float>(
-    x: &[F],
-    out: &mut [F],
-    cols: u32,
-    scale: f32,
-    #[comptime] planes: bool,
-) {
-    let row = block_id();
-    let cols = cols as usize;
-    let t = UNIT_POS as usize;
-    let base = row * cols;
-    let mut m = f32::min_value();
-    let mut i = t;
-    while i < cols {
-        m = max(m, f32::cast_from(x[base + i]) * scale);
-        i += 256usize;
-    }
-    let m = cube_max(m, planes);
-    let mut s = 0.0f32;
-    let mut j = t;
-    while j < cols {
-        s += f32::exp(f32::cast_from(x[base + j]) * scale - m);
-        j += 256usize;
-    }
-    let inv = 1.0f32 / cube_sum(s, planes);
-    let mut k = t;
-    while k < cols {
-        out[base + k] = F::cast_from(f32::exp(f32::cast_from(x[base + k]) * scale - m) * inv);
-        k += 256usize;
+        let inv = 1.0f32 / cube_sum(s, planes);
+        #[unroll]
+        for r in 0..per_unit {
+            let i = t + r * 256usize;
+            if i < cols {
+                out[base + i] = F::cast_from(vals[r] * inv);
+            }
+        }
+    } else {
+        let mut m = f32::min_value();
+        let mut i = t;
+        while i < cols {
+            m = max(m, f32::cast_from(x[base + i]) * scale);
+            i += 256usize;
+        }
+        let m = cube_max(m, planes);
+        let mut s = 0.0f32;
+        let mut j = t;
+        while j < cols {
+            s += f32::exp(f32::cast_from(x[base + j]) * scale - m);
+            j += 256usize;
+        }
+        let inv = 1.0f32 / cube_sum(s, planes);
+        let mut k = t;
+        while k < cols {
+            out[base + k] = F::cast_from(f32::exp(f32::cast_from(x[base + k]) * scale - m) * inv);
+            k += 256usize;
+        }
     }
 }
 
@@ -115,36 +104,20 @@ impl SoftmaxBackend for CubeBackend {
         let out = Output::new(&gpu, shape, dtype);
         with_float!(dtype, F => {
             let xb = buffer::<F>(x);
-            let (grid, dim) = (gpu.grid(rows), CubeDim::new_1d(UNITS));
-            match per_unit(cols) {
-                Some(n) => rust3r_gpu::launch!(
-                    &gpu,
-                    softmax_rows_kernel::<F>(
-                        gpu.client(),
-                        grid,
-                        dim,
-                        xb.arg(),
-                        out.buffer::<F>().arg(),
-                        cols as u32,
-                        scale,
-                        n,
-                        planes,
-                    )
-                ),
-                None => rust3r_gpu::launch!(
-                    &gpu,
-                    softmax_long_rows_kernel::<F>(
-                        gpu.client(),
-                        grid,
-                        dim,
-                        xb.arg(),
-                        out.buffer::<F>().arg(),
-                        cols as u32,
-                        scale,
-                        planes,
-                    )
-                ),
-            }
+            rust3r_gpu::launch!(
+                &gpu,
+                softmax_rows_kernel::<F>(
+                    gpu.client(),
+                    gpu.grid(rows),
+                    CubeDim::new_1d(UNITS),
+                    xb.arg(),
+                    out.buffer::<F>().arg(),
+                    cols as u32,
+                    scale,
+                    per_unit(cols).unwrap_or(0),
+                    planes,
+                )
+            );
         });
         out.into_tensor()
     }
@@ -194,7 +167,7 @@ mod tests {
     #[test]
     fn fused_softmax_matches_float64_in_binary32_and_binary16() {
         let device = device();
-        super::super::test_util::report_planes(&device);
+        super::super::test_util::report_planes();
         // The attention's row lengths (768 tokens at 512x384, 196 at 224x224), one longer than
         // the cube's reach per pass, and a short one; large scores test the maximum shift.
         // 3000: longer than the registers hold (read three times).
