@@ -122,16 +122,6 @@ pub struct HostPrediction {
 pub struct PackedLayout(Vec<(usize, usize, usize, usize, usize, usize)>);
 
 impl PackedLayout {
-    /// Binary32 values packed.
-    pub fn len(&self) -> usize {
-        self.0.iter().map(|(.., n, q)| n * 4 + q).sum()
-    }
-
-    /// Whether nothing was packed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The predictions (descriptors empty) from the packed values read back.
     pub fn unpack(&self, all: &[f32]) -> Vec<HostPrediction> {
         let mut at = 0;
@@ -181,44 +171,18 @@ impl Prediction {
     }
 
     /// The points, confidences and descriptor confidences on the host, read back in one
-    /// transfer (packed on the device), and the descriptors left on the device: `desc` of the
-    /// result is empty (`desc_dim` is set).
+    /// transfer (packed on the device, [`Prediction::pack_without_desc`]), and the descriptors
+    /// left on the device: `desc` of the result is empty (`desc_dim` is set).
     pub fn to_host_without_desc(&self) -> HostPrediction {
-        let [batch, height, width, desc_dim] = self.desc.dims();
-        let n = batch * height * width;
-        let flat = |t: Tensor<1>| t.cast(DType::F32);
-        let mut parts = vec![
-            flat(self.pts3d.clone().reshape([n * 3])),
-            flat(self.conf.clone().reshape([n])),
-        ];
-        if let Some(q) = &self.desc_conf {
-            parts.push(flat(q.clone().reshape([n])));
-        }
-        let mut all = host_vec(&Tensor::cat(parts, 0));
-        let desc_conf = all.split_off((n * 4).min(all.len()));
-        let conf = all.split_off(n * 3);
-        HostPrediction {
-            batch,
-            height,
-            width,
-            pts3d: all,
-            conf,
-            desc_dim,
-            desc: Vec::new(),
-            desc_conf,
-        }
+        let (all, layout) =
+            Self::pack_without_desc(std::slice::from_ref(self)).expect("one prediction packs");
+        let mut host = layout.unpack(&host_vec(&all));
+        host.pop().expect("one prediction unpacked")
     }
 
-    /// [`Prediction::to_host_without_desc`] of several predictions, read back in one transfer.
-    pub fn all_to_host_without_desc(preds: &[Prediction]) -> Vec<HostPrediction> {
-        match Self::pack_without_desc(preds) {
-            Some((all, layout)) => layout.unpack(&host_vec(&all)),
-            None => Vec::new(),
-        }
-    }
-
-    /// What [`Prediction::all_to_host_without_desc`] reads back, packed into one binary32
-    /// tensor on the device (queued, not read), and how to unpack it (`None`: no predictions).
+    /// What [`Prediction::to_host_without_desc`] reads back, for several predictions, packed
+    /// into one binary32 tensor on the device (queued, not read), and how to unpack it
+    /// ([`PackedLayout::unpack`]; `None`: no predictions).
     pub fn pack_without_desc(preds: &[Prediction]) -> Option<(Tensor<1>, PackedLayout)> {
         let mut parts = Vec::new();
         let mut sizes = Vec::new();
