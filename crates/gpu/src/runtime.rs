@@ -407,6 +407,14 @@ impl Gpu {
         (ops && p.hardware.plane_size_min >= 4 && p.hardware.plane_size_max <= 256)
             .then_some((p.hardware.plane_size_min, p.hardware.plane_size_max))
     }
+    /// [`Gpu::plane_sizes`] when every plane size the adapter may pick is a power of two that
+    /// divides a cube of `units` units (what kernels keeping one partial per plane of a cube in
+    /// shared memory need).
+    pub fn plane_sizes_dividing(&self, units: u32) -> Option<(u32, u32)> {
+        self.plane_sizes().filter(|&(min, max)| {
+            min.is_power_of_two() && max.is_power_of_two() && units.is_multiple_of(max)
+        })
+    }
     /// Whether kernels can `fetch_add` into `Atomic<f32>` buffers here (wgpu's
     /// `SHADER_FLOAT32_ATOMIC`: NVIDIA and AMD Vulkan, lavapipe, recent Metal).
     /// [`GpuTuning::f32_atomics`] off turns it off.

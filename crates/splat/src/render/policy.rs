@@ -99,10 +99,7 @@ pub(super) fn plane_backward(gpu: &Gpu, kernel: BackwardKernel) -> Option<usize>
         // it off below 2048 tiles, when the backward still ran one cube per tile.
         _ => {}
     }
-    let (min, max) = gpu.plane_sizes()?;
-    if !min.is_power_of_two() || !max.is_power_of_two() || 256 % max != 0 {
-        return None;
-    }
+    let (min, _) = gpu.plane_sizes_dividing(256)?;
     let max_planes = (256 / min) as usize;
     let need = 4 * (12 * PLANE_BATCH + max_planes * PLANE_BATCH * 12);
     (need <= gpu.max_shared_memory()).then_some(max_planes)

@@ -113,12 +113,9 @@ fn cube_max(v: f32, #[comptime] planes: bool) -> f32 {
 
 /// Whether [`cube_reduce`] goes through subgroups on `gpu` (with `allow`; tests turn it off to
 /// check the shared-memory tree): the adapter has subgroup operations and every plane size it
-/// may pick is a power of two dividing the cube.
+/// may pick divides the cube ([`rust3r_gpu::Gpu::plane_sizes_dividing`]).
 fn reduce_with_planes(gpu: &rust3r_gpu::Gpu, allow: bool) -> bool {
-    allow
-        && gpu.plane_sizes().is_some_and(|(min, max)| {
-            min.is_power_of_two() && max.is_power_of_two() && UNITS.is_multiple_of(max)
-        })
+    allow && gpu.plane_sizes_dividing(UNITS).is_some()
 }
 
 /// Values a unit keeps in registers for a row of `cols` ([`UNITS`] units a row), or `None`
